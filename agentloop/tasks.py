@@ -1,0 +1,225 @@
+"""Task files (YAML): loading, validation with file/line/field errors, and the Task value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agentloop.errors import TaskFileError
+from agentloop.script import ScriptTurn
+from agentloop.tiers import Tier, TierFileError, parse_tiers
+
+
+class _ToolCallModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+
+class _TurnModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = ""
+    reasoning_tokens: int = Field(default=0, ge=0)
+    tool_calls: list[_ToolCallModel] = Field(default_factory=list)
+
+
+class _LimitsModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_steps: int = Field(default=30, gt=0)
+    max_output_tokens: int = Field(default=200_000, gt=0)
+    timeout_s: float = Field(default=600.0, gt=0)
+    max_parallel_tools: int = Field(default=4, gt=0)
+    tool_timeout_s: float = Field(default=120.0, gt=0)
+
+
+class _SuccessModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    command: str | None = None
+    expect_text: str | None = None
+
+
+class _TaskModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    description: str = ""
+    prompt: str = Field(min_length=1)
+    system: str = "You are a careful engineer. Use the tools to do the task, then say what you did."
+    workspace: str | None = None
+    setup: list[str] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list)
+    finish_tool: bool = True
+    test_command: str | None = None
+    allow_hosts: list[str] = Field(default_factory=list)
+    limits: _LimitsModel = Field(default_factory=_LimitsModel)
+    tier: str | None = None
+    tiers: dict[str, Any] = Field(default_factory=dict)
+    success: _SuccessModel = Field(default_factory=_SuccessModel)
+    script: list[_TurnModel] = Field(default_factory=list)
+
+    @field_validator("setup", "tools", "allow_hosts", mode="before")
+    @classmethod
+    def _listify(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When a run stops on its own: steps, output tokens, wall time; and tool concurrency."""
+
+    max_steps: int = 30
+    max_output_tokens: int = 200_000
+    timeout_s: float = 600.0
+    max_parallel_tools: int = 4
+    tool_timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class Task:
+    """A validated task. ``workspace`` is an absolute folder copied fresh for every run."""
+
+    name: str
+    prompt: str
+    system: str
+    source: Path | None = None
+    description: str = ""
+    workspace: Path | None = None
+    setup: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    finish_tool: bool = True
+    test_command: str | None = None
+    allow_hosts: tuple[str, ...] = ()
+    limits: Limits = field(default_factory=Limits)
+    tier: str | None = None
+    tiers: dict[str, Tier] = field(default_factory=dict)
+    success_command: str | None = None
+    success_text: str | None = None
+    script: tuple[ScriptTurn, ...] = ()
+
+
+def _node_at(root: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[yaml.Node | None, bool]:
+    """Walk the composed YAML tree along a pydantic error location; (node, reached the end)."""
+    node = root
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = None
+            for k, v in node.value:
+                if k.value == part:
+                    nxt = v
+                    break
+            if nxt is None:
+                return node, False
+            node = nxt
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return node, False
+            node = node.value[part]
+        else:
+            return node, False
+    return node, True
+
+
+def _key_line(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """Line of the key (or item) that a location names; for a missing key, its parent's line."""
+    if not loc:
+        return None
+    parent, found = _node_at(root, loc[:-1])
+    if found and isinstance(parent, yaml.MappingNode):
+        for k, _ in parent.value:
+            if k.value == loc[-1]:
+                return int(k.start_mark.line) + 1
+    node, _ = _node_at(root, loc)
+    return int(node.start_mark.line) + 1 if node is not None else None
+
+
+def _field_name(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Task:
+    """Validate a task file's text. ``known_tools`` (tool registry names) checks the tools list."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        raise TaskFileError(path, f"not valid YAML: {exc.problem or exc}", line=line) from None
+    if not isinstance(data, dict):
+        raise TaskFileError(path, "a task file must be a YAML mapping (name:, prompt:, ...)",
+                            line=1)
+    try:
+        m = _TaskModel.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        while loc and not _node_at(root, loc)[1] and err["type"] != "missing" \
+                and err["type"] != "extra_forbidden":
+            loc = loc[:-1]  # drop pydantic's union-branch tags, which are not YAML keys
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        more = len(exc.errors()) - 1
+        if more:
+            msg += f" (and {more} more problem{'s' if more > 1 else ''})"
+        raise TaskFileError(path, msg, line=_key_line(root, loc), field=_field_name(loc)) from None
+
+    base = path.parent
+    workspace = None
+    if m.workspace is not None:
+        workspace = (base / m.workspace).resolve()
+        if not workspace.is_dir():
+            raise TaskFileError(path, f"workspace folder {workspace} does not exist",
+                                line=_key_line(root, ("workspace",)), field="workspace")
+    if known_tools is not None:
+        for i, name in enumerate(m.tools):
+            if name not in known_tools:
+                raise TaskFileError(
+                    path, f"unknown tool '{name}' (known tools: {', '.join(sorted(known_tools))})",
+                    line=_key_line(root, ("tools", i)), field=f"tools[{i}]")
+        for i, turn in enumerate(m.script):
+            for j, call in enumerate(turn.tool_calls):
+                if call.name not in known_tools and call.name != "finish":
+                    # a script may name a tool the task does not allow (to exercise the error
+                    # path), but a tool nobody has is almost surely a typo
+                    raise TaskFileError(
+                        path, f"script names unknown tool '{call.name}'",
+                        line=_key_line(root, ("script", i, "tool_calls", j, "name")),
+                        field=f"script[{i}].tool_calls[{j}].name")
+    try:
+        tiers = parse_tiers({"tiers": m.tiers}, path) if m.tiers else {}
+    except TierFileError as exc:
+        raise TaskFileError(path, exc.message.split(": ", 1)[-1],
+                            line=_key_line(root, ("tiers",)), field=exc.field) from None
+    lim = m.limits
+    return Task(
+        name=m.name, prompt=m.prompt, system=m.system, source=path, description=m.description,
+        workspace=workspace, setup=tuple(m.setup), tools=tuple(m.tools),
+        finish_tool=m.finish_tool, test_command=m.test_command,
+        allow_hosts=tuple(m.allow_hosts),
+        limits=Limits(lim.max_steps, lim.max_output_tokens, lim.timeout_s,
+                      lim.max_parallel_tools, lim.tool_timeout_s),
+        tier=m.tier, tiers=tiers, success_command=m.success.command,
+        success_text=m.success.expect_text,
+        script=tuple(ScriptTurn.from_dict(t.model_dump()) for t in m.script),
+    )
+
+
+def load_task(path: str | Path, known_tools: set[str] | None = None) -> Task:
+    """Read and validate a task file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TaskFileError(p, "no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskFileError(p, f"cannot read: {exc}") from None
+    return parse_task(text, p.resolve(), known_tools)

@@ -1,0 +1,163 @@
+"""Model tiers: endpoint, model, API flavour, request options and speed profile, from TOML."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentloop.errors import TierFileError
+
+SIM = "sim"  # base_url of the embedded simulator
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedProfile:
+    """How fast a tier answers: ``base + input/prefill_tps + output/output_tps`` seconds."""
+
+    base_latency_s: float
+    prefill_tps: float
+    output_tps: float
+
+    def call_seconds(self, input_tokens: int, output_tokens: int) -> float:
+        prefill = input_tokens / self.prefill_tps if self.prefill_tps > 0 else 0.0
+        return self.base_latency_s + prefill + output_tokens / self.output_tps
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """One model tier. ``api_key_env`` names an environment variable; the key is never stored."""
+
+    name: str
+    base_url: str
+    model: str
+    api: Literal["responses", "chat"]
+    profile: SpeedProfile
+    api_key_env: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def simulated(self) -> bool:
+        return self.base_url == SIM
+
+    def summary(self) -> dict[str, Any]:
+        """The tier as written into a trace header (no secrets: only the variable's name)."""
+        return {
+            "name": self.name, "base_url": self.base_url, "model": self.model, "api": self.api,
+            "api_key_env": self.api_key_env, "options": dict(self.options),
+            "profile": {"base_latency_s": self.profile.base_latency_s,
+                        "prefill_tps": self.profile.prefill_tps,
+                        "output_tps": self.profile.output_tps},
+        }
+
+
+class _Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    base_latency_s: float = Field(ge=0)
+    prefill_tps: float = Field(ge=0)
+    output_tps: float = Field(gt=0)
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    service_tier: str | None = None
+    max_output_tokens: int | None = Field(default=None, gt=0)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+
+
+class _TierModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    base_url: str
+    model: str
+    api: Literal["responses", "chat"] = "responses"
+    api_key_env: str | None = None
+    options: _Options = _Options()
+    profile: _Profile
+
+
+def _line_of(text: str, tier: str, key: str | None) -> int | None:
+    """Best-effort line of ``[tiers.tier]`` (and of ``key`` inside it) for error messages."""
+    lines = text.splitlines()
+    header = re.compile(r"^\s*\[\s*tiers\.\"?" + re.escape(tier) + r"\"?\s*\]")
+    for i, line in enumerate(lines):
+        if header.match(line):
+            if key is None:
+                return i + 1
+            for j in range(i + 1, len(lines)):
+                if lines[j].lstrip().startswith("["):
+                    break
+                if re.match(r"^\s*" + re.escape(key) + r"\s*=", lines[j]):
+                    return j + 1
+            return i + 1
+    return None
+
+
+def parse_tiers(data: dict[str, Any], source: str | Path, text: str = "") -> dict[str, Tier]:
+    """Validate the ``tiers`` table of a parsed TOML (or task-file) mapping."""
+    table = data.get("tiers", {})
+    if not isinstance(table, dict):
+        raise TierFileError(source, "'tiers' must be a table of tiers", field="tiers")
+    out: dict[str, Tier] = {}
+    for name, raw in table.items():
+        try:
+            m = _TierModel.model_validate(raw)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = [str(p) for p in err["loc"]]
+            top = loc[0] if loc else None
+            raise TierFileError(source, f"tier '{name}': {err['msg']}",
+                                line=_line_of(text, name, top) if text else None,
+                                field=".".join(["tiers", name, *loc])) from None
+        out[name] = Tier(
+            name=name, base_url=m.base_url.rstrip("/"), model=m.model, api=m.api,
+            api_key_env=m.api_key_env,
+            options={k: v for k, v in m.options.model_dump().items() if v is not None},
+            profile=SpeedProfile(**m.profile.model_dump()),
+        )
+    return out
+
+
+def load_tiers_file(path: Path) -> dict[str, Tier]:
+    """Read one tiers TOML file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TierFileError(path, f"cannot read: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        raise TierFileError(path, f"not valid TOML: {exc}",
+                            line=int(m.group(1)) if m else None) from None
+    return parse_tiers(data, path, text)
+
+
+def default_tiers_path() -> Path:
+    """``./tiers.toml`` if the current directory has one, else the one shipped with agentloop."""
+    here = Path.cwd() / "tiers.toml"
+    if here.is_file():
+        return here
+    return Path(__file__).resolve().parent.parent / "tiers.toml"
+
+
+def load_tiers(path: Path | None = None, extra: dict[str, Tier] | None = None) -> dict[str, Tier]:
+    """Tiers from ``path`` (default: :func:`default_tiers_path`), then ``extra`` on top."""
+    tiers = load_tiers_file(path or default_tiers_path())
+    if extra:
+        tiers.update(extra)
+    return tiers
+
+
+def get_tier(tiers: dict[str, Tier], name: str, source: object = "tiers") -> Tier:
+    """Look a tier up by name; an unknown name lists the known ones."""
+    try:
+        return tiers[name]
+    except KeyError:
+        known = ", ".join(sorted(tiers)) or "none"
+        raise TierFileError(source, f"unknown tier '{name}' (known tiers: {known})",
+                            field="tier") from None

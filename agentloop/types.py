@@ -1,0 +1,122 @@
+"""Frozen values that cross agentloop's seams: messages, tool calls and results, usage, timings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call the model asked for; ``arguments`` is the raw JSON text the model wrote."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One conversation item, neutral between the Chat Completions and Responses APIs."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None  # role == "tool": which call this answers
+    name: str | None = None  # role == "tool": the tool's name
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the model is told about a tool: name, description, JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool returns; ``ok=False`` is a failure the model sees, not a crash of the run.
+
+    ``output`` is the text fed back to the model (already capped, with the cap stated in it);
+    ``data`` holds structured fields for the trace (exit code, pass/fail counts, path ...).
+    """
+
+    ok: bool
+    output: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts as the server reported them (never counted from SSE events)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0  # includes reasoning tokens
+    reasoning_tokens: int = 0
+    cached_input_tokens: int = 0
+
+    @property
+    def visible_tokens(self) -> int:
+        return max(0, self.output_tokens - self.reasoning_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class CallTiming:
+    """Instants of one streamed model call, ``time.perf_counter_ns()`` values (see docs/design.md).
+
+    ``t_send`` before the request is written; ``t_hdr`` response headers; ``t_first`` first event
+    with a non-empty payload; ``t_first_visible`` first text or tool-argument delta; ``t_last`` last
+    payload event; ``t_end`` terminal event. ``None`` where the event never came.
+    ``build_ns`` is the client-side time spent building the request before ``t_send``
+    (framework overhead, kept visible).
+    """
+
+    t_send: int
+    t_hdr: int | None = None
+    t_first: int | None = None
+    t_first_visible: int | None = None
+    t_last: int | None = None
+    t_end: int | None = None
+    chunks: int = 0
+    build_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One try of a model call: its instants, the error that ended it (if any), the wait after it."""
+
+    t_start: int
+    t_end: int
+    error: str | None = None
+    status: int | None = None
+    wait_ns: int = 0  # back-off slept after this attempt before the next one
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """What the runner asks of a model client for one step."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...]
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    """One finished model turn: output, usage, timing of the successful attempt, all attempts."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage
+    timing: CallTiming
+    attempts: tuple[Attempt, ...] = ()
+    model: str = ""
+    service_tier: str | None = None
+    finish_reason: str | None = None
+
+    def as_message(self) -> Message:
+        return Message(role="assistant", content=self.text, tool_calls=self.tool_calls)
