@@ -1,0 +1,41 @@
+"""The ``agentloop`` command line: parses arguments, runs one subcommand, maps errors to exits."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+from collections.abc import Sequence
+
+from agentloop.errors import AgentloopError
+
+# one module per subcommand under agentloop/commands/, each exposing register(subparsers)
+COMMANDS: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentloop",
+        description="Run agent tasks, trace where their time goes, predict faster tiers.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"agentloop.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: the one ``asyncio.run`` of agentloop."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(asyncio.run(args.func(args)) or 0)
+    except AgentloopError as exc:
+        print(f"agentloop: error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("agentloop: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
