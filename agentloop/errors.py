@@ -11,7 +11,10 @@
     ├── RunEnded                       control flow: the loop stops (caught in one place)
     │   ├── Finished                   the model ended the task
     │   └── LimitReached               steps / output tokens / wall time
-    └── SimulatorError                 the embedded simulator could not start or serve
+    ├── SimulatorError                 the embedded simulator could not start or serve
+    └── ToolError                      a tool refused or failed (sandbox escape, bad path ...):
+                                       tools turn it into ToolResult(ok=False); never reaches
+                                       the runner
 
 A tool failure the model should see is not an exception: it is a ToolResult with ok=False.
 Third-party errors (openai, subprocess, playwright) are translated where they are caught, with
@@ -111,3 +114,7 @@ class LimitReached(RunEnded):
 
 class SimulatorError(AgentloopError):
     """The embedded simulator could not start or serve."""
+
+
+class ToolError(AgentloopError):
+    """A tool refused or failed; the tool wrapper turns it into ``ToolResult(ok=False)``."""
