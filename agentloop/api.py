@@ -1,0 +1,145 @@
+"""The async embedding API and composition root: wires task, tier, client, tools, trace together.
+
+Only this module (and the CLI) imports ``tools``: the framework itself knows tools by protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agentloop.context import RunContext
+from agentloop.protocols import ModelClient, Tool
+from agentloop.runner import Observer, Runner, RunResult
+from agentloop.script import ScriptTurn
+from agentloop.tasks import Task, load_task
+from agentloop.tiers import Tier, get_tier, load_tiers
+from agentloop.trace.redact import redactor, secret_values, truncator
+from agentloop.trace.tracer import Tracer
+from agentloop.trace.writer import JsonlSink, Pipeline
+from agentloop import workspace as ws
+
+DEFAULT_TIER = "sim-standard"
+MAX_TRACE_STRING = 64_000  # longer strings in a trace record are cut (and say so)
+
+
+def tool_registry() -> dict[str, Tool]:
+    """The built-in tools by name."""
+    import tools  # composition root: the one place the framework meets the tools package
+
+    return tools.registry()
+
+
+def open_task(path: str | Path) -> Task:
+    """Load and validate a task file against the built-in tools."""
+    return load_task(path, set(tool_registry()))
+
+
+def resolve_tier(task: Task, tier: str | Tier | None = None,
+                 tiers_file: str | Path | None = None) -> Tier:
+    """The tier a run uses: the one asked for, else the task's default, else sim-standard."""
+    if isinstance(tier, Tier):
+        return tier
+    tiers = load_tiers(Path(tiers_file) if tiers_file else None, extra=task.tiers)
+    return get_tier(tiers, tier or task.tier or DEFAULT_TIER,
+                    source=tiers_file or "tiers.toml")
+
+
+def _substitute(script: tuple[ScriptTurn, ...], work: Path) -> list[ScriptTurn]:
+    """Scripted turns may write ``{workspace}``; it becomes this run's working folder."""
+    path = str(work)
+    quoted = path.replace("\\", "\\\\").replace('"', '\\"')  # inside JSON argument text
+    out = []
+    for turn in script:
+        calls = tuple(replace(c, arguments=c.arguments.replace("{workspace}", quoted))
+                      for c in turn.tool_calls)
+        out.append(replace(turn, text=turn.text.replace("{workspace}", path), tool_calls=calls))
+    return out
+
+
+@contextlib.asynccontextmanager
+async def model_client(tier: Tier, script: list[ScriptTurn] | None = None,
+                       ) -> AsyncIterator[ModelClient]:
+    """A client for ``tier``; a simulated tier starts the embedded simulator for the duration."""
+    from agentloop.clients.openai_client import OpenAIClient
+
+    if not tier.simulated:
+        client = OpenAIClient(tier)
+        try:
+            yield client
+        finally:
+            await client.aclose()
+        return
+    import openai
+
+    from agentloop.sim import SimServer
+
+    async with SimServer(profile=tier.profile, script=script or None) as sim:
+        sdk = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sim", max_retries=0)
+        client = OpenAIClient(tier, client=sdk)
+        try:
+            yield client
+        finally:
+            await client.aclose()
+            await sdk.close()
+
+
+def trace_path_for(trace_dir: Path, task: Task, tier: Tier, run_id: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", task.name)
+    return trace_dir / f"{stamp}-{safe}-{tier.name}-{run_id[:6]}.jsonl"
+
+
+async def run_task(task: Task | str | Path, *, tier: str | Tier | None = None,
+                   tiers_file: str | Path | None = None, trace_dir: str | Path = "traces",
+                   max_steps: int | None = None, timeout_s: float | None = None,
+                   client: ModelClient | None = None, tools: dict[str, Tool] | None = None,
+                   observer: Observer | None = None, keep_workspace: bool = False,
+                   script: list[ScriptTurn] | None = None) -> RunResult:
+    """Run one task to its end and return how it ended; the trace goes under ``trace_dir``.
+
+    Cancelling the calling task cancels the run: its subprocesses are killed and the trace is
+    closed with status ``cancelled`` before ``CancelledError`` propagates.
+    """
+    if not isinstance(task, Task):
+        task = open_task(task)
+    if max_steps is not None or timeout_s is not None:
+        task = replace(task, limits=replace(
+            task.limits, max_steps=max_steps or task.limits.max_steps,
+            timeout_s=timeout_s or task.limits.timeout_s))
+    the_tier = resolve_tier(task, tier, tiers_file)
+    registry = tool_registry() if tools is None else tools
+    run_id = uuid.uuid4().hex[:12]
+    path = trace_path_for(Path(trace_dir), task, the_tier, run_id)
+    work = await ws.prepare(task)
+    ctx = RunContext(workspace=work, settings={
+        "test_command": task.test_command, "allow_hosts": list(task.allow_hosts),
+        "tool_timeout_s": task.limits.tool_timeout_s, "output_cap": 16_000})
+    sink = Pipeline([JsonlSink(path)],
+                    [redactor(secret_values()), truncator(MAX_TRACE_STRING)])
+    tracer = Tracer(sink)
+    turns = script if script is not None else _substitute(task.script, work)
+
+    async def check(final_text: str) -> dict[str, Any]:
+        return await ws.check_success(task, work, final_text)
+
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(ctx.aclose)
+            the_client = client if client is not None else await stack.enter_async_context(
+                model_client(the_tier, turns))
+            runner = Runner(task, the_client, registry, the_tier, tracer, ctx, run_id=run_id,
+                            observer=observer, check=check)
+            result = await runner.run()
+    finally:
+        sink.close()
+        if not keep_workspace:
+            await asyncio.shield(asyncio.to_thread(ws.remove, work))
+    return replace(result, trace_path=str(path), workspace=str(work) if keep_workspace else None)

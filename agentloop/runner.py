@@ -1,0 +1,296 @@
+"""The agent loop: call the model, run the turn's tool calls concurrently, feed results back, repeat.
+
+The loop ends in exactly one place (:meth:`Runner.run`): the model finishes (a turn without tool
+calls, or the ``finish`` tool), a limit is hit (steps, output tokens, wall time), a model call fails
+for good, or the calling task is cancelled. Whatever happens, ``finally`` closes the trace with an
+end record. Only the runner opens spans; clients report timings as data, tools know nothing of
+tracing. Every span records ``after``: the spans it had to wait for (the graph what-if re-times).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import structlog
+
+from agentloop import __version__
+from agentloop.context import RunContext
+from agentloop.errors import AgentloopError, Finished, LimitReached, RunEnded
+from agentloop.protocols import ModelClient, Tool
+from agentloop.tasks import Task
+from agentloop.tiers import Tier
+from agentloop.trace.tracer import Tracer
+from agentloop.types import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, ToolSpec
+
+log = structlog.get_logger("agentloop.runner")
+
+FINISH = ToolSpec(
+    name="finish",
+    description="End the task. Call this once the work is done and checked; say what you did.",
+    parameters={"type": "object", "properties": {"summary": {
+        "type": "string", "description": "What was done and how it was checked."}},
+        "required": ["summary"], "additionalProperties": False},
+)
+
+Observer = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended. ``status``: ok, error, cancelled or budget (a limit was hit)."""
+
+    run_id: str
+    status: str
+    reason: str
+    steps: int
+    final_text: str
+    elapsed_s: float
+    trace_path: str | None = None
+    workspace: str | None = None  # set when the working copy was kept
+    success: bool | None = None
+    success_detail: str = ""
+    totals: dict[str, Any] = field(default_factory=dict)
+
+
+def _seconds(a: int | None, b: int | None) -> float | None:
+    return None if a is None or b is None else (b - a) / 1e9
+
+
+def model_attrs(resp: ModelResponse, tracer: Tracer, tier: Tier, step: int) -> dict[str, Any]:
+    """The end attributes of a model span (docs/design.md), from a client's response."""
+    t, u = resp.timing, resp.usage
+    rel = tracer.rel
+    ttft_visible = _seconds(t.t_send, t.t_first_visible)
+    decode = _seconds(t.t_first_visible, t.t_last)
+    tpot = decode / (u.visible_tokens - 1) if decode and u.visible_tokens >= 2 else None
+    wait_ns = sum(a.wait_ns for a in resp.attempts)
+    return {
+        "step": step, "tier": tier.name,
+        "gen_ai.request.model": tier.model, "gen_ai.response.model": resp.model,
+        "gen_ai.usage.input_tokens": u.input_tokens,
+        "gen_ai.usage.output_tokens": u.output_tokens,
+        "gen_ai.usage.reasoning.output_tokens": u.reasoning_tokens,
+        "gen_ai.usage.cached_input_tokens": u.cached_input_tokens,
+        "gen_ai.response.time_to_first_chunk": _seconds(t.t_send, t.t_first),
+        "gen_ai.response.finish_reasons": [resp.finish_reason] if resp.finish_reason else [],
+        "service_tier": resp.service_tier,
+        "timing": {"t_send": rel(t.t_send), "t_hdr": rel(t.t_hdr), "t_first": rel(t.t_first),
+                   "t_first_visible": rel(t.t_first_visible), "t_last": rel(t.t_last),
+                   "t_end": rel(t.t_end), "chunks": t.chunks, "build_ns": t.build_ns},
+        "ttfb_s": _seconds(t.t_send, t.t_hdr), "ttft_s": _seconds(t.t_send, t.t_first),
+        "ttft_visible_s": ttft_visible, "decode_s": decode, "tpot_s": tpot,
+        "output_tps": (1 / tpot) if tpot else None, "call_s": _seconds(t.t_send, t.t_end),
+        "tokens_per_chunk": (u.output_tokens / t.chunks) if t.chunks else None,
+        "attempts": [{"t_start": rel(a.t_start), "t_end": rel(a.t_end), "error": a.error,
+                      "status": a.status, "wait_ns": a.wait_ns} for a in resp.attempts],
+        "wait_ns": wait_ns,
+        "output": {"text": resp.text, "reasoning_tokens": u.reasoning_tokens,
+                   "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
+                                  for c in resp.tool_calls]},
+    }
+
+
+class Runner:
+    """Runs one task with one model client and a set of tools, writing spans to ``tracer``."""
+
+    def __init__(self, task: Task, client: ModelClient, tools: dict[str, Tool], tier: Tier,
+                 tracer: Tracer, ctx: RunContext, *, run_id: str | None = None,
+                 observer: Observer | None = None,
+                 check: Callable[[str], Awaitable[dict[str, Any]]] | None = None) -> None:
+        self.task, self.client, self.tier, self.tracer, self.ctx = task, client, tier, tracer, ctx
+        self.tools = {name: tools[name] for name in task.tools if name in tools}
+        self.specs = tuple(t.spec for t in self.tools.values()) + (
+            (FINISH,) if task.finish_tool else ())
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.observer = observer
+        self.log = log.bind(run_id=self.run_id)
+        self.output_tokens = 0
+        self.final_text = ""
+        self.check = check
+        self.steps = 0
+        self._sem = asyncio.Semaphore(task.limits.max_parallel_tools)
+
+    def _emit(self, event: str, **data: Any) -> None:
+        if self.observer is not None:
+            try:
+                self.observer(event, data)
+            except Exception as exc:  # a broken progress display must not end the run
+                self.log.warning("observer failed", error=str(exc))
+
+    def write_header(self) -> None:
+        self.tracer.header(
+            run_id=self.run_id, agentloop=__version__,
+            task={"name": self.task.name, "prompt": self.task.prompt, "system": self.task.system,
+                  "source": str(self.task.source) if self.task.source else None},
+            tier=self.tier.summary(),
+            tools=[{"name": s.name, "description": s.description, "parameters": s.parameters}
+                   for s in self.specs],
+            limits=dataclasses.asdict(self.task.limits),
+        )
+
+    async def run(self) -> RunResult:
+        """Run the loop to its end; ``finally`` closes the trace whatever happens.
+
+        ``check`` (given to the constructor) runs after the loop unless the run was cancelled or
+        crashed: it is the task's success check, outside the run span's time.
+        """
+        self.write_header()
+        status, reason = "error", "internal error"
+        t_start = time.perf_counter()
+        success: dict[str, Any] | None = None
+        try:
+            async with self.tracer.span("run", f"invoke_agent {self.task.name}"):
+                try:
+                    async with asyncio.timeout(self.task.limits.timeout_s) as deadline:
+                        await self._loop()
+                except TimeoutError:
+                    if not deadline.expired():
+                        raise
+                    raise LimitReached("timeout", f"wall-time limit of "
+                                       f"{self.task.limits.timeout_s:g} s reached") from None
+        except RunEnded as ended:
+            status, reason = ended.status, ended.message
+        except AgentloopError as exc:
+            status, reason = "error", exc.message
+        except asyncio.CancelledError:
+            status, reason = "cancelled", "the run was cancelled"
+            raise
+        except Exception as exc:  # a bug: the trace is closed, then the error surfaces
+            reason = f"internal error: {type(exc).__name__}: {exc}"
+            raise
+        finally:
+            end_t = self.tracer.now()
+            elapsed = time.perf_counter() - t_start
+            if self.check is not None and status != "cancelled" and \
+                    not reason.startswith("internal error"):
+                success = await self.check(self.final_text)
+            self.tracer.end(status, t=end_t, reason=reason, steps=self.steps,
+                            totals={"output_tokens": self.output_tokens,
+                                    "elapsed_s": elapsed}, success=success)
+            self._emit("run_end", status=status, reason=reason, steps=self.steps,
+                       elapsed_s=elapsed, success=success)
+        return RunResult(self.run_id, status, reason, self.steps, self.final_text, elapsed,
+                         success=None if not success or success.get("passed") is None
+                         else bool(success["passed"]),
+                         success_detail=str(success.get("detail", "")) if success else "",
+                         totals={"output_tokens": self.output_tokens})
+
+    async def _loop(self) -> None:
+        task = self.task
+        messages: list[Message] = [Message("system", task.system), Message("user", task.prompt)]
+        after: list[str] = []  # what the next model call waits for
+        prev_step: list[str] = []
+        for step in range(1, task.limits.max_steps + 1):
+            self.steps = step
+            async with self.tracer.span("step", f"step {step}", after=prev_step, step=step) as st:
+                self._emit("step_start", step=step)
+                resp, model_id = await self._model_call(step, messages, after)
+                messages.append(resp.as_message())
+                if resp.text:
+                    self.final_text = resp.text
+                if self.output_tokens > task.limits.max_output_tokens:
+                    raise LimitReached("output_tokens", f"output-token limit of "
+                                       f"{task.limits.max_output_tokens} reached "
+                                       f"({self.output_tokens} tokens)")
+                if not resp.tool_calls:
+                    raise Finished("the model ended the task (a turn without tool calls)")
+                results, tool_ids = await self._tool_calls(step, resp.tool_calls, model_id)
+                for call, res in zip(resp.tool_calls, results, strict=True):
+                    messages.append(Message("tool", res.output, tool_call_id=call.id,
+                                            name=call.name))
+                finish = next((c for c in resp.tool_calls if c.name == "finish"), None)
+                if finish is not None and task.finish_tool:
+                    summary = _summary(finish)
+                    if summary:
+                        self.final_text = summary
+                    raise Finished("the model called finish")
+                after = tool_ids
+                prev_step = [st.id]
+        raise LimitReached("steps", f"step limit of {task.limits.max_steps} reached")
+
+    async def _model_call(self, step: int, messages: list[Message],
+                          after: list[str]) -> tuple[ModelResponse, str]:
+        request = ModelRequest(messages=tuple(messages), tools=self.specs, step=step)
+        async with self.tracer.span("model", f"chat {self.tier.model}", after=after,
+                                    step=step) as span:
+            resp = await self.client.complete(request)
+            span.set(**model_attrs(resp, self.tracer, self.tier, step))
+        self.output_tokens += resp.usage.output_tokens
+        self.log.info("model call", step=step, call_s=span.attrs.get("call_s"),
+                      output_tokens=resp.usage.output_tokens, tool_calls=len(resp.tool_calls))
+        self._emit("model_end", step=step, seconds=((span.t1 or 0) - span.t0) / 1e9,
+                   usage=resp.usage,
+                   attempts=len(resp.attempts), text=resp.text, tool_calls=resp.tool_calls)
+        return resp, span.id
+
+    async def _tool_calls(self, step: int, calls: tuple[ToolCall, ...],
+                          model_id: str) -> tuple[list[ToolResult], list[str]]:
+        results: list[ToolResult | None] = [None] * len(calls)
+        ids: list[str] = [""] * len(calls)
+
+        async def one(i: int, call: ToolCall) -> None:
+            t_q = time.perf_counter_ns()
+            async with self._sem:
+                queued = time.perf_counter_ns() - t_q
+                async with self.tracer.span("tool", f"execute_tool {call.name}", after=[model_id],
+                                            step=step) as span:
+                    ids[i] = span.id
+                    res = await self._execute(call)
+                    span.set(**{"gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id,
+                                "arguments": call.arguments, "ok": res.ok, "output": res.output,
+                                "data": res.data, "queued_ns": queued})
+                    if not res.ok:
+                        span.status = "error"
+                results[i] = res
+            self._emit("tool_end", step=step, name=call.name, ok=res.ok,
+                       seconds=((span.t1 or 0) - span.t0) / 1e9, output=res.output)
+
+        async with asyncio.TaskGroup() as tg:
+            for i, call in enumerate(calls):
+                tg.create_task(one(i, call))
+        return [r for r in results if r is not None], ids
+
+    async def _execute(self, call: ToolCall) -> ToolResult:
+        """Run one tool call; every failure becomes a result the model sees."""
+        if call.name == "finish" and self.task.finish_tool:
+            return ToolResult(ok=True, output="Task finished.")
+        tool = self.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(s.name for s in self.specs)
+            return ToolResult(ok=False, output=f"Error: unknown tool '{call.name}'. "
+                              f"Available tools: {known}.")
+        try:
+            args = orjson.loads(call.arguments or "{}")
+        except orjson.JSONDecodeError as exc:
+            return ToolResult(ok=False, output=f"Error: arguments of '{call.name}' are not valid "
+                              f"JSON ({exc}).")
+        if not isinstance(args, dict):
+            return ToolResult(ok=False, output=f"Error: arguments of '{call.name}' must be a JSON "
+                              f"object.")
+        try:
+            async with asyncio.timeout(self.task.limits.tool_timeout_s):
+                return await tool(self.ctx, args)
+        except TimeoutError:
+            return ToolResult(ok=False, output=f"Error: tool '{call.name}' timed out after "
+                              f"{self.task.limits.tool_timeout_s:g} s.")
+        except RunEnded:
+            raise
+        except Exception as exc:  # a tool bug must not crash the run: the model sees it
+            self.log.warning("tool raised", tool=call.name, error=str(exc))
+            return ToolResult(ok=False, output=f"Error: tool '{call.name}' failed: "
+                              f"{type(exc).__name__}: {exc}")
+
+
+def _summary(call: ToolCall) -> str:
+    try:
+        args = orjson.loads(call.arguments or "{}")
+    except orjson.JSONDecodeError:
+        return ""
+    return str(args.get("summary", "")) if isinstance(args, dict) else ""

@@ -1,0 +1,65 @@
+"""Shared fixtures: small real tools for runner tests, and a trace built from memory records."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from agentloop.context import RunContext
+from agentloop.trace.reader import Trace, parse_lines
+from agentloop.types import ToolResult, ToolSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class SleepTool:
+    """A real tool that sleeps for ``seconds`` (its argument) and reports when it ran."""
+
+    spec = ToolSpec("sleep", "Sleep for some seconds.", {
+        "type": "object", "properties": {"seconds": {"type": "number"}},
+        "required": ["seconds"]})
+
+    def __init__(self) -> None:
+        self.intervals: list[tuple[float, float]] = []
+
+    async def __call__(self, ctx: Any, arguments: dict[str, Any]) -> ToolResult:
+        t0 = time.perf_counter()
+        await asyncio.sleep(float(arguments["seconds"]))
+        self.intervals.append((t0, time.perf_counter()))
+        return ToolResult(ok=True, output=f"slept {arguments['seconds']}")
+
+
+class ShellSleepTool:
+    """A real tool that runs ``sleep N`` as a subprocess and records its pid."""
+
+    spec = ToolSpec("shell_sleep", "Run sleep in a subprocess.", {
+        "type": "object", "properties": {"seconds": {"type": "number"}}})
+
+    def __init__(self) -> None:
+        self.pids: list[int] = []
+
+    async def __call__(self, ctx: Any, arguments: dict[str, Any]) -> ToolResult:
+        proc = await asyncio.create_subprocess_exec(
+            "sleep", str(arguments.get("seconds", 30)), start_new_session=True)
+        self.pids.append(proc.pid)
+        try:
+            await proc.wait()
+        except asyncio.CancelledError:
+            proc.kill()
+            await proc.wait()
+            raise
+        return ToolResult(ok=True, output="done")
+
+
+def records_to_trace(records: list[dict[str, Any]]) -> Trace:
+    return parse_lines([orjson.dumps(r) for r in records])
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> RunContext:
+    return RunContext(workspace=tmp_path)
