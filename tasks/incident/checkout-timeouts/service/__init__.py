@@ -1,0 +1,1 @@
+"""checkout-api: the slice of the service this incident touches."""
