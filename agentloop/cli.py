@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from agentloop.errors import AgentloopError
 
 # one module per subcommand under agentloop/commands/, each exposing register(subparsers)
-COMMANDS: tuple[str, ...] = ()
+COMMANDS: tuple[str, ...] = ("run",)
 
 
 def build_parser() -> argparse.ArgumentParser:
