@@ -105,6 +105,8 @@ async def run_task(task: Task | str | Path, *, tier: str | Tier | None = None,
                    script: list[ScriptTurn] | None = None) -> RunResult:
     """Run one task to its end and return how it ended; the trace goes under ``trace_dir``.
 
+    ``script`` replaces the task's scripted turns (replay); ``{workspace}`` in either becomes the
+    run's working folder.
     Cancelling the calling task cancels the run: its subprocesses are killed and the trace is
     closed with status ``cancelled`` before ``CancelledError`` propagates.
     """
@@ -125,7 +127,7 @@ async def run_task(task: Task | str | Path, *, tier: str | Tier | None = None,
     sink = Pipeline([JsonlSink(path)],
                     [redactor(secret_values()), truncator(MAX_TRACE_STRING)])
     tracer = Tracer(sink)
-    turns = script if script is not None else _substitute(task.script, work)
+    turns = _substitute(tuple(script) if script is not None else task.script, work)
 
     async def check(final_text: str) -> dict[str, Any]:
         return await ws.check_success(task, work, final_text)

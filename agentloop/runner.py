@@ -132,7 +132,7 @@ class Runner:
             tier=self.tier.summary(),
             tools=[{"name": s.name, "description": s.description, "parameters": s.parameters}
                    for s in self.specs],
-            limits=dataclasses.asdict(self.task.limits),
+            limits=dataclasses.asdict(self.task.limits), workspace=str(self.ctx.workspace),
         )
 
     async def run(self) -> RunResult:

@@ -1,0 +1,44 @@
+"""``agentloop replay TRACE``: re-run a recorded run's model turns at another tier."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentloop.commands.run import Progress, print_summary
+from agentloop.log import configure
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("replay", help="re-run a trace's model turns at a tier", description=(
+        "Serve the recorded model turns from the simulator at the chosen tier's pacing and run "
+        "the tools again (tool time measured anew), reporting where results diverge from the "
+        "recording; --offline feeds the recorded tool outputs instead."))
+    p.add_argument("trace", type=Path, help="trace file (JSONL)")
+    p.add_argument("--tier", help="tier to replay at (default: the recorded tier)")
+    p.add_argument("--tiers", dest="tiers_file", type=Path, help="tiers file")
+    p.add_argument("--offline", action="store_true", help="feed recorded tool outputs")
+    p.add_argument("--until-step", type=int, help="stop after this step")
+    p.add_argument("--trace-dir", type=Path, default=Path("traces"))
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    p.set_defaults(func=main)
+
+
+async def main(args: argparse.Namespace) -> int:
+    from agentloop.replay import replay
+
+    configure(args.verbose)
+    out = sys.stdout
+    res = await replay(args.trace, tier=args.tier, tiers_file=args.tiers_file,
+                       offline=args.offline, until_step=args.until_step,
+                       trace_dir=args.trace_dir, observer=Progress(out, args.quiet))
+    print_summary(res.run, out)
+    if res.divergences:
+        print(f"diverged {len(res.divergences)} time(s); first at "
+              f"{res.divergences[0].describe()}", file=out)
+    elif not args.offline:
+        print("diverged  no: every tool result matched the recording", file=out)
+    return 0 if res.run.status in ("ok", "budget") else 1

@@ -1,0 +1,187 @@
+"""Replay a recorded run: its model turns served by the simulator at any tier, tools re-run or fed.
+
+Live replay executes the tools again (tool time is measured anew) and reports *divergence*: the
+first step whose tool result differs from the recording in a way that would change the next model
+request. Workspace paths and durations printed by test runners are normalised before comparing,
+so a replay in a new working folder does not diverge on those alone. ``offline`` feeds the
+recorded tool outputs instead: no side effects, nothing to diverge.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict, deque
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from agentloop import api
+from agentloop.errors import TraceFileError
+from agentloop.runner import Observer, RunResult
+from agentloop.script import ScriptTurn
+from agentloop.tasks import Task, load_task
+from agentloop.tiers import Tier
+from agentloop.trace.reader import SpanRecord, Trace, load_trace
+from agentloop.types import ToolResult, ToolSpec
+
+_DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?(?:s|ms|sec|seconds)\b")
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A step whose tool result differs from the recording."""
+
+    step: int
+    tool: str
+    recorded: str
+    replayed: str
+
+    def describe(self) -> str:
+        rec = self.recorded.splitlines() or [""]
+        new = self.replayed.splitlines() or [""]
+        for a, b in zip(rec + [""] * len(new), new + [""] * len(rec), strict=False):
+            if a != b:
+                return (f"step {self.step}: {self.tool} returned {b[:80]!r} where the recording "
+                        f"had {a[:80]!r}")
+        return f"step {self.step}: {self.tool} result differs"
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """The replayed run, and where (if anywhere) it diverged from the recording."""
+
+    run: RunResult
+    divergences: list[Divergence] = field(default_factory=list)
+
+
+def recorded_turns(trace: Trace) -> list[ScriptTurn]:
+    """The model turns of a trace, in step order, with its workspace path made ``{workspace}``."""
+    old = trace.header.get("workspace")
+    turns = []
+    for span in sorted(trace.of_kind("model"), key=lambda s: s.t0):
+        out = span.attrs.get("output")
+        if span.t1 is None or out is None:
+            break  # in flight when the run was killed: nothing recorded to replay
+        turn = ScriptTurn.from_dict(out)
+        if old:
+            turn = replace(turn, text=turn.text.replace(old, "{workspace}"), tool_calls=tuple(
+                replace(c, arguments=c.arguments.replace(old, "{workspace}"))
+                for c in turn.tool_calls))
+        turns.append(turn)
+    return turns
+
+
+def _tool_spans_by_step(trace: Trace) -> dict[int, list[SpanRecord]]:
+    """Tool spans per step, in the order the model asked for them (its tool_calls order)."""
+    order: dict[str, int] = {}
+    for m in trace.of_kind("model"):
+        for i, call in enumerate((m.attrs.get("output") or {}).get("tool_calls", [])):
+            order[call["id"]] = i
+    steps: dict[int, list[SpanRecord]] = defaultdict(list)
+    for t in trace.of_kind("tool"):
+        if t.t1 is not None:
+            steps[int(t.start_attrs.get("step", 0))].append(t)
+    for spans in steps.values():
+        spans.sort(key=lambda s: order.get(s.attrs.get("gen_ai.tool.call.id", ""), 0))
+    return steps
+
+
+def _normal(text: str, workspace: str | None) -> str:
+    if workspace:
+        text = text.replace(workspace, "{workspace}")
+    return _DURATION.sub("<t>", text)
+
+
+def divergences(recorded: Trace, replayed: Trace) -> list[Divergence]:
+    """Steps whose tool results differ (after normalising paths and durations)."""
+    a, b = _tool_spans_by_step(recorded), _tool_spans_by_step(replayed)
+    wa, wb = recorded.header.get("workspace"), replayed.header.get("workspace")
+    found = []
+    for step in sorted(b):
+        for old, new in zip(a.get(step, []), b[step], strict=False):
+            ra, rb = _normal(old.attrs.get("output", ""), wa), _normal(new.attrs.get("output", ""), wb)
+            if ra != rb or old.attrs.get("ok") != new.attrs.get("ok"):
+                found.append(Divergence(step, new.attrs.get("gen_ai.tool.name", new.name), ra, rb))
+    return found
+
+
+class RecordedTool:
+    """Answers a tool call with the recorded result of the same call (name and arguments)."""
+
+    def __init__(self, spec: ToolSpec, results: dict[str, deque[ToolResult]]) -> None:
+        self.spec = spec
+        self._results = results
+
+    async def __call__(self, ctx: Any, arguments: dict[str, Any]) -> ToolResult:
+        key = _args_key(arguments, str(ctx.workspace))
+        queue = self._results.get(key)
+        if not queue:
+            return ToolResult(ok=False, output=f"Error: no recorded result for {self.spec.name} "
+                              f"with these arguments (offline replay)")
+        return queue.popleft()
+
+
+def _args_key(arguments: Any, workspace: str | None) -> str:
+    import orjson
+
+    text = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
+    return text.replace(workspace, "{workspace}") if workspace else text
+
+
+def recorded_tools(trace: Trace) -> dict[str, RecordedTool]:
+    """Offline stand-ins for every tool in the trace header, fed from its tool spans."""
+    import orjson
+
+    wa = trace.header.get("workspace")
+    by_tool: dict[str, dict[str, deque[ToolResult]]] = defaultdict(lambda: defaultdict(deque))
+    for span in sorted(trace.of_kind("tool"), key=lambda s: s.t0):
+        if span.t1 is None:
+            continue
+        name = span.attrs.get("gen_ai.tool.name", "")
+        try:
+            args = orjson.loads(span.attrs.get("arguments") or "{}")
+        except orjson.JSONDecodeError:
+            continue
+        by_tool[name][_args_key(args, wa)].append(ToolResult(
+            ok=bool(span.attrs.get("ok")), output=span.attrs.get("output", ""),
+            data=span.attrs.get("data") or {}))
+    return {t["name"]: RecordedTool(ToolSpec(t["name"], t.get("description", ""),
+                                             t.get("parameters", {})), by_tool[t["name"]])
+            for t in trace.header.get("tools", []) if t["name"] != "finish"}
+
+
+def task_of(trace: Trace) -> Task:
+    """The recorded task: its file when still there (for workspace and setup), else the header."""
+    info = trace.header.get("task") or {}
+    tools = tuple(t["name"] for t in trace.header.get("tools", []) if t["name"] != "finish")
+    finish = any(t["name"] == "finish" for t in trace.header.get("tools", []))
+    source = info.get("source")
+    if source and Path(source).is_file():
+        task = load_task(source)
+    else:
+        task = Task(name=info.get("name", "replay"), prompt=info.get("prompt", ""),
+                    system=info.get("system", ""))
+    return replace(task, tools=tools, finish_tool=finish)
+
+
+async def replay(trace_path: str | Path, *, tier: str | Tier | None = None,
+                 tiers_file: str | Path | None = None, offline: bool = False,
+                 until_step: int | None = None, trace_dir: str | Path = "traces",
+                 observer: Observer | None = None) -> ReplayResult:
+    """Re-run a recorded trace's model turns at ``tier`` (default: the recorded tier)."""
+    trace = load_trace(trace_path)
+    turns = recorded_turns(trace)
+    if not turns:
+        raise TraceFileError(f"{trace_path}: no finished model turn to replay")
+    if until_step is not None:
+        turns = turns[:until_step]
+    task = task_of(trace)
+    if offline:
+        task = replace(task, workspace=None, setup=(), success_command=None)
+    task = replace(task, limits=replace(task.limits, max_steps=len(turns)))
+    tier = tier or (trace.header.get("tier") or {}).get("name")
+    tools = dict(recorded_tools(trace)) if offline else None
+    result = await api.run_task(task, tier=tier, tiers_file=tiers_file, trace_dir=trace_dir,
+                                tools=tools, observer=observer, script=turns)
+    found = [] if offline else divergences(trace, load_trace(result.trace_path or ""))
+    return ReplayResult(result, found)
