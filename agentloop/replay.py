@@ -56,19 +56,15 @@ class ReplayResult:
 
 def recorded_turns(trace: Trace) -> list[ScriptTurn]:
     """The model turns of a trace, in step order, with its workspace path made ``{workspace}``."""
+    from agentloop.sim import script_from_trace
+
     old = trace.header.get("workspace")
-    turns = []
-    for span in sorted(trace.of_kind("model"), key=lambda s: s.t0):
-        out = span.attrs.get("output")
-        if span.t1 is None or out is None:
-            break  # in flight when the run was killed: nothing recorded to replay
-        turn = ScriptTurn.from_dict(out)
-        if old:
-            turn = replace(turn, text=turn.text.replace(old, "{workspace}"), tool_calls=tuple(
-                replace(c, arguments=c.arguments.replace(old, "{workspace}"))
-                for c in turn.tool_calls))
-        turns.append(turn)
-    return turns
+    turns = script_from_trace(trace)
+    if not old:
+        return turns
+    return [replace(t, text=t.text.replace(old, "{workspace}"), tool_calls=tuple(
+        replace(c, arguments=c.arguments.replace(old, "{workspace}")) for c in t.tool_calls))
+        for t in turns]
 
 
 def _tool_spans_by_step(trace: Trace) -> dict[int, list[SpanRecord]]:

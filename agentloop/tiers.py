@@ -161,3 +161,57 @@ def get_tier(tiers: dict[str, Tier], name: str, source: object = "tiers") -> Tie
         known = ", ".join(sorted(tiers)) or "none"
         raise TierFileError(source, f"unknown tier '{name}' (known tiers: {known})",
                             field="tier") from None
+
+
+def _fmt_number(x: float) -> str:
+    """Short, TOML-valid: integers without a fraction, others to 4 significant digits."""
+    if x == int(x) and abs(x) >= 1:
+        return str(int(x))
+    return f"{x:.4g}" if "e" not in f"{x:.4g}" else f"{x:.6f}"
+
+
+def profile_line(profile: SpeedProfile) -> str:
+    """The inline ``profile = {...}`` line of a tiers file for ``profile``."""
+    return (f"profile = {{ base_latency_s = {_fmt_number(round(profile.base_latency_s, 3))}, "
+            f"prefill_tps = {_fmt_number(round(profile.prefill_tps))}, "
+            f"output_tps = {_fmt_number(round(profile.output_tps, 1))} }}")
+
+
+def write_profile(path: Path, name: str, profile: SpeedProfile) -> None:
+    """Rewrite tier ``name``'s profile in the tiers file at ``path``, keeping everything else.
+
+    Handles the inline form (``profile = { ... }`` inside ``[tiers.NAME]``) and the sub-table
+    form (``[tiers.NAME.profile]``); the result is validated before the file is replaced.
+    """
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    start = _line_of(text, name, None)
+    if start is None:
+        raise TierFileError(path, f"no [tiers.{name}] table to write a profile into",
+                            field=f"tiers.{name}")
+    sub = re.compile(r"^\s*\[\s*tiers\.\"?" + re.escape(name) + r"\"?\.profile\s*\]")
+    end = next((j for j in range(start, len(lines)) if lines[j].lstrip().startswith("[")),
+               len(lines))
+    new = profile_line(profile) + "\n"
+    for j in range(start, end):
+        if re.match(r"^\s*profile\s*=", lines[j]):
+            lines[j] = new
+            break
+    else:
+        k = next((j for j, line in enumerate(lines) if sub.match(line)), None)
+        if k is None:
+            lines.insert(end, new)
+        else:  # sub-table: replace its three keys in place
+            values = {"base_latency_s": profile.base_latency_s, "prefill_tps": profile.prefill_tps,
+                      "output_tps": profile.output_tps}
+            for j in range(k + 1, len(lines)):
+                if lines[j].lstrip().startswith("["):
+                    break
+                m = re.match(r"^(\s*)(base_latency_s|prefill_tps|output_tps)\s*=", lines[j])
+                if m:
+                    lines[j] = f"{m.group(1)}{m.group(2)} = {_fmt_number(values[m.group(2)])}\n"
+    out = "".join(lines)
+    parse_tiers(tomllib.loads(out), path, out)  # never write a file we could not read back
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(out, encoding="utf-8")
+    tmp.replace(path)
