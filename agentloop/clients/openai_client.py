@@ -1,0 +1,223 @@
+"""The production model client: Responses or Chat Completions over the official ``openai`` SDK.
+
+The SDK's ``AsyncOpenAI`` supplies auth headers, base URL, connection pool and its error types;
+the body is built here as JSON bytes (``_wire``) and the SSE stream is read raw (``_stream``), so
+the per-call parameter transform and the per-event pydantic models stay off the hot path.
+Retries (tenacity) live here too: every attempt comes back in ``ModelResponse.attempts``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from dataclasses import replace
+from time import perf_counter_ns
+from typing import Any
+
+import httpx2
+import openai
+import structlog
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+
+from agentloop.clients._stream import StreamBroken, StreamErrorEvent, Turn, read_sse
+from agentloop.clients._wire import BodyBuilder
+from agentloop.errors import ConfigError, ModelAPIError, ModelRetryError
+from agentloop.tiers import Tier
+from agentloop.types import Attempt, CallTiming, ModelRequest, ModelResponse
+
+log = structlog.get_logger("agentloop.client")
+
+SIM_PLACEHOLDER_KEY = "sim-no-key"  # the simulator and key-less local servers need no secret
+_RETRY_STATUS = frozenset({408, 409, 429})
+
+
+class _Retryable(Exception):
+    """One attempt failed in a way worth another try."""
+
+    def __init__(self, error: str, status: int | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(error)
+        self.error, self.status, self.retry_after = error, status, retry_after
+
+
+def make_sdk_client(tier: Tier, *, base_url: str | None = None, timeout: float = 30.0,
+                    connect_timeout_s: float = 10.0) -> openai.AsyncOpenAI:
+    """An ``AsyncOpenAI`` for ``tier``: key from ``tier.api_key_env``, SDK retries off."""
+    url = base_url or tier.base_url
+    if url == "sim":
+        raise ConfigError(f"tier '{tier.name}' is simulated: start a SimServer and pass its "
+                          "base_url (or use a tier with a real endpoint)")
+    if tier.api_key_env:
+        key = os.environ.get(tier.api_key_env)
+        if not key:
+            raise ModelAPIError(f"tier '{tier.name}': environment variable {tier.api_key_env} "
+                                "is not set (it must hold the API key for this endpoint)")
+    else:
+        key = SIM_PLACEHOLDER_KEY
+    return openai.AsyncOpenAI(api_key=key, base_url=url, max_retries=0,
+                              timeout=httpx2.Timeout(timeout, connect=connect_timeout_s))
+
+
+def _server_message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        return str(body)[:300]
+    if isinstance(body, str) and body:
+        return body[:300]
+    return exc.message
+
+
+def _retry_after(headers: httpx2.Headers) -> float | None:
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is not None:
+            try:
+                return max(0.0, float(value) * scale)
+            except ValueError:
+                continue  # an HTTP date: fall back to our own back-off
+    return None
+
+
+class OpenAIClient:
+    """Implements :class:`agentloop.protocols.ModelClient` for one tier.
+
+    ``client``: an injected ``AsyncOpenAI`` (not closed by :meth:`aclose`); built from the tier
+    when ``None``. ``stall_timeout_s``: longest silence tolerated inside a stream (and while
+    waiting for headers) before the attempt is abandoned and retried; an endpoint that thinks
+    silently for longer needs a larger value. ``max_attempts`` counts the first try.
+    """
+
+    def __init__(self, tier: Tier, client: openai.AsyncOpenAI | None = None, *,
+                 stall_timeout_s: float = 30.0, max_attempts: int = 4,
+                 connect_timeout_s: float = 10.0, backoff_initial_s: float = 0.5,
+                 backoff_max_s: float = 8.0, retry_after_cap_s: float = 60.0,
+                 base_url: str | None = None) -> None:
+        self.tier = tier
+        self._owns = client is None
+        self._client = client if client is not None else make_sdk_client(
+            tier, base_url=base_url, timeout=stall_timeout_s, connect_timeout_s=connect_timeout_s)
+        self.max_attempts = max(1, max_attempts)
+        self.backoff_initial_s, self.backoff_max_s = backoff_initial_s, backoff_max_s
+        self.retry_after_cap_s = retry_after_cap_s
+        self.stall_timeout_s = stall_timeout_s
+        self._builder = BodyBuilder(tier.api, tier.model, tier.options)
+        self._path = "responses" if tier.api == "responses" else "chat/completions"
+        self.endpoint = f"{str(self._client.base_url).rstrip('/')}/{self._path}"
+        self._options: Any = {
+            "security": {"bearer_auth": True},
+            "timeout": httpx2.Timeout(stall_timeout_s, connect=connect_timeout_s),
+        }
+
+    async def aclose(self) -> None:
+        if self._owns:
+            await self._client.close()
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        t0 = perf_counter_ns()
+        body = self._builder.build(request.messages, request.tools)
+        build_ns = perf_counter_ns() - t0
+        attempts: list[Attempt] = []
+
+        async def sleep(seconds: float) -> None:
+            t = perf_counter_ns()
+            await asyncio.sleep(seconds)
+            attempts[-1] = replace(attempts[-1], wait_ns=perf_counter_ns() - t)
+
+        retrying = AsyncRetrying(
+            sleep=sleep, stop=stop_after_attempt(self.max_attempts), wait=self._wait,
+            retry=retry_if_exception_type(_Retryable), reraise=True)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._attempt(body, build_ns, attempts)
+        except _Retryable as exc:
+            err = ModelRetryError(
+                f"tier '{self.tier.name}': {self.endpoint} still failing after "
+                f"{len(attempts)} attempts; last error: {self._scrub(exc.error)}")
+            err.attempts = tuple(attempts)  # type: ignore[attr-defined]
+            raise err from exc
+        raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, _Retryable) and exc.retry_after is not None:
+            wait = min(exc.retry_after, self.retry_after_cap_s)
+        else:
+            n = state.attempt_number - 1
+            wait = min(self.backoff_max_s, self.backoff_initial_s * 2.0 ** n)
+            wait *= 1.0 - 0.25 * random.random()  # jitter so concurrent callers spread out
+        log.warning("model_retry", tier=self.tier.name, attempt=state.attempt_number,
+                    error=self._scrub(getattr(exc, "error", str(exc))), wait_s=round(wait, 3))
+        return wait
+
+    def _scrub(self, text: str) -> str:
+        key = self._client.api_key
+        return text.replace(key, "***") if key and len(key) >= 8 else text
+
+    async def _attempt(self, body: bytes, build_ns: int, attempts: list[Attempt]) -> ModelResponse:
+        t_send = perf_counter_ns()
+        try:
+            resp = await self._send(body)
+            t_hdr = perf_counter_ns()
+            turn = Turn(self.tier.api)
+            try:
+                await self._read(resp, turn)
+            finally:
+                await resp.aclose()
+        except _Retryable as exc:
+            attempts.append(Attempt(t_send, perf_counter_ns(), exc.error, exc.status))
+            raise
+        except ModelAPIError as exc:
+            attempts.append(Attempt(t_send, perf_counter_ns(), exc.message, exc.status))
+            raise
+        attempts.append(Attempt(t_send, turn.t_end or perf_counter_ns(), None, resp.status_code))
+        timing = CallTiming(t_send=t_send, t_hdr=t_hdr, t_first=turn.t_first,
+                            t_first_visible=turn.t_first_visible, t_last=turn.t_last,
+                            t_end=turn.t_end, chunks=turn.chunks, build_ns=build_ns)
+        return ModelResponse(
+            text="".join(turn.text), tool_calls=turn.tool_calls(), usage=turn.usage,
+            timing=timing, attempts=tuple(attempts), model=turn.model or self.tier.model,
+            service_tier=turn.service_tier, finish_reason=turn.finish_reason)
+
+    async def _send(self, body: bytes) -> httpx2.Response:
+        """POST the prebuilt body; returns the open streaming response once headers are in."""
+        try:
+            return await self._client.post(self._path, cast_to=httpx2.Response, content=body,
+                                           options=self._options, stream=True)
+        except openai.APIStatusError as exc:
+            status = exc.status_code
+            message = self._scrub(_server_message(exc))
+            if status in _RETRY_STATUS or status >= 500:
+                raise _Retryable(f"HTTP {status}: {message}", status,
+                                 _retry_after(exc.response.headers)) from exc
+            raise ModelAPIError(f"tier '{self.tier.name}': {self.endpoint} refused the request "
+                                f"(HTTP {status}): {message}", status=status) from exc
+        except openai.APITimeoutError as exc:
+            raise _Retryable(f"timeout: no response headers within {self.stall_timeout_s} s"
+                             ) from exc
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__
+            raise _Retryable(f"connection error: {type(cause).__name__ if cause else exc}"
+                             ) from exc
+
+    async def _read(self, resp: httpx2.Response, turn: Turn) -> None:
+        try:
+            await read_sse(resp.aiter_bytes(), turn)
+        except httpx2.TimeoutException as exc:
+            raise _Retryable(f"stall: no event for {self.stall_timeout_s} s", resp.status_code
+                             ) from exc
+        except httpx2.TransportError as exc:
+            raise _Retryable(f"stream broken: {type(exc).__name__}", resp.status_code) from exc
+        except StreamBroken as exc:
+            raise _Retryable(f"stream broken: {exc}", resp.status_code) from exc
+        except StreamErrorEvent as exc:
+            message = self._scrub(str(exc))
+            if exc.retryable:
+                raise _Retryable(f"error event ({exc.code}): {message}", resp.status_code
+                                 ) from exc
+            raise ModelAPIError(f"tier '{self.tier.name}': {self.endpoint} failed the response "
+                                f"({exc.code}): {message}", status=resp.status_code) from exc
