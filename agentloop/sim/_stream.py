@@ -1,0 +1,189 @@
+"""Paced emission of a planned SSE stream against absolute deadlines, with in-stream faults.
+
+A :class:`StreamPlan` is API-neutral: pre-encoded event templates around the token deltas.
+:func:`emit` writes it so that visible token ``g`` leaves no earlier than ``Schedule.due(g)``,
+computed from the stream's start, never by accumulating sleeps: a late wake-up is caught up by
+sending every token already due in one delta (more tokens per chunk when behind), so the rate
+holds at thousands of tokens per second and under many concurrent streams.
+
+With ``tokens_per_chunk = k`` a chunk leaves when its last token is due (a real server cannot
+send a token before producing it), so the first visible chunk comes ``(k - 1) / output_tps``
+after the first token's instant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import orjson
+
+# An event template: (before, after); rendered as before + sequence_number + after when the API
+# numbers its events (Responses), else just ``before`` (Chat).
+Tpl = tuple[bytes, bytes]
+
+
+@dataclass(slots=True)
+class Segment:
+    """One run of visible tokens (a message's text, or one tool call's arguments)."""
+
+    open: list[Tpl]
+    tokens: tuple[str, ...]
+    delta: tuple[bytes, bytes, bytes]  # before + seq + middle + json(text) + after
+    close: list[Tpl]
+
+
+@dataclass(slots=True)
+class StreamPlan:
+    """Everything a stream sends, in order; ``numbered`` inserts sequence numbers."""
+
+    numbered: bool
+    head: list[Tpl]  # sent with the response headers
+    reasoning: list[Tpl]  # sent when hidden reasoning starts (after base latency and prefill)
+    segments: list[Segment]
+    tail: list[Tpl]  # sent right after the last visible token
+    seq: int = 0
+
+    def render(self, tpls: list[Tpl]) -> bytes:
+        if not self.numbered:
+            return b"".join(t[0] for t in tpls)
+        out = []
+        for before, after in tpls:
+            out.append(b"%b%d%b" % (before, self.seq, after))
+            self.seq += 1
+        return b"".join(out)
+
+    def render_delta(self, seg: Segment, text: str) -> bytes:
+        before, middle, after = seg.delta
+        if self.numbered:
+            self.seq += 1
+            return b"%b%d%b%b%b" % (before, self.seq - 1, middle, orjson.dumps(text), after)
+        return b"%b%b%b" % (before, orjson.dumps(text), after)
+
+
+@dataclass(slots=True)
+class Schedule:
+    """Absolute deadlines (event-loop clock) of one stream; ``offsets`` when jittered."""
+
+    t_reason: float  # hidden reasoning starts
+    t_first: float  # first visible token due
+    inv_tps: float
+    offsets: list[float] | None = None
+
+    def due(self, g: int) -> float:
+        if self.offsets is not None:
+            return self.t_first + self.offsets[g]
+        return self.t_first + g * self.inv_tps
+
+    def due_count(self, now: float) -> int:
+        """How many tokens are due at ``now``."""
+        if now < self.t_first:
+            return 0
+        if self.offsets is not None:
+            return bisect.bisect_right(self.offsets, now - self.t_first)
+        return int((now - self.t_first) / self.inv_tps) + 1
+
+    def shift(self, seconds: float) -> None:
+        self.t_reason += seconds
+        self.t_first += seconds
+
+
+def make_schedule(t0: float, prefill_s: float, reasoning_s: float, inv_tps: float, n: int,
+                  jitter: float, rng: random.Random | None) -> Schedule:
+    """Deadlines from the request's arrival ``t0``; jitter scales each interval by 1 ± jitter."""
+    if jitter <= 0 or rng is None:
+        return Schedule(t0 + prefill_s, t0 + prefill_s + reasoning_s, inv_tps)
+    lo, hi = 1 - jitter, 1 + jitter
+    t_reason = t0 + prefill_s * rng.uniform(lo, hi)
+    offsets, acc = [], 0.0
+    for _ in range(n):
+        offsets.append(acc)
+        acc += inv_tps * rng.uniform(lo, hi)
+    return Schedule(t_reason, t_reason + reasoning_s * rng.uniform(lo, hi), inv_tps, offsets)
+
+
+@dataclass(slots=True)
+class StreamFault:
+    """A fault inside a stream, applied once ``after`` visible tokens have been written."""
+
+    after: int
+    kind: str  # cut | stall | malformed
+    stall_s: float = 0.0
+
+
+MALFORMED = b'data: {"type": "response.output_text.delta", "delta": "unterminated\n\n'
+
+
+class StreamCut(Exception):
+    """A ``cut`` fault fired: the caller closes the connection with no terminal event."""
+
+
+async def emit(write: Callable[[bytes], None], plan: StreamPlan, sched: Schedule,
+               tokens_per_chunk: int, faults: list[StreamFault],
+               is_closing: Callable[[], bool]) -> None:
+    """Write ``plan`` paced by ``sched``; raises StreamCut when a cut fault fires."""
+    clock = asyncio.get_running_loop().time
+    sleep = asyncio.sleep
+    total = sum(len(s.tokens) for s in plan.segments)
+    pending = sorted((StreamFault(min(f.after, total), f.kind, f.stall_s) for f in faults),
+                     key=lambda f: f.after)
+    k = max(1, tokens_per_chunk)
+
+    async def apply(g: int) -> None:
+        while pending and pending[0].after == g:
+            f = pending.pop(0)
+            if f.kind == "cut":
+                raise StreamCut()
+            if f.kind == "stall":
+                sched.shift(f.stall_s)
+                await sleep(f.stall_s)
+            elif f.kind == "malformed":
+                write(MALFORMED)
+
+    write(plan.render(plan.head))
+    await apply(0)
+    if plan.reasoning:
+        delay = sched.t_reason - clock()
+        if delay > 0:
+            await sleep(delay)
+        write(plan.render(plan.reasoning))
+    if total == 0:
+        delay = sched.t_first - clock()
+        if delay > 0:
+            await sleep(delay)
+    g = 0  # visible tokens written so far
+    buf = b""
+    last = plan.segments[-1] if plan.segments else None
+    for seg in plan.segments:
+        buf += plan.render(seg.open)
+        tokens, i, n_seg = seg.tokens, 0, len(seg.tokens)
+        while i < n_seg:
+            cap = n_seg - i
+            if pending and pending[0].after > g:
+                cap = min(cap, pending[0].after - g)
+            stop = i + min(k, cap)
+            delay = sched.due(g + stop - i - 1) - clock()
+            if delay > 0:
+                await sleep(delay)
+            if is_closing():
+                return
+            behind = sched.due_count(clock()) - g  # catch up: every token due goes now
+            if behind > stop - i:
+                stop = i + min(behind, cap)
+            buf += plan.render_delta(seg, "".join(tokens[i:stop]))
+            g += stop - i
+            i = stop
+            if i == n_seg:
+                buf += plan.render(seg.close)
+            fault_now = bool(pending) and pending[0].after == g
+            if i < n_seg or seg is not last or fault_now:
+                write(buf)
+                buf = b""
+                if fault_now:
+                    await apply(g)
+        if n_seg == 0:
+            buf += plan.render(seg.close)
+    write(buf + plan.render(plan.tail))

@@ -1,0 +1,314 @@
+"""SimServer: the paced OpenAI-compatible HTTP server on loopback, and its fault injection.
+
+One asyncio task per connection (``asyncio.start_server``), HTTP/1.1 keep-alive, chunked SSE
+streams. ``POST /v1/responses`` and ``POST /v1/chat/completions`` answer with the scripted turn
+that fits the conversation (or ``filler_tokens`` of filler text), streamed or not; ``GET
+/v1/models`` lists the model names. Pacing, per request, from the profile named by the request's
+``model`` in ``profiles`` (else ``profile``): headers at once; the first visible token at
+``base_latency + input_tokens / prefill_tps + reasoning_tokens / output_tps`` after the request
+arrived; visible token ``i`` at ``first + i / output_tps`` (see ``_stream``). A non-streamed
+answer is sent whole when its last token is due. Requests to the model endpoints are numbered
+from 1 (``requests``); a :class:`Fault` fires on the request numbers it names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import orjson
+
+from agentloop.errors import ConfigError, SimulatorError
+from agentloop.script import ScriptTurn
+from agentloop.sim import _chat, _http, _responses
+from agentloop.sim._stream import StreamCut, StreamFault, emit, make_schedule
+from agentloop.sim.conversation import (
+    Call,
+    ScriptMismatch,
+    TurnPlan,
+    chat_priors,
+    filler_turn,
+    pick_turn,
+    plan_turn,
+    responses_priors,
+)
+from agentloop.sim.tokens import chat_input_tokens, responses_input_tokens
+from agentloop.tiers import SpeedProfile
+
+FAULT_KINDS = ("429", "500", "503", "reset", "cut", "stall", "malformed")
+_STATUS_FAULTS = {"429": (429, "rate_limit_exceeded", "Rate limit reached (simulated)."),
+                  "500": (500, "server_error", "The server had an error (simulated)."),
+                  "503": (503, "server_error", "The engine is overloaded (simulated).")}
+DEFAULT_MODEL = "sim"
+DEFAULT_FILLER = 16  # tokens per answer when neither a script nor filler_tokens is given
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A fault on the ``on_request``-th model request (1-based), or on ``every`` request.
+
+    ``429`` (with Retry-After), ``500``, ``503``: an error reply at once. ``reset``: the TCP
+    connection is reset before any header. In a stream, after ``after_tokens`` visible tokens:
+    ``cut`` closes the connection with no terminal event, ``stall`` sends nothing for
+    ``stall_s`` seconds then goes on (the rest keeps its pace), ``malformed`` sends an SSE event
+    whose data is not JSON.
+    """
+
+    kind: str
+    on_request: int | None = None
+    every: bool = False
+    retry_after_s: float = 1.0
+    after_tokens: int = 0
+    stall_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise ConfigError(f"unknown fault kind {self.kind!r} (known: {', '.join(FAULT_KINDS)})")
+        if self.on_request is None and not self.every:
+            raise ConfigError(f"fault {self.kind!r} needs on_request=N or every=True")
+
+    def fires_on(self, number: int) -> bool:
+        return self.every or self.on_request == number
+
+
+class SimServer:
+    """The simulator; ``async with SimServer(...) as sim`` serves at ``sim.base_url``."""
+
+    def __init__(self, profile: SpeedProfile, script: Sequence[ScriptTurn] | None = None,
+                 filler_tokens: int | None = None,
+                 profiles: dict[str, SpeedProfile] | None = None, faults: Iterable[Fault] = (),
+                 tokens_per_chunk: int = 1, jitter: float = 0.0, seed: int = 0,
+                 host: str = "127.0.0.1", port: int = 0, models: Sequence[str] = ()) -> None:
+        if profile.output_tps <= 0:
+            raise ConfigError("simulator profile: output_tps must be > 0")
+        self.profile = profile
+        self.profiles = dict(profiles or {})
+        self.script = None if script is None else list(script)
+        self._plans = None if script is None else [plan_turn(i, t) for i, t in enumerate(script)]
+        self._filler = None if script is not None else plan_turn(
+            0, filler_turn(DEFAULT_FILLER if filler_tokens is None else filler_tokens, seed))
+        self.faults = tuple(faults)
+        self.tokens_per_chunk = max(1, int(tokens_per_chunk))
+        self.jitter = float(jitter)
+        self.seed = seed
+        self.host, self.port = host, port
+        self.models = tuple(models)  # extra names for GET /v1/models (any name is served)
+        self._server: asyncio.Server | None = None
+        self._conns: set[asyncio.Task[None]] = set()
+        self._requests = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def requests(self) -> int:
+        """Model requests received so far (their 1-based numbers are what faults name)."""
+        return self._requests
+
+    async def start(self) -> None:
+        try:
+            self._server = await asyncio.start_server(self._connection, self.host, self.port,
+                                                      limit=1 << 20)
+        except OSError as exc:
+            raise SimulatorError(f"simulator cannot listen on {self.host}:{self.port}: "
+                                 f"{exc.strerror}") from exc
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        """Stop listening, end every connection, wait for their tasks."""
+        if self._server is None:
+            return
+        self._server.close()
+        tasks = list(self._conns)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._server.wait_closed()
+        self._server = None
+
+    async def __aenter__(self) -> SimServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def serve_forever(self) -> None:
+        """Serve until cancelled (the CLI)."""
+        assert self._server is not None
+        await self._server.serve_forever()
+
+    # ---- connections -------------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        try:
+            keep = True
+            while keep:
+                try:
+                    req = await _http.read_request(reader)
+                except _http.BadRequest as exc:
+                    writer.write(_http.json_response(400, _http.error_body(
+                        str(exc), "invalid_request_error", "bad_http"), False))
+                    break
+                if req is None:
+                    break
+                keep = await self._dispatch(req, writer) and req.keep_alive
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            # close() cancels us; ending normally keeps Python 3.11's start_server callback from
+            # logging the cancellation as an error
+            pass
+        finally:
+            self._conns.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await writer.wait_closed()
+
+    async def _dispatch(self, req: _http.Request, writer: asyncio.StreamWriter) -> bool:
+        path = req.path.rstrip("/")
+        if path.startswith("/v1"):
+            path = path[3:]
+        if req.method == "POST" and path == "/responses":
+            return await self._model_call(req, writer, "responses")
+        if req.method == "POST" and path == "/chat/completions":
+            return await self._model_call(req, writer, "chat")
+        if req.method == "GET" and path == "/models":
+            names = dict.fromkeys([DEFAULT_MODEL, *self.models, *self.profiles])
+            body = orjson.dumps({"object": "list", "data": [
+                {"id": n, "object": "model", "created": 0, "owned_by": "agentloop-sim"}
+                for n in names]})
+            writer.write(_http.json_response(200, body, req.keep_alive))
+            return True
+        known = path in ("/responses", "/chat/completions", "/models")
+        status = 405 if known else 404
+        msg = (f"Method {req.method} not allowed on {req.path}" if known else
+               f"Unknown request URL: {req.method} {req.path}. The simulator serves POST "
+               f"/v1/responses, POST /v1/chat/completions and GET /v1/models.")
+        writer.write(_http.json_response(status, _http.error_body(
+            msg, "invalid_request_error", "unknown_url"), req.keep_alive))
+        return True
+
+    def _error(self, writer: asyncio.StreamWriter, req: _http.Request, status: int,
+               message: str, code: str, type_: str = "invalid_request_error",
+               extra: list[tuple[str, str]] | None = None) -> bool:
+        writer.write(_http.json_response(status, _http.error_body(message, type_, code),
+                                         req.keep_alive, extra or []))
+        return True
+
+    # ---- model calls -------------------------------------------------------------------------
+
+    def _turn_for(self, api: str, body: dict[str, Any]) -> tuple[TurnPlan, int]:
+        """The turn answering ``body`` and the request's input tokens."""
+        if api == "chat":
+            messages = body.get("messages") or []
+            priors = chat_priors(messages)
+            tokens = chat_input_tokens(messages)
+        else:
+            items = body.get("input") or []
+            priors = responses_priors(items)
+            tokens = responses_input_tokens(body.get("instructions"), items)
+        if self._plans is None:
+            assert self._filler is not None
+            return self._filler, tokens
+        return pick_turn(self._plans, priors), tokens
+
+    async def _model_call(self, req: _http.Request, writer: asyncio.StreamWriter,
+                          api: str) -> bool:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        self._requests += 1
+        number = self._requests
+        faults = [f for f in self.faults if f.fires_on(number)]
+        rid = [("x-request-id", f"req_sim{number:06d}")]
+        for f in faults:
+            if f.kind == "reset":
+                _http.reset(writer)
+                return False
+            if f.kind in _STATUS_FAULTS:
+                status, code, msg = _STATUS_FAULTS[f.kind]
+                extra = rid.copy()
+                if f.kind == "429":
+                    extra += [("retry-after", f"{f.retry_after_s:g}"),
+                              ("retry-after-ms", f"{f.retry_after_s * 1000:g}")]
+                kind = "requests" if status == 429 else "server_error"
+                return self._error(writer, req, status, msg, code, kind, extra)
+        try:
+            body = orjson.loads(req.body)
+            if not isinstance(body, dict):
+                raise TypeError
+        except (orjson.JSONDecodeError, TypeError):
+            return self._error(writer, req, 400, "The request body is not a JSON object.",
+                               "invalid_json", extra=rid)
+        try:
+            plan, input_tokens = self._turn_for(api, body)
+        except ScriptMismatch as exc:
+            return self._error(writer, req, 400, f"agentloop sim: {exc}", "script_mismatch",
+                               extra=rid)
+        except (AttributeError, TypeError) as exc:
+            return self._error(writer, req, 400, f"Malformed {api} request body: {exc}",
+                               "invalid_request", extra=rid)
+        model = str(body.get("model") or DEFAULT_MODEL)
+        profile = self.profiles.get(model, self.profile)
+        tier = body.get("service_tier") or "default"
+        call = Call(number, model, tier, plan, input_tokens, int(time.time()))
+        prefill = profile.base_latency_s + (input_tokens / profile.prefill_tps
+                                            if profile.prefill_tps > 0 else 0.0)
+        inv = 1.0 / profile.output_tps
+        rng = random.Random(self.seed * 1_000_003 + number) if self.jitter > 0 else None
+        sched = make_schedule(t0, prefill, plan.turn.reasoning_tokens * inv, inv,
+                              plan.visible_tokens, self.jitter, rng)
+        in_stream = [StreamFault(f.after_tokens, f.kind, f.stall_s) for f in faults
+                     if f.kind in ("cut", "stall", "malformed")]
+        mod = _chat if api == "chat" else _responses
+        if not body.get("stream"):
+            return await self._whole(writer, req, mod.final_json(call, body), sched,
+                                     plan.visible_tokens, in_stream, rid)
+        writer.write(_http.sse_head(req.keep_alive, rid))
+        write = writer.write
+        chunk = _http.chunk
+        try:
+            await emit(lambda b: write(chunk(b)), mod.stream_plan(call, body), sched,
+                       self.tokens_per_chunk, in_stream, writer.transport.is_closing)
+        except StreamCut:
+            return False
+        if writer.transport.is_closing():
+            return False
+        writer.write(_http.LAST_CHUNK)
+        return True
+
+    async def _whole(self, writer: asyncio.StreamWriter, req: _http.Request, body: bytes,
+                     sched: Any, visible: int, faults: list[StreamFault],
+                     extra: list[tuple[str, str]]) -> bool:
+        """A non-streamed answer: sent whole when its last token is due, faults applied."""
+        for f in faults:
+            if f.kind == "stall":
+                sched.shift(f.stall_s)
+        loop = asyncio.get_running_loop()
+        delay = sched.due(visible - 1) - loop.time() if visible else sched.t_first - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        kinds = {f.kind for f in faults}
+        if "malformed" in kinds:
+            body = body[: len(body) // 2]
+            writer.write(_http.json_response(200, body, req.keep_alive, extra))
+            return True
+        data = _http.json_response(200, body, req.keep_alive, extra)
+        if "cut" in kinds:
+            writer.write(data[: len(data) - len(body) // 2])
+            return False
+        writer.write(data)
+        return True

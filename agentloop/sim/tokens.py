@@ -1,0 +1,88 @@
+"""The simulator's deterministic token counting: how text splits into tokens, what a request costs.
+
+A token is one of, scanning left to right (``TOKEN_RE``):
+
+- a run of word characters (letters, digits, underscore) with at most one leading space,
+  e.g. ``" hello"``, ``"42"``;
+- one punctuation mark or symbol, with at most one leading space, e.g. ``","``, ``" {"``;
+- one newline ``"\\n"``;
+- a run of other whitespace (spaces, tabs, ``\\r``) not absorbed by the word after it: in
+  ``"a   b"`` the tokens are ``"a"``, ``"  "``, ``" b"``.
+
+Every character belongs to exactly one token, so ``"".join(split_tokens(s)) == s`` always; the
+simulator streams exactly these pieces (or runs of them), so streamed deltas concatenate to the
+scripted text and arguments.
+
+Input tokens of a request (``chat_input_tokens`` / ``responses_input_tokens``): the tokens of
+every message's text, of every tool call's name and arguments, of every tool output, plus
+``MESSAGE_OVERHEAD`` per conversation item (role and framing). Tool definitions are not counted.
+Output tokens are the reasoning tokens of the turn plus its visible tokens: the text's tokens and
+each tool call's argument tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+TOKEN_RE = re.compile(r" ?\w+| ?[^\w\s]|\n|[^\S\n]+?(?= ?[^\s])|[^\S\n]+")
+MESSAGE_OVERHEAD = 4  # tokens per conversation item for its role and framing
+
+_findall = TOKEN_RE.findall
+
+
+def split_tokens(text: str) -> list[str]:
+    """The tokens of ``text``, in order; they concatenate back to ``text``."""
+    return _findall(text)
+
+
+def count_tokens(text: str) -> int:
+    """How many tokens ``text`` holds."""
+    return len(_findall(text)) if text else 0
+
+
+def _content_text(content: Any) -> str:
+    """The text of a message content: a string, or a list of parts carrying ``text``/``output``."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for p in content:
+            if isinstance(p, str):
+                parts.append(p)
+            elif isinstance(p, dict) and isinstance(p.get("text"), str):
+                parts.append(p["text"])
+        return "".join(parts)
+    return ""
+
+
+def chat_input_tokens(messages: list[dict[str, Any]]) -> int:
+    """Input tokens of a Chat Completions ``messages`` list."""
+    total = 0
+    for m in messages:
+        total += MESSAGE_OVERHEAD + count_tokens(_content_text(m.get("content")))
+        for call in m.get("tool_calls") or ():
+            fn = call.get("function") or {}
+            total += count_tokens(fn.get("name") or "") + count_tokens(fn.get("arguments") or "")
+    return total
+
+
+def responses_input_tokens(instructions: str | None, items: str | list[dict[str, Any]]) -> int:
+    """Input tokens of a Responses request: ``instructions`` plus its ``input`` items."""
+    total = MESSAGE_OVERHEAD + count_tokens(instructions) if instructions else 0
+    if isinstance(items, str):
+        return total + MESSAGE_OVERHEAD + count_tokens(items)
+    for it in items:
+        kind = it.get("type", "message")
+        if kind == "reasoning":
+            continue
+        total += MESSAGE_OVERHEAD
+        if kind == "message":
+            total += count_tokens(_content_text(it.get("content")))
+        elif kind == "function_call":
+            total += count_tokens(it.get("name") or "") + count_tokens(it.get("arguments") or "")
+        elif kind == "function_call_output":
+            total += count_tokens(_content_text(it.get("output")))
+    return total
