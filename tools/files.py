@@ -1,0 +1,311 @@
+"""File tools: read, list, search, write and edit files inside the run's workspace."""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import os
+import re
+from pathlib import Path
+
+from agentloop.errors import ToolError
+from agentloop.protocols import ToolContext
+from agentloop.types import ToolResult
+from tools._sandbox import cap_text, output_cap, relative, resolve_path, workspace
+
+# folders nobody wants listed or searched; named in the output when skipped
+NOISE_DIRS = frozenset({".git", "__pycache__", "node_modules", ".venv", ".mypy_cache",
+                        ".pytest_cache", ".ruff_cache", ".tox"})
+MAX_READ_BYTES = 10_000_000  # beyond this read_file refuses: use search or a line range tool
+MAX_SEARCH_FILE_BYTES = 2_000_000
+MAX_LINE_CHARS = 500
+
+
+def _is_binary(head: bytes) -> bool:
+    return b"\x00" in head
+
+
+def read_utf8(path: Path) -> str:
+    """A UTF-8 file's content with its newlines as they are (CRLF kept)."""
+    try:
+        with path.open("r", encoding="utf-8", newline="") as fh:
+            return fh.read()
+    except UnicodeDecodeError as exc:
+        raise ToolError(f"{path.name} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                        f"it cannot be edited as text") from None
+
+
+def _existing_file(ctx: ToolContext, path: str) -> Path:
+    p = resolve_path(ctx, path)
+    if not p.exists():
+        raise ToolError(f"no such file: {path!r}")
+    if p.is_dir():
+        raise ToolError(f"{path!r} is a folder, not a file (use list_files)")
+    return p
+
+
+async def read_file(ctx: ToolContext, path: str, start_line: int = 1,
+                    end_line: int | None = None) -> ToolResult:
+    """Read a text file from the workspace, with line numbers.
+
+    Long files are cut at the output cap; the result says which lines were shown and where to
+    read on.
+
+    Args:
+        path: file path, relative to the workspace.
+        start_line: first line to show (1-based).
+        end_line: last line to show (inclusive); omit to read to the end.
+    """
+    p = _existing_file(ctx, path)
+    size = p.stat().st_size
+    if size > MAX_READ_BYTES:
+        raise ToolError(f"{path!r} is {size:,} bytes, more than read_file takes "
+                        f"({MAX_READ_BYTES:,}); use search to find the part you need")
+    raw = await asyncio.to_thread(p.read_bytes)
+    if _is_binary(raw[:8192]):
+        return ToolResult(ok=False, output=f"Error: {path!r} is a binary file ({size:,} bytes)",
+                          data={"path": relative(ctx, p), "bytes": size})
+    lines = raw.decode("utf-8", "replace").splitlines()
+    total = len(lines)
+    if start_line < 1:
+        raise ToolError(f"start_line must be 1 or more, got {start_line}")
+    last = total if end_line is None else min(end_line, total)
+    if end_line is not None and end_line < start_line:
+        raise ToolError(f"end_line ({end_line}) is before start_line ({start_line})")
+    if start_line > max(total, 1):
+        raise ToolError(f"{path!r} has {total} lines; start_line {start_line} is past the end")
+    cap = output_cap(ctx)
+    budget = cap - 200  # room for the footer
+    out: list[str] = []
+    used = 0
+    shown_to = start_line - 1
+    long_lines = 0
+    for n in range(start_line, last + 1):
+        text = lines[n - 1]
+        if len(text) > MAX_LINE_CHARS * 4:
+            text = text[:MAX_LINE_CHARS * 4] + f" [... line cut, {len(lines[n - 1]):,} chars]"
+            long_lines += 1
+        row = f"{n:>6}\t{text}"
+        if used + len(row) + 1 > budget and out:
+            break
+        out.append(row)
+        used += len(row) + 1
+        shown_to = n
+    rel = relative(ctx, p)
+    truncated = shown_to < last
+    footer = f"[{rel}: lines {start_line}-{shown_to} of {total}"
+    if truncated:
+        footer += (f"; output capped at {cap:,} chars, lines {shown_to + 1}-{last} not shown; "
+                   f"read on with start_line={shown_to + 1}")
+    if long_lines:
+        footer += f"; {long_lines} over-long line(s) cut"
+    footer += "]"
+    body = "\n".join(out)
+    return ToolResult(ok=True, output=(body + "\n" if body else "") + footer,
+                      data={"path": rel, "start_line": start_line, "end_line": shown_to,
+                            "total_lines": total, "truncated": truncated})
+
+
+def _walk(root: Path, recursive: bool) -> tuple[list[Path], set[str]]:
+    """Entries under ``root`` (symlinked folders not followed), and noise folders skipped."""
+    skipped: set[str] = set()
+    if not recursive:
+        return sorted(root.iterdir()), skipped
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        keep = []
+        for d in sorted(dirnames):
+            if d in NOISE_DIRS:
+                skipped.add(d)
+            else:
+                keep.append(d)
+        dirnames[:] = keep
+        base = Path(dirpath)
+        found.extend(base / d for d in keep)
+        found.extend(base / f for f in sorted(filenames))
+    return sorted(found), skipped
+
+
+async def list_files(ctx: ToolContext, path: str = ".", pattern: str | None = None,
+                     recursive: bool = False, max_entries: int = 500) -> ToolResult:
+    """List a folder of the workspace: folders end with '/', symlinks show their target.
+
+    Args:
+        path: folder to list, relative to the workspace.
+        pattern: glob that names must match, e.g. '*.py' (matched against the name and the
+            path relative to the workspace).
+        recursive: list sub-folders too (skips .git, __pycache__, node_modules, .venv ...).
+        max_entries: stop after this many entries.
+    """
+    root = resolve_path(ctx, path)
+    if not root.is_dir():
+        raise ToolError(f"{path!r} is not a folder" if root.exists() else f"no such folder: {path!r}")
+    entries, skipped = await asyncio.to_thread(_walk, root, recursive)
+    ws = workspace(ctx)
+    rows: list[str] = []
+    matched = 0
+    for e in entries:
+        rel = e.relative_to(ws).as_posix()
+        if pattern and not (fnmatch.fnmatch(e.name, pattern) or fnmatch.fnmatch(rel, pattern)):
+            continue
+        matched += 1
+        if len(rows) >= max_entries:
+            continue
+        if e.is_symlink():
+            rows.append(f"{rel} -> {os.readlink(e)}")
+        elif e.is_dir():
+            rows.append(rel + "/")
+        else:
+            rows.append(rel)
+    notes = []
+    if matched > len(rows):
+        notes.append(f"{matched - len(rows)} more entries not shown (max_entries={max_entries})")
+    if skipped:
+        notes.append("skipped folders: " + ", ".join(sorted(skipped)))
+    if not rows:
+        notes.insert(0, "no entries" + (f" match {pattern!r}" if pattern else ""))
+    text = "\n".join(rows) + ("\n[" + "; ".join(notes) + "]" if notes else "")
+    return ToolResult(ok=True, output=cap_text(text.lstrip("\n"), output_cap(ctx),
+                                               what="the listing", head_share=0.9),
+                      data={"path": relative(ctx, root), "entries": matched})
+
+
+def _search(ctx: ToolContext, rx: re.Pattern[str], root: Path, glob: str | None,
+            max_results: int) -> tuple[list[str], int, int]:
+    ws = workspace(ctx)
+    files = [root] if root.is_file() else [p for p in _walk(root, True)[0] if p.is_file()]
+    hits: list[str] = []
+    total = 0
+    scanned = 0
+    for f in files:
+        rel = f.relative_to(ws).as_posix()
+        if glob and not (fnmatch.fnmatch(f.name, glob) or fnmatch.fnmatch(rel, glob)):
+            continue
+        try:
+            real = f.resolve()
+            if not real.is_relative_to(ws) or real.stat().st_size > MAX_SEARCH_FILE_BYTES:
+                continue  # a symlink out of the workspace is never read
+            raw = real.read_bytes()
+        except OSError:
+            continue
+        if _is_binary(raw[:8192]):
+            continue
+        scanned += 1
+        for n, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
+            if rx.search(line):
+                total += 1
+                if len(hits) < max_results:
+                    text = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " [...]"
+                    hits.append(f"{rel}:{n}: {text}")
+    return hits, total, scanned
+
+
+async def search(ctx: ToolContext, pattern: str, path: str = ".", glob: str | None = None,
+                 ignore_case: bool = False, max_results: int = 100) -> ToolResult:
+    """Search workspace files for a regular expression; prints file:line: text for each match.
+
+    Args:
+        pattern: Python regular expression, matched against each line.
+        path: file or folder to search, relative to the workspace.
+        glob: only search files whose name or relative path matches this glob, e.g. '*.py'.
+        ignore_case: match case-insensitively.
+        max_results: stop listing after this many matches (all are still counted).
+    """
+    try:
+        rx = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+    except re.error as exc:
+        raise ToolError(f"pattern {pattern!r} is not a valid regular expression: {exc}") from None
+    root = resolve_path(ctx, path)
+    if not root.exists():
+        raise ToolError(f"no such file or folder: {path!r}")
+    hits, total, scanned = await asyncio.to_thread(_search, ctx, rx, root, glob, max_results)
+    lines = list(hits)
+    if total > len(hits):
+        lines.append(f"[{total - len(hits)} more matches not shown (max_results={max_results})]")
+    if not hits:
+        lines.append(f"[no matches for {pattern!r} in {scanned} file(s)]")
+    return ToolResult(ok=True, output=cap_text("\n".join(lines), output_cap(ctx),
+                                               what="the matches", head_share=0.9),
+                      data={"matches": total, "files_scanned": scanned})
+
+
+async def write_file(ctx: ToolContext, path: str, content: str) -> ToolResult:
+    """Create or overwrite a file in the workspace with the given content (folders are made).
+
+    Args:
+        path: file path, relative to the workspace.
+        content: the whole new content of the file.
+    """
+    p = resolve_path(ctx, path)
+    if p.is_dir():
+        raise ToolError(f"{path!r} is a folder")
+    existed = p.exists()
+
+    def write() -> None:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with p.open("w", encoding="utf-8", newline="") as fh:
+            fh.write(content)
+
+    await asyncio.to_thread(write)
+    n_bytes = len(content.encode("utf-8"))
+    n_lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
+    rel = relative(ctx, p)
+    return ToolResult(ok=True, output=f"{'Overwrote' if existed else 'Created'} {rel} "
+                      f"({n_bytes:,} bytes, {n_lines} lines).",
+                      data={"path": rel, "bytes": n_bytes, "created": not existed})
+
+
+def _line_of(text: str, index: int) -> int:
+    return text.count("\n", 0, index) + 1
+
+
+async def edit_file(ctx: ToolContext, path: str, old_text: str, new_text: str,
+                    replace_all: bool = False) -> ToolResult:
+    """Replace an exact piece of text in a file with new text.
+
+    The old text must occur exactly once (include surrounding lines to make it unique), or set
+    replace_all to replace every occurrence.
+
+    Args:
+        path: file path, relative to the workspace.
+        old_text: the exact text to replace, whitespace included.
+        new_text: the replacement text.
+        replace_all: replace every occurrence instead of requiring exactly one.
+    """
+    p = _existing_file(ctx, path)
+    if not old_text:
+        raise ToolError("old_text is empty; to create or overwrite a file use write_file")
+    if old_text == new_text:
+        raise ToolError("old_text and new_text are the same; nothing to change")
+    text = await asyncio.to_thread(read_utf8, p)
+    if "\r\n" in text and "\r\n" not in old_text:  # models write LF; the file keeps CRLF
+        old_text = old_text.replace("\n", "\r\n")
+        new_text = new_text.replace("\n", "\r\n")
+    rel = relative(ctx, p)
+    count = text.count(old_text)
+    if count == 0:
+        hint = ""
+        stripped = old_text.strip()
+        if stripped and stripped in text:
+            hint = (f" (the text without its leading/trailing whitespace does occur, at line "
+                    f"{_line_of(text, text.index(stripped))}: check indentation and newlines)")
+        raise ToolError(f"old_text not found in {rel}: 0 matches{hint}; read the file and copy "
+                        f"the text exactly")
+    if count > 1 and not replace_all:
+        starts = [m.start() for m in re.finditer(re.escape(old_text), text)]
+        where = ", ".join(str(_line_of(text, s)) for s in starts[:10])
+        raise ToolError(f"old_text is not unique in {rel}: {count} matches (at lines {where}); "
+                        f"include more surrounding text, or set replace_all=true")
+    first_line = _line_of(text, text.index(old_text))
+    updated = text.replace(old_text, new_text) if replace_all else text.replace(old_text,
+                                                                                 new_text, 1)
+
+    def write() -> None:
+        with p.open("w", encoding="utf-8", newline="") as fh:
+            fh.write(updated)
+
+    await asyncio.to_thread(write)
+    n = count if replace_all else 1
+    return ToolResult(ok=True, output=f"Edited {rel}: replaced {n} occurrence{'s' if n > 1 else ''}"
+                      f" (first at line {first_line}).",
+                      data={"path": rel, "replacements": n, "line": first_line})

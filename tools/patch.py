@@ -1,0 +1,238 @@
+"""apply_patch: unified diffs applied in-process, all files or none, with clear hunk failures.
+
+Parsing is lenient where models are sloppy (hunk line counts are ignored: a hunk runs to the next
+``@@``/file header; blank lines inside a hunk are blank context; trailing blank context is
+dropped) and strict where it matters: every context and removed line must match the file exactly
+(a trailing ``\\r`` aside). A hunk that does not sit at its stated line is looked for nearby,
+nearest first, after the previous hunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentloop.errors import ToolError
+from agentloop.protocols import ToolContext
+from agentloop.types import ToolResult
+from tools._sandbox import relative, resolve_path
+from tools.files import read_utf8
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+DEV_NULL = "/dev/null"
+
+
+@dataclass
+class Hunk:
+    """One ``@@`` block: where it claims to start and its lines as (op, text) pairs."""
+
+    old_start: int
+    header: str
+    lines: list[tuple[str, str]] = field(default_factory=list)
+    old_no_eol: bool = False  # "\ No newline at end of file" after an old-side line
+    new_no_eol: bool = False
+
+    @property
+    def old(self) -> list[str]:
+        return [t for op, t in self.lines if op in " -"]
+
+    @property
+    def new(self) -> list[str]:
+        return [t for op, t in self.lines if op in " +"]
+
+
+@dataclass
+class FilePatch:
+    """The hunks for one file; ``old``/``new`` are paths or /dev/null (create / delete)."""
+
+    old: str
+    new: str
+    hunks: list[Hunk] = field(default_factory=list)
+
+
+def _strip_prefix(name: str) -> str:
+    name = name.split("\t")[0].strip()
+    if name != DEV_NULL and len(name) > 2 and name[:2] in ("a/", "b/"):
+        return name[2:]
+    return name
+
+
+def parse_patch(text: str) -> list[FilePatch]:
+    """The file patches in a unified diff; raises ToolError naming the line that is wrong."""
+    lines = text.splitlines()
+    patches: list[FilePatch] = []
+    current: FilePatch | None = None
+    hunk: Hunk | None = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            current = FilePatch(_strip_prefix(line[4:]), _strip_prefix(lines[i + 1][4:]))
+            patches.append(current)
+            hunk = None
+            i += 2
+            continue
+        m = _HUNK.match(line)
+        if m:
+            if current is None:
+                raise ToolError(f"patch line {i + 1}: hunk before any '--- a/file' / "
+                                f"'+++ b/file' header")
+            hunk = Hunk(old_start=int(m.group(1)), header=line)
+            current.hunks.append(hunk)
+        elif hunk is not None and line.startswith("\\"):
+            if hunk.lines:
+                op = hunk.lines[-1][0]
+                if op in " -":
+                    hunk.old_no_eol = True
+                if op in " +":
+                    hunk.new_no_eol = True
+        elif hunk is not None and (line == "" or line[0] in " +-"):
+            hunk.lines.append((line[0], line[1:]) if line else (" ", ""))
+        elif line.startswith(("diff ", "index ", "new file mode", "deleted file mode",
+                              "similarity", "rename ", "old mode", "new mode")) or \
+                (hunk is None and current is None):
+            hunk = None  # git's extended headers and any preamble are not ours to check
+        elif hunk is None:
+            pass  # text between a file header and its first hunk
+        else:
+            raise ToolError(f"patch line {i + 1}: {line[:80]!r} is not part of a hunk (hunk lines "
+                            f"start with ' ', '+' or '-')")
+        i += 1
+    for p in patches:
+        for h in p.hunks:
+            while h.lines and h.lines[-1] == (" ", ""):
+                h.lines.pop()
+    if not patches:
+        raise ToolError("no file headers found: a unified diff needs '--- a/path' and "
+                        "'+++ b/path' lines before its '@@' hunks")
+    for p in patches:
+        if not p.hunks:
+            raise ToolError(f"the patch for {p.new if p.new != DEV_NULL else p.old} has no hunks")
+    return patches
+
+
+def _find(lines: list[str], want: list[str], expected: int, lowest: int) -> int | None:
+    """Index where ``want`` matches ``lines`` (CR-insensitive), nearest ``expected`` first."""
+    def at(pos: int) -> bool:
+        return all(lines[pos + k].rstrip("\r") == w.rstrip("\r") for k, w in enumerate(want))
+
+    top = len(lines) - len(want)
+    expected = min(max(expected, lowest), max(top, lowest))
+    for delta in range(0, max(top - lowest, 0) + 1):
+        for pos in (expected - delta, expected + delta) if delta else (expected,):
+            if lowest <= pos <= top and at(pos):
+                return pos
+    return None
+
+
+def apply_hunks(content: str, hunks: list[Hunk], name: str) -> str:
+    """``content`` with every hunk applied; ToolError says which hunk failed and why."""
+    lines = content.split("\n")
+    eol = content.endswith("\n")
+    if eol or content == "":
+        lines.pop()
+    crlf = bool(lines) and lines[0].endswith("\r")
+    offset = 0
+    lowest = 0
+    touches_end = False
+    new_no_eol = False
+    for n, h in enumerate(hunks, 1):
+        old = h.old
+        # "-l,0" means: insert after line l
+        expected = (h.old_start - 1 if old else h.old_start) + offset
+        pos = _find(lines, old, expected, lowest) if old else min(max(expected, lowest),
+                                                                   len(lines))
+        if pos is None:
+            raise ToolError(_explain(lines, h, n, name, expected))
+        new = [t + "\r" if crlf and not t.endswith("\r") else t for t in h.new]
+        lines[pos:pos + len(old)] = new
+        offset += len(new) - len(old)
+        lowest = pos + len(new)
+        if lowest == len(lines):
+            touches_end, new_no_eol = True, h.new_no_eol
+    if touches_end:
+        eol = not new_no_eol
+    if not lines:
+        return ""
+    return "\n".join(lines) + ("\n" if eol else "")
+
+
+def _explain(lines: list[str], h: Hunk, n: int, name: str, expected: int) -> str:
+    old = h.old
+    msg = f"hunk {n} ({h.header}) does not apply to {name}: its "
+    msg += f"{len(old)} context/removed line(s) were not found anywhere after the previous hunk"
+    pos = min(max(expected, 0), max(len(lines) - 1, 0))
+    for k, want in enumerate(old):
+        have = lines[pos + k] if pos + k < len(lines) else None
+        if have is None or have.rstrip("\r") != want.rstrip("\r"):
+            msg += (f". At line {pos + k + 1} the hunk expects {want!r} but the file has "
+                    f"{have!r}" if have is not None else
+                    f". The hunk expects {want!r} at line {pos + k + 1}, past the end of the file "
+                    f"({len(lines)} lines)")
+            break
+    return msg + ". Re-read the file and make the patch from its current text."
+
+
+async def apply_patch(ctx: ToolContext, patch: str) -> ToolResult:
+    """Apply a unified diff (as made by `diff -u` or `git diff`) to files in the workspace.
+
+    Paths are relative to the workspace (a/ and b/ prefixes are dropped); /dev/null creates or
+    deletes a file. Either every file is patched or none is.
+
+    Args:
+        patch: the unified diff text, with '--- a/path', '+++ b/path' and '@@' hunk lines.
+    """
+    patches = parse_patch(patch)
+    writes: dict[Path, str | None] = {}  # None: delete
+    report = []
+    for fp in patches:
+        creating, deleting = fp.old == DEV_NULL, fp.new == DEV_NULL
+        src = None if creating else resolve_path(ctx, fp.old, argument="patch")
+        dst = None if deleting else resolve_path(ctx, fp.new, argument="patch")
+        if src is not None:
+            if src in writes:
+                current = writes[src]
+                if current is None:
+                    raise ToolError(f"{fp.old} is deleted earlier in the same patch")
+            elif not src.is_file():
+                raise ToolError(f"cannot patch {fp.old}: no such file")
+            else:
+                current = await asyncio.to_thread(read_utf8, src)
+        else:
+            if dst is not None and dst.exists() and dst not in writes:
+                raise ToolError(f"cannot create {fp.new}: it exists already")
+            current = ""
+        updated = apply_hunks(current, fp.hunks, fp.old if src is not None else fp.new)
+        plus = sum(op == "+" for h in fp.hunks for op, _ in h.lines)
+        minus = sum(op == "-" for h in fp.hunks for op, _ in h.lines)
+        if deleting:
+            if updated.strip():
+                raise ToolError(f"the patch deletes {fp.old} but does not remove all of its "
+                                f"lines")
+            assert src is not None
+            writes[src] = None
+            report.append(f"deleted {relative(ctx, src)}")
+            continue
+        assert dst is not None
+        writes[dst] = updated
+        if src is not None and src != dst:
+            writes[src] = None
+        verb = "created" if creating else ("renamed " + relative(ctx, src) + " ->" if
+                                           src is not None and src != dst else "patched")
+        report.append(f"{verb} {relative(ctx, dst)} ({len(fp.hunks)} hunk"
+                      f"{'s' if len(fp.hunks) > 1 else ''}, +{plus} -{minus})")
+
+    def commit() -> None:
+        for path, text in writes.items():
+            if text is None:
+                path.unlink(missing_ok=True)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with path.open("w", encoding="utf-8", newline="") as fh:
+                    fh.write(text)
+
+    await asyncio.to_thread(commit)
+    return ToolResult(ok=True, output="Applied the patch: " + "; ".join(report) + ".",
+                      data={"files": [relative(ctx, p) for p in writes]})
