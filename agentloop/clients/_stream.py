@@ -201,7 +201,7 @@ async def read_sse(chunks: AsyncIterator[bytes], turn: Turn) -> None:
             if line[:5] == b"data:":
                 pending.append(line[6:] if line[5:6] == b" " else line[5:])
                 continue
-            if line and line != b"\r" or not pending:
+            if (line and line != b"\r") or not pending:
                 continue  # event:, id:, comments; or a blank line with nothing to dispatch
             data = pending[0] if len(pending) == 1 else b"\n".join(pending)
             pending.clear()

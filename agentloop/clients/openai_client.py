@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx2
 import openai
+import orjson
 import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
@@ -158,6 +159,18 @@ class OpenAIClient:
         key = self._client.api_key
         return text.replace(key, "***") if key and len(key) >= 8 else text
 
+    def _scrub_exc(self, exc: openai.APIStatusError) -> None:
+        """Take the key out of an SDK error a server echoed it into, before it is chained."""
+        key = self._client.api_key
+        if not key or len(key) < 8 or (key not in str(exc) and key not in repr(exc.body)):
+            return
+        exc.message = self._scrub(exc.message)
+        exc.args = tuple(self._scrub(a) if isinstance(a, str) else a for a in exc.args)
+        if isinstance(exc.body, str):
+            exc.body = self._scrub(exc.body)
+        elif exc.body is not None:
+            exc.body = orjson.loads(self._scrub(orjson.dumps(exc.body).decode()))
+
     async def _attempt(self, body: bytes, build_ns: int, attempts: list[Attempt]) -> ModelResponse:
         t_send = perf_counter_ns()
         try:
@@ -190,7 +203,8 @@ class OpenAIClient:
                                            options=self._options, stream=True)
         except openai.APIStatusError as exc:
             status = exc.status_code
-            message = self._scrub(_server_message(exc))
+            self._scrub_exc(exc)
+            message = _server_message(exc)
             if status in _RETRY_STATUS or status >= 500:
                 raise _Retryable(f"HTTP {status}: {message}", status,
                                  _retry_after(exc.response.headers)) from exc

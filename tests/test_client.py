@@ -1,0 +1,135 @@
+"""OpenAIClient against the real simulator over HTTP: timing, reasoning split, tool calls, usage."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentloop.clients.openai_client import OpenAIClient
+from agentloop.script import ScriptToolCall, ScriptTurn
+from agentloop.sim import SimServer
+from agentloop.sim.tokens import count_tokens
+from agentloop.tiers import SpeedProfile, Tier
+from agentloop.types import Message, ModelRequest, ToolSpec
+
+APIS = ("responses", "chat")
+SYSTEM = Message("system", "You are a careful engineer.")
+USER = Message("user", "Fix the failing test in calc.py.")
+READ = ToolSpec("read_file", "Read a file.", {
+    "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+
+# arguments with nesting, escapes, unicode and numbers: every streamed piece must land exactly
+ARGS_A = '{"path": "src/calc.py", "lines": [1, 2, 30], "note": "a \\"quoted\\" é ✓ \\n end"}'
+ARGS_B = '{"pattern": "def (add|sub)\\\\(", "max": 1e3, "flags": {"i": true, "m": null}}'
+
+
+def tier(api: str, profile: SpeedProfile) -> Tier:
+    return Tier(name=f"sim-test-{api}", base_url="sim", model="sim-test", api=api,  # type: ignore[arg-type]
+                profile=profile)
+
+
+def seconds(a: int | None, b: int | None) -> float:
+    assert a is not None and b is not None
+    return (b - a) / 1e9
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_ttft_and_output_tps_match_the_pacing(api: str) -> None:
+    """ttft ~ base + input/prefill and output_tps ~ the profile's rate, within a few percent."""
+    profile = SpeedProfile(base_latency_s=0.35, prefill_tps=20000, output_tps=150)
+    async with SimServer(profile=profile, filler_tokens=120) as sim:
+        client = OpenAIClient(tier(api, profile), base_url=sim.base_url)
+        try:
+            await client.complete(ModelRequest((SYSTEM, USER), (), 0))  # warm the connection
+            r = await client.complete(ModelRequest((SYSTEM, USER), (), 0))
+        finally:
+            await client.aclose()
+    t, u = r.timing, r.usage
+    assert u.output_tokens == 120 and u.reasoning_tokens == 0
+    expected_ttft = 0.35 + u.input_tokens / 20000
+    assert seconds(t.t_send, t.t_first) == pytest.approx(expected_ttft, rel=0.05)
+    assert t.t_first == t.t_first_visible
+    decode = seconds(t.t_first_visible, t.t_last)
+    assert (u.visible_tokens - 1) / decode == pytest.approx(150, rel=0.03)
+    assert t.t_send <= t.t_hdr <= t.t_first <= t.t_last <= t.t_end  # type: ignore[operator]
+    assert seconds(t.t_send, t.t_hdr) < 0.5 * expected_ttft  # headers come before the tokens
+    assert t.chunks >= 100 and t.build_ns > 0
+    assert r.attempts[-1].error is None and len(r.attempts) == 1
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_hidden_reasoning_delays_the_first_visible_token(api: str) -> None:
+    """With R reasoning tokens, ttft_visible ~ base + R / output_tps and usage reports R."""
+    profile = SpeedProfile(base_latency_s=0.3, prefill_tps=0, output_tps=200)
+    script = [ScriptTurn(text="The bug is in add(); " * 10, reasoning_tokens=120)]
+    async with SimServer(profile=profile, script=script) as sim:
+        client = OpenAIClient(tier(api, profile), base_url=sim.base_url)
+        try:
+            r = await client.complete(ModelRequest((SYSTEM, USER), (), 0))
+        finally:
+            await client.aclose()
+    t, u = r.timing, r.usage
+    assert u.reasoning_tokens == 120
+    assert u.output_tokens == 120 + count_tokens(script[0].text)
+    assert seconds(t.t_send, t.t_first_visible) == pytest.approx(0.3 + 120 / 200, rel=0.05)
+    assert r.text == script[0].text
+    assert r.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_tool_calls_are_assembled_exactly_across_turns(api: str) -> None:
+    """Several streamed tool calls come back byte-exact, and the next turn carries them back."""
+    profile = SpeedProfile(base_latency_s=0.05, prefill_tps=0, output_tps=2000)
+    script = [ScriptTurn(text="Looking.", tool_calls=(ScriptToolCall("read_file", ARGS_A),
+                                                      ScriptToolCall("grep", ARGS_B))),
+              ScriptTurn(text="Fixed.")]
+    async with SimServer(profile=profile, script=script) as sim:
+        client = OpenAIClient(tier(api, profile), base_url=sim.base_url)
+        try:
+            r1 = await client.complete(ModelRequest((SYSTEM, USER), (READ,), 0))
+            results = tuple(Message("tool", f"output of {c.name}", tool_call_id=c.id, name=c.name)
+                            for c in r1.tool_calls)
+            # the simulator answers turn 1 only if it recognises our replay of turn 0's calls
+            r2 = await client.complete(ModelRequest((SYSTEM, USER, r1.as_message(), *results),
+                                                    (READ,), 1))
+        finally:
+            await client.aclose()
+    assert [(c.name, c.arguments) for c in r1.tool_calls] == [("read_file", ARGS_A),
+                                                               ("grep", ARGS_B)]
+    assert len({c.id for c in r1.tool_calls}) == 2 and all(c.id for c in r1.tool_calls)
+    assert r1.text == "Looking." and r1.finish_reason == "tool_calls"
+    assert r1.usage.output_tokens == sum(count_tokens(s) for s in ("Looking.", ARGS_A, ARGS_B))
+    assert r2.text == "Fixed." and r2.tool_calls == ()
+    assert r2.usage.input_tokens > r1.usage.input_tokens
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_tool_only_turn_starts_the_visible_clock_at_the_first_argument(api: str) -> None:
+    """A turn with only tool calls: t_first_visible is the first argument delta, not the header."""
+    profile = SpeedProfile(base_latency_s=0.3, prefill_tps=0, output_tps=100)
+    script = [ScriptTurn(tool_calls=(ScriptToolCall("read_file", ARGS_A),))]
+    async with SimServer(profile=profile, script=script) as sim:
+        client = OpenAIClient(tier(api, profile), base_url=sim.base_url)
+        try:
+            r = await client.complete(ModelRequest((SYSTEM, USER), (READ,), 0))
+        finally:
+            await client.aclose()
+    assert r.text == "" and r.tool_calls[0].arguments == ARGS_A
+    assert seconds(r.timing.t_send, r.timing.t_first_visible) == pytest.approx(0.3, rel=0.05)
+    v = r.usage.visible_tokens
+    assert (v - 1) / seconds(r.timing.t_first_visible, r.timing.t_last) == pytest.approx(
+        100, rel=0.05)
+
+
+async def test_tier_options_reach_the_endpoint_and_service_tier_comes_back() -> None:
+    """service_tier from the tier's options is sent, and the server's answer is recorded."""
+    profile = SpeedProfile(base_latency_s=0.01, prefill_tps=0, output_tps=5000)
+    t = Tier(name="opt", base_url="sim", model="sim-opt", api="responses", profile=profile,
+             options={"service_tier": "priority", "reasoning_effort": "low",
+                      "max_output_tokens": 500, "temperature": 0.2})
+    async with SimServer(profile=profile, filler_tokens=5) as sim:
+        client = OpenAIClient(t, base_url=sim.base_url)
+        try:
+            r = await client.complete(ModelRequest((USER,), (), 0))
+        finally:
+            await client.aclose()
+    assert r.service_tier == "priority" and r.model == "sim-opt"

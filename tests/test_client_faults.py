@@ -1,0 +1,196 @@
+"""OpenAIClient retries and refusals against the real simulator's injected faults, over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+
+from agentloop.clients.openai_client import OpenAIClient
+from agentloop.errors import ModelAPIError, ModelRetryError
+from agentloop.script import ScriptTurn
+from agentloop.sim import Fault, SimServer
+from agentloop.tiers import SpeedProfile, Tier
+from agentloop.types import Message, ModelRequest
+
+PROFILE = SpeedProfile(base_latency_s=0.05, prefill_tps=0, output_tps=400)
+REQUEST = ModelRequest((Message("user", "Say something."),), (), 0)
+SECRET = "sk-test-0123456789abcdefSECRET"
+
+
+def tier(api: str = "responses", **kw: object) -> Tier:
+    return Tier(name="flaky-tier", base_url="sim", model="sim-test", api=api,  # type: ignore[arg-type]
+                profile=PROFILE, **kw)  # type: ignore[arg-type]
+
+
+async def run(faults: list[Fault], api: str = "responses", **kw: object):  # type: ignore[no-untyped-def]
+    async with SimServer(profile=PROFILE, filler_tokens=20, faults=faults) as sim:
+        client = OpenAIClient(tier(api), base_url=sim.base_url, backoff_initial_s=0.05,
+                              **kw)  # type: ignore[arg-type]
+        try:
+            return await client.complete(REQUEST)
+        finally:
+            await client.aclose()
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_429_is_retried_after_the_retry_after_header(api: str) -> None:
+    """A 429 is recorded as a failed attempt and the client waits Retry-After before retrying."""
+    r = await run([Fault("429", on_request=1, retry_after_s=0.6)], api)
+    assert [(a.status, a.error is None) for a in r.attempts] == [(429, False), (200, True)]
+    assert "HTTP 429" in (r.attempts[0].error or "")
+    assert r.attempts[0].wait_ns / 1e9 == pytest.approx(0.6, rel=0.1)
+    assert r.attempts[1].t_start - r.attempts[0].t_end >= r.attempts[0].wait_ns
+    assert r.timing.t_send == r.attempts[1].t_start  # timing is the successful attempt's
+    assert r.usage.output_tokens == 20
+
+
+async def test_retry_after_is_capped() -> None:
+    """A Retry-After longer than the cap is shortened to the cap."""
+    r = await run([Fault("429", on_request=1, retry_after_s=30)], retry_after_cap_s=0.3)
+    assert r.attempts[0].wait_ns / 1e9 == pytest.approx(0.3, rel=0.15)
+
+
+@pytest.mark.parametrize("kind", ["500", "503"])
+async def test_server_errors_are_retried_with_backoff(kind: str) -> None:
+    """5xx replies are retried; the back-off wait is recorded on the failed attempt."""
+    r = await run([Fault(kind, on_request=1), Fault(kind, on_request=2)])
+    assert [a.status for a in r.attempts] == [int(kind), int(kind), 200]
+    assert all(a.wait_ns > 0 for a in r.attempts[:2]) and r.attempts[2].wait_ns == 0
+    assert r.attempts[1].wait_ns > r.attempts[0].wait_ns * 1.2  # exponential, even with jitter
+
+
+@pytest.mark.parametrize(("fault", "words"), [
+    (Fault("reset", on_request=1), "connection"),
+    (Fault("cut", on_request=1, after_tokens=5), "stream broken"),
+    (Fault("malformed", on_request=1, after_tokens=3), "malformed"),
+])
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_broken_connections_and_streams_are_retried(fault: Fault, words: str,
+                                                          api: str) -> None:
+    """Reset connections, cut streams and malformed events each cost one attempt, then succeed."""
+    r = await run([fault], api)
+    assert len(r.attempts) == 2 and words in (r.attempts[0].error or "")
+    assert r.attempts[1].error is None and r.usage.output_tokens == 20
+    assert len(r.text) > 0
+
+
+async def test_a_stalled_stream_is_abandoned_after_the_stall_timeout() -> None:
+    """A stream silent for longer than stall_timeout_s is given up and retried."""
+    r = await run([Fault("stall", on_request=1, after_tokens=4, stall_s=5.0)],
+                  stall_timeout_s=0.5)
+    assert len(r.attempts) == 2 and "stall" in (r.attempts[0].error or "")
+    failed = r.attempts[0]
+    assert (failed.t_end - failed.t_start) / 1e9 < 2.0  # gave up long before the 5 s stall ended
+    assert r.attempts[1].error is None
+
+
+async def test_retries_exhausted_raise_model_retry_error_naming_tier_and_endpoint() -> None:
+    """When every attempt fails, ModelRetryError names the tier, endpoint, count and last error."""
+    async with SimServer(profile=PROFILE, filler_tokens=5,
+                         faults=[Fault("503", every=True)]) as sim:
+        client = OpenAIClient(tier(), base_url=sim.base_url, max_attempts=3,
+                              backoff_initial_s=0.02)
+        try:
+            with pytest.raises(ModelRetryError) as info:
+                await client.complete(REQUEST)
+        finally:
+            await client.aclose()
+        assert sim.requests == 3
+    msg = info.value.message
+    assert "flaky-tier" in msg and f"{sim.base_url}/responses" in msg
+    assert "3 attempts" in msg and "HTTP 503" in msg and "overloaded" in msg
+    assert len(info.value.attempts) == 3  # type: ignore[attr-defined]
+
+
+async def test_an_unknown_endpoint_path_is_not_retried() -> None:
+    """A 404 is a refusal: ModelAPIError at once, naming tier, endpoint and the server's words."""
+    async with SimServer(profile=PROFILE, filler_tokens=5) as sim:
+        client = OpenAIClient(tier(), base_url=sim.base_url.replace("/v1", "/v9"))
+        try:
+            with pytest.raises(ModelAPIError) as info:
+                await client.complete(REQUEST)
+        finally:
+            await client.aclose()
+    assert info.value.status == 404
+    assert "flaky-tier" in info.value.message and "/v9/responses" in info.value.message
+    assert "Unknown request URL" in info.value.message
+
+
+async def test_a_bad_request_is_not_retried() -> None:
+    """A 400 from the server (here: a conversation the script does not fit) is not retried."""
+    async with SimServer(profile=PROFILE, script=[ScriptTurn(text="only turn")]) as sim:
+        client = OpenAIClient(tier("chat"), base_url=sim.base_url)
+        convo = (Message("user", "hi"), Message("assistant", "hello"), Message("user", "again"))
+        try:
+            with pytest.raises(ModelAPIError) as info:
+                await client.complete(ModelRequest(convo, (), 1))
+        finally:
+            await client.aclose()
+        assert sim.requests == 1
+    assert info.value.status == 400 and "HTTP 400" in info.value.message
+    assert "flaky-tier" in info.value.message and "script" in info.value.message
+
+
+async def _refusing_server(status: int, message: str) -> tuple[asyncio.Server, str]:
+    """A real loopback HTTP server answering every request with an OpenAI-style error."""
+    body = orjson.dumps({"error": {"message": message, "type": "invalid_request_error",
+                                   "code": "invalid_api_key"}})
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        await reader.readexactly(length)
+        writer.write(b"HTTP/1.1 %d Unauthorized\r\ncontent-type: application/json\r\n"
+                     b"content-length: %d\r\nconnection: close\r\n\r\n%b"
+                     % (status, len(body), body))
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+
+
+@pytest.fixture
+async def refusing() -> AsyncIterator[str]:
+    server, url = await _refusing_server(401, f"Incorrect API key provided: {SECRET}.")
+    async with server:
+        yield url
+
+
+async def test_401_raises_model_api_error_and_never_shows_the_key(
+        refusing: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A rejected key gives ModelAPIError naming the tier; the key is nowhere in error or logs."""
+    monkeypatch.setenv("AGENTLOOP_TEST_KEY", SECRET)
+    t = Tier(name="remote-tier", base_url=refusing, model="m", api="responses", profile=PROFILE,
+             api_key_env="AGENTLOOP_TEST_KEY")
+    caplog.set_level(logging.DEBUG)
+    client = OpenAIClient(t)
+    try:
+        with pytest.raises(ModelAPIError) as info:
+            await client.complete(REQUEST)
+    finally:
+        await client.aclose()
+    err = info.value
+    assert err.status == 401 and "remote-tier" in err.message and "HTTP 401" in err.message
+    assert "Incorrect API key provided" in err.message
+    shown = "".join(traceback.format_exception(err)) + repr(err) + caplog.text
+    assert SECRET not in shown
+    assert SECRET not in repr(vars(client))
+
+
+async def test_a_missing_key_names_the_tier_and_the_variable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tier whose key variable is unset fails before any request, naming tier and variable."""
+    monkeypatch.delenv("AGENTLOOP_UNSET_KEY", raising=False)
+    t = Tier(name="keyless", base_url="http://127.0.0.1:9/v1", model="m", api="chat",
+             profile=PROFILE, api_key_env="AGENTLOOP_UNSET_KEY")
+    with pytest.raises(ModelAPIError) as info:
+        OpenAIClient(t)
+    assert "keyless" in info.value.message and "AGENTLOOP_UNSET_KEY" in info.value.message
