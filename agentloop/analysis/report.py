@@ -1,0 +1,192 @@
+"""Where a recorded run's time went: per category, per step (compounding), the critical path.
+
+The critical path is walked back over the recorded ``after`` edges and parent/child nesting
+(:func:`agentloop.analysis.graph.critical_path`), so of parallel tool calls only the longest
+branch counts; its segments add up exactly to the run's end-to-end time. ``busy`` time per
+category adds every span, parallel ones included, and so can exceed the run's time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentloop.analysis._table import pct, secs, table
+from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, tool_category
+from agentloop.analysis.graph import Graph, critical_path
+from agentloop.analysis.whatif import MODEL_CATS, category_order, path_breakdown, step_label
+
+MAX_PATH_ROWS = 60
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """One step: its model time split, its tools, tokens, and the run time up to its end."""
+
+    step: str
+    start_ns: int
+    duration_ns: int
+    model: dict[str, int]  # base, reasoning, decode, other (tail+wait+retry+overhead)
+    tools: tuple[tuple[str, int], ...]
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    cumulative_ns: int  # the step's end instant: run time so far
+    in_flight: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """The analysis of one trace, ready to print or to dump as JSON."""
+
+    task: str
+    tier: str
+    status: str
+    complete: bool
+    problems: tuple[str, ...]
+    in_flight: tuple[str, ...]
+    measured_ns: int
+    critical: dict[str, int]  # category -> ns on the critical path (sums to measured_ns)
+    busy: dict[str, int]  # category -> ns summed over all spans
+    steps: tuple[StepRow, ...]
+    path: tuple[tuple[str, str, str, int], ...]  # (step, kind, name, ns), chronological
+
+    @property
+    def model_share(self) -> float:
+        model = sum(v for k, v in self.critical.items() if k in MODEL_CATS)
+        return model / self.measured_ns if self.measured_ns else 0.0
+
+
+def _leaf_category(g: Graph, i: int) -> str:
+    if g.in_flight[i]:
+        return IN_FLIGHT
+    if g.kinds[i] == "tool":
+        return tool_category(g.names[i], g.trace.spans[g.ids[i]].attrs)
+    return FRAMEWORK
+
+
+def build_report(g: Graph) -> Report:
+    """Analyse a graph: categories (critical path and busy), step rows, critical path."""
+    tr = g.trace
+    segments = critical_path(g, g.t0, g.t1, g.end_ns)
+    critical, _ = path_breakdown(g, segments, None)
+    busy: dict[str, int] = {}
+    for i in range(len(g)):
+        if not g.is_leaf(i):
+            continue
+        m = g.models.get(i)
+        if m is not None:
+            for k, v in m.as_dict().items():
+                busy[k] = busy.get(k, 0) + v
+        else:
+            c = _leaf_category(g, i)
+            busy[c] = busy.get(c, 0) + g.t1[i] - g.t0[i]
+    busy[FRAMEWORK] = busy.get(FRAMEWORK, 0) + critical.get(FRAMEWORK, 0)
+    steps = []
+    for i in range(len(g)):
+        if g.kinds[i] == "step":
+            steps.append(_step_row(g, i))
+    path = []
+    for i, ns, gap in reversed(segments):
+        if gap:
+            if path and path[-1][1] == "gap":  # merge adjacent framework gaps
+                s, k, n, v = path[-1]
+                path[-1] = (s, k, n, v + ns)
+            else:
+                step = step_label(g, g.step_of[i]) if i >= 0 else "run"
+                path.append((step, "gap", FRAMEWORK, ns))
+        else:
+            path.append((step_label(g, g.step_of[i]), g.kinds[i], g.names[i], ns))
+    tier = tr.header.get("tier") or {}
+    return Report(
+        task=str((tr.header.get("task") or {}).get("name", "?")),
+        tier=str(tier.get("name", "?")),
+        status=str(tr.end.get("status", "?")) if tr.end else "incomplete",
+        complete=tr.complete, problems=tuple(tr.problems + g.problems),
+        in_flight=tuple(f"{s.id} {s.kind} '{s.name}' open since {secs(s.t0)} s"
+                        for s in tr.in_flight),
+        measured_ns=g.end_ns, critical={k: critical[k] for k in category_order(set(critical))},
+        busy={k: busy[k] for k in category_order(set(busy))}, steps=tuple(steps), path=tuple(path))
+
+
+def _step_row(g: Graph, i: int) -> StepRow:
+    model = {"base": 0, "reasoning": 0, "decode": 0, "other": 0}
+    tools: list[tuple[str, int]] = []
+    n_in = n_out = n_r = 0
+    for c in g.kids.get(i, ()):
+        m = g.models.get(c)
+        if m is not None:
+            model["base"] += m.base
+            model["reasoning"] += m.reasoning
+            model["decode"] += m.decode
+            model["other"] += m.tail + m.wait + m.retry + m.overhead
+            n_in += m.input_tokens
+            n_out += m.reasoning_tokens + m.visible_tokens
+            n_r += m.reasoning_tokens
+        elif g.kinds[c] == "tool":
+            tools.append((_leaf_category(g, c).removeprefix("tool:"), g.t1[c] - g.t0[c]))
+        elif g.kinds[c] == "model":  # in flight
+            model["other"] += g.t1[c] - g.t0[c]
+    return StepRow(step_label(g, i), g.t0[i], g.t1[i] - g.t0[i], model, tuple(tools),
+                   n_in, n_out, n_r, g.t1[i], g.in_flight[i])
+
+
+def report_json(r: Report) -> dict[str, Any]:
+    """The report as plain JSON-able data; times in seconds."""
+    return {
+        "task": r.task, "tier": r.tier, "status": r.status, "complete": r.complete,
+        "problems": list(r.problems), "in_flight": list(r.in_flight),
+        "measured_s": r.measured_ns / 1e9, "model_share": r.model_share,
+        "categories": {k: {"critical_s": r.critical.get(k, 0) / 1e9,
+                           "busy_s": r.busy.get(k, 0) / 1e9}
+                       for k in category_order(set(r.critical) | set(r.busy))},
+        "steps": [{"step": s.step, "start_s": s.start_ns / 1e9, "duration_s": s.duration_ns / 1e9,
+                   "model_s": {k: v / 1e9 for k, v in s.model.items()},
+                   "tools": [{"name": n, "seconds": v / 1e9} for n, v in s.tools],
+                   "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
+                   "reasoning_tokens": s.reasoning_tokens,
+                   "cumulative_s": s.cumulative_ns / 1e9, "in_flight": s.in_flight}
+                  for s in r.steps],
+        "critical_path": [{"step": s, "kind": k, "name": n, "seconds": v / 1e9}
+                          for s, k, n, v in r.path],
+    }
+
+
+def render_report(r: Report) -> str:
+    """The report as plain aligned text."""
+    out = [f"task {r.task} on tier {r.tier}: {secs(r.measured_ns)} s end to end, "
+           f"status {r.status}, {len(r.steps)} steps"]
+    if not r.complete:
+        out.append("INCOMPLETE trace: the run did not finish (killed or still running); "
+                   "analysing what was recorded.")
+        out += [f"  in flight: {s}" for s in r.in_flight]
+    out += [f"  note: {p}" for p in r.problems if r.complete or "no end record" not in p]
+    out.append("")
+    out.append("Time by category (critical path sums to the end-to-end time; busy adds "
+               "parallel spans):")
+    cats = category_order(set(r.critical) | set(r.busy))
+    out.append(table(["category", "critical s", "share", "busy s"],
+                     [[c, secs(r.critical.get(c, 0)), pct(r.critical.get(c, 0), r.measured_ns),
+                       secs(r.busy.get(c, 0))] for c in cats]))
+    out.append(f"  model share of the critical path: {100 * r.model_share:.1f}%")
+    out.append("")
+    out.append("Steps (cumulative = run time at the step's end: how the steps compound):")
+    rows = []
+    for s in r.steps:
+        tools = ", ".join(f"{n} {secs(v, 2)}" for n, v in s.tools) or "-"
+        rows.append([s.step + (" (in flight)" if s.in_flight else ""), secs(s.duration_ns),
+                     secs(s.model["base"]), secs(s.model["reasoning"]),
+                     secs(s.model["decode"]), secs(s.model["other"]), tools,
+                     f"{s.input_tokens}/{s.output_tokens}/{s.reasoning_tokens}",
+                     secs(s.cumulative_ns)])
+    out.append(table(["step", "step s", "base", "reason", "decode", "m.other", "tools (s)",
+                      "tok in/out/reas", "cumul s"], rows))
+    out.append("")
+    out.append(f"Critical path ({len(r.path)} segments, chronological; gaps < 1 ms not listed):")
+    # framework gaps under a millisecond are counted above but not listed one by one
+    rows = [p for p in r.path if p[1] != "gap" or p[3] >= 1_000_000]
+    out.append(table(["step", "kind", "span", "s"],
+                     [[s, k, n, secs(v)] for s, k, n, v in rows[:MAX_PATH_ROWS]]))
+    if len(rows) > MAX_PATH_ROWS:
+        out.append(f"  ... {len(rows) - MAX_PATH_ROWS} more segments (--json lists all)")
+    return "\n".join(out)

@@ -1,0 +1,208 @@
+"""Builds traces in the real record format from explicit instants: for tests and benchmarks.
+
+Records have exactly the shape :class:`agentloop.trace.tracer.Tracer` writes (and the model
+span end attributes the runner writes), but every instant is given by the caller, so a test
+knows the answer in advance.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agentloop.trace.reader import Trace, parse_lines
+from agentloop.trace.tracer import SCHEMA_VERSION
+
+S = 1_000_000_000  # ns per second
+
+
+def header(task: str = "demo", tier: str = "sim-standard", base_latency_s: float = 0.3,
+           prefill_tps: float = 20000, output_tps: float = 60) -> dict[str, Any]:
+    """A run header record for ``task`` recorded on ``tier`` with the given speed profile."""
+    return {"type": "run", "schema": SCHEMA_VERSION, "run_id": "synthetic", "agentloop": "0",
+            "task": {"name": task, "prompt": "", "system": "", "source": None},
+            "tier": {"name": tier, "base_url": "sim", "model": tier, "api": "responses",
+                     "api_key_env": None, "options": {},
+                     "profile": {"base_latency_s": base_latency_s, "prefill_tps": prefill_tps,
+                                 "output_tps": output_tps}},
+            "tools": [], "limits": {}, "clock": {"wall": "2026-01-01T00:00:00+00:00",
+                                                 "unit": "ns"}}
+
+
+def model_attrs(t_send: int, base_ns: int, reasoning: int, visible: int, tps: float, *,
+                input_tokens: int = 1000, tail_ns: int = 0, step: int = 1,
+                attempts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """End attributes of a model span whose successful attempt sends at ``t_send``.
+
+    The first visible token comes ``base_ns + reasoning / tps`` after ``t_send``, the last one
+    ``(visible - 1) / tps`` later, the terminal event ``tail_ns`` after that.
+    """
+    t_fv = t_send + base_ns + round(reasoning * S / tps)
+    t_last = t_fv + round(max(0, visible - 1) * S / tps)
+    t_end = t_last + tail_ns
+    att = attempts if attempts is not None else []
+    att = [*att, {"t_start": t_send, "t_end": t_end, "error": None, "status": 200, "wait_ns": 0}]
+    return {
+        "step": step, "tier": "synthetic", "gen_ai.usage.input_tokens": input_tokens,
+        "gen_ai.usage.output_tokens": reasoning + visible,
+        "gen_ai.usage.reasoning.output_tokens": reasoning,
+        "gen_ai.usage.cached_input_tokens": 0,
+        "timing": {"t_send": t_send, "t_hdr": t_send + base_ns // 2,
+                   "t_first": t_send + base_ns, "t_first_visible": t_fv, "t_last": t_last,
+                   "t_end": t_end, "chunks": visible, "build_ns": 0},
+        "attempts": att, "wait_ns": sum(a.get("wait_ns", 0) for a in att),
+        "output": {"text": "", "reasoning_tokens": reasoning, "tool_calls": []},
+    }
+
+
+class TraceBuilder:
+    """Collects records in the order the caller opens and closes spans."""
+
+    def __init__(self, **header_fields: Any) -> None:
+        self.records: list[dict[str, Any]] = [header(**header_fields)]
+        self._ids = itertools.count(1)
+
+    def start(self, kind: str, name: str, t: int, parent: str | None = None,
+              after: list[str] | tuple[str, ...] = (), **attrs: Any) -> str:
+        sid = f"s{next(self._ids)}"
+        rec: dict[str, Any] = {"type": "span_start", "id": sid, "parent": parent, "kind": kind,
+                               "name": name, "t": t, "after": list(after)}
+        if attrs:
+            rec["attrs"] = attrs
+        self.records.append(rec)
+        return sid
+
+    def end(self, sid: str, t: int, status: str = "ok", **attrs: Any) -> None:
+        self.records.append({"type": "span_end", "id": sid, "t": t, "status": status,
+                             "attrs": attrs})
+
+    def finish(self, t: int, status: str = "ok", steps: int = 0) -> None:
+        self.records.append({"type": "end", "status": status, "t": t, "reason": "done",
+                             "steps": steps, "totals": {}, "success": None})
+
+    def lines(self) -> list[bytes]:
+        return [orjson.dumps(r) for r in self.records]
+
+    def trace(self) -> Trace:
+        return parse_lines(self.lines(), "<built>")
+
+    def write(self, path: Path) -> Path:
+        path.write_bytes(b"".join(line + b"\n" for line in self.lines()))
+        return path
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpec:
+    """One step of :func:`sequential_run`: a model call, then its tools in parallel.
+
+    ``attempts`` are failed attempts before the successful one, as ``(service_ns, wait_ns)``.
+    """
+
+    base_ns: int
+    reasoning: int = 0
+    visible: int = 2
+    input_tokens: int = 1000
+    tools: tuple[tuple[str, int], ...] = ()
+    attempts: tuple[tuple[int, int], ...] = ()
+    tail_ns: int = 0
+
+
+def sequential_run(steps: list[StepSpec], *, gap_ns: int = 1_000_000, tps: float = 60.0,
+                   finish: bool = True, **header_fields: Any) -> TraceBuilder:
+    """A run shaped like the runner's: steps in sequence, each a model call then its tools.
+
+    Every framework gap (step start, model start, request build before ``t_send``, after
+    ``t_end``, tool dispatch, step end, run end, end record) is ``gap_ns``; the model streams at
+    ``tps``. ``finish=False`` leaves out the run's end and the end record (a killed run).
+    """
+    b = TraceBuilder(output_tps=tps, **header_fields)
+    t = 0
+    run = b.start("run", "invoke_agent demo", t)
+    prev_step: list[str] = []
+    prev: list[str] = []
+    for k, sp in enumerate(steps, start=1):
+        t += gap_ns
+        st = b.start("step", f"step {k}", t, run, prev_step, step=k)
+        t += gap_ns
+        m = b.start("model", "chat demo", t, st, prev, step=k)
+        t += gap_ns
+        failed = []
+        for service, wait in sp.attempts:
+            failed.append({"t_start": t, "t_end": t + service, "error": "status 503",
+                           "status": 503, "wait_ns": wait})
+            t += service + wait
+        attrs = model_attrs(t, sp.base_ns, sp.reasoning, sp.visible, tps,
+                            input_tokens=sp.input_tokens, tail_ns=sp.tail_ns, step=k,
+                            attempts=failed)
+        t = attrs["timing"]["t_end"] + gap_ns
+        b.end(m, t, **attrs)
+        ends = []
+        for j, (name, d) in enumerate(sp.tools):
+            tid = b.start("tool", f"execute_tool {name}", t + gap_ns, st, [m], step=k)
+            ends.append((t + gap_ns + d, j, tid, name))
+        for te, _, tid, name in sorted(ends):
+            b.end(tid, te, **{"gen_ai.tool.name": name, "ok": True, "output": ""})
+        t = max((e[0] for e in ends), default=t) + gap_ns
+        b.end(st, t)
+        prev_step, prev = [st], ([e[2] for e in ends] or [m])
+    if finish:
+        t += gap_ns
+        b.end(run, t)
+        b.finish(t + gap_ns, steps=len(steps))
+    return b
+
+
+def agent_lines(steps: int, tools_per_step: int = 3, tps: float = 60.0,
+                task: str = "synthetic") -> Iterator[bytes]:
+    """JSONL lines of a long sequential agent run: each step a model call then parallel tools.
+
+    Spans: 1 run + ``steps * (2 + tools_per_step)``. Durations vary deterministically.
+    """
+    yield orjson.dumps(header(task=task, output_tps=tps))
+    dumps = orjson.dumps
+    ids = itertools.count(1)
+    t = 1000
+    run = f"s{next(ids)}"
+    yield dumps({"type": "span_start", "id": run, "parent": None, "kind": "run",
+                 "name": f"invoke_agent {task}", "t": t, "after": []})
+    prev_step: list[str] = []
+    prev_tools: list[str] = []
+    for k in range(1, steps + 1):
+        t += 20_000
+        st = f"s{next(ids)}"
+        yield dumps({"type": "span_start", "id": st, "parent": run, "kind": "step",
+                     "name": f"step {k}", "t": t, "after": prev_step, "attrs": {"step": k}})
+        t += 50_000
+        m = f"s{next(ids)}"
+        yield dumps({"type": "span_start", "id": m, "parent": st, "kind": "model",
+                     "name": "chat synthetic", "t": t, "after": prev_tools, "attrs": {"step": k}})
+        r, v = (k * 37) % 200, 20 + (k * 13) % 100
+        attrs = model_attrs(t + 2_000_000, 300_000_000, r, v, tps, input_tokens=2000 + 10 * k,
+                            tail_ns=1_000_000, step=k)
+        t = attrs["timing"]["t_end"] + 500_000
+        yield dumps({"type": "span_end", "id": m, "t": t, "status": "ok", "attrs": attrs})
+        tools = []
+        ends = []
+        for j in range(tools_per_step):
+            tid = f"s{next(ids)}"
+            tools.append(tid)
+            yield dumps({"type": "span_start", "id": tid, "parent": st, "kind": "tool",
+                         "name": "execute_tool shell", "t": t + 30_000 * (j + 1),
+                         "after": [m], "attrs": {"step": k}})
+            ends.append((t + 30_000 * (j + 1) + 5_000_000 * (1 + (k + j) % 7), tid))
+        for te, tid in sorted(ends):
+            yield dumps({"type": "span_end", "id": tid, "t": te, "status": "ok",
+                         "attrs": {"gen_ai.tool.name": "shell", "ok": True, "output": "",
+                                   "data": {}, "queued_ns": 0}})
+        t = max(ends)[0] + 40_000
+        yield dumps({"type": "span_end", "id": st, "t": t, "status": "ok", "attrs": {}})
+        prev_step, prev_tools = [st], tools
+    t += 10_000
+    yield dumps({"type": "span_end", "id": run, "t": t, "status": "ok", "attrs": {}})
+    yield dumps({"type": "end", "status": "ok", "t": t + 5_000, "reason": "done",
+                 "steps": steps, "totals": {}, "success": None})

@@ -1,0 +1,260 @@
+"""What-if re-timing: what a recorded run would take on another tier, by re-timing its graph.
+
+The rule. The recorded graph is kept and only durations change; start and end instants are
+recomputed by one forward pass over the spans in recorded start order (a topological order):
+
+- a span starts at the latest of its parent's new start and the new ends of its ``after`` spans,
+  plus its recorded gap after the latest of those as recorded (framework time: dispatch, step
+  bookkeeping, queueing for the tool-concurrency bound);
+- a leaf span (model or tool call) ends its new duration after its new start;
+- a parent (step, run) ends at its latest child's new end plus its recorded gap after its
+  latest child's recorded end (closing bookkeeping); which child ends last may change;
+- the run's end instant (the end record) keeps its recorded gap after the root span's end.
+
+Nothing is rescaled linearly: only model spans get new durations, tools keep their measured
+durations, every gap is kept. With ``--speedup 1`` the pass reproduces the recorded instants.
+
+A model span's new duration is its unchanged ``tail + wait + retry + overhead`` plus
+
+- on a tier given by a profile: ``base_B + (R + V - 1) / output_tps_B`` where
+  ``base_B = base_latency_s + input_tokens / prefill_tps``; ``V - 1`` rather than ``V`` because
+  the measured decode spans V - 1 token intervals (t_first_visible .. t_last) and the prefix up
+  to the first visible token is already in base (docs/design.md's ``(R + V)`` counts one token
+  interval more than a stream takes);
+- with multipliers of the measured speeds: ``base / P + (reasoning + decode) / K``.
+
+The Amdahl ceiling is the same scenario with output speed taken to infinity (reasoning and
+decode -> 0) with the measured base (divided by P if given); the speedup curve re-times the run
+for K = 1, 2, 3, 5, 8, 11, 20, 50, 100 the same way and tends to the ceiling.
+
+Where the saved time comes from is read off the critical paths: the measured run's path and the
+re-timed run's path each sum exactly to their end-to-end time, so per category (and per step)
+``measured on path - predicted on path`` sums exactly to the time saved, even when the critical
+path moves from one parallel branch to another.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from agentloop.analysis._table import pct, ratio, secs, table
+from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, MODEL_PARTS, tool_category
+from agentloop.analysis.graph import Graph, critical_path, retime
+from agentloop.errors import ConfigError
+from agentloop.tiers import SpeedProfile
+
+CURVE_K = (1, 2, 3, 5, 8, 11, 20, 50, 100)
+MODEL_CATS = frozenset(MODEL_PARTS)
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """Tier B: a speed profile, or multipliers of tier A's measured speeds (K decode, P prefill)."""
+
+    label: str
+    profile: SpeedProfile | None = None
+    speedup: float = 1.0
+    prefill_speedup: float = 1.0
+
+    @classmethod
+    def tier(cls, name: str, profile: SpeedProfile) -> Scenario:
+        if profile.output_tps <= 0:
+            raise ConfigError(f"tier '{name}': output_tps must be > 0")
+        return cls(f"tier {name}", profile=profile)
+
+    @classmethod
+    def multipliers(cls, speedup: float, prefill_speedup: float = 1.0) -> Scenario:
+        if not speedup > 0 or not prefill_speedup > 0:
+            raise ConfigError("--speedup and --prefill-speedup must be > 0")
+        label = f"output x{speedup:g}"
+        if prefill_speedup != 1:
+            label += f", prefill x{prefill_speedup:g}"
+        return cls(label, speedup=speedup, prefill_speedup=prefill_speedup)
+
+
+@dataclass(frozen=True, slots=True)
+class Contribution:
+    """Critical-path time of one category or step, measured and predicted (ns)."""
+
+    name: str
+    measured_ns: int
+    predicted_ns: int
+
+    @property
+    def saved_ns(self) -> int:
+        return self.measured_ns - self.predicted_ns
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    """A what-if result: end-to-end times (ns), ceiling, contributions, and the speedup curve."""
+
+    scenario: Scenario
+    measured_ns: int
+    predicted_ns: int
+    ceiling_ns: int
+    categories: tuple[Contribution, ...]
+    steps: tuple[Contribution, ...]  # name = step number as text; "run" for run-level gaps
+    curve: tuple[tuple[float, int], ...]  # (K, predicted ns)
+    complete: bool
+
+    @property
+    def speedup(self) -> float:
+        return self.measured_ns / self.predicted_ns if self.predicted_ns > 0 else math.inf
+
+    @property
+    def ceiling(self) -> float:
+        return self.measured_ns / self.ceiling_ns if self.ceiling_ns > 0 else math.inf
+
+
+def new_parts(g: Graph, sc: Scenario) -> dict[int, tuple[int, int, int]]:
+    """New (base, reasoning, decode) ns of every finished model span under ``sc``."""
+    out: dict[int, tuple[int, int, int]] = {}
+    prof = sc.profile
+    if prof is not None:
+        inv = 1e9 / prof.output_tps
+        pre = 1e9 / prof.prefill_tps if prof.prefill_tps > 0 else 0.0
+        b0 = prof.base_latency_s * 1e9
+        for i, m in g.models.items():
+            out[i] = (round(b0 + m.input_tokens * pre), round(m.reasoning_tokens * inv),
+                      round(max(0, m.visible_tokens - 1) * inv))
+        return out
+    k, p = sc.speedup, sc.prefill_speedup
+    if math.isinf(k):
+        for i, m in g.models.items():
+            out[i] = (round(m.base / p), 0, 0)
+    elif k == 1 and p == 1:
+        for i, m in g.models.items():
+            out[i] = (m.base, m.reasoning, m.decode)
+    else:
+        for i, m in g.models.items():
+            out[i] = (round(m.base / p), round(m.reasoning / k), round(m.decode / k))
+    return out
+
+
+def durations(g: Graph, parts: dict[int, tuple[int, int, int]]) -> list[int]:
+    """Leaf durations: recorded ones, with model spans' base/reasoning/decode replaced."""
+    dur = g.durations()
+    models = g.models
+    for i, (b, r, d) in parts.items():
+        m = models[i]
+        dur[i] += b + r + d - m.base - m.reasoning - m.decode
+    return dur
+
+
+def path_breakdown(g: Graph, segments: list[tuple[int, int, bool]],
+                   parts: dict[int, tuple[int, int, int]] | None
+                   ) -> tuple[dict[str, int], dict[int, int]]:
+    """Critical-path ns per category and per step (step span index, -1 for run level).
+
+    ``parts`` are the re-timed (base, reasoning, decode) of model spans; None: as measured.
+    """
+    cats: dict[str, int] = {}
+    steps: dict[int, int] = {}
+    models, kinds, step_of = g.models, g.kinds, g.step_of
+    for i, ns, gap in segments:
+        steps[step_of[i] if i >= 0 else -1] = steps.get(step_of[i] if i >= 0 else -1, 0) + ns
+        if gap:
+            cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + ns
+            continue
+        m = models.get(i)
+        if m is not None:
+            b, r, d = (m.base, m.reasoning, m.decode) if parts is None else parts[i]
+            for name, v in (("base", b), ("reasoning", r), ("decode", d), ("tail", m.tail),
+                            ("wait", m.wait), ("retry", m.retry), ("overhead", m.overhead)):
+                cats[name] = cats.get(name, 0) + v
+            continue
+        if g.in_flight[i]:
+            cat = IN_FLIGHT
+        elif kinds[i] == "tool":
+            cat = tool_category(g.names[i], g.trace.spans[g.ids[i]].attrs)
+        else:  # a finished model span that had children, or a childless step: bookkeeping
+            cat = FRAMEWORK
+        cats[cat] = cats.get(cat, 0) + ns
+    return cats, steps
+
+
+def category_order(names: set[str]) -> list[str]:
+    """Categories in display order: model parts, framework, in flight, then tools by name."""
+    fixed = [*MODEL_PARTS, FRAMEWORK, IN_FLIGHT]
+    return [c for c in fixed if c in names] + sorted(n for n in names if n not in fixed)
+
+
+def predict_ns(g: Graph, sc: Scenario) -> int:
+    """End-to-end time (ns) of the run re-timed under ``sc`` (one forward pass)."""
+    return retime(g, durations(g, new_parts(g, sc)))[2]
+
+
+def whatif(g: Graph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> WhatIf:
+    """Re-time ``g`` under ``sc``: predicted total, ceiling, contributions and speedup curve."""
+    parts = new_parts(g, sc)
+    S, E, predicted = retime(g, durations(g, parts))
+    new_cats, new_steps = path_breakdown(g, critical_path(g, S, E, predicted), parts)
+    old_cats, old_steps = path_breakdown(g, critical_path(g, g.t0, g.t1, g.end_ns), None)
+    p = 1.0 if sc.profile is not None else sc.prefill_speedup
+    ceiling = predict_ns(g, Scenario("ceiling", speedup=math.inf, prefill_speedup=p))
+    points = tuple((float(k), predict_ns(g, Scenario("curve", speedup=k, prefill_speedup=p)))
+                   for k in curve)
+    cats = tuple(Contribution(c, old_cats.get(c, 0), new_cats.get(c, 0))
+                 for c in category_order(set(old_cats) | set(new_cats)))
+    step_ids = sorted(set(old_steps) | set(new_steps))
+    steps = tuple(Contribution(step_label(g, s), old_steps.get(s, 0), new_steps.get(s, 0))
+                  for s in step_ids)
+    return WhatIf(sc, g.end_ns, predicted, ceiling, cats, steps, points, g.trace.complete)
+
+
+def step_label(g: Graph, i: int) -> str:
+    """A step span's number as text (its ``step`` start attribute, else its name); -1: "run"."""
+    if i < 0:
+        return "run"
+    n = g.trace.spans[g.ids[i]].start_attrs.get("step")
+    return str(n) if n is not None else g.names[i]
+
+
+def whatif_json(w: WhatIf) -> dict[str, Any]:
+    """The result as plain JSON-able data; times in seconds."""
+    return {
+        "scenario": w.scenario.label, "complete": w.complete,
+        "measured_s": w.measured_ns / 1e9, "predicted_s": w.predicted_ns / 1e9,
+        "speedup": w.speedup, "ceiling": w.ceiling, "ceiling_s": w.ceiling_ns / 1e9,
+        "saved_s": (w.measured_ns - w.predicted_ns) / 1e9,
+        "categories": {c.name: {"measured_s": c.measured_ns / 1e9,
+                                "predicted_s": c.predicted_ns / 1e9,
+                                "saved_s": c.saved_ns / 1e9} for c in w.categories},
+        "steps": [{"step": c.name, "measured_s": c.measured_ns / 1e9,
+                   "predicted_s": c.predicted_ns / 1e9, "saved_s": c.saved_ns / 1e9}
+                  for c in w.steps],
+        "curve": [{"k": k, "predicted_s": ns / 1e9,
+                   "speedup": w.measured_ns / ns if ns else math.inf} for k, ns in w.curve],
+    }
+
+
+def render_whatif(w: WhatIf) -> str:
+    """The result as plain aligned text."""
+    saved = w.measured_ns - w.predicted_ns
+    out = [f"what-if: {w.scenario.label}"]
+    if not w.complete:
+        out.append("INCOMPLETE trace: re-timing only what was recorded before the run stopped.")
+    out += [f"  measured   {secs(w.measured_ns)} s",
+            f"  predicted  {secs(w.predicted_ns)} s   speedup {ratio(w.speedup)}",
+            f"  ceiling    {secs(w.ceiling_ns)} s   speedup {ratio(w.ceiling)} "
+            f"(output speed -> infinity: reasoning and decode -> 0)", ""]
+    out.append("Where the time saved comes from (critical path, measured vs predicted):")
+    out.append(table(["category", "measured s", "predicted s", "saved s", "of saved"],
+                     [[c.name, secs(c.measured_ns), secs(c.predicted_ns), secs(c.saved_ns),
+                       pct(c.saved_ns, saved)] for c in w.categories]))
+    out.append("")
+    out.append("Per step:")
+    out.append(table(["step", "measured s", "predicted s", "saved s", "of saved"],
+                     [[c.name, secs(c.measured_ns), secs(c.predicted_ns), secs(c.saved_ns),
+                       pct(c.saved_ns, saved)] for c in w.steps]))
+    out.append("")
+    base = "measured prefill" if w.scenario.prefill_speedup == 1 or w.scenario.profile else \
+        f"prefill x{w.scenario.prefill_speedup:g}"
+    out.append(f"Speedup curve (output speed x K of the measured, {base}):")
+    out.append(table(["K", "predicted s", "speedup"],
+                     [[f"{k:g}", secs(ns), ratio(w.measured_ns / ns if ns else math.inf)]
+                      for k, ns in w.curve]))
+    return "\n".join(out)

@@ -1,0 +1,36 @@
+"""``agentloop compare A B``: measured vs predicted speedup between two runs of one task."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from agentloop.analysis.compare import compare, compare_json, render_compare
+from agentloop.analysis.graph import build_graph
+from agentloop.commands.report import emit_json
+from agentloop.trace.reader import load_trace
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("compare", help="check a what-if prediction against a real run",
+                       description=(
+        "Two traces of the same task on two tiers: measured speedup, the speedup predicted "
+        "from A alone (re-timed to B's tier profile), the prediction error, and per-step and "
+        "per-category differences."))
+    p.add_argument("a", type=Path, help="trace of run A (the baseline)")
+    p.add_argument("b", type=Path, help="trace of run B (the faster tier)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=main)
+
+
+async def main(args: argparse.Namespace) -> int:
+    a = await asyncio.to_thread(load_trace, args.a)
+    b = await asyncio.to_thread(load_trace, args.b)
+    result = compare(build_graph(a), build_graph(b))
+    if args.json:
+        emit_json(compare_json(result))
+    else:
+        print(render_compare(result))
+    return 0

@@ -1,0 +1,39 @@
+"""``agentloop report TRACE``: where a recorded run's time went, per category, step and path."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from agentloop.analysis.graph import build_graph
+from agentloop.analysis.report import build_report, render_report, report_json
+from agentloop.trace.reader import load_trace
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("report", help="where a recorded run's time went", description=(
+        "Time per category (base, reasoning, decode, tail, wait, retry, overhead, each tool, "
+        "framework), a per-step table with cumulative time, and the critical path from the "
+        "recorded dependency edges. Incomplete traces are analysed as far as they go."))
+    p.add_argument("trace", type=Path, help="trace file (JSONL)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=main)
+
+
+def emit_json(data: dict[str, Any]) -> None:
+    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+async def main(args: argparse.Namespace) -> int:
+    trace = await asyncio.to_thread(load_trace, args.trace)
+    report = build_report(build_graph(trace))
+    if args.json:
+        emit_json(report_json(report))
+    else:
+        print(render_report(report))
+    return 0

@@ -1,0 +1,230 @@
+"""Attribution, critical path, report and what-if re-timing on hand-built traces."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from agentloop.analysis.graph import build_graph, critical_path, retime
+from agentloop.analysis.report import build_report, render_report, report_json
+from agentloop.analysis.synthetic import StepSpec, TraceBuilder, agent_lines, model_attrs, \
+    sequential_run
+from agentloop.analysis.whatif import Scenario, predict_ns, render_whatif, whatif, whatif_json
+from agentloop.tiers import SpeedProfile
+from agentloop.trace.reader import parse_lines
+
+S = 1_000_000_000
+MS = 1_000_000
+ULTRA = SpeedProfile(0.2, 100_000, 750)
+
+
+def two_steps():
+    """Step 1: base 0.3 s, 1 s decode, tool read 0.5 s; step 2: base 0.3 s, 0.5 s decode."""
+    return build_graph(sequential_run([
+        StepSpec(300 * MS, visible=61, tools=(("read", 500 * MS),)),
+        StepSpec(300 * MS, visible=31)]).trace())
+
+
+def test_sequential_steps_categories_sum_to_end_to_end_time():
+    """Critical-path categories of a sequential run are its known parts and add up to its time."""
+    r = build_report(two_steps())
+    assert r.measured_ns == 2_613 * MS
+    assert r.critical["base"] == 600 * MS
+    assert r.critical["decode"] == 1500 * MS
+    assert r.critical["reasoning"] == 0
+    assert r.critical["tool:read"] == 500 * MS
+    assert r.critical["overhead"] == 4 * MS  # request build + after t_end, per model call
+    assert r.critical["framework"] == 9 * MS  # the nine 1 ms gaps
+    assert sum(r.critical.values()) == r.measured_ns
+    assert r.model_share == pytest.approx(2104 / 2613)
+
+
+def test_sequential_steps_table_is_cumulative():
+    """The step table gives each step's duration, split and tools, and run time at its end."""
+    r = build_report(two_steps())
+    assert [s.step for s in r.steps] == ["1", "2"]
+    assert [s.cumulative_ns for s in r.steps] == [1806 * MS, 2611 * MS]
+    assert r.steps[0].duration_ns == 1805 * MS
+    assert r.steps[0].tools == (("read", 500 * MS),)
+    assert r.steps[0].model["decode"] == 1000 * MS
+    assert r.steps[1].output_tokens == 31
+    text = render_report(r)
+    assert "2.613 s end to end" in text
+    assert "read 0.50" in text
+
+
+def test_speedup_on_sequential_steps_shrinks_only_model_output():
+    """Output speed x2 halves reasoning + decode and keeps tools, base and every gap."""
+    w = whatif(two_steps(), Scenario.multipliers(2))
+    assert w.measured_ns == 2613 * MS
+    assert w.predicted_ns == 2613 * MS - 750 * MS
+    cats = {c.name: c for c in w.categories}
+    assert cats["decode"].saved_ns == 750 * MS
+    assert cats["tool:read"].saved_ns == 0
+    assert cats["framework"].saved_ns == 0
+    assert w.ceiling_ns == 2613 * MS - 1500 * MS
+
+
+def test_tier_profile_prediction_uses_base_and_token_counts():
+    """On a tier profile a model call takes base + input/prefill + (R + V - 1)/output_tps."""
+    w = whatif(two_steps(), Scenario.tier("ultra", ULTRA))
+    base_b = 200 * MS + 10 * MS  # 0.2 s + 1000 tokens / 100000 tok/s
+    expected = 2613 * MS - 2100 * MS + 2 * base_b + round(60 / 750 * S) + round(30 / 750 * S)
+    assert w.predicted_ns == expected
+    assert w.speedup == pytest.approx(2613 * MS / expected)
+
+
+def test_parallel_tools_longest_branch_counts_once():
+    """Of parallel tool calls only the longest is on the critical path and none is counted twice."""
+    g = build_graph(sequential_run([
+        StepSpec(300 * MS, visible=61,
+                 tools=(("a", 1 * S), ("b", 3 * S), ("c", 2 * S))),
+        StepSpec(300 * MS, visible=2)]).trace())
+    r = build_report(g)
+    assert r.critical["tool:b"] == 3 * S
+    assert "tool:a" not in r.critical and "tool:c" not in r.critical
+    assert r.busy["tool:a"] + r.busy["tool:b"] + r.busy["tool:c"] == 6 * S
+    assert sum(r.critical.values()) == r.measured_ns
+    tools_on_path = [n for _, k, n, _ in r.path if k == "tool"]
+    assert tools_on_path == ["execute_tool b"]
+    w = whatif(g, Scenario.multipliers(4))
+    saved = (1000 * MS + round(S / 60)) - (250 * MS + round(S / 60 / 4))
+    assert w.measured_ns - w.predicted_ns == saved
+
+
+def test_critical_path_moves_to_the_branch_that_becomes_longest():
+    """When re-timing changes which branch ends last, the path follows it and still sums up."""
+    b = TraceBuilder()
+    run = b.start("run", "invoke_agent demo", 0)
+    st = b.start("step", "step 1", 0, run, step=1)
+    m = b.start("model", "chat demo", 0, st)  # a model call and a tool running side by side
+    tl = b.start("tool", "execute_tool t", 0, st)
+    b.end(tl, 2 * S, **{"gen_ai.tool.name": "t"})
+    b.end(m, 3 * S, **model_attrs(0, 1 * S, 0, 121, 60.0))
+    b.end(st, 3 * S)
+    b.end(run, 3 * S)
+    b.finish(3 * S)
+    g = build_graph(b.trace())
+    w = whatif(g, Scenario.multipliers(4))
+    assert w.predicted_ns == 2 * S  # the tool is now the longer branch
+    cats = {c.name: c for c in w.categories}
+    assert cats["tool:t"].measured_ns == 0 and cats["tool:t"].predicted_ns == 2 * S
+    assert sum(c.saved_ns for c in w.categories) == w.measured_ns - w.predicted_ns
+
+
+def test_reasoning_is_split_from_base_never_booked_as_prefill():
+    """Hidden reasoning R/output_tps is taken out of time-to-first-visible-token, the rest is base."""
+    g = build_graph(sequential_run([StepSpec(300 * MS, reasoning=120, visible=61)]).trace())
+    (m,) = g.models.values()
+    assert (m.base, m.reasoning, m.decode) == (300 * MS, 2 * S, 1 * S)
+    assert m.output_tps == pytest.approx(60.0)
+    w = whatif(g, Scenario.tier("ultra", ULTRA))
+    cats = {c.name: c for c in w.categories}
+    assert cats["reasoning"].predicted_ns == round(120 / 750 * S)
+    assert cats["base"].predicted_ns == 210 * MS
+
+
+def test_single_visible_token_uses_the_header_output_speed():
+    """With fewer than two visible tokens the tier profile's output_tps splits reasoning from base."""
+    g = build_graph(sequential_run([StepSpec(300 * MS, reasoning=60, visible=1)]).trace())
+    (m,) = g.models.values()
+    assert (m.base, m.reasoning, m.decode) == (300 * MS, 1 * S, 0)
+
+
+def test_retries_book_wait_and_failed_service_time():
+    """Failed attempts' service time is retry, back-off is wait, and speedup leaves both alone."""
+    g = build_graph(sequential_run([StepSpec(300 * MS, visible=61,
+                                             attempts=((500 * MS, 1 * S),))]).trace())
+    (m,) = g.models.values()
+    assert (m.retry, m.wait) == (500 * MS, 1 * S)
+    assert m.overhead == 2 * MS
+    w = whatif(g, Scenario.multipliers(2))
+    cats = {c.name: c for c in w.categories}
+    assert cats["wait"].predicted_ns == 1 * S
+    assert cats["retry"].predicted_ns == 500 * MS
+    assert w.measured_ns - w.predicted_ns == 500 * MS
+
+
+def incomplete():
+    """Step 1 finished; step 2's model call was in flight when the run was killed."""
+    b = sequential_run([StepSpec(300 * MS, visible=61, tools=(("read", 500 * MS),))],
+                       finish=False)
+    run = b.records[1]["id"]
+    st = b.start("step", "step 2", 1807 * MS, run, ["s2"], step=2)
+    b.start("model", "chat demo", 1808 * MS, st, ["s4"], step=2)
+    b.records.append({"type": "span_end", "id": "zz", "t": 0})  # never written out
+    lines = b.lines()[:-1] + [b'{"type": "span_end", "id": "s7", "t": 19']  # cut mid-write
+    return parse_lines(lines, "killed.jsonl")
+
+
+def test_incomplete_trace_is_reported_with_spans_in_flight():
+    """A killed run's trace is analysed as far as it goes and says what was in flight."""
+    tr = incomplete()
+    r = build_report(build_graph(tr))
+    assert not r.complete and r.status == "incomplete"
+    assert len(r.in_flight) == 3
+    assert any("model 'chat demo'" in s for s in r.in_flight)
+    assert r.measured_ns == 1808 * MS
+    assert sum(r.critical.values()) == r.measured_ns
+    text = render_report(r)
+    assert "INCOMPLETE" in text and "in flight" in text
+    w = whatif(build_graph(tr), Scenario.multipliers(2))
+    assert w.predicted_ns == 1808 * MS - 500 * MS
+    assert not w.complete and "INCOMPLETE" in render_whatif(w)
+
+
+@pytest.mark.parametrize("make", [two_steps, lambda: build_graph(incomplete()),
+                                  lambda: build_graph(parse_lines(list(agent_lines(40))))])
+def test_speedup_one_reproduces_the_recorded_run(make):
+    """Re-timing with unchanged durations gives back every recorded instant and the total."""
+    g = make()
+    S_, E_, total = retime(g, g.durations())
+    assert total == g.end_ns
+    assert S_ == g.t0 and E_ == g.t1
+    w = whatif(g, Scenario.multipliers(1))
+    assert w.predicted_ns == w.measured_ns
+    assert w.curve[0] == (1.0, w.measured_ns)
+
+
+def test_recorded_gaps_survive_re_timing():
+    """Step bookkeeping gaps are kept: every span's start gap after its dependency is unchanged."""
+    g = two_steps()
+    dur = g.durations()
+    S_, E_, total = retime(g, [d // 3 for d in dur])
+    for i in range(len(g)):
+        anchor = max([S_[g.par[i]] if g.par[i] >= 0 else 0] + [E_[a] for a in g.aft[i]])
+        assert S_[i] - anchor == g.gap0[i]
+    segs = critical_path(g, S_, E_, total)
+    assert sum(ns for _, ns, _ in segs) == total
+
+
+def test_curve_rises_towards_the_ceiling():
+    """The speedup curve grows with K and stays under the Amdahl ceiling."""
+    g = build_graph(parse_lines(list(agent_lines(30))))
+    w = whatif(g, Scenario.multipliers(11))
+    speeds = [w.measured_ns / ns for _, ns in w.curve]
+    assert speeds == sorted(speeds)
+    assert speeds[-1] < w.ceiling
+    assert dict(w.curve)[11.0] == w.predicted_ns
+    assert predict_ns(g, Scenario.multipliers(math.inf)) == w.ceiling_ns
+
+
+def test_prefill_speedup_divides_base():
+    """--prefill-speedup P divides the measured base time by P."""
+    w = whatif(two_steps(), Scenario.multipliers(1, 3))
+    assert w.measured_ns - w.predicted_ns == 400 * MS
+
+
+def test_json_outputs_have_the_documented_keys():
+    """what-if and report JSON carry the keys scripts rely on."""
+    w = whatif_json(whatif(two_steps(), Scenario.multipliers(2)))
+    assert {"measured_s", "predicted_s", "speedup", "ceiling", "categories", "steps",
+            "curve"} <= set(w)
+    assert w["measured_s"] == pytest.approx(2.613)
+    assert w["predicted_s"] == pytest.approx(1.863)
+    assert [s["step"] for s in w["steps"]] == ["run", "1", "2"]
+    r = report_json(build_report(two_steps()))
+    assert {"measured_s", "categories", "steps", "critical_path", "model_share",
+            "complete", "in_flight"} <= set(r)
+    assert r["steps"][1]["cumulative_s"] == pytest.approx(2.611)
