@@ -8,8 +8,13 @@ import pytest
 
 from agentloop.analysis.graph import build_graph, critical_path, retime
 from agentloop.analysis.report import build_report, render_report, report_json
-from agentloop.analysis.synthetic import StepSpec, TraceBuilder, agent_lines, model_attrs, \
-    sequential_run
+from agentloop.analysis.synthetic import (
+    StepSpec,
+    TraceBuilder,
+    agent_lines,
+    model_attrs,
+    sequential_run,
+)
 from agentloop.analysis.whatif import Scenario, predict_ns, render_whatif, whatif, whatif_json
 from agentloop.tiers import SpeedProfile
 from agentloop.trace.reader import parse_lines
@@ -154,7 +159,7 @@ def incomplete():
     st = b.start("step", "step 2", 1807 * MS, run, ["s2"], step=2)
     b.start("model", "chat demo", 1808 * MS, st, ["s4"], step=2)
     b.records.append({"type": "span_end", "id": "zz", "t": 0})  # never written out
-    lines = b.lines()[:-1] + [b'{"type": "span_end", "id": "s7", "t": 19']  # cut mid-write
+    lines = [*b.lines()[:-1], b'{"type": "span_end", "id": "s7", "t": 19']  # cut mid-write
     return parse_lines(lines, "killed.jsonl")
 
 
@@ -179,9 +184,9 @@ def test_incomplete_trace_is_reported_with_spans_in_flight():
 def test_speedup_one_reproduces_the_recorded_run(make):
     """Re-timing with unchanged durations gives back every recorded instant and the total."""
     g = make()
-    S_, E_, total = retime(g, g.durations())
+    starts, ends, total = retime(g, g.durations())
     assert total == g.end_ns
-    assert S_ == g.t0 and E_ == g.t1
+    assert starts == g.t0 and ends == g.t1
     w = whatif(g, Scenario.multipliers(1))
     assert w.predicted_ns == w.measured_ns
     assert w.curve[0] == (1.0, w.measured_ns)
@@ -191,11 +196,11 @@ def test_recorded_gaps_survive_re_timing():
     """Step bookkeeping gaps are kept: every span's start gap after its dependency is unchanged."""
     g = two_steps()
     dur = g.durations()
-    S_, E_, total = retime(g, [d // 3 for d in dur])
+    starts, ends, total = retime(g, [d // 3 for d in dur])
     for i in range(len(g)):
-        anchor = max([S_[g.par[i]] if g.par[i] >= 0 else 0] + [E_[a] for a in g.aft[i]])
-        assert S_[i] - anchor == g.gap0[i]
-    segs = critical_path(g, S_, E_, total)
+        anchor = max([starts[g.par[i]] if g.par[i] >= 0 else 0] + [ends[a] for a in g.aft[i]])
+        assert starts[i] - anchor == g.gap0[i]
+    segs = critical_path(g, starts, ends, total)
     assert sum(ns for _, ns, _ in segs) == total
 
 
