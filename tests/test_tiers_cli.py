@@ -1,0 +1,123 @@
+"""``agentloop tiers`` and ``agentloop probe``: listing, endpoint checks, measuring, rewriting."""
+
+from __future__ import annotations
+
+import shutil
+import tomllib
+from pathlib import Path
+
+import orjson
+import pytest
+
+from agentloop.cli import main as cli
+from agentloop.commands.tiers import check_tier
+from agentloop.sim import SimServer
+from agentloop.tiers import SpeedProfile, Tier, load_tiers, write_profile
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHECK_FILE = """\
+# tiers for the check test
+[tiers.simulated]
+base_url = "sim"
+model = "sim-x"
+profile = { base_latency_s = 0.01, prefill_tps = 0, output_tps = 500 }
+
+[tiers.nobody-home]
+base_url = "http://127.0.0.1:9/v1"
+model = "m"
+profile = { base_latency_s = 0.5, prefill_tps = 1000, output_tps = 50 }
+
+[tiers.no-key]
+base_url = "http://127.0.0.1:9/v1"
+api_key_env = "AGENTLOOP_TEST_ABSENT_KEY"
+model = "m"
+profile = { base_latency_s = 0.5, prefill_tps = 1000, output_tps = 50 }
+"""
+
+
+def test_tiers_lists_every_tier_with_endpoint_model_and_profile(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The listing shows each tier of the file with its endpoint, model, API, options, profile."""
+    assert cli(["tiers", "--tiers", str(ROOT / "tiers.toml")]) == 0
+    out = capsys.readouterr().out
+    for name, tier in load_tiers(ROOT / "tiers.toml").items():
+        line = next(li for li in out.splitlines() if li.startswith(name + " "))
+        assert tier.base_url in line and tier.model in line and tier.api in line
+        assert f"out {tier.profile.output_tps:g} tok/s" in line
+    assert "service_tier=ultrafast" in out
+
+
+def test_tiers_check_reports_each_tier_without_crashing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--check says per tier: served, unreachable, or key missing; exit 1 when any is not ok."""
+    monkeypatch.delenv("AGENTLOOP_TEST_ABSENT_KEY", raising=False)
+    path = tmp_path / "tiers.toml"
+    path.write_text(CHECK_FILE)
+    assert cli(["tiers", "--check", "--json", "--timeout", "2", "--tiers", str(path)]) == 1
+    checks = {t["name"]: t["check"] for t in orjson.loads(capsys.readouterr().out)}
+    assert checks["simulated"]["ok"] is True and "enabled" in checks["simulated"]["status"]
+    assert checks["nobody-home"]["ok"] is False
+    assert "unreachable" in checks["nobody-home"]["status"]
+    assert checks["no-key"] == {"ok": False, "status": "no key: environment variable "
+                                "AGENTLOOP_TEST_ABSENT_KEY not set"}
+
+
+async def test_check_tells_a_served_model_from_one_that_is_not() -> None:
+    """Against a live endpoint, the tier's model id is looked up in the models list."""
+    profile = SpeedProfile(0.01, 0, 500)
+    async with SimServer(profile=profile, profiles={"fast-model": profile}) as sim:
+        served = Tier("a", sim.base_url, "fast-model", "chat", profile)
+        missing = Tier("b", sim.base_url, "other-model", "chat", profile)
+        ok, no = await check_tier(served, 2.0), await check_tier(missing, 2.0)
+    assert ok["ok"] is True
+    assert no["ok"] is False and "'other-model' not served" in no["status"]
+    assert "fast-model" in no["status"]
+
+
+def test_write_profile_rewrites_only_that_tiers_profile(tmp_path: Path) -> None:
+    """write_profile changes one tier's profile line and keeps comments and other tiers."""
+    path = tmp_path / "tiers.toml"
+    shutil.copy(ROOT / "tiers.toml", path)
+    before = path.read_text().splitlines()
+    write_profile(path, "openai-standard", SpeedProfile(0.4567, 12345.6, 71.25))
+    after = path.read_text().splitlines()
+    changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
+    assert len(changed) == 1
+    assert changed[0][1] == ("profile = { base_latency_s = 0.457, prefill_tps = 12346, "
+                             "output_tps = 71.2 }")
+    tiers = load_tiers(path)
+    assert tiers["openai-standard"].profile == SpeedProfile(0.457, 12346, 71.2)
+    assert tiers["openai-ultrafast"].profile.output_tps == 750
+    assert tomllib.loads(path.read_text())["tiers"]["sim-fast"]["profile"]["output_tps"] == 200
+
+
+def test_probe_of_sim_ultrafast_measures_750_tokens_per_second(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Probing the shipped sim-ultrafast tier measures its pacing: ~750 tok/s, ~0.2 s base."""
+    assert cli(["probe", "--tier", "sim-ultrafast", "-n", "2", "--json",
+                "--tiers", str(ROOT / "tiers.toml")]) == 0
+    res = orjson.loads(capsys.readouterr().out)
+    assert res["output_tps"] == pytest.approx(750, rel=0.02)
+    assert res["ttft_s"] == pytest.approx(0.2 + res["input_tokens_short"] / 100000, rel=0.05)
+    assert res["input_tokens_long"] > 20 * res["input_tokens_short"]
+    assert res["prefill_tps"] == pytest.approx(100000, rel=0.25)
+    assert res["base_latency_s"] == pytest.approx(0.2, rel=0.05)
+    assert len(res["samples"]["short"]) == len(res["samples"]["long"]) == 2
+
+
+def test_probe_write_puts_the_measured_profile_into_the_tiers_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--write rewrites the probed tier's profile with what was measured."""
+    path = tmp_path / "tiers.toml"
+    path.write_text("# mine\n[tiers.s]\nbase_url = \"sim\"\nmodel = \"s\"\n"
+                    "profile = { base_latency_s = 0.3, prefill_tps = 20000, output_tps = 400 }\n")
+    assert cli(["probe", "--tier", "s", "-n", "1", "--tokens", "200", "--write",
+                "--tiers", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "output speed" in out and "ttft, short prompt" in out
+    written = load_tiers(path)["s"].profile
+    assert written.output_tps == pytest.approx(400, rel=0.03)
+    assert written.base_latency_s == pytest.approx(0.3, rel=0.1)
+    assert path.read_text().startswith("# mine\n")
