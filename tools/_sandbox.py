@@ -161,36 +161,116 @@ def url_refusal(ctx: ToolContext, url: str) -> str | None:
             f"({', '.join(allow_hosts(ctx)) or 'none'})")
 
 
-# -- process groups (shell) --------------------------------------------------------------------
+# -- processes (shell) ------------------------------------------------------------------------
+#
+# Each command starts a new session (so its leader's pid is both its group and session id) and
+# carries a mark in its environment, which every descendant inherits. Killing a command kills
+# its group, its session, its leader's descendants, and every process bearing its mark: the
+# last catches a ``setsid`` child orphaned when its parent exited. Only a process that also
+# wipes its environment (``env -i setsid ...``) after its parent died can slip out; the shell is
+# not a jail.
 
-def kill_group(pgid: int) -> None:
-    """SIGKILL every process in group ``pgid`` (gone already is fine)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+MARK_VAR = "AGENTLOOP_TOOL_RUN"
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether any process is still in group ``pgid``."""
+def _proc_table() -> list[tuple[int, int, int, int]]:
+    """(pid, ppid, pgrp, session) of every live (not zombie) process, from /proc."""
+    rows = []
     try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
+        names = os.listdir("/proc")
+    except OSError:
+        return rows
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read().decode("ascii", "replace")
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat.rsplit(")", 1)[-1].split()  # the command name may hold spaces and ')'
+        if len(fields) >= 4 and fields[0] != "Z":
+            rows.append((int(name), int(fields[1]), int(fields[2]), int(fields[3])))
+    return rows
 
 
-async def process_groups(ctx: ToolContext) -> set[int]:
-    """The run's set of live process groups; every one still alive is killed at run end."""
+def _marked(pids: list[int], mark: str) -> set[int]:
+    """The pids among ``pids`` whose environment carries ``MARK_VAR=mark...`` (prefix match)."""
+    needle = f"\0{MARK_VAR}={mark}".encode()
+    found = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if needle in b"\0" + fh.read():
+                    found.add(pid)
+        except OSError:
+            continue  # gone, or not ours to read
+    return found
 
-    async def factory(stack: contextlib.AsyncExitStack) -> set[int]:
-        groups: set[int] = set()
 
-        def reap() -> None:
-            for pgid in list(groups):
-                kill_group(pgid)
-            groups.clear()
+def _members(pgid: int, mark: str | None) -> set[int]:
+    """Live processes of a command: its group and session, its leader's descendants, its mark."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    found = set()
+    for pid, ppid, pgrp, session in table:
+        children.setdefault(ppid, []).append(pid)
+        if pgrp == pgid or session == pgid:
+            found.add(pid)
+    todo = [pgid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    if mark:
+        found |= _marked([pid for pid, *_ in table], mark)
+    found.discard(os.getpid())
+    return found
 
-        stack.callback(reap)
-        return groups
 
-    result: Any = await ctx.resource("process_groups", factory)
-    return result  # type: ignore[no-any-return]
+class ProcessJail:
+    """The run's commands: makes their marks, kills them, and kills what is left at run end."""
+
+    def __init__(self) -> None:
+        self.run_mark = os.urandom(6).hex()
+        self.live: dict[int, str] = {}  # pgid -> the command's mark
+        self._n = 0
+
+    def new_mark(self) -> str:
+        self._n += 1
+        return f"{self.run_mark}.{self._n}."  # trailing dot: '.1.' never prefixes '.12.'
+
+    def kill(self, pgid: int, mark: str | None = None) -> None:
+        """SIGKILL every process of the command led by ``pgid``."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        for pid in _members(pgid, mark):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+    def alive(self, pgid: int, mark: str | None = None) -> bool:
+        """Whether any process of the command is still alive (zombies do not count)."""
+        return bool(_members(pgid, mark))
+
+    def kill_all(self) -> None:
+        """Run end: kill every command still alive, and anything bearing the run's mark."""
+        for pgid, mark in list(self.live.items()):
+            self.kill(pgid, mark)
+        table = _proc_table()
+        for pid in _marked([pid for pid, *_ in table], self.run_mark + "."):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        self.live.clear()
+
+
+async def process_jail(ctx: ToolContext) -> ProcessJail:
+    """The run's :class:`ProcessJail`; the run's exit stack kills what it still holds."""
+
+    async def factory(stack: contextlib.AsyncExitStack) -> ProcessJail:
+        jail = ProcessJail()
+        stack.callback(jail.kill_all)
+        return jail
+
+    result: ProcessJail = await ctx.resource("process_jail", factory)
+    return result

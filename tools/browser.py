@@ -178,8 +178,20 @@ async def browser_open(ctx: ToolContext, url: str) -> ToolResult:
     if reason is not None:
         raise ToolError(f"refused to open {reason}")
 
+    from playwright.async_api import Error as PlaywrightError
+
     async def go(page: Any) -> Any:
-        return await page.goto(url, wait_until="load")
+        for attempt in range(2):
+            try:
+                return await page.goto(url, wait_until="load")
+            except PlaywrightError as exc:
+                # a failed load swaps in Chromium's error page a moment later; that swap
+                # must not cut short the next navigation
+                with contextlib.suppress(PlaywrightError):
+                    await page.wait_for_url("chrome-error://**", timeout=1000)
+                if attempt or "interrupted by another navigation" not in str(exc):
+                    raise
+        return None
 
     s, response, note = await _act(ctx, f"opening {url}", go)
     status = f"HTTP {response.status}" if response is not None and response.status else "loaded"

@@ -171,20 +171,23 @@ async def list_files(ctx: ToolContext, path: str = ".", pattern: str | None = No
 
 
 def _search(ctx: ToolContext, rx: re.Pattern[str], root: Path, glob: str | None,
-            max_results: int) -> tuple[list[str], int, int]:
+            max_results: int) -> tuple[list[str], int, int, int]:
     ws = workspace(ctx)
     files = [root] if root.is_file() else [p for p in _walk(root, True)[0] if p.is_file()]
     hits: list[str] = []
     total = 0
-    scanned = 0
+    scanned = too_big = 0
     for f in files:
         rel = f.relative_to(ws).as_posix()
         if glob and not (fnmatch.fnmatch(f.name, glob) or fnmatch.fnmatch(rel, glob)):
             continue
         try:
             real = f.resolve()
-            if not real.is_relative_to(ws) or real.stat().st_size > MAX_SEARCH_FILE_BYTES:
+            if not real.is_relative_to(ws):
                 continue  # a symlink out of the workspace is never read
+            if real.stat().st_size > MAX_SEARCH_FILE_BYTES:
+                too_big += 1
+                continue
             raw = real.read_bytes()
         except OSError:
             continue
@@ -197,7 +200,7 @@ def _search(ctx: ToolContext, rx: re.Pattern[str], root: Path, glob: str | None,
                 if len(hits) < max_results:
                     text = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " [...]"
                     hits.append(f"{rel}:{n}: {text}")
-    return hits, total, scanned
+    return hits, total, scanned, too_big
 
 
 async def search(ctx: ToolContext, pattern: str, path: str = ".", glob: str | None = None,
@@ -218,12 +221,16 @@ async def search(ctx: ToolContext, pattern: str, path: str = ".", glob: str | No
     root = resolve_path(ctx, path)
     if not root.exists():
         raise ToolError(f"no such file or folder: {path!r}")
-    hits, total, scanned = await asyncio.to_thread(_search, ctx, rx, root, glob, max_results)
+    hits, total, scanned, too_big = await asyncio.to_thread(_search, ctx, rx, root, glob,
+                                                            max_results)
     lines = list(hits)
     if total > len(hits):
         lines.append(f"[{total - len(hits)} more matches not shown (max_results={max_results})]")
     if not hits:
         lines.append(f"[no matches for {pattern!r} in {scanned} file(s)]")
+    if too_big:
+        lines.append(f"[{too_big} file(s) over {MAX_SEARCH_FILE_BYTES:,} bytes not searched; "
+                     f"use run with grep for those]")
     return ToolResult(ok=True, output=cap_text("\n".join(lines), output_cap(ctx),
                                                what="the matches", head_share=0.9),
                       data={"matches": total, "files_scanned": scanned})

@@ -160,18 +160,31 @@ def apply_hunks(content: str, hunks: list[Hunk], name: str) -> str:
 
 
 def _explain(lines: list[str], h: Hunk, n: int, name: str, expected: int) -> str:
-    old = h.old
-    msg = f"hunk {n} ({h.header}) does not apply to {name}: its "
-    msg += f"{len(old)} context/removed line(s) were not found anywhere after the previous hunk"
-    pos = min(max(expected, 0), max(len(lines) - 1, 0))
-    for k, want in enumerate(old):
-        have = lines[pos + k] if pos + k < len(lines) else None
-        if have is None or have.rstrip("\r") != want.rstrip("\r"):
-            msg += (f". At line {pos + k + 1} the hunk expects {want!r} but the file has "
-                    f"{have!r}" if have is not None else
-                    f". The hunk expects {want!r} at line {pos + k + 1}, past the end of the file "
-                    f"({len(lines)} lines)")
-            break
+    """Why hunk ``n`` failed: at the place matching most of its leading lines, the first mismatch."""
+    old = [w.rstrip("\r") for w in h.old]
+    have = [ln.rstrip("\r") for ln in lines]
+
+    def prefix(pos: int) -> int:
+        k = 0
+        while k < len(old) and pos + k < len(have) and have[pos + k] == old[k]:
+            k += 1
+        return k
+
+    best = max(range(max(len(have), 1)), key=lambda pos: (prefix(pos), -abs(pos - expected)))
+    k = prefix(best)
+    if k == 0:
+        best = min(max(expected, 0), max(len(have) - 1, 0))
+    msg = (f"hunk {n} ({h.header}) does not apply to {name}: its {len(old)} context/removed "
+           f"line(s) were not found together anywhere after the previous hunk")
+    at = best + k
+    if k == len(old):
+        msg += (f". They do occur at line {best + 1}, but that is before the end of the previous "
+                f"hunk: hunks must come in file order and must not overlap")
+    elif at < len(have):
+        msg += f". At line {at + 1} the hunk expects {old[k]!r} but the file has {have[at]!r}"
+    else:
+        msg += (f". The hunk expects {old[k]!r} at line {at + 1}, past the end of the file "
+                f"({len(have)} lines)")
     return msg + ". Re-read the file and make the patch from its current text."
 
 

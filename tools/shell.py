@@ -20,17 +20,15 @@ from agentloop.errors import ToolError
 from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult
 from tools._sandbox import (
-    group_alive,
-    kill_group,
+    MARK_VAR,
     output_cap,
-    process_groups,
+    process_jail,
     subprocess_env,
     tool_timeout,
     workspace,
 )
 
 LINGER_S = 0.5  # after bash exits, how long background holders of its pipes may keep writing
-_READ = 65536
 
 
 class _Capture:
@@ -79,11 +77,29 @@ class _Capture:
                 + (tail_t[-keep_tail:] if keep_tail else ""))
 
 
-async def _pump(stream: asyncio.StreamReader | None, sink: _Capture) -> None:
-    if stream is None:
-        return
-    while chunk := await stream.read(_READ):
-        sink.feed(chunk)
+class _Protocol(asyncio.SubprocessProtocol):
+    """Feeds the two captures; tells apart "bash exited" from "every pipe holder is gone".
+
+    (In Python 3.11 ``Process.wait()`` waits for the pipes too, so a background child holding
+    them would hide the command's own exit.)
+    """
+
+    def __init__(self, out: _Capture, err: _Capture) -> None:
+        loop = asyncio.get_running_loop()
+        self.captures = {1: out, 2: err}
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.closed: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
+        self.captures[fd].feed(data if isinstance(data, bytes) else data.encode())
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
 
 
 @dataclass(frozen=True)
@@ -113,47 +129,43 @@ def _effective_timeout(ctx: ToolContext, requested: float | None) -> float:
 async def execute(ctx: ToolContext, command: str, timeout_s: float) -> Outcome:
     """Run ``bash -c command`` in the workspace; kill its process group on timeout or cancel."""
     cap = output_cap(ctx)
-    groups = await process_groups(ctx)
-    started = time.perf_counter()
-    proc = await asyncio.create_subprocess_exec(
-        "bash", "-c", command, cwd=workspace(ctx), env=subprocess_env(ctx),
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, start_new_session=True)
-    pgid = proc.pid  # a new session: its leader's pid is the group id
-    groups.add(pgid)
+    jail = await process_jail(ctx)
+    mark = jail.new_mark()
     out, err = _Capture(cap), _Capture(cap)
-    readers = [asyncio.create_task(_pump(proc.stdout, out)),
-               asyncio.create_task(_pump(proc.stderr, err))]
+    loop = asyncio.get_running_loop()
+    started = time.perf_counter()
+    transport, proto = await loop.subprocess_exec(
+        lambda: _Protocol(out, err), "bash", "-c", command, cwd=workspace(ctx),
+        env={**subprocess_env(ctx), MARK_VAR: mark}, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+    pgid = transport.get_pid()  # a new session: its leader's pid is the group id
+    jail.live[pgid] = mark
     timed_out = lingering = False
     try:
         try:
             async with asyncio.timeout(timeout_s):
-                await proc.wait()
+                await asyncio.shield(proto.exited)
         except TimeoutError:
             timed_out = True
-            kill_group(pgid)
-            await proc.wait()
-        _, pending = await asyncio.wait(readers, timeout=LINGER_S)
-        if pending:  # background processes still hold the pipes
+            jail.kill(pgid, mark)
+            await proto.exited
+        done, _ = await asyncio.wait([proto.closed], timeout=LINGER_S)
+        if not done:  # background processes still hold the pipes
             lingering = True
-            kill_group(pgid)
-            _, pending = await asyncio.wait(pending, timeout=2.0)
-            for task in pending:  # a process that left the group (setsid) keeps the pipe
-                task.cancel()
-            await asyncio.gather(*readers, return_exceptions=True)
+            jail.kill(pgid, mark)
+            await asyncio.wait([proto.closed], timeout=2.0)
     except BaseException:  # cancelled (or worse): nothing may outlive us
-        kill_group(pgid)
-        for task in readers:
-            task.cancel()
-        await asyncio.gather(*readers, return_exceptions=True)
-        await asyncio.shield(proc.wait())
+        jail.kill(pgid, mark)
+        await asyncio.wait([proto.exited], timeout=5.0)
         raise
     finally:
-        alive = group_alive(pgid)
+        transport.close()  # a holder that left the session must not keep our pipes open
+        alive = jail.alive(pgid, mark)
         if not alive:
-            groups.discard(pgid)
-    return Outcome(exit_code=proc.returncode if proc.returncode is not None else -1,
-                   stdout=out, stderr=err, timed_out=timed_out, timeout_s=timeout_s,
+            del jail.live[pgid]
+    code = transport.get_returncode()
+    return Outcome(exit_code=code if code is not None else -1, stdout=out, stderr=err,
+                   timed_out=timed_out, timeout_s=timeout_s,
                    duration_s=time.perf_counter() - started, killed_lingering=lingering,
                    still_running=alive)
 

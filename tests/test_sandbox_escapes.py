@@ -1,0 +1,269 @@
+"""The escape battery: every way out of the sandbox we could think of, each refused (zero escapes)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tools
+from agentloop.context import RunContext, scrubbed_env
+from agentloop.types import ToolResult
+
+SECRET = "TOP-SECRET-CONTENT-7f3a"
+
+
+@pytest.fixture
+async def ctx(tmp_path: Path):
+    """A workspace inside tmp_path with symlinks pointing in and out; 'outside' holds a secret."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text(SECRET + "\n")
+    (tmp_path / "outside.txt").write_text(SECRET + "\n")
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "inside.txt").write_text("inside\n")
+    (ws / "link_in").symlink_to(ws / "inside.txt")
+    (ws / "link_out").symlink_to(tmp_path / "outside.txt")
+    (ws / "rel_out").symlink_to("../outside.txt")
+    (ws / "dir_out").symlink_to(outside)
+    (ws / "dangling_out").symlink_to(tmp_path / "not-yet.txt")
+    (ws / "chain").symlink_to("link_out")
+    (ws / "sub" / "deep_out").symlink_to("../../outside")
+    c = RunContext(workspace=ws.resolve(),
+                   settings={"tool_timeout_s": 20, "output_cap": 3000,
+                             "browser_args": ["--host-resolver-rules=MAP evil.test 127.0.0.1"]})
+    yield c
+    await c.aclose()
+
+
+async def call(ctx: RunContext, name: str, **args: Any) -> ToolResult:
+    return await tools.registry()[name](ctx, args)
+
+
+def untouched(root: Path) -> None:
+    """Nothing outside the workspace changed: same files, same secret."""
+    assert sorted(p.name for p in root.iterdir()) == ["outside", "outside.txt", "ws"]
+    assert (root / "outside.txt").read_text() == SECRET + "\n"
+    assert sorted(p.name for p in (root / "outside").iterdir()) == ["secret.txt"]
+    assert (root / "outside" / "secret.txt").read_text() == SECRET + "\n"
+
+
+PATH_ESCAPES: list[tuple[str, dict[str, Any]]] = [
+    ("read_file", {"path": "../outside.txt"}),
+    ("read_file", {"path": "/etc/passwd"}),
+    ("read_file", {"path": "{root}/outside.txt"}),
+    ("read_file", {"path": "sub/../../outside.txt"}),
+    ("read_file", {"path": "link_out"}),
+    ("read_file", {"path": "rel_out"}),
+    ("read_file", {"path": "chain"}),
+    ("read_file", {"path": "dir_out/secret.txt"}),
+    ("read_file", {"path": "sub/deep_out/secret.txt"}),
+    ("read_file", {"path": "~/.bashrc"}),
+    ("read_file", {"path": "inside.txt\x00../outside.txt"}),
+    ("write_file", {"path": "../pwned.txt", "content": "x"}),
+    ("write_file", {"path": "dir_out/pwned.txt", "content": "x"}),
+    ("write_file", {"path": "dangling_out", "content": "x"}),
+    ("write_file", {"path": "link_out", "content": "x"}),
+    ("edit_file", {"path": "link_out", "old_text": SECRET, "new_text": "gone"}),
+    ("edit_file", {"path": "dir_out/secret.txt", "old_text": SECRET, "new_text": "gone"}),
+    ("list_files", {"path": ".."}),
+    ("list_files", {"path": "dir_out"}),
+    ("search", {"pattern": "SECRET", "path": ".."}),
+    ("search", {"pattern": "SECRET", "path": "dir_out"}),
+    ("apply_patch", {"patch": "--- /dev/null\n+++ b/../pwned.txt\n@@ -0,0 +1 @@\n+x\n"}),
+    ("apply_patch", {"patch": f"--- a/link_out\n+++ b/link_out\n@@ -1 +1 @@\n-{SECRET}\n+gone\n"}),
+    ("apply_patch", {"patch": "--- a/inside.txt\n+++ b/dir_out/moved.txt\n@@ -1 +1 @@\n"
+                              "-inside\n+moved\n"}),
+    ("browser_screenshot", {"path": "../shot.png"}),
+    ("browser_open", {"url": "file:///etc/passwd"}),
+    ("browser_open", {"url": "file://{root}/outside.txt"}),
+    ("browser_open", {"url": "file://{root}/ws/link_out"}),
+    ("browser_open", {"url": "http://example.com/"}),
+    ("browser_open", {"url": "https://evil.test/"}),
+    ("browser_open", {"url": "ftp://127.0.0.1/"}),
+    ("browser_open", {"url": "chrome://version"}),
+]
+
+
+@pytest.mark.parametrize(("tool", "args"), PATH_ESCAPES,
+                         ids=[f"{t}:{next(iter(a.values()))[:40]!r}" for t, a in PATH_ESCAPES])
+async def test_escape_is_refused(ctx: RunContext, tool: str, args: dict[str, Any]) -> None:
+    """A path or URL leading out of the workspace is refused and nothing outside changes."""
+    root = Path(ctx.workspace).parent
+    args = {k: v.replace("{root}", str(root)) if isinstance(v, str) else v
+            for k, v in args.items()}
+    r = await call(ctx, tool, **args)
+    assert r.ok is False, r.output
+    assert SECRET not in r.output
+    assert ("outside the workspace" in r.output or "not an allowed host" in r.output
+            or "scheme is not allowed" in r.output or "NUL byte" in r.output), r.output
+    untouched(root)
+    assert not (root / "pwned.txt").exists() and not (root / "not-yet.txt").exists()
+
+
+async def test_symlink_inside_is_allowed(ctx: RunContext) -> None:
+    """A symlink whose target stays inside the workspace works (the rule is not over-broad)."""
+    r = await call(ctx, "read_file", path="link_in")
+    assert r.ok and "inside" in r.output
+
+
+async def test_workspace_search_skips_symlinks_out(ctx: RunContext) -> None:
+    """Searching the whole workspace never reads a file through a symlink leading out."""
+    r = await call(ctx, "search", pattern="SECRET|inside")
+    assert r.ok
+    assert SECRET not in r.output
+    assert r.output.splitlines() == ["inside.txt:1: inside", "link_in:1: inside"]
+
+
+async def test_listing_shows_but_does_not_follow_links_out(ctx: RunContext) -> None:
+    """A recursive listing names links out of the workspace without listing what is behind them."""
+    r = await call(ctx, "list_files", recursive=True)
+    assert "secret.txt" not in r.output
+    assert "dir_out -> " in r.output
+
+
+@pytest.mark.parametrize("name", ["OPENAI_API_KEY", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY",
+                                  "DB_PASSWORD"])
+async def test_secrets_in_parent_env_do_not_leak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 name: str) -> None:
+    """A secret in the parent's environment is absent from what `env` prints inside run."""
+    value = "sk-leak-" + name.lower() + "-0123456789abcdef"
+    monkeypatch.setenv(name, value)
+    c = RunContext(workspace=tmp_path.resolve())
+    try:
+        r = await tools.registry()["run"](c, {"command": "env"})
+    finally:
+        await c.aclose()
+    assert r.ok and "PATH=" in r.output
+    assert name not in r.output and value not in r.output
+
+
+async def test_secrets_in_context_env_are_dropped(tmp_path: Path) -> None:
+    """Even a context env that carries secret-named keys gives the subprocess none of them."""
+    env = {**scrubbed_env(), "OPENAI_API_KEY": "sk-abcdefghijklmnop", "MY_TOKEN": "t0k3n-xyz",
+           "HARMLESS": "visible-value"}
+    c = RunContext(workspace=tmp_path.resolve(), env=env)
+    try:
+        r = await tools.registry()["run"](c, {"command": "env"})
+    finally:
+        await c.aclose()
+    assert "HARMLESS=visible-value" in r.output
+    assert "sk-abcdefghijklmnop" not in r.output and "t0k3n-xyz" not in r.output
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie awaiting its reaper counts as dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+async def wait_dead(pids: list[int], within_s: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        await asyncio.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+ORPHAN_MAKERS = {
+    "child": "sleep 300 & echo $! >> pids; sleep 300",
+    "subshell_grandchild": "(sleep 300 & echo $! >> pids; wait) & sleep 300",
+    "detached_grandchild": "( (sleep 300 > /dev/null 2>&1 & echo $! >> pids) ) ; sleep 300",
+    "nohup": "nohup sleep 300 > /dev/null 2>&1 & echo $! >> pids; sleep 300",
+    "new_group": "python3 -c 'import os,time; os.setpgid(0,0); open(\"pids\",\"a\").write("
+                 "str(os.getpid())+\"\\n\"); time.sleep(300)' & sleep 300",
+    "new_session": "setsid sleep 300 > /dev/null 2>&1 & echo $! >> pids; sleep 300",
+    "ignores_term": "bash -c 'trap \"\" TERM HUP; echo $$ >> pids; sleep 300' & sleep 300",
+}
+
+
+@pytest.mark.parametrize("maker", sorted(ORPHAN_MAKERS))
+async def test_timeout_leaves_no_orphans(ctx: RunContext, maker: str) -> None:
+    """A timed-out command's children and background grandchildren are all gone, checked by pid."""
+    r = await call(ctx, "run", command=ORPHAN_MAKERS[maker], timeout_s=1.5)
+    assert r.data["timed_out"] is True
+    pids = [int(x) for x in (Path(ctx.workspace) / "pids").read_text().split()]
+    assert pids
+    assert await wait_dead(pids) == [], f"survivors: {pids}"
+
+
+async def test_run_end_kills_redirected_background(ctx: RunContext) -> None:
+    """Background processes that outlive their command are gone once the run's context closes."""
+    r = await call(ctx, "run", command="(sleep 300 > /dev/null 2>&1 & echo $! >> pids); "
+                                       "setsid sleep 300 > /dev/null 2>&1 & echo $! >> pids")
+    assert r.ok
+    pids = [int(x) for x in (Path(ctx.workspace) / "pids").read_text().split()]
+    await ctx.aclose()
+    assert await wait_dead(pids) == []
+
+
+HUGE: dict[str, Callable[[RunContext], Awaitable[ToolResult]]] = {
+    "run_stdout": lambda c: call(c, "run", command="head -c 20000000 /dev/urandom | base64"),
+    "run_stderr": lambda c: call(c, "run", command="head -c 5000000 /dev/zero | tr '\\0' e >&2"),
+    "read_file": lambda c: call(c, "read_file", path="big.txt"),
+    "search": lambda c: call(c, "search", pattern="needle", max_results=100000),
+    "list_files": lambda c: call(c, "list_files", path="many", max_entries=100000),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HUGE))
+async def test_huge_outputs_are_capped(ctx: RunContext, kind: str) -> None:
+    """Whatever produces a huge output, the model gets at most the cap, and the cut is stated."""
+    ws = Path(ctx.workspace)
+    (ws / "big.txt").write_text("needle " * 20 + "\n" + ("needle in a haystack\n" * 60_000))
+    (ws / "many").mkdir()
+    for i in range(2000):
+        (ws / "many" / f"file_{i:05d}.txt").touch()
+    r = await HUGE[kind](ctx)
+    assert len(r.output) <= 3000
+    assert "capped at 3,000 chars" in r.output
+
+
+async def test_browser_blocks_redirects_and_subrequests(ctx: RunContext) -> None:
+    """A loopback page cannot redirect, fetch or link the browser to a non-allowed host or file."""
+    hits: list[str] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode()
+        target = head.split()[1]
+        host = next(ln.split(":", 1)[1].strip() for ln in head.splitlines()
+                    if ln.lower().startswith("host:"))
+        hits.append(f"{host}{target}")
+        port = writer.get_extra_info("sockname")[1]
+        if target == "/redirect":
+            writer.write(f"HTTP/1.1 302 Found\r\nLocation: http://evil.test:{port}/stolen\r\n"
+                         f"Content-Length: 0\r\nConnection: close\r\n\r\n".encode())
+        else:
+            body = (f"<p>page</p><a id=f href='file:///etc/hostname'>f</a><script>"
+                    f"fetch('http://evil.test:{port}/fetched').catch(()=>{{}});"
+                    f"new Image().src='http://evil.test:{port}/img';</script>").encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        r = await call(ctx, "browser_open", url=f"http://127.0.0.1:{port}/redirect")
+        assert r.ok is False
+        r = await call(ctx, "browser_open", url=f"http://127.0.0.1:{port}/page")
+        assert r.ok, r.output
+        await asyncio.sleep(0.5)  # let the page's script try its requests
+        r = await call(ctx, "browser_click", selector="#f")
+        r = await call(ctx, "browser_text")
+        assert "localhost" not in r.output and os.uname().nodename not in r.output
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert not [h for h in hits if "evil.test" in h], hits
+    assert f"127.0.0.1:{port}/redirect" in hits
