@@ -8,6 +8,8 @@ process pinned to the other core, so the CPU time measured here is the client's 
    SDK's typed stream (``client.responses.create(stream=True)``, ``async for event``), and the
    bare transport (``aiter_bytes`` drained, no parsing) as the floor. Cost = client CPU / events.
    Target: the raw path at most a tenth of the typed stream.
+0. Request building for one step of an 80-message conversation: this client's BodyBuilder (encoded
+   prefix reused) against the SDK's parameter transform that ``create()`` runs on every call.
 2. 64 concurrent streams at 750 tok/s through one OpenAIClient in this process (pinned to one
    core): measured mean output_tps against the server's 750. Target: within 1%.
 """
@@ -275,8 +277,36 @@ async def part3(streams: int = 64, tps: float = 750.0, tokens: int = 1500) -> No
           f"client CPU {100 * cpu / wall:.0f}% of one core over {wall:.1f} s")
 
 
+async def part0(messages: int = 80) -> None:
+    from openai._utils import async_maybe_transform
+    from openai.types.responses.response_create_params import ResponseCreateParamsStreaming
+
+    from agentloop.clients._wire import BodyBuilder, responses_items
+
+    print(f"0. request building, one step of a {messages}-message conversation (Responses)")
+    history = tuple(Message("user" if i % 2 else "assistant", "word " * 200)
+                    for i in range(messages))
+    builder = BodyBuilder("responses", "m", {})
+    builder.build(history, ())
+    n = 50
+    t0 = time.perf_counter()
+    for i in range(n):
+        history = (*history, Message("user", f"step {i}"))
+        builder.build(history, ())
+    ours = (time.perf_counter() - t0) / n
+    items = [item for m in history for item in responses_items(m)]
+    t0 = time.perf_counter()
+    for _ in range(10):
+        await async_maybe_transform({"model": "m", "input": items, "stream": True},
+                                    ResponseCreateParamsStreaming)
+    sdk = (time.perf_counter() - t0) / 10
+    print(f"   SDK parameter transform: {sdk * 1e3:7.3f} ms/step;  BodyBuilder: "
+          f"{ours * 1e3:7.3f} ms/step (recorded as build_ns in every model span)")
+
+
 async def main() -> None:
     pin(0)
+    await part0()
     await part1()
     await part2()
     await part2(per_chunk=4)
