@@ -105,16 +105,18 @@ async def test_tool_calls_are_assembled_exactly_across_turns(api: str) -> None:
 @pytest.mark.parametrize("api", APIS)
 async def test_tool_only_turn_starts_the_visible_clock_at_the_first_argument(api: str) -> None:
     """A turn with only tool calls: t_first_visible is the first argument delta, not the header."""
-    profile = SpeedProfile(base_latency_s=0.3, prefill_tps=0, output_tps=100)
-    script = [ScriptTurn(tool_calls=(ScriptToolCall("read_file", ARGS_A),))]
+    profile = SpeedProfile(base_latency_s=0.4, prefill_tps=0, output_tps=100)
+    args = '{"paths": [' + ", ".join(f'"src/mod{i}.py"' for i in range(12)) + "]}"  # 103 tokens
+    script = [ScriptTurn(tool_calls=(ScriptToolCall("read_file", args),))]
     async with SimServer(profile=profile, script=script) as sim:
         client = OpenAIClient(tier(api, profile), base_url=sim.base_url)
         try:
             r = await client.complete(ModelRequest((SYSTEM, USER), (READ,), 0))
         finally:
             await client.aclose()
-    assert r.text == "" and r.tool_calls[0].arguments == ARGS_A
-    assert seconds(r.timing.t_send, r.timing.t_first_visible) == pytest.approx(0.3, rel=0.05)
+    assert r.text == "" and r.tool_calls[0].arguments == args
+    assert r.usage.output_tokens == count_tokens(args)
+    assert seconds(r.timing.t_send, r.timing.t_first_visible) == pytest.approx(0.4, rel=0.05)
     v = r.usage.visible_tokens
     assert (v - 1) / seconds(r.timing.t_first_visible, r.timing.t_last) == pytest.approx(
         100, rel=0.05)
