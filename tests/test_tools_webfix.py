@@ -26,7 +26,7 @@ def test_task_file_validates() -> None:
 
 
 async def test_script_played_through_the_tools_succeeds(tmp_path: Path) -> None:
-    """Each scripted call works on a fresh copy, the tests go red then green, success passes."""
+    """Played turn by turn (a turn's calls concurrently, as the runner does), the script works."""
     task = load_task(TASK, set(tools.registry()))
     assert task.workspace is not None
     work = tmp_path / "run"
@@ -39,12 +39,12 @@ async def test_script_played_through_the_tools_succeeds(tmp_path: Path) -> None:
     summary = ""
     try:
         for turn in task.script:
-            for call in turn.tool_calls:
-                args = orjson.loads(call.arguments.replace("{workspace}", str(work.resolve())))
-                if call.name == "finish":
-                    summary = args["summary"]
-                    continue
-                results.append((call.name, await registry[call.name](ctx, args)))
+            calls = [(c.name, orjson.loads(c.arguments.replace("{workspace}", str(work.resolve()))))
+                     for c in turn.tool_calls]
+            summary = next((a["summary"] for name, a in calls if name == "finish"), summary)
+            calls = [(name, a) for name, a in calls if name != "finish"]
+            outs = await asyncio.gather(*(registry[name](ctx, a) for name, a in calls))
+            results.extend(zip([name for name, _ in calls], outs, strict=True))
     finally:
         await ctx.aclose()
     tests = [r for name, r in results if name == "run_tests"]
