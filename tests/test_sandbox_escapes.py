@@ -135,7 +135,7 @@ async def test_secrets_in_parent_env_do_not_leak(tmp_path: Path, monkeypatch: py
     """A secret in the parent's environment is absent from what `env` prints inside run."""
     value = "sk-leak-" + name.lower() + "-0123456789abcdef"
     monkeypatch.setenv(name, value)
-    c = RunContext(workspace=tmp_path.resolve())
+    c = RunContext(workspace=tmp_path)
     try:
         r = await tools.registry()["run"](c, {"command": "env"})
     finally:
@@ -148,7 +148,7 @@ async def test_secrets_in_context_env_are_dropped(tmp_path: Path) -> None:
     """Even a context env that carries secret-named keys gives the subprocess none of them."""
     env = {**scrubbed_env(), "OPENAI_API_KEY": "sk-abcdefghijklmnop", "MY_TOKEN": "t0k3n-xyz",
            "HARMLESS": "visible-value"}
-    c = RunContext(workspace=tmp_path.resolve(), env=env)
+    c = RunContext(workspace=tmp_path, env=env)
     try:
         r = await tools.registry()["run"](c, {"command": "env"})
     finally:
@@ -168,7 +168,7 @@ def alive(pid: int) -> bool:
 
 async def wait_dead(pids: list[int], within_s: float = 5.0) -> list[int]:
     deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
+    while time.monotonic() < deadline and any(alive(p) for p in pids):  # noqa: ASYNC110  no event says a pid died
         await asyncio.sleep(0.05)
     return [p for p in pids if alive(p)]
 

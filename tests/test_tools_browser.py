@@ -157,7 +157,7 @@ async def test_allow_hosts(ctx: RunContext, site: Site) -> None:
 
 async def test_missing_element_fails_clearly(tmp_path: Path, site: Site) -> None:
     """Clicking an element that never appears fails with Playwright's reason, within the timeout."""
-    c = RunContext(workspace=tmp_path.resolve(), settings={"tool_timeout_s": 2})
+    c = RunContext(workspace=tmp_path, settings={"tool_timeout_s": 2})
     try:
         await tools.registry()["browser_open"](c, {"url": site.url})
         r = await tools.registry()["browser_click"](c, {"selector": "#nope"})
@@ -169,7 +169,7 @@ async def test_missing_element_fails_clearly(tmp_path: Path, site: Site) -> None
 
 async def test_browser_closes_at_run_end(tmp_path: Path, site: Site) -> None:
     """The run's exit stack closes the browser: its page is closed afterwards."""
-    c = RunContext(workspace=tmp_path.resolve())
+    c = RunContext(workspace=tmp_path)
     await tools.registry()["browser_open"](c, {"url": site.url})
     s = await session(c)
     assert not s.page.is_closed()
@@ -179,7 +179,7 @@ async def test_browser_closes_at_run_end(tmp_path: Path, site: Site) -> None:
 
 async def test_no_browser_says_how_to_install(tmp_path: Path) -> None:
     """Without a usable Chromium the result says how to install one."""
-    c = RunContext(workspace=tmp_path.resolve(),
+    c = RunContext(workspace=tmp_path,
                    settings={"browser_executable": "/nonexistent/chromium"})
     try:
         r = await tools.registry()["browser_open"](c, {"url": "about:blank"})

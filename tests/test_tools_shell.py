@@ -76,7 +76,7 @@ async def test_run_timeout_kills_group(ctx: RunContext, tmp_path: Path) -> None:
 
 async def test_run_timeout_is_capped_by_settings(tmp_path: Path) -> None:
     """A requested timeout longer than the run's tool timeout is cut to (just under) it."""
-    c = RunContext(workspace=tmp_path.resolve(), settings={"tool_timeout_s": 1.0})
+    c = RunContext(workspace=tmp_path, settings={"tool_timeout_s": 1.0})
     try:
         started = time.monotonic()
         r = await tools.registry()["run"](c, {"command": "sleep 30", "timeout_s": 100})
@@ -105,7 +105,7 @@ async def test_cancelling_run_kills_the_group(ctx: RunContext) -> None:
 
 async def test_background_server_survives_until_run_end(tmp_path: Path) -> None:
     """A redirected background process outlives its command and is killed when the run ends."""
-    c = RunContext(workspace=tmp_path.resolve(), settings={"tool_timeout_s": 20})
+    c = RunContext(workspace=tmp_path, settings={"tool_timeout_s": 20})
     r = await tools.registry()["run"](c, {"command": "sleep 60 > /dev/null 2>&1 & echo $!"})
     pid = int(r.output.split("--- stdout ---\n")[1].split()[0])
     assert "still running" in r.output

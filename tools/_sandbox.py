@@ -21,7 +21,6 @@ import ipaddress
 import os
 import signal
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from agentloop.errors import ToolError
@@ -175,7 +174,7 @@ MARK_VAR = "AGENTLOOP_TOOL_RUN"
 
 def _proc_table() -> list[tuple[int, int, int, int]]:
     """(pid, ppid, pgrp, session) of every live (not zombie) process, from /proc."""
-    rows = []
+    rows: list[tuple[int, int, int, int]] = []
     try:
         names = os.listdir("/proc")
     except OSError:

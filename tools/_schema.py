@@ -141,9 +141,8 @@ def _coerce(name: str, tp: Any, value: Any) -> Any:
             if item is Any:
                 return value
             return [_coerce(f"{name}[{i}]", item, v) for i, v in enumerate(value)]
-    elif origin is dict or tp is dict:
-        if isinstance(value, dict):
-            return value
+    elif (origin is dict or tp is dict) and isinstance(value, dict):
+        return value
     raise ArgumentError(f"argument '{name}' must be {_article(want)} {want}; "
                         f"got {_json_kind(value)} {_short(value)}")
 
