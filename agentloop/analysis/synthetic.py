@@ -182,7 +182,7 @@ def agent_lines(steps: int, tools_per_step: int = 3, tps: float = 60.0,
         yield dumps({"type": "span_start", "id": m, "parent": st, "kind": "model",
                      "name": "chat synthetic", "t": t, "after": prev_tools, "attrs": {"step": k}})
         r, v = (k * 37) % 200, 20 + (k * 13) % 100
-        attrs = model_attrs(t + 2_000_000, 300_000_000, r, v, tps, input_tokens=2000 + 10 * k,
+        attrs = model_attrs(t + 2_000_000, 300_000_000, r, v, tps, input_tokens=2000 + 10 * (k % 1000),
                             tail_ns=1_000_000, step=k)
         t = attrs["timing"]["t_end"] + 500_000
         yield dumps({"type": "span_end", "id": m, "t": t, "status": "ok", "attrs": attrs})

@@ -41,7 +41,7 @@ from typing import Any
 
 from agentloop.analysis._table import pct, ratio, secs, table
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, MODEL_PARTS, tool_category
-from agentloop.analysis.graph import Graph, critical_path, retime
+from agentloop.analysis.graph import Graph, critical_path, gc_paused, retime, retime_pair
 from agentloop.errors import ConfigError
 from agentloop.tiers import SpeedProfile
 
@@ -187,16 +187,34 @@ def predict_ns(g: Graph, sc: Scenario) -> int:
     return retime(g, durations(g, new_parts(g, sc)))[2]
 
 
+def _curve(g: Graph, p: float, ks: tuple[float, ...]
+           ) -> tuple[int, tuple[tuple[float, int], ...]]:
+    """Ceiling and speedup curve (output x K, base / P): one lockstep pass when the run's time is
+    affine in 1/K (:func:`retime_pair`), else one pass per point."""
+    fast = Scenario("ceiling", speedup=math.inf, prefill_speedup=p)
+    slow = Scenario("curve", speedup=1, prefill_speedup=p)
+    ends = retime_pair(g, durations(g, new_parts(g, fast)), durations(g, new_parts(g, slow)))
+    if ends is not None:
+        t_inf, t_one = ends
+        return t_inf, tuple((float(k), round(t_inf + (t_one - t_inf) / k)) for k in ks)
+    ceiling = predict_ns(g, fast)
+    return ceiling, tuple((float(k), predict_ns(g, Scenario("curve", speedup=k,
+                                                               prefill_speedup=p))) for k in ks)
+
+
 def whatif(g: Graph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> WhatIf:
     """Re-time ``g`` under ``sc``: predicted total, ceiling, contributions and speedup curve."""
+    with gc_paused():
+        return _whatif(g, sc, curve)
+
+
+def _whatif(g: Graph, sc: Scenario, curve: tuple[float, ...]) -> WhatIf:
     parts = new_parts(g, sc)
     S, E, predicted = retime(g, durations(g, parts))
     new_cats, new_steps = path_breakdown(g, critical_path(g, S, E, predicted), parts)
     old_cats, old_steps = path_breakdown(g, critical_path(g, g.t0, g.t1, g.end_ns), None)
     p = 1.0 if sc.profile is not None else sc.prefill_speedup
-    ceiling = predict_ns(g, Scenario("ceiling", speedup=math.inf, prefill_speedup=p))
-    points = tuple((float(k), predict_ns(g, Scenario("curve", speedup=k, prefill_speedup=p)))
-                   for k in curve)
+    ceiling, points = _curve(g, p, curve)
     cats = tuple(Contribution(c, old_cats.get(c, 0), new_cats.get(c, 0))
                  for c in category_order(set(old_cats) | set(new_cats)))
     step_ids = sorted(set(old_steps) | set(new_steps))

@@ -8,9 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.analysis.compare import compare, compare_json, render_compare
-from agentloop.analysis.graph import build_graph
+from agentloop.analysis.graph import build_graph, load_quickly
 from agentloop.commands.report import emit_json
-from agentloop.trace.reader import load_trace
 
 
 def register(sub: Any) -> None:
@@ -26,8 +25,8 @@ def register(sub: Any) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    a = await asyncio.to_thread(load_trace, args.a)
-    b = await asyncio.to_thread(load_trace, args.b)
+    a = await asyncio.to_thread(load_quickly, args.a)
+    b = await asyncio.to_thread(load_quickly, args.b)
     result = compare(build_graph(a), build_graph(b))
     if args.json:
         emit_json(compare_json(result))

@@ -10,9 +10,8 @@ from typing import Any
 
 import orjson
 
-from agentloop.analysis.graph import build_graph
+from agentloop.analysis.graph import build_graph, load_quickly
 from agentloop.analysis.report import build_report, render_report, report_json
-from agentloop.trace.reader import load_trace
 
 
 def register(sub: Any) -> None:
@@ -30,7 +29,7 @@ def emit_json(data: dict[str, Any]) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    trace = await asyncio.to_thread(load_trace, args.trace)
+    trace = await asyncio.to_thread(load_quickly, args.trace)
     report = build_report(build_graph(trace))
     if args.json:
         emit_json(report_json(report))

@@ -7,11 +7,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from agentloop.analysis.graph import build_graph
+from agentloop.analysis.graph import build_graph, load_quickly
 from agentloop.analysis.whatif import Scenario, render_whatif, whatif, whatif_json
 from agentloop.commands.report import emit_json
 from agentloop.tiers import get_tier, load_tiers
-from agentloop.trace.reader import load_trace
 
 
 def register(sub: Any) -> None:
@@ -38,7 +37,7 @@ async def main(args: argparse.Namespace) -> int:
         scenario = Scenario.tier(tier.name, tier.profile)
     else:
         scenario = Scenario.multipliers(args.speedup, args.prefill_speedup)
-    trace = await asyncio.to_thread(load_trace, args.trace)
+    trace = await asyncio.to_thread(load_quickly, args.trace)
     result = whatif(build_graph(trace), scenario)
     if args.json:
         emit_json(whatif_json(result))
