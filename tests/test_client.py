@@ -36,7 +36,7 @@ def seconds(a: int | None, b: int | None) -> float:
 async def test_ttft_and_output_tps_match_the_pacing(api: str) -> None:
     """ttft ~ base + input/prefill and output_tps ~ the profile's rate, within a few percent."""
     profile = SpeedProfile(base_latency_s=0.35, prefill_tps=20000, output_tps=150)
-    async with SimServer(profile=profile, filler_tokens=120) as sim:
+    async with SimServer(profile=profile, filler_tokens=300) as sim:  # 2 s of decode
         client = OpenAIClient(tier(api, profile), base_url=sim.base_url)
         try:
             await client.complete(ModelRequest((SYSTEM, USER), (), 0))  # warm the connection
@@ -44,15 +44,15 @@ async def test_ttft_and_output_tps_match_the_pacing(api: str) -> None:
         finally:
             await client.aclose()
     t, u = r.timing, r.usage
-    assert u.output_tokens == 120 and u.reasoning_tokens == 0
+    assert u.output_tokens == 300 and u.reasoning_tokens == 0
     expected_ttft = 0.35 + u.input_tokens / 20000
     assert seconds(t.t_send, t.t_first) == pytest.approx(expected_ttft, rel=0.05)
     assert t.t_first == t.t_first_visible
     decode = seconds(t.t_first_visible, t.t_last)
-    assert (u.visible_tokens - 1) / decode == pytest.approx(150, rel=0.03)
+    assert (u.visible_tokens - 1) / decode == pytest.approx(150, rel=0.04)
     assert t.t_send <= t.t_hdr <= t.t_first <= t.t_last <= t.t_end  # type: ignore[operator]
     assert seconds(t.t_send, t.t_hdr) < 0.5 * expected_ttft  # headers come before the tokens
-    assert t.chunks >= 100 and t.build_ns > 0
+    assert t.chunks >= 250 and t.build_ns > 0
     assert r.attempts[-1].error is None and len(r.attempts) == 1
 
 
