@@ -266,3 +266,27 @@ def test_json_outputs_have_the_documented_keys():
     assert {"measured_s", "categories", "steps", "critical_path", "model_share",
             "complete", "in_flight"} <= set(r)
     assert r["steps"][1]["cumulative_s"] == pytest.approx(2.611)
+
+
+def test_time_before_the_run_span_is_not_run_time():
+    """Set-up before the run span opens (simulator start) is left out of measured and predicted."""
+    b = sequential_run([StepSpec(300 * MS, visible=61, tools=(("read", 500 * MS),)),
+                        StepSpec(300 * MS, visible=31)])
+    late = 700 * MS
+    for rec in b.records[1:]:
+        rec["t"] += late
+        timing = rec.get("attrs", {}).get("timing")
+        if timing:
+            for k in ("t_send", "t_hdr", "t_first", "t_first_visible", "t_last", "t_end"):
+                timing[k] += late
+            for a in rec["attrs"]["attempts"]:
+                a["t_start"] += late
+                a["t_end"] += late
+    g = build_graph(b.trace())
+    assert g.measured_ns == 2613 * MS
+    r = build_report(g)
+    assert r.measured_ns == 2613 * MS and sum(r.critical.values()) == 2613 * MS
+    assert [s.cumulative_ns for s in r.steps] == [1806 * MS, 2611 * MS]
+    w = whatif(g, Scenario.multipliers(2))
+    assert (w.measured_ns, w.predicted_ns) == (2613 * MS, 1863 * MS)
+    assert w.curve[0] == (1.0, 2613 * MS)

@@ -110,7 +110,7 @@ def compare(a: Graph, b: Graph) -> Comparison:
     cats = tuple(Row(c, pc[c].measured_ns if c in pc else 0,
                      pc[c].predicted_ns if c in pc else 0, b_cats.get(c, 0))
                  for c in category_order(set(pc) | set(b_cats)))
-    return Comparison(_task(a), tier_a, tier_b, w, b.end_ns, steps, cats, tuple(warnings))
+    return Comparison(_task(a), tier_a, tier_b, w, b.measured_ns, steps, cats, tuple(warnings))
 
 
 def _rows_json(rows: tuple[Row, ...]) -> list[dict[str, Any]]:

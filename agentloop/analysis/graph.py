@@ -39,11 +39,17 @@ class Graph:
     fin: dict[int, list[int]]  # after index i is placed, these parents' ends are known
     roots: list[int]
     end_ns: int  # the trace's own end instant (end record, else last instant seen)
+    start_ns: int  # the run span's start: setup before it (simulator, workspace) is not run time
     end_gap: int  # end instant minus the latest root end
     in_flight: list[bool]
     step_of: list[int]  # enclosing step span (itself for a step), -1 outside steps
     models: dict[int, ModelParts] = field(default_factory=dict)  # finished model leaves
     problems: list[str] = field(default_factory=list)
+
+    @property
+    def measured_ns(self) -> int:
+        """The run's end-to-end time: from the run span's start to the end record."""
+        return self.end_ns - self.start_ns
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -139,8 +145,9 @@ def _build(trace: Trace) -> Graph:
         last_desc[p] = ld = max(last_desc.get(c, c) for c in ks)
         fin.setdefault(ld, []).append(p)
     end_gap = end_ns - max((t1[r] for r in roots), default=end_ns)
+    start_ns = min((t0[r] for r in roots), default=0)
     g = Graph(trace, ids, kinds, names, par, aft, t0, t1, gap0, kids, gap1, fin, roots,
-              end_ns, end_gap, in_flight, step_of, problems=problems)
+              end_ns, start_ns, end_gap, in_flight, step_of, problems=problems)
     tps = fallback_tps(trace)
     g.models = {i: model_parts(spans[i].attrs, t1[i] - t0[i], tps)
                 for i, k in enumerate(kinds)
@@ -188,7 +195,7 @@ def retime(g: Graph, dur: list[int]) -> tuple[list[int], list[int], int]:
 
 def critical_path(g: Graph, S: list[int], E: list[int], total: int) -> list[tuple[int, int, bool]]:
     """Segments ``(span index, ns, is_gap)`` of the critical path, latest first; they sum to
-    ``total``. A gap segment is framework time owned by that span (-1: before/after the run).
+    ``total - g.start_ns``. A gap segment is framework time owned by that span (-1: before/after the run).
 
     Walking back from the end: a parent's end is decided by its latest-ending child (so of
     parallel tool calls only the longest branch counts); a span's start by its latest dependency
@@ -196,7 +203,7 @@ def critical_path(g: Graph, S: list[int], E: list[int], total: int) -> list[tupl
     """
     out: list[tuple[int, int, bool]] = []
     if not g.roots:
-        return [(-1, total, True)]
+        return [(-1, total - g.start_ns, True)]
     r = max(g.roots, key=E.__getitem__)
     out.append((-1, total - E[r], True))
     i, at_end = r, True
@@ -213,7 +220,7 @@ def critical_path(g: Graph, S: list[int], E: list[int], total: int) -> list[tupl
                 i = c
             continue
         p = par[i]
-        best, nxt, nxt_end = (S[p], p, False) if p >= 0 else (0, -1, False)
+        best, nxt, nxt_end = (S[p], p, False) if p >= 0 else (g.start_ns, -1, False)
         for a in aft[i]:
             if E[a] >= best:
                 best, nxt, nxt_end = E[a], a, True

@@ -31,7 +31,7 @@ class StepRow:
     input_tokens: int
     output_tokens: int
     reasoning_tokens: int
-    cumulative_ns: int  # the step's end instant: run time so far
+    cumulative_ns: int  # run time at the step's end (from the run span's start)
     in_flight: bool
 
 
@@ -105,7 +105,7 @@ def build_report(g: Graph) -> Report:
         complete=tr.complete, problems=tuple(tr.problems + g.problems),
         in_flight=tuple(f"{s.id} {s.kind} '{s.name}' open since {secs(s.t0)} s"
                         for s in tr.in_flight),
-        measured_ns=g.end_ns, critical={k: critical[k] for k in category_order(set(critical))},
+        measured_ns=g.measured_ns, critical={k: critical[k] for k in category_order(set(critical))},
         busy={k: busy[k] for k in category_order(set(busy))}, steps=tuple(steps), path=tuple(path))
 
 
@@ -127,8 +127,8 @@ def _step_row(g: Graph, i: int) -> StepRow:
             tools.append((_leaf_category(g, c).removeprefix("tool:"), g.t1[c] - g.t0[c]))
         elif g.kinds[c] == "model":  # in flight
             model["other"] += g.t1[c] - g.t0[c]
-    return StepRow(step_label(g, i), g.t0[i], g.t1[i] - g.t0[i], model, tuple(tools),
-                   n_in, n_out, n_r, g.t1[i], g.in_flight[i])
+    return StepRow(step_label(g, i), g.t0[i] - g.start_ns, g.t1[i] - g.t0[i], model,
+                   tuple(tools), n_in, n_out, n_r, g.t1[i] - g.start_ns, g.in_flight[i])
 
 
 def report_json(r: Report) -> dict[str, Any]:

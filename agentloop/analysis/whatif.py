@@ -11,6 +11,10 @@ recomputed by one forward pass over the spans in recorded start order (a topolog
   latest child's recorded end (closing bookkeeping); which child ends last may change;
 - the run's end instant (the end record) keeps its recorded gap after the root span's end.
 
+End-to-end time, measured or predicted, runs from the run span's start to the end record:
+set-up before the run span opens (starting the simulator, preparing the workspace) is not part
+of the agent's run and would not change on another tier.
+
 Nothing is rescaled linearly: only model spans get new durations, tools keep their measured
 durations, every gap is kept. With ``--speedup 1`` the pass reproduces the recorded instants.
 
@@ -154,25 +158,41 @@ def path_breakdown(g: Graph, segments: list[tuple[int, int, bool]],
     cats: dict[str, int] = {}
     steps: dict[int, int] = {}
     models, kinds, step_of = g.models, g.kinds, g.step_of
+    on_path: list[int] = []
+    framework = 0
+    cur, acc = -2, 0  # segments of one step come together: add them up before the dict
     for i, ns, gap in segments:
-        steps[step_of[i] if i >= 0 else -1] = steps.get(step_of[i] if i >= 0 else -1, 0) + ns
+        st = step_of[i] if i >= 0 else -1
+        if st != cur:
+            if acc or cur in steps:
+                steps[cur] = steps.get(cur, 0) + acc
+            cur, acc = st, 0
+        acc += ns
         if gap:
-            cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + ns
-            continue
-        m = models.get(i)
-        if m is not None:
-            b, r, d = (m.base, m.reasoning, m.decode) if parts is None else parts[i]
-            for name, v in (("base", b), ("reasoning", r), ("decode", d), ("tail", m.tail),
-                            ("wait", m.wait), ("retry", m.retry), ("overhead", m.overhead)):
-                cats[name] = cats.get(name, 0) + v
-            continue
-        if g.in_flight[i]:
-            cat = IN_FLIGHT
-        elif kinds[i] == "tool":
-            cat = tool_category(g.names[i], g.trace.spans[g.ids[i]].attrs)
-        else:  # a finished model span that had children, or a childless step: bookkeeping
-            cat = FRAMEWORK
-        cats[cat] = cats.get(cat, 0) + ns
+            framework += ns
+        elif i in models:
+            on_path.append(i)
+        else:
+            if g.in_flight[i]:
+                cat = IN_FLIGHT
+            elif kinds[i] == "tool":
+                cat = tool_category(g.names[i], g.trace.spans[g.ids[i]].attrs)
+            else:  # a finished model span that had children, or a childless step: bookkeeping
+                cat = FRAMEWORK
+            cats[cat] = cats.get(cat, 0) + ns
+    steps[cur] = steps.get(cur, 0) + acc
+    steps.pop(-2, None)
+    if on_path:
+        ms = [models[i] for i in on_path]
+        if parts is None:
+            new = [(m.base, m.reasoning, m.decode) for m in ms]
+        else:
+            new = [parts[i] for i in on_path]
+        for k, name in enumerate(("base", "reasoning", "decode")):
+            cats[name] = sum(t[k] for t in new)
+        for name in ("tail", "wait", "retry", "overhead"):
+            cats[name] = sum(getattr(m, name) for m in ms)
+    cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + framework
     return cats, steps
 
 
@@ -184,7 +204,7 @@ def category_order(names: set[str]) -> list[str]:
 
 def predict_ns(g: Graph, sc: Scenario) -> int:
     """End-to-end time (ns) of the run re-timed under ``sc`` (one forward pass)."""
-    return retime(g, durations(g, new_parts(g, sc)))[2]
+    return retime(g, durations(g, new_parts(g, sc)))[2] - g.start_ns
 
 
 def _curve(g: Graph, p: float, ks: tuple[float, ...]
@@ -195,7 +215,7 @@ def _curve(g: Graph, p: float, ks: tuple[float, ...]
     slow = Scenario("curve", speedup=1, prefill_speedup=p)
     ends = retime_pair(g, durations(g, new_parts(g, fast)), durations(g, new_parts(g, slow)))
     if ends is not None:
-        t_inf, t_one = ends
+        t_inf, t_one = ends[0] - g.start_ns, ends[1] - g.start_ns
         return t_inf, tuple((float(k), round(t_inf + (t_one - t_inf) / k)) for k in ks)
     ceiling = predict_ns(g, fast)
     return ceiling, tuple((float(k), predict_ns(g, Scenario("curve", speedup=k,
@@ -210,8 +230,8 @@ def whatif(g: Graph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> WhatIf
 
 def _whatif(g: Graph, sc: Scenario, curve: tuple[float, ...]) -> WhatIf:
     parts = new_parts(g, sc)
-    S, E, predicted = retime(g, durations(g, parts))
-    new_cats, new_steps = path_breakdown(g, critical_path(g, S, E, predicted), parts)
+    S, E, end = retime(g, durations(g, parts))
+    new_cats, new_steps = path_breakdown(g, critical_path(g, S, E, end), parts)
     old_cats, old_steps = path_breakdown(g, critical_path(g, g.t0, g.t1, g.end_ns), None)
     p = 1.0 if sc.profile is not None else sc.prefill_speedup
     ceiling, points = _curve(g, p, curve)
@@ -220,7 +240,7 @@ def _whatif(g: Graph, sc: Scenario, curve: tuple[float, ...]) -> WhatIf:
     step_ids = sorted(set(old_steps) | set(new_steps))
     steps = tuple(Contribution(step_label(g, s), old_steps.get(s, 0), new_steps.get(s, 0))
                   for s in step_ids)
-    return WhatIf(sc, g.end_ns, predicted, ceiling, cats, steps, points, g.trace.complete)
+    return WhatIf(sc, g.measured_ns, end - g.start_ns, ceiling, cats, steps, points, g.trace.complete)
 
 
 def step_label(g: Graph, i: int) -> str:
