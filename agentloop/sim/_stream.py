@@ -123,7 +123,8 @@ class StreamCut(Exception):
 
 async def emit(write: Callable[[bytes], None], plan: StreamPlan, sched: Schedule,
                tokens_per_chunk: int, faults: list[StreamFault],
-               is_closing: Callable[[], bool]) -> None:
+               is_closing: Callable[[], bool],
+               min_interval: Callable[[], float] = lambda: 0.0) -> None:
     """Write ``plan`` paced by ``sched``; raises StreamCut when a cut fault fires."""
     clock = asyncio.get_running_loop().time
     sleep = asyncio.sleep
@@ -155,6 +156,7 @@ async def emit(write: Callable[[bytes], None], plan: StreamPlan, sched: Schedule
         if delay > 0:
             await sleep(delay)
     g = 0  # visible tokens written so far
+    last_write = 0.0
     buf = b""
     last = plan.segments[-1] if plan.segments else None
     for seg in plan.segments:
@@ -165,7 +167,7 @@ async def emit(write: Callable[[bytes], None], plan: StreamPlan, sched: Schedule
             if pending and pending[0].after > g:
                 cap = min(cap, pending[0].after - g)
             stop = i + min(k, cap)
-            delay = sched.due(g + stop - i - 1) - clock()
+            delay = max(sched.due(g + stop - i - 1), last_write + min_interval()) - clock()
             if delay > 0:
                 await sleep(delay)
             if is_closing():
@@ -180,6 +182,7 @@ async def emit(write: Callable[[bytes], None], plan: StreamPlan, sched: Schedule
                 buf += plan.render(seg.close)
             fault_now = bool(pending) and pending[0].after == g
             if i < n_seg or seg is not last or fault_now:
+                last_write = clock()
                 write(buf)
                 buf = b""
                 if fault_now:

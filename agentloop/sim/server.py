@@ -46,6 +46,12 @@ _STATUS_FAULTS = {"429": (429, "rate_limit_exceeded", "Rate limit reached (simul
                   "500": (500, "server_error", "The server had an error (simulated)."),
                   "503": (503, "server_error", "The engine is overloaded (simulated).")}
 DEFAULT_MODEL = "sim"
+# Chunk pacing floor: a stream is written at most once per MIN_CHUNK_INTERVAL_S (asyncio's timer
+# granularity anyway), and all streams together at most about WRITE_BUDGET times per second (what
+# one Python process writes on loopback with room to spare): past that, chunks carry more tokens
+# instead of arriving late, so the rate holds under many concurrent fast streams.
+MIN_CHUNK_INTERVAL_S = 0.001
+WRITE_BUDGET = 20_000.0
 DEFAULT_FILLER = 16  # tokens per answer when neither a script nor filler_tokens is given
 
 
@@ -84,7 +90,8 @@ class SimServer:
                  filler_tokens: int | None = None,
                  profiles: dict[str, SpeedProfile] | None = None, faults: Iterable[Fault] = (),
                  tokens_per_chunk: int = 1, jitter: float = 0.0, seed: int = 0,
-                 host: str = "127.0.0.1", port: int = 0, models: Sequence[str] = ()) -> None:
+                 host: str = "127.0.0.1", port: int = 0, models: Sequence[str] = (),
+                 min_chunk_interval_s: float = MIN_CHUNK_INTERVAL_S) -> None:
         if profile.output_tps <= 0:
             raise ConfigError("simulator profile: output_tps must be > 0")
         self.profile = profile
@@ -96,12 +103,17 @@ class SimServer:
         self.faults = tuple(faults)
         self.tokens_per_chunk = max(1, int(tokens_per_chunk))
         self.jitter = float(jitter)
+        self.min_chunk_interval_s = float(min_chunk_interval_s)
         self.seed = seed
         self.host, self.port = host, port
         self.models = tuple(models)  # extra names for GET /v1/models (any name is served)
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
         self._requests = 0
+        self._streaming = 0  # streams being written now
+
+    def _chunk_interval(self) -> float:
+        return max(self.min_chunk_interval_s, self._streaming / WRITE_BUDGET)
 
     @property
     def base_url(self) -> str:
@@ -280,11 +292,15 @@ class SimServer:
         writer.write(_http.sse_head(req.keep_alive, rid))
         write = writer.write
         chunk = _http.chunk
+        self._streaming += 1
         try:
             await emit(lambda b: write(chunk(b)), mod.stream_plan(call, body), sched,
-                       self.tokens_per_chunk, in_stream, writer.transport.is_closing)
+                       self.tokens_per_chunk, in_stream, writer.transport.is_closing,
+                       self._chunk_interval)
         except StreamCut:
             return False
+        finally:
+            self._streaming -= 1
         if writer.transport.is_closing():
             return False
         writer.write(_http.LAST_CHUNK)
