@@ -14,6 +14,7 @@ import pytest
 import tools
 from agentloop.context import RunContext, scrubbed_env
 from agentloop.types import ToolResult
+from tools.browser import session
 
 SECRET = "TOP-SECRET-CONTENT-7f3a"
 
@@ -228,7 +229,11 @@ async def test_huge_outputs_are_capped(ctx: RunContext, kind: str) -> None:
 
 
 async def test_browser_blocks_redirects_and_subrequests(ctx: RunContext) -> None:
-    """A loopback page cannot redirect, fetch or link the browser to a non-allowed host or file."""
+    """A loopback page cannot redirect, fetch or link the browser to a non-allowed host or file.
+
+    The route handler never sees a redirect's target, so the redirect is stopped by the dead
+    proxy alone; fetches, images and links are stopped by the route handler (and recorded).
+    """
     hits: list[str] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -262,8 +267,26 @@ async def test_browser_blocks_redirects_and_subrequests(ctx: RunContext) -> None
         r = await call(ctx, "browser_click", selector="#f")
         r = await call(ctx, "browser_text")
         assert "localhost" not in r.output and os.uname().nodename not in r.output
+        blocked = (await session(ctx)).blocked  # what the route layer itself stopped
+        assert f"http://evil.test:{port}/fetched" in blocked
+        assert f"http://evil.test:{port}/img" in blocked
     finally:
         server.close()
         await server.wait_closed()
     assert not [h for h in hits if "evil.test" in h], hits
     assert f"127.0.0.1:{port}/redirect" in hits
+
+
+async def test_file_page_cannot_reach_files_outside(ctx: RunContext) -> None:
+    """A workspace page's iframe and link to a file outside the workspace are both blocked."""
+    root = Path(ctx.workspace).parent
+    target = (root / "outside.txt").as_uri()
+    (Path(ctx.workspace) / "page.html").write_text(
+        f"<p>local page</p><iframe src='{target}'></iframe><a id=out href='{target}'>out</a>")
+    r = await call(ctx, "browser_open", url=(Path(ctx.workspace) / "page.html").as_uri())
+    assert r.ok, r.output
+    await call(ctx, "browser_click", selector="#out")
+    texts = [(await call(ctx, "browser_text")).output, (await call(ctx, "browser_snapshot")).output]
+    assert all(SECRET not in t for t in texts)
+    assert target in (await session(ctx)).blocked
+    untouched(root)

@@ -10,7 +10,8 @@
 - The browser may reach loopback, ``file://`` inside the workspace and ``allow_hosts`` only.
 - Process groups a tool starts are killed when the run ends, so nothing outlives the run.
 
-The shell is not a jail: a command can still read any file the user can. These rules keep the
+Paths are checked when a tool call starts; a command racing to swap a symlink in between could
+still win. The shell is not a jail: a command can still read any file the user can. These rules keep the
 agent's *tools* honest and keep secrets out of subprocesses, not a hostile program in.
 """
 
