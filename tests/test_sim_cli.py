@@ -1,0 +1,67 @@
+"""``agentloop sim serve`` serves a task's script over HTTP until interrupted, and reports bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = """\
+name: cli-sim
+prompt: say hi
+script:
+  - text: "Hello from the script."
+    reasoning_tokens: 3
+"""
+
+
+async def start(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentloop.cli", "sim", "serve", *args, cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+
+
+async def test_serve_script_until_interrupted(tmp_path):
+    """The command prints its base URL, answers from the task's script, and exits 130 on Ctrl-C."""
+    task = tmp_path / "task.yaml"
+    task.write_text(TASK)
+    proc = await start("--port", "0", "--tier", "sim-ultrafast", "--script", str(task))
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
+        base_url = line.split("serving ", 1)[1].split(" ", 1)[0]
+        async with httpx.AsyncClient(base_url=base_url) as http:
+            resp = await http.post("/chat/completions", json={
+                "model": "sim-ultrafast", "messages": [{"role": "user", "content": "hi"}]})
+            models = (await http.get("/models")).json()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert "output 750 tok/s" in line
+    assert resp.json()["choices"][0]["message"]["content"] == "Hello from the script."
+    assert resp.json()["usage"]["completion_tokens_details"]["reasoning_tokens"] == 3
+    assert "sim-ultrafast" in [m["id"] for m in models["data"]]
+    assert proc.returncode == 130
+    assert b"Traceback" not in err
+
+
+async def test_unknown_tier_is_a_user_error():
+    """An unknown tier exits with code 2 and a message listing the known tiers, no traceback."""
+    proc = await start("--port", "0", "--tier", "no-such-tier", "--filler", "3")
+    _, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode == 2
+    assert b"unknown tier 'no-such-tier'" in err and b"sim-standard" in err
+    assert b"Traceback" not in err
+
+
+async def test_task_without_script_is_a_user_error(tmp_path):
+    """A task file with no script is refused with a message naming the file."""
+    task = tmp_path / "task.yaml"
+    task.write_text("name: t\nprompt: p\n")
+    proc = await start("--port", "0", "--script", str(task))
+    _, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode == 2
+    assert b"has no 'script'" in err and str(task).encode() in err
