@@ -1,0 +1,56 @@
+"""End to end: a scripted task run on two simulated tiers, and what-if predicting the faster run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentloop.analysis.compare import compare
+from agentloop.analysis.graph import build_graph, load_quickly
+from agentloop.analysis.whatif import Scenario, whatif
+from agentloop.api import run_task
+from agentloop.tasks import load_task
+from agentloop.tiers import get_tier, load_tiers
+from tests.conftest import SleepTool
+
+TASK = """\
+name: whatif-e2e
+prompt: Check the three services, then report.
+tools: [sleep]
+limits: {max_steps: 8, timeout_s: 120}
+script:
+  - reasoning_tokens: 60
+    text: Checking the first two services side by side.
+    tool_calls:
+      - {name: sleep, arguments: {seconds: 0.5}}
+      - {name: sleep, arguments: {seconds: 0.3}}
+  - reasoning_tokens: 40
+    text: Now the third one.
+    tool_calls:
+      - {name: sleep, arguments: {seconds: 0.45}}
+  - reasoning_tokens: 80
+    text: One more look at the slowest one.
+    tool_calls:
+      - {name: sleep, arguments: {seconds: 0.4}}
+  - reasoning_tokens: 30
+    text: All three services answer within their budgets; nothing to change.
+"""
+
+
+async def test_whatif_predicts_the_ultrafast_run_within_3_percent(tmp_path: Path) -> None:
+    """A run on sim-standard re-timed to sim-ultrafast predicts the real sim-ultrafast run (3%)."""
+    (tmp_path / "task.yaml").write_text(TASK)
+    task = load_task(tmp_path / "task.yaml", {"sleep"})
+    traces = {}
+    for tier in ("sim-standard", "sim-ultrafast"):
+        result = await run_task(task, tier=tier, tools={"sleep": SleepTool()},
+                                trace_dir=tmp_path / "traces")
+        assert result.status == "ok" and result.steps == 4
+        traces[tier] = build_graph(load_quickly(result.trace_path))
+    a, b = traces["sim-standard"], traces["sim-ultrafast"]
+    ultra = get_tier(load_tiers(), "sim-ultrafast")
+    w = whatif(a, Scenario.tier(ultra.name, ultra.profile))
+    error = (w.predicted_ns - b.measured_ns) / b.measured_ns
+    assert abs(error) < 0.03, f"predicted {w.predicted_ns / 1e9:.3f} s, ran {b.measured_ns / 1e9:.3f} s"
+    assert w.speedup > 2
+    c = compare(a, b)
+    assert abs(c.error_pct) < 3 and not c.warnings
