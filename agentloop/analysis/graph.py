@@ -104,7 +104,9 @@ def _build(trace: Trace) -> Graph:
     t0 = [s.t0 for s in spans]
     t1 = [end_ns if s.t1 is None else s.t1 for s in spans]
     in_flight = [s.t1 is None for s in spans]
-    par = list(map(idx.get, [s.parent for s in spans], itertools.repeat(-1, n)))
+    # dict.get(parent, -1) mapped in C: a root's parent None maps to -1 too
+    par: list[int] = list(map(idx.get, [s.parent for s in spans],  # type: ignore[arg-type]
+                              itertools.repeat(-1, n)))
     problems: list[str] = []
     for i in [i for i, p in enumerate(par) if p >= i]:
         problems.append(f"span {ids[i]}: parent {spans[i].parent} did not start before it")

@@ -86,7 +86,7 @@ def build_report(g: Graph) -> Report:
     for i in range(len(g)):
         if g.kinds[i] == "step":
             steps.append(_step_row(g, i))
-    path = []
+    path: list[tuple[str, str, str, int]] = []
     for i, ns, gap in reversed(segments):
         if gap:
             if path and path[-1][1] == "gap":  # merge adjacent framework gaps
@@ -184,9 +184,9 @@ def render_report(r: Report) -> str:
     out.append("")
     out.append(f"Critical path ({len(r.path)} segments, chronological; gaps < 1 ms not listed):")
     # framework gaps under a millisecond are counted above but not listed one by one
-    rows = [p for p in r.path if p[1] != "gap" or p[3] >= 1_000_000]
+    listed = [p for p in r.path if p[1] != "gap" or p[3] >= 1_000_000]
     out.append(table(["step", "kind", "span", "s"],
-                     [[s, k, n, secs(v)] for s, k, n, v in rows[:MAX_PATH_ROWS]]))
-    if len(rows) > MAX_PATH_ROWS:
-        out.append(f"  ... {len(rows) - MAX_PATH_ROWS} more segments (--json lists all)")
+                     [[s, k, n, secs(v)] for s, k, n, v in listed[:MAX_PATH_ROWS]]))
+    if len(listed) > MAX_PATH_ROWS:
+        out.append(f"  ... {len(listed) - MAX_PATH_ROWS} more segments (--json lists all)")
     return "\n".join(out)

@@ -146,7 +146,8 @@ def sequential_run(steps: list[StepSpec], *, gap_ns: int = 1_000_000, tps: float
             tid = b.start("tool", f"execute_tool {name}", t + gap_ns, st, [m], step=k)
             ends.append((t + gap_ns + d, j, tid, name))
         for te, _, tid, name in sorted(ends):
-            b.end(tid, te, **{"gen_ai.tool.name": name, "ok": True, "output": ""})
+            tool_attrs: dict[str, Any] = {"gen_ai.tool.name": name, "ok": True, "output": ""}
+            b.end(tid, te, **tool_attrs)
         t = max((e[0] for e in ends), default=t) + gap_ns
         b.end(st, t)
         prev_step, prev = [st], ([e[2] for e in ends] or [m])
