@@ -136,17 +136,18 @@ async def test_a_bad_request_is_not_retried() -> None:
     assert "flaky-tier" in info.value.message and "script" in info.value.message
 
 
-async def _refusing_server(status: int, message: str) -> tuple[asyncio.Server, str]:
+async def _refusing_server(status: int, message: str,
+                           code: str = "invalid_api_key") -> tuple[asyncio.Server, str]:
     """A real loopback HTTP server answering every request with an OpenAI-style error."""
     body = orjson.dumps({"error": {"message": message, "type": "invalid_request_error",
-                                   "code": "invalid_api_key"}})
+                                   "code": code}})
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
                        if line.lower().startswith(b"content-length:")), 0)
         await reader.readexactly(length)
-        writer.write(b"HTTP/1.1 %d Unauthorized\r\ncontent-type: application/json\r\n"
+        writer.write(b"HTTP/1.1 %d Refused\r\ncontent-type: application/json\r\n"
                      b"content-length: %d\r\nconnection: close\r\n\r\n%b"
                      % (status, len(body), body))
         await writer.drain()
@@ -194,3 +195,28 @@ async def test_a_missing_key_names_the_tier_and_the_variable(
     with pytest.raises(ModelAPIError) as info:
         OpenAIClient(t)
     assert "keyless" in info.value.message and "AGENTLOOP_UNSET_KEY" in info.value.message
+
+
+async def test_retried_errors_echoing_the_key_keep_it_out_of_attempts_errors_and_logs(
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A 503 whose message echoes the key: attempts, the final error and the logs never show it."""
+    monkeypatch.setenv("AGENTLOOP_TEST_KEY", SECRET)
+    server, url = await _refusing_server(503, f"overloaded for key {SECRET}", "server_error")
+    t = Tier(name="echo-tier", base_url=url, model="m", api="chat", profile=PROFILE,
+             api_key_env="AGENTLOOP_TEST_KEY")
+    caplog.set_level(logging.DEBUG)
+    async with server:
+        client = OpenAIClient(t, max_attempts=2, backoff_initial_s=0.01)
+        try:
+            with pytest.raises(ModelRetryError) as info:
+                await client.complete(REQUEST)
+        finally:
+            await client.aclose()
+    err = info.value
+    attempts = err.attempts  # type: ignore[attr-defined]
+    assert [a.status for a in attempts] == [503, 503]
+    assert all("overloaded for key ***" in (a.error or "") for a in attempts)
+    out, errout = capfd.readouterr()
+    shown = "".join(traceback.format_exception(err)) + out + errout + caplog.text
+    assert SECRET not in shown and "echo-tier" in err.message

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+import structlog
 
 from agentloop.cli import main as cli
 from agentloop.commands.tiers import check_tier
@@ -15,6 +16,15 @@ from agentloop.sim import SimServer
 from agentloop.tiers import SpeedProfile, Tier, load_tiers, write_profile
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+
+@pytest.fixture(autouse=True)
+def _unbind_logging() -> object:
+    """The CLI binds structlog to this test's captured stderr; unbind it when the test ends."""
+    yield
+    structlog.reset_defaults()
+
 
 CHECK_FILE = """\
 # tiers for the check test

@@ -9,6 +9,7 @@ Retries (tenacity) live here too: every attempt comes back in ``ModelResponse.at
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 from dataclasses import replace
@@ -26,8 +27,6 @@ from agentloop.clients._wire import BodyBuilder
 from agentloop.errors import ConfigError, ModelAPIError, ModelRetryError
 from agentloop.tiers import Tier
 from agentloop.types import Attempt, CallTiming, ModelRequest, ModelResponse
-
-log = structlog.get_logger("agentloop.client")
 
 SIM_PLACEHOLDER_KEY = "sim-no-key"  # the simulator and key-less local servers need no secret
 _RETRY_STATUS = frozenset({408, 409, 429})
@@ -151,8 +150,12 @@ class OpenAIClient:
             n = state.attempt_number - 1
             wait = min(self.backoff_max_s, self.backoff_initial_s * 2.0 ** n)
             wait *= 1.0 - 0.25 * random.random()  # jitter so concurrent callers spread out
-        log.warning("model_retry", tier=self.tier.name, attempt=state.attempt_number,
-                    error=self._scrub(getattr(exc, "error", str(exc))), wait_s=round(wait, 3))
+        # a fresh logger each time (retries are rare): it follows the configuration of the moment;
+        # a broken log sink must never break a retry
+        with contextlib.suppress(ValueError, OSError):
+            structlog.get_logger("agentloop.client").warning(
+                "model_retry", tier=self.tier.name, attempt=state.attempt_number,
+                error=self._scrub(getattr(exc, "error", str(exc))), wait_s=round(wait, 3))
         return wait
 
     def _scrub(self, text: str) -> str:

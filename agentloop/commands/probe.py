@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from agentloop.log import configure
 from agentloop.tiers import SpeedProfile, Tier, default_tiers_path, get_tier, load_tiers
 from agentloop.types import Message, ModelRequest, ModelResponse
 
@@ -42,6 +43,7 @@ def register(sub: Any) -> None:
     p.add_argument("--long-tokens", type=int, default=8000,
                    help="approximate input tokens of the long prompt (default 8000)")
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logs on stderr")
     p.add_argument("--write", action="store_true",
                    help="rewrite the tier's profile in the tiers file with the measured one")
     p.set_defaults(func=main)
@@ -148,6 +150,7 @@ def _print(res: dict[str, Any]) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
+    configure(args.verbose)  # logs (retries ...) go to stderr, never into --json output
     path = args.tiers_file or default_tiers_path()
     tier = get_tier(load_tiers(path), args.tier, source=path)
     res = await probe(tier, args.n, args.tokens, args.long_tokens)

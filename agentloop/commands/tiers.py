@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from agentloop.log import configure
 from agentloop.tiers import Tier, default_tiers_path, load_tiers
 
 
@@ -30,6 +31,7 @@ def register(sub: Any) -> None:
     p.add_argument("--timeout", type=float, default=5.0,
                    help="seconds per endpoint for --check (default 5)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logs on stderr")
     p.set_defaults(func=main)
 
 
@@ -84,6 +86,7 @@ def _profile(tier: Tier) -> str:
 
 
 async def main(args: argparse.Namespace) -> int:
+    configure(args.verbose)  # logs (retries ...) go to stderr, never into --json output
     path = args.tiers_file or default_tiers_path()
     tiers = load_tiers(path)
     checks: dict[str, dict[str, Any]] = {}
