@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentloop.commands.run import Progress, print_summary
+from agentloop.commands.run import Progress, cancellable_on_sigterm, print_summary
 from agentloop.log import configure
 
 
@@ -32,9 +32,14 @@ async def main(args: argparse.Namespace) -> int:
 
     configure(args.verbose)
     out = sys.stdout
-    res = await replay(args.trace, tier=args.tier, tiers_file=args.tiers_file,
-                       offline=args.offline, until_step=args.until_step,
-                       trace_dir=args.trace_dir, observer=Progress(out, args.quiet))
+    res = await cancellable_on_sigterm(replay(
+        args.trace, tier=args.tier, tiers_file=args.tiers_file, offline=args.offline,
+        until_step=args.until_step, trace_dir=args.trace_dir,
+        observer=Progress(out, args.quiet)))
+    if res is None:
+        print("agentloop: terminated; the trace was closed with status cancelled",
+              file=sys.stderr)
+        return 143
     print_summary(res.run, out)
     if res.divergences:
         print(f"diverged {len(res.divergences)} time(s); first at "

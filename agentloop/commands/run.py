@@ -7,10 +7,13 @@ import asyncio
 import signal
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from collections.abc import Awaitable
+from typing import Any, TextIO, TypeVar
 
 from agentloop import api
 from agentloop.log import configure
+
+T = TypeVar("T")
 
 
 def register(sub: Any) -> None:
@@ -64,21 +67,42 @@ async def main(args: argparse.Namespace) -> int:
     where = "embedded simulator" if tier.simulated else tier.base_url
     print(f"agentloop run {task.name}  tier {tier.name} ({tier.model} via {where}, "
           f"{tier.profile.output_tps:g} tok/s)", file=out, flush=True)
-    job = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    if job is not None:  # SIGTERM cancels the run cleanly: the trace gets its end record
-        loop.add_signal_handler(signal.SIGTERM, job.cancel)
-    try:
-        result = await api.run_task(task, tier=tier, trace_dir=args.trace_dir,
-                                    max_steps=args.max_steps, timeout_s=args.timeout,
-                                    observer=Progress(out, args.quiet),
-                                    keep_workspace=args.keep_workspace)
-    finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+    result = await cancellable_on_sigterm(api.run_task(
+        task, tier=tier, trace_dir=args.trace_dir, max_steps=args.max_steps,
+        timeout_s=args.timeout, observer=Progress(out, args.quiet),
+        keep_workspace=args.keep_workspace))
+    if result is None:
+        print("agentloop: terminated; the trace was closed with status cancelled",
+              file=sys.stderr)
+        return 143
     print_summary(result, out)
     if result.status != "ok":
         return 1
     return 0 if result.success is not False else 1
+
+
+async def cancellable_on_sigterm(job: Awaitable[T]) -> T | None:
+    """Await ``job``; SIGTERM cancels it cleanly (the trace gets its end record) -> None."""
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    terminated = False
+
+    def on_term() -> None:
+        nonlocal terminated
+        terminated = True
+        if task is not None:
+            task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, on_term)
+    try:
+        return await job
+    except asyncio.CancelledError:
+        if not terminated or task is None:
+            raise
+        task.uncancel()
+        return None
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def print_summary(result: api.RunResult, out: TextIO) -> None:
@@ -101,7 +125,16 @@ def print_summary(result: api.RunResult, out: TextIO) -> None:
 
 
 def category_lines(trace: Any) -> list[str]:
-    """Time by category, from the analysis of the trace just written."""
-    from agentloop.analysis import summarize_categories
+    """Time by category on the critical path, from the analysis of the trace just written."""
+    from agentloop.analysis import build_graph, build_report
+    from agentloop.analysis.whatif import category_order
 
-    return summarize_categories(trace)
+    report = build_report(build_graph(trace))
+    total = report.measured_ns or 1
+    lines = ["by category (critical path):"]
+    for cat in category_order(set(report.critical)):
+        ns = report.critical[cat]
+        if ns:
+            lines.append(f"  {cat:<22} {ns / 1e9:8.2f} s  {100 * ns / total:5.1f}%")
+    lines.append(f"  model share of the critical path: {100 * report.model_share:.1f}%")
+    return lines

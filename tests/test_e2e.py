@@ -1,0 +1,125 @@
+"""End to end through the CLI and the embedding API: real simulator, real tools, real trace files."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentloop import run_task
+from agentloop.analysis import build_graph, whatif
+from agentloop.analysis.whatif import Scenario
+from agentloop.cli import main
+from agentloop.tiers import load_tiers
+from agentloop.trace.reader import load_trace
+from tests.conftest import ROOT
+
+DEMO = ROOT / "tasks" / "incident" / "checkout-timeouts.yaml"
+STEADY = ROOT / "tests" / "data" / "steady.yaml"
+
+
+def test_demo_playbook_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's demo exits 0, its success check passes, and its trace is whole."""
+    code = main(["run", str(DEMO), "--trace-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert 0 == code, out
+    assert "status   ok" in out and "check    passed" in out
+    assert "by category (critical path):" in out and "reasoning" in out
+    [path] = list(tmp_path.glob("*.jsonl"))
+    trace = load_trace(path)
+    assert trace.complete and "ok" == trace.end["status"] and [] == trace.problems
+    assert trace.end["success"]["passed"] is True
+    assert "checkout-timeouts" == trace.header["task"]["name"]
+    assert "sim-standard" == trace.header["tier"]["name"]
+    kinds = {s.kind for s in trace.spans.values()}
+    assert {"run", "step", "model", "tool"} == kinds
+    assert all(s.t1 is not None and s.t1 >= s.t0 for s in trace.spans.values())
+    steps = sorted(trace.of_kind("step"), key=lambda s: s.t0)
+    assert 7 == len(steps)
+    assert all([a.id] == b.after for a, b in zip(steps, steps[1:], strict=False))
+    models = sorted(trace.of_kind("model"), key=lambda s: s.t0)
+    assert all(m.after for m in models[1:])
+    assert all(t.after for t in trace.of_kind("tool"))
+    # the second run_tests (after the first edit) fails, the third passes: a real loop
+    tests = [t for t in sorted(trace.of_kind("tool"), key=lambda s: s.t0)
+             if t.attrs["gen_ai.tool.name"] == "run_tests"]
+    assert [False, False, True] == [t.attrs["ok"] for t in tests]
+
+
+def test_whatif_predicts_the_ultrafast_run_within_3_percent(tmp_path: Path) -> None:
+    """Run on sim-standard, predict sim-ultrafast, run it: prediction within 3% of measured."""
+
+    async def both() -> tuple[Path, Path]:
+        a = await run_task(STEADY, tier="sim-standard", trace_dir=tmp_path)
+        b = await run_task(STEADY, tier="sim-ultrafast", trace_dir=tmp_path)
+        assert ("ok", "ok") == (a.status, b.status)
+        return Path(a.trace_path or ""), Path(b.trace_path or "")
+
+    path_a, path_b = asyncio.run(both())
+    tiers = load_tiers()
+    graph_a = build_graph(load_trace(path_a))
+    predicted = whatif(graph_a, Scenario.tier("sim-ultrafast",
+                                                      tiers["sim-ultrafast"].profile))
+    measured_b = load_trace(path_b).end_ns / 1e9
+    error = predicted.predicted_ns / 1e9 / measured_b - 1
+    assert abs(error) < 0.03, f"predicted {predicted.predicted_ns / 1e9:.3f} s, measured {measured_b:.3f} s"
+    assert predicted.speedup > 2.5  # the model dominated the standard run
+
+
+def test_killed_run_leaves_a_loadable_partial_trace(tmp_path: Path) -> None:
+    """SIGKILL mid-run leaves a trace that loads as incomplete, with the spans in flight."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentloop.cli", "run", str(DEMO), "--trace-dir", str(tmp_path),
+         "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            files = list(tmp_path.glob("*.jsonl"))
+            if files and b'"execute_tool' in files[0].read_bytes():
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)  # well into the next model call
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    [path] = list(tmp_path.glob("*.jsonl"))
+    trace = load_trace(path)
+    assert not trace.complete
+    assert {"run", "step", "model"} <= {s.kind for s in trace.in_flight}
+    assert any("no end record" in p for p in trace.problems)
+    assert 0 == main(["report", str(path)])
+
+
+def test_sigterm_cancels_cleanly_with_a_closed_trace(tmp_path: Path) -> None:
+    """SIGTERM cancels the run: the trace ends with status cancelled and nothing in flight."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentloop.cli", "run", str(DEMO), "--trace-dir", str(tmp_path),
+         "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(tmp_path.glob("*.jsonl")):
+        time.sleep(0.05)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert b"Traceback" not in err
+    assert 0 != proc.returncode
+    trace = load_trace(next(tmp_path.glob("*.jsonl")))
+    assert trace.complete and "cancelled" == trace.end["status"]
+    assert [] == trace.in_flight
+
+
+async def test_cancelling_the_caller_cancels_the_run(tmp_path: Path) -> None:
+    """Embedding: cancelling the task awaiting run_task closes the trace as cancelled."""
+    job = asyncio.create_task(run_task(DEMO, trace_dir=tmp_path))
+    await asyncio.sleep(1.5)
+    job.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await job
+    trace = load_trace(next(tmp_path.glob("*.jsonl")))
+    assert "cancelled" == trace.end["status"] and [] == trace.in_flight
