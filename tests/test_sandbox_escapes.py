@@ -199,7 +199,8 @@ async def test_timeout_leaves_no_orphans(ctx: RunContext, maker: str) -> None:
 async def test_run_end_kills_redirected_background(ctx: RunContext) -> None:
     """Background processes that outlive their command are gone once the run's context closes."""
     r = await call(ctx, "run", command="(sleep 300 > /dev/null 2>&1 & echo $! >> pids); "
-                                       "setsid sleep 300 > /dev/null 2>&1 & echo $! >> pids")
+                                       "setsid sleep 300 > /dev/null 2>&1 & echo $! >> pids; "
+                                       "env -i /bin/sleep 300 > /dev/null 2>&1 & echo $! >> pids")
     assert r.ok
     pids = [int(x) for x in (Path(ctx.workspace) / "pids").read_text().split()]
     await ctx.aclose()

@@ -65,6 +65,8 @@ async def test_read_file_failures(ctx: RunContext) -> None:
     assert "binary file" in (await call(ctx, "read_file", path="bin.dat")).output
     r = await call(ctx, "read_file", path="a.txt", start_line=5)
     assert r.ok is False and "past the end" in r.output
+    put(ctx, "empty.txt", "")
+    assert (await call(ctx, "read_file", path="empty.txt")).output == "[empty.txt: empty file]"
 
 
 async def test_list_files_plain_recursive_and_glob(ctx: RunContext) -> None:
@@ -206,10 +208,13 @@ async def test_apply_patch_delete_rename_and_no_newline(ctx: RunContext) -> None
     ("--- a/nope.txt\n+++ b/nope.txt\n@@ -1 +1 @@\n-a\n+b\n", "no such file"),
     ("--- /dev/null\n+++ b/x.txt\n@@ -0,0 +1 @@\n+b\n", "it exists already"),
     ("--- a/x.txt\n+++ b/x.txt\n@@ -1 +1 @@\n-a\n+b\n*oops\n", "is not part of a hunk"),
+    ("--- a/x.txt\n+++ b/x.txt\n@@ -1 +1 @@\n-a\n+b\n--- /dev/null\n+++ b/sub\n"
+     "@@ -0,0 +1 @@\n+c\n", "it is a folder"),
 ])
 async def test_apply_patch_rejects_malformed(ctx: RunContext, patch: str, needle: str) -> None:
     """Malformed or inapplicable patches fail with a message saying what is wrong."""
     put(ctx, "x.txt", "a\n")
+    put(ctx, "sub/keep.txt", "")
     r = await call(ctx, "apply_patch", patch=patch)
     assert r.ok is False
     assert needle in r.output

@@ -208,21 +208,28 @@ def _marked(pids: list[int], mark: str) -> set[int]:
     return found
 
 
-def _members(pgid: int, mark: str | None) -> set[int]:
-    """Live processes of a command: its group and session, its leader's descendants, its mark."""
+def _members(pgid: int, mark: str | None, leader_alive: bool) -> set[int]:
+    """Live processes of a command: its group and session, its leader's descendants, its mark.
+
+    Once the leader has been reaped its pid number may be reused (pid_max can be as low as
+    32768): if another process now holds that number, the group and session ids no longer name
+    ours, so only the mark is trusted.
+    """
     table = _proc_table()
-    children: dict[int, list[int]] = {}
     found = set()
-    for pid, ppid, pgrp, session in table:
-        children.setdefault(ppid, []).append(pid)
-        if pgrp == pgid or session == pgid:
-            found.add(pid)
-    todo = [pgid]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
+    reused = not leader_alive and os.path.exists(f"/proc/{pgid}")
+    if not reused:
+        children: dict[int, list[int]] = {}
+        for pid, ppid, pgrp, session in table:
+            children.setdefault(ppid, []).append(pid)
+            if pgrp == pgid or session == pgid:
+                found.add(pid)
+        todo = [pgid] if leader_alive else []  # an orphan's parent is no longer its leader
+        while todo:
+            for child in children.get(todo.pop(), ()):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
     if mark:
         found |= _marked([pid for pid, *_ in table], mark)
     found.discard(os.getpid())
@@ -241,17 +248,19 @@ class ProcessJail:
         self._n += 1
         return f"{self.run_mark}.{self._n}."  # trailing dot: '.1.' never prefixes '.12.'
 
-    def kill(self, pgid: int, mark: str | None = None) -> None:
+    def kill(self, pgid: int, mark: str | None = None, *, leader_alive: bool = False) -> None:
         """SIGKILL every process of the command led by ``pgid``."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-        for pid in _members(pgid, mark):
+        members = _members(pgid, mark, leader_alive)
+        if leader_alive or not os.path.exists(f"/proc/{pgid}"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        for pid in members:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
 
     def alive(self, pgid: int, mark: str | None = None) -> bool:
         """Whether any process of the command is still alive (zombies do not count)."""
-        return bool(_members(pgid, mark))
+        return bool(_members(pgid, mark, leader_alive=False))
 
     def kill_all(self) -> None:
         """Run end: kill every command still alive, and anything bearing the run's mark."""

@@ -176,7 +176,7 @@ async def browser_open(ctx: ToolContext, url: str) -> ToolResult:
     """
     reason = url_refusal(ctx, url)
     if reason is not None:
-        raise ToolError(f"refused to open {reason}")
+        raise ToolError(f"browser_open refused: {reason}")
 
     from playwright.async_api import Error as PlaywrightError
 

@@ -93,6 +93,10 @@ async def read_file(ctx: ToolContext, path: str, start_line: int = 1,
         shown_to = n
     rel = relative(ctx, p)
     truncated = shown_to < last
+    if total == 0:
+        return ToolResult(ok=True, output=f"[{rel}: empty file]",
+                          data={"path": rel, "start_line": 1, "end_line": 0, "total_lines": 0,
+                                "truncated": False})
     footer = f"[{rel}: lines {start_line}-{shown_to} of {total}"
     if truncated:
         footer += (f"; output capped at {cap:,} chars, lines {shown_to + 1}-{last} not shown; "

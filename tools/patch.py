@@ -204,6 +204,8 @@ async def apply_patch(ctx: ToolContext, patch: str) -> ToolResult:
         creating, deleting = fp.old == DEV_NULL, fp.new == DEV_NULL
         src = None if creating else resolve_path(ctx, fp.old, argument="patch")
         dst = None if deleting else resolve_path(ctx, fp.new, argument="patch")
+        if dst is not None and dst.is_dir():
+            raise ToolError(f"cannot write {fp.new}: it is a folder")
         if src is not None:
             if src in writes:
                 current = writes[src]

@@ -147,7 +147,7 @@ async def execute(ctx: ToolContext, command: str, timeout_s: float) -> Outcome:
                 await asyncio.shield(proto.exited)
         except TimeoutError:
             timed_out = True
-            jail.kill(pgid, mark)
+            jail.kill(pgid, mark, leader_alive=not proto.exited.done())
             await proto.exited
         done, _ = await asyncio.wait([proto.closed], timeout=LINGER_S)
         if not done:  # background processes still hold the pipes
@@ -155,7 +155,7 @@ async def execute(ctx: ToolContext, command: str, timeout_s: float) -> Outcome:
             jail.kill(pgid, mark)
             await asyncio.wait([proto.closed], timeout=2.0)
     except BaseException:  # cancelled (or worse): nothing may outlive us
-        jail.kill(pgid, mark)
+        jail.kill(pgid, mark, leader_alive=not proto.exited.done())
         await asyncio.wait([proto.exited], timeout=5.0)
         raise
     finally:
