@@ -18,17 +18,19 @@ failed attempts as ``retry``/``wait`` and the rest as ``overhead``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 MODEL_PARTS = ("base", "reasoning", "decode", "tail", "wait", "retry", "overhead")
 FRAMEWORK = "framework"  # run time on the critical path outside model and tool spans
 IN_FLIGHT = "in_flight"  # spans still open when a killed run's trace stops
 
 
-@dataclass(frozen=True, slots=True)
-class ModelParts:
-    """One model span's time split (ns) and the token counts the what-if formulas need."""
+class ModelParts(NamedTuple):
+    """One model span's time split (ns) and the token counts the what-if formulas need.
+
+    A NamedTuple rather than a frozen dataclass: a big trace makes hundreds of thousands of
+    these and a frozen dataclass's ``__init__`` costs several times more per instance.
+    """
 
     base: int
     reasoning: int
@@ -59,18 +61,20 @@ def _int(v: Any) -> int:
 
 def model_parts(attrs: dict[str, Any], duration_ns: int, fallback_tps: float) -> ModelParts:
     """Attribute a finished model span of ``duration_ns`` from its end attributes."""
-    n_in = _int(attrs.get("gen_ai.usage.input_tokens"))
-    n_out = _int(attrs.get("gen_ai.usage.output_tokens"))
-    n_r = _int(attrs.get("gen_ai.usage.reasoning.output_tokens"))
-    n_v = max(0, n_out - n_r)
+    get = attrs.get
+    n_in = _int(get("gen_ai.usage.input_tokens"))
+    n_r = _int(get("gen_ai.usage.reasoning.output_tokens"))
+    n_v = max(0, _int(get("gen_ai.usage.output_tokens")) - n_r)
     wait = retry = 0
-    for a in attrs.get("attempts") or ():
-        wait += _int(a.get("wait_ns"))
-        if a.get("error") is not None and a.get("t_end") is not None:
-            retry += _int(a["t_end"]) - _int(a.get("t_start"))
-    if not attrs.get("attempts"):
-        wait = _int(attrs.get("wait_ns"))
-    tm = attrs.get("timing") or {}
+    attempts = get("attempts")
+    if attempts:
+        for a in attempts:
+            wait += a.get("wait_ns") or 0
+            if a.get("error") is not None and a.get("t_end") is not None:
+                retry += a["t_end"] - (a.get("t_start") or 0)
+    else:
+        wait = _int(get("wait_ns"))
+    tm = get("timing") or {}
     t_send = tm.get("t_send")
     base = reasoning = decode = tail = 0
     tps = fallback_tps
@@ -87,9 +91,8 @@ def model_parts(attrs: dict[str, Any], duration_ns: int, fallback_tps: float) ->
                 tps = (n_v - 1) * 1e9 / decode
             reasoning = min(ttv, round(n_r * 1e9 / tps)) if tps > 0 else 0
             base = ttv - reasoning
-            end_of_output = t_last if t_last is not None else first_vis
             if t_end is not None:
-                tail = max(0, t_end - end_of_output)
+                tail = max(0, t_end - (t_last if t_last is not None else first_vis))
     overhead = duration_ns - (base + reasoning + decode + tail + wait + retry)
     return ModelParts(base, reasoning, decode, tail, wait, retry, overhead, n_in, n_r, n_v, tps)
 

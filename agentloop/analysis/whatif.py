@@ -204,7 +204,8 @@ def category_order(names: set[str]) -> list[str]:
 
 def predict_ns(g: Graph, sc: Scenario) -> int:
     """End-to-end time (ns) of the run re-timed under ``sc`` (one forward pass)."""
-    return retime(g, durations(g, new_parts(g, sc)))[2] - g.start_ns
+    with gc_paused():
+        return retime(g, durations(g, new_parts(g, sc)))[2] - g.start_ns
 
 
 def _curve(g: Graph, p: float, ks: tuple[float, ...]
