@@ -89,6 +89,9 @@ class OpenAIClient:
     when ``None``. ``stall_timeout_s``: longest silence tolerated inside a stream (and while
     waiting for headers) before the attempt is abandoned and retried; an endpoint that thinks
     silently for longer needs a larger value. ``max_attempts`` counts the first try.
+
+    A call that fails for good raises ModelAPIError (refused: not retried) or ModelRetryError
+    (retry budget spent); either carries the attempts made as an ``attempts`` attribute.
     """
 
     def __init__(self, tier: Tier, client: openai.AsyncOpenAI | None = None, *,
@@ -140,6 +143,9 @@ class OpenAIClient:
                 f"{len(attempts)} attempts; last error: {self._scrub(exc.error)}")
             err.attempts = tuple(attempts)  # type: ignore[attr-defined]
             raise err from exc
+        except ModelAPIError as exc:
+            exc.attempts = tuple(attempts)  # type: ignore[attr-defined]  # for the runner's trace
+            raise
         raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover
 
     def _wait(self, state: RetryCallState) -> float:
