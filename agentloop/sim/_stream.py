@@ -158,7 +158,6 @@ async def emit(write: Callable[[bytes], None], plan: StreamPlan, sched: Schedule
     g = 0  # visible tokens written so far
     last_write = 0.0
     buf = b""
-    last = plan.segments[-1] if plan.segments else None
     for seg in plan.segments:
         buf += plan.render(seg.open)
         tokens, i, n_seg = seg.tokens, 0, len(seg.tokens)
@@ -175,18 +174,17 @@ async def emit(write: Callable[[bytes], None], plan: StreamPlan, sched: Schedule
             behind = sched.due_count(clock()) - g  # catch up: every token due goes now
             if behind > stop - i:
                 stop = i + min(behind, cap)
-            buf += plan.render_delta(seg, "".join(tokens[i:stop]))
+            last_write = clock()
+            write(buf + plan.render_delta(seg, "".join(tokens[i:stop])))
+            buf = b""
             g += stop - i
             i = stop
-            if i == n_seg:
-                buf += plan.render(seg.close)
-            fault_now = bool(pending) and pending[0].after == g
-            if i < n_seg or seg is not last or fault_now:
-                last_write = clock()
-                write(buf)
-                buf = b""
-                if fault_now:
-                    await apply(g)
-        if n_seg == 0:
-            buf += plan.render(seg.close)
+            if pending and pending[0].after == g:
+                await apply(g)
+        # the segment's closing events follow its last delta at once, in their own write: they
+        # repeat the whole text, and must not hold back the delta before them
+        buf += plan.render(seg.close)
+        if buf and n_seg and seg is not plan.segments[-1]:
+            write(buf)
+            buf = b""
     write(buf + plan.render(plan.tail))

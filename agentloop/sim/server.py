@@ -292,9 +292,14 @@ class SimServer:
         writer.write(_http.sse_head(req.keep_alive, rid))
         write = writer.write
         chunk = _http.chunk
+
+        def send(data: bytes) -> None:
+            if data:  # an empty chunk would end the chunked body
+                write(chunk(data))
+
         self._streaming += 1
         try:
-            await emit(lambda b: write(chunk(b)), mod.stream_plan(call, body), sched,
+            await emit(send, mod.stream_plan(call, body), sched,
                        self.tokens_per_chunk, in_stream, writer.transport.is_closing,
                        self._chunk_interval)
         except StreamCut:
