@@ -290,3 +290,28 @@ def test_time_before_the_run_span_is_not_run_time():
     w = whatif(g, Scenario.multipliers(2))
     assert (w.measured_ns, w.predicted_ns) == (2613 * MS, 1863 * MS)
     assert w.curve[0] == (1.0, 2613 * MS)
+
+
+def test_model_call_that_failed_for_good_is_retry_time():
+    """A model span that ended in error without a successful attempt is booked as retry time."""
+    b = TraceBuilder()
+    run = b.start("run", "invoke_agent demo", 0)
+    st = b.start("step", "step 1", 0, run, step=1)
+    m = b.start("model", "chat demo", 0, st, step=1)
+    b.end(m, 2 * S, status="error", error="ModelRetryError: retries outlasted")
+    b.end(st, 2 * S, status="error")
+    b.end(run, 2 * S, status="error")
+    b.finish(2 * S, status="error")
+    g = build_graph(b.trace())
+    r = build_report(g)
+    assert r.critical["retry"] == 2 * S and r.status == "error"
+    w = whatif(g, Scenario.tier("ultra", ULTRA))
+    assert w.predicted_ns == w.measured_ns == 2 * S
+
+
+def test_empty_run_has_unit_speedup():
+    """A trace with only its header loads, reports zero time and a speedup of 1."""
+    g = build_graph(TraceBuilder().trace())
+    w = whatif(g, Scenario.multipliers(5))
+    assert (w.measured_ns, w.predicted_ns, w.speedup) == (0, 0, 1.0)
+    assert "0.000 s end to end" in render_report(build_report(g))

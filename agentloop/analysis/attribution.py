@@ -43,6 +43,7 @@ class ModelParts(NamedTuple):
     reasoning_tokens: int
     visible_tokens: int
     output_tps: float  # measured, or the fallback when fewer than two visible tokens
+    timed: bool  # a successful attempt's timing was recorded (else nothing to re-time)
 
     @property
     def total(self) -> int:
@@ -59,8 +60,13 @@ def _int(v: Any) -> int:
     return int(v) if isinstance(v, int | float) else 0
 
 
-def model_parts(attrs: dict[str, Any], duration_ns: int, fallback_tps: float) -> ModelParts:
-    """Attribute a finished model span of ``duration_ns`` from its end attributes."""
+def model_parts(attrs: dict[str, Any], duration_ns: int, fallback_tps: float,
+                failed: bool = False) -> ModelParts:
+    """Attribute a finished model span of ``duration_ns`` from its end attributes.
+
+    ``failed``: the span ended in error; without a successful attempt's timing its time (less
+    any recorded back-off) is booked as ``retry``, the service time of failed attempts.
+    """
     get = attrs.get
     n_in = _int(get("gen_ai.usage.input_tokens"))
     n_r = _int(get("gen_ai.usage.reasoning.output_tokens"))
@@ -93,8 +99,11 @@ def model_parts(attrs: dict[str, Any], duration_ns: int, fallback_tps: float) ->
             base = ttv - reasoning
             if t_end is not None:
                 tail = max(0, t_end - (t_last if t_last is not None else first_vis))
+    if failed and t_send is None and retry == 0:
+        retry = duration_ns - wait
     overhead = duration_ns - (base + reasoning + decode + tail + wait + retry)
-    return ModelParts(base, reasoning, decode, tail, wait, retry, overhead, n_in, n_r, n_v, tps)
+    return ModelParts(base, reasoning, decode, tail, wait, retry, overhead, n_in, n_r, n_v, tps,
+                      t_send is not None)
 
 
 def tool_category(name: str, attrs: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ from agentloop.analysis.whatif import (
     WhatIf,
     category_order,
     path_breakdown,
+    ratio_of,
     step_label,
     whatif,
 )
@@ -54,7 +55,7 @@ class Comparison:
 
     @property
     def measured_speedup(self) -> float:
-        return self.a_ns / self.b_ns if self.b_ns else float("inf")
+        return ratio_of(self.a_ns, self.b_ns)
 
     @property
     def predicted_speedup(self) -> float:

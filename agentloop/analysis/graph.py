@@ -151,7 +151,7 @@ def _build(trace: Trace) -> Graph:
     g = Graph(trace, ids, kinds, names, par, aft, t0, t1, gap0, kids, gap1, fin, roots,
               end_ns, start_ns, end_gap, in_flight, step_of, problems=problems)
     tps = fallback_tps(trace)
-    g.models = {i: model_parts(spans[i].attrs, t1[i] - t0[i], tps)
+    g.models = {i: model_parts(spans[i].attrs, t1[i] - t0[i], tps, spans[i].status == "error")
                 for i, k in enumerate(kinds)
                 if k == "model" and not in_flight[i] and i not in kids}
     return g

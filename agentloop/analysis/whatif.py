@@ -106,11 +106,18 @@ class WhatIf:
 
     @property
     def speedup(self) -> float:
-        return self.measured_ns / self.predicted_ns if self.predicted_ns > 0 else math.inf
+        return ratio_of(self.measured_ns, self.predicted_ns)
 
     @property
     def ceiling(self) -> float:
-        return self.measured_ns / self.ceiling_ns if self.ceiling_ns > 0 else math.inf
+        return ratio_of(self.measured_ns, self.ceiling_ns)
+
+
+def ratio_of(measured: int, predicted: int) -> float:
+    """``measured / predicted``; 1 for an empty run, infinity when nothing is left."""
+    if predicted > 0:
+        return measured / predicted
+    return math.inf if measured > 0 else 1.0
 
 
 def new_parts(g: Graph, sc: Scenario) -> dict[int, tuple[int, int, int]]:
@@ -122,8 +129,11 @@ def new_parts(g: Graph, sc: Scenario) -> dict[int, tuple[int, int, int]]:
         pre = 1e9 / prof.prefill_tps if prof.prefill_tps > 0 else 0.0
         b0 = prof.base_latency_s * 1e9
         for i, m in g.models.items():
-            out[i] = (round(b0 + m.input_tokens * pre), round(m.reasoning_tokens * inv),
-                      round(max(0, m.visible_tokens - 1) * inv))
+            if m.timed:
+                out[i] = (round(b0 + m.input_tokens * pre), round(m.reasoning_tokens * inv),
+                          round(max(0, m.visible_tokens - 1) * inv))
+            else:  # the call never answered: it would fail the same way
+                out[i] = (m.base, m.reasoning, m.decode)
         return out
     k, p = sc.speedup, sc.prefill_speedup
     if math.isinf(k):
@@ -265,8 +275,8 @@ def whatif_json(w: WhatIf) -> dict[str, Any]:
         "steps": [{"step": c.name, "measured_s": c.measured_ns / 1e9,
                    "predicted_s": c.predicted_ns / 1e9, "saved_s": c.saved_ns / 1e9}
                   for c in w.steps],
-        "curve": [{"k": k, "predicted_s": ns / 1e9,
-                   "speedup": w.measured_ns / ns if ns else math.inf} for k, ns in w.curve],
+        "curve": [{"k": k, "predicted_s": ns / 1e9, "speedup": ratio_of(w.measured_ns, ns)}
+                  for k, ns in w.curve],
     }
 
 
@@ -294,6 +304,6 @@ def render_whatif(w: WhatIf) -> str:
         f"prefill x{w.scenario.prefill_speedup:g}"
     out.append(f"Speedup curve (output speed x K of the measured, {base}):")
     out.append(table(["K", "predicted s", "speedup"],
-                     [[f"{k:g}", secs(ns), ratio(w.measured_ns / ns if ns else math.inf)]
+                     [[f"{k:g}", secs(ns), ratio(ratio_of(w.measured_ns, ns))]
                       for k, ns in w.curve]))
     return "\n".join(out)
