@@ -35,7 +35,7 @@ def seconds(a: int | None, b: int | None) -> float:
 @pytest.mark.parametrize("api", APIS)
 async def test_ttft_and_output_tps_match_the_pacing(api: str) -> None:
     """ttft ~ base + input/prefill and output_tps ~ the profile's rate, within a few percent."""
-    profile = SpeedProfile(base_latency_s=0.35, prefill_tps=20000, output_tps=150)
+    profile = SpeedProfile(base_latency_s=0.5, prefill_tps=20000, output_tps=150)
     async with SimServer(profile=profile, filler_tokens=300) as sim:  # 2 s of decode
         client = OpenAIClient(tier(api, profile), base_url=sim.base_url)
         try:
@@ -45,8 +45,9 @@ async def test_ttft_and_output_tps_match_the_pacing(api: str) -> None:
             await client.aclose()
     t, u = r.timing, r.usage
     assert u.output_tokens == 300 and u.reasoning_tokens == 0
-    expected_ttft = 0.35 + u.input_tokens / 20000
-    assert seconds(t.t_send, t.t_first) == pytest.approx(expected_ttft, rel=0.05)
+    expected_ttft = 0.5 + u.input_tokens / 20000
+    # tolerances leave room for a loaded 2-core machine delaying the event loop by tens of ms
+    assert seconds(t.t_send, t.t_first) == pytest.approx(expected_ttft, rel=0.08)
     assert t.t_first == t.t_first_visible
     decode = seconds(t.t_first_visible, t.t_last)
     assert (u.visible_tokens - 1) / decode == pytest.approx(150, rel=0.04)
@@ -70,7 +71,7 @@ async def test_hidden_reasoning_delays_the_first_visible_token(api: str) -> None
     t, u = r.timing, r.usage
     assert u.reasoning_tokens == 120
     assert u.output_tokens == 120 + count_tokens(script[0].text)
-    assert seconds(t.t_send, t.t_first_visible) == pytest.approx(0.3 + 120 / 200, rel=0.05)
+    assert seconds(t.t_send, t.t_first_visible) == pytest.approx(0.3 + 120 / 200, rel=0.06)
     assert r.text == script[0].text
     assert r.finish_reason == "stop"
 
@@ -105,7 +106,7 @@ async def test_tool_calls_are_assembled_exactly_across_turns(api: str) -> None:
 @pytest.mark.parametrize("api", APIS)
 async def test_tool_only_turn_starts_the_visible_clock_at_the_first_argument(api: str) -> None:
     """A turn with only tool calls: t_first_visible is the first argument delta, not the header."""
-    profile = SpeedProfile(base_latency_s=0.4, prefill_tps=0, output_tps=100)
+    profile = SpeedProfile(base_latency_s=0.5, prefill_tps=0, output_tps=100)
     args = '{"paths": [' + ", ".join(f'"src/mod{i}.py"' for i in range(12)) + "]}"  # 103 tokens
     script = [ScriptTurn(tool_calls=(ScriptToolCall("read_file", args),))]
     async with SimServer(profile=profile, script=script) as sim:
@@ -116,7 +117,7 @@ async def test_tool_only_turn_starts_the_visible_clock_at_the_first_argument(api
             await client.aclose()
     assert r.text == "" and r.tool_calls[0].arguments == args
     assert r.usage.output_tokens == count_tokens(args)
-    assert seconds(r.timing.t_send, r.timing.t_first_visible) == pytest.approx(0.4, rel=0.05)
+    assert seconds(r.timing.t_send, r.timing.t_first_visible) == pytest.approx(0.5, rel=0.08)
     v = r.usage.visible_tokens
     assert (v - 1) / seconds(r.timing.t_first_visible, r.timing.t_last) == pytest.approx(
         100, rel=0.05)
