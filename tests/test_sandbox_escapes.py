@@ -291,3 +291,15 @@ async def test_file_page_cannot_reach_files_outside(ctx: RunContext) -> None:
     assert all(SECRET not in t for t in texts)
     assert target in (await session(ctx)).blocked
     untouched(root)
+
+
+async def test_websocket_to_other_host_is_blocked(ctx: RunContext) -> None:
+    """A page's WebSocket to a non-allowed host is refused by the WebSocket route."""
+    page = Path(ctx.workspace) / "ws.html"
+    page.write_text("<p id=s>start</p><script>const w = new WebSocket('ws://evil.test:9/x');"
+                    "w.onclose = () => { document.getElementById('s').textContent = 'closed'; };"
+                    "</script>")
+    assert (await call(ctx, "browser_open", url=page.as_uri())).ok
+    r = await call(ctx, "browser_wait_for_text", text="closed", timeout_s=5)
+    assert r.ok, r.output
+    assert "ws://evil.test:9/x" in (await session(ctx)).blocked

@@ -13,7 +13,7 @@ import pytest
 import tools
 from agentloop.context import RunContext
 from agentloop.types import ToolResult
-from tools.browser import session
+from tools.browser import _DOM_WALK, session
 
 PAGE = """<!doctype html>
 <html><head><title>Greeter</title></head><body>
@@ -186,3 +186,12 @@ async def test_no_browser_says_how_to_install(tmp_path: Path) -> None:
     finally:
         await c.aclose()
     assert r.ok is False and "apt-get install -y chromium" in r.output
+
+
+async def test_dom_walk_fallback_outlines_the_page(ctx: RunContext, site: Site) -> None:
+    """The DOM-walk snapshot (for Playwright without aria_snapshot) lists roles and text."""
+    await call(ctx, "browser_open", url=site.url)
+    outline = await (await session(ctx)).page.evaluate(_DOM_WALK)
+    assert "- h1: Service status" in outline
+    assert "- button: Go" in outline
+    assert "- input" in outline

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
 from pathlib import Path
@@ -187,8 +186,3 @@ async def test_run_tests_non_pytest(ctx: RunContext) -> None:
     r = await call(ctx, "run_tests")
     assert r.ok and r.data["exit_code"] == 0 and r.data["passed"] is None
     assert "no pytest summary line" in r.output
-
-
-def test_env_has_no_pythonpath_surprises() -> None:
-    """The test process itself runs with a real environment (sanity check for the env tests)."""
-    assert "PATH" in os.environ
