@@ -29,8 +29,8 @@ def tier(api: str = "responses", **kw: object) -> Tier:
 
 async def run(faults: list[Fault], api: str = "responses", **kw: object):  # type: ignore[no-untyped-def]
     async with SimServer(profile=PROFILE, filler_tokens=20, faults=faults) as sim:
-        client = OpenAIClient(tier(api), base_url=sim.base_url, backoff_initial_s=0.05,
-                              **kw)  # type: ignore[arg-type]
+        kw.setdefault("backoff_initial_s", 0.05)
+        client = OpenAIClient(tier(api), base_url=sim.base_url, **kw)  # type: ignore[arg-type]
         try:
             return await client.complete(REQUEST)
         finally:
@@ -58,7 +58,7 @@ async def test_retry_after_is_capped() -> None:
 @pytest.mark.parametrize("kind", ["500", "503"])
 async def test_server_errors_are_retried_with_backoff(kind: str) -> None:
     """5xx replies are retried; the back-off wait is recorded on the failed attempt."""
-    r = await run([Fault(kind, on_request=1), Fault(kind, on_request=2)])
+    r = await run([Fault(kind, on_request=1), Fault(kind, on_request=2)], backoff_initial_s=0.2)
     assert [a.status for a in r.attempts] == [int(kind), int(kind), 200]
     assert all(a.wait_ns > 0 for a in r.attempts[:2]) and r.attempts[2].wait_ns == 0
     assert r.attempts[1].wait_ns > r.attempts[0].wait_ns * 1.2  # exponential, even with jitter
