@@ -37,7 +37,8 @@ class Request:
     keep_alive: bool
 
 
-async def read_request(reader: asyncio.StreamReader) -> Request | None:
+async def read_request(reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter) -> Request | None:
     """Read one request; ``None`` when the peer closed the connection between requests."""
     try:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -57,6 +58,8 @@ async def read_request(reader: asyncio.StreamReader) -> Request | None:
         if line:
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
+    if headers.get("expect", "").lower() == "100-continue":  # curl, for large bodies
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     if headers.get("transfer-encoding", "").lower() == "chunked":
         body = await _read_chunked(reader)
     else:

@@ -124,6 +124,11 @@ class SimServer:
         """Model requests received so far (their 1-based numbers are what faults name)."""
         return self._requests
 
+    @property
+    def active_streams(self) -> int:
+        """Streams being written right now."""
+        return self._streaming
+
     async def start(self) -> None:
         try:
             self._server = await asyncio.start_server(self._connection, self.host, self.port,
@@ -169,14 +174,23 @@ class SimServer:
             keep = True
             while keep:
                 try:
-                    req = await _http.read_request(reader)
+                    req = await _http.read_request(reader, writer)
                 except _http.BadRequest as exc:
                     writer.write(_http.json_response(400, _http.error_body(
                         str(exc), "invalid_request_error", "bad_http"), False))
                     break
                 if req is None:
                     break
-                keep = await self._dispatch(req, writer) and req.keep_alive
+                try:
+                    keep = await self._dispatch(req, writer) and req.keep_alive
+                except (ConnectionError, asyncio.CancelledError):
+                    raise
+                except Exception as exc:  # a simulator bug: say so to the client, drop the line
+                    if not writer.transport.is_closing():
+                        writer.write(_http.json_response(500, _http.error_body(
+                            f"agentloop sim failed on {req.method} {req.path}: "
+                            f"{type(exc).__name__}: {exc}", "server_error", "sim_bug"), False))
+                    break
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -203,6 +217,11 @@ class SimServer:
             body = orjson.dumps({"object": "list", "data": [
                 {"id": n, "object": "model", "created": 0, "owned_by": "agentloop-sim"}
                 for n in names]})
+            writer.write(_http.json_response(200, body, req.keep_alive))
+            return True
+        if req.method == "GET" and path.startswith("/models/"):
+            body = orjson.dumps({"id": path[len("/models/"):], "object": "model", "created": 0,
+                                 "owned_by": "agentloop-sim"})  # any model name is served
             writer.write(_http.json_response(200, body, req.keep_alive))
             return True
         known = path in ("/responses", "/chat/completions", "/models")
@@ -265,6 +284,10 @@ class SimServer:
         except (orjson.JSONDecodeError, TypeError):
             return self._error(writer, req, 400, "The request body is not a JSON object.",
                                "invalid_json", extra=rid)
+        if body.get("previous_response_id"):
+            return self._error(writer, req, 400, (
+                "agentloop sim is stateless: it cannot follow previous_response_id; send the "
+                "whole conversation in 'input'"), "unsupported_parameter", extra=rid)
         try:
             plan, input_tokens = self._turn_for(api, body)
         except ScriptMismatch as exc:

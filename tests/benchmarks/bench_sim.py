@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import os
 import statistics
 import subprocess
@@ -52,52 +53,78 @@ async def serve(rate: float, tokens: int) -> None:
         await asyncio.to_thread(sys.stdin.read)
 
 
+class _Recorder(asyncio.Protocol):
+    """Stamps every read on arrival and keeps the bytes; parsing waits until the stream ends,
+    so the client's own work never delays a timestamp."""
+
+    def __init__(self, done: asyncio.Future[None]) -> None:
+        self.done = done
+        self.parts: list[tuple[float, bytes]] = []
+        self.tail = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.parts.append((time.perf_counter(), data))
+        self.tail = (self.tail + data)[-7:]
+        if self.tail == b"\r\n0\r\n\r\n" and not self.done.done():  # last chunk of the body
+            self.done.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_exception(exc or ConnectionError("closed before the last chunk"))
+
+
+def visible_arrivals(parts: list[tuple[float, bytes]]) -> list[tuple[float, int]]:
+    """(arrival, tokens) per read that completed visible delta events, from the raw reads."""
+    raw = b"".join(d for _, d in parts)
+    ends, acc = [], 0
+    for _, d in parts:
+        acc += len(d)
+        ends.append(acc)
+    pos = raw.index(b"\r\n\r\n") + 4
+    body, where = bytearray(), []  # where[i]: raw offset of decoded byte i's chunk start, delta
+    spans: list[tuple[int, int]] = []  # (decoded start, raw start) per chunk
+    while True:
+        eol = raw.index(b"\r\n", pos)
+        size = int(raw[pos:eol], 16)
+        if size == 0:
+            break
+        spans.append((len(body), eol + 2))
+        body += raw[eol + 2:eol + 2 + size]
+        pos = eol + 4 + size
+    del where
+    starts = [d for d, _ in spans]
+    out: dict[int, int] = {}
+    at = 0
+    for ev in bytes(body).split(b"\n\n"):
+        at += len(ev) + 2
+        if _DELTA not in ev:
+            continue
+        k = bisect.bisect_right(starts, at - 3) - 1  # chunk holding the event's last byte
+        raw_end = spans[k][1] + (at - 3 - spans[k][0])
+        read = bisect.bisect_right(ends, raw_end)
+        payload = orjson.loads(ev[ev.index(b"data: ") + 6:])
+        out[read] = out.get(read, 0) + count_tokens(payload["delta"])
+    return [(parts[i][0], n) for i, n in sorted(out.items())]
+
+
 async def one_stream(host: str, port: int, body: bytes) -> dict[str, float]:
-    """One streamed request over a raw socket; per-chunk arrival instants of visible deltas."""
-    reader, writer = await asyncio.open_connection(host, port)
-    clock = time.perf_counter
+    """One streamed request over a raw socket; arrival instants of visible deltas."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    transport, proto = await loop.create_connection(lambda: _Recorder(done), host, port)
     try:
-        writer.write(b"POST /v1/responses HTTP/1.1\r\nHost: %b\r\nContent-Type: application/json"
-                     b"\r\nContent-Length: %d\r\n\r\n%b" % (host.encode(), len(body), body))
-        t_send = clock()
-        await reader.readuntil(b"\r\n\r\n")
-        raw = b""  # chunked framing not yet consumed
-        pending = b""  # SSE text not yet split into events
-        firsts: list[tuple[float, int]] = []  # (arrival, tokens) of reads with visible deltas
-        done = False
-        while not done:
-            data = await reader.read(1 << 18)
-            if not data:
-                raise ConnectionError("stream ended before its last chunk")
-            now = clock()
-            raw += data
-            while True:  # peel complete chunks off the framing buffer
-                eol = raw.find(b"\r\n")
-                if eol < 0:
-                    break
-                size = int(raw[:eol], 16)
-                if size == 0:
-                    done = True
-                    break
-                if len(raw) < eol + 2 + size + 2:
-                    break
-                pending += raw[eol + 2:eol + 2 + size]
-                raw = raw[eol + 4 + size:]
-            *events, pending = pending.split(b"\n\n")
-            n = 0
-            for ev in events:
-                if _DELTA in ev:
-                    payload = orjson.loads(ev[ev.index(b"data: ") + 6:])
-                    n += count_tokens(payload["delta"])
-            if n:
-                firsts.append((now, n))
+        transport.write(b"POST /v1/responses HTTP/1.1\r\nHost: %b\r\nContent-Type: "
+                        b"application/json\r\nContent-Length: %d\r\n\r\n%b"
+                        % (host.encode(), len(body), body))
+        t_send = time.perf_counter()
+        await done
     finally:
-        writer.close()
-        await writer.wait_closed()
-    total = sum(n for _, n in firsts)
-    (t_first, m), (t_last, _) = firsts[0], firsts[-1]
+        transport.close()
+    arrivals = visible_arrivals(proto.parts)
+    total = sum(n for _, n in arrivals)
+    (t_first, m), (t_last, _) = arrivals[0], arrivals[-1]
     return {"rate": (total - m) / (t_last - t_first), "ttft": t_first - t_send,
-            "tokens": total, "chunks": len(firsts)}
+            "tokens": total, "chunks": len(arrivals)}
 
 
 async def run_case(rate: int, streams: int, inproc: bool) -> dict[str, float]:

@@ -1,0 +1,113 @@
+"""The simulator's HTTP side: clean shutdown mid-stream, client hang-ups, odd requests, curl habits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import openai
+import orjson
+
+from agentloop.sim import SimServer
+from agentloop.tiers import SpeedProfile
+
+SLOW = SpeedProfile(base_latency_s=0.01, prefill_tps=1_000_000, output_tps=50)
+FAST = SpeedProfile(base_latency_s=0.0, prefill_tps=0, output_tps=5000)
+
+
+async def test_close_with_streams_in_flight_is_prompt_and_clean():
+    """Leaving the server's context mid-stream ends every stream at once; clients see the cut."""
+    sim = SimServer(profile=SLOW, filler_tokens=500)
+    await sim.start()
+    client = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sim", max_retries=0)
+    started = asyncio.Event()
+
+    async def consume() -> BaseException | None:
+        try:
+            async for ev in await client.responses.create(model="sim", input="x", stream=True):
+                if ev.type == "response.output_text.delta":
+                    started.set()
+        except openai.APIConnectionError as exc:
+            return exc
+        return None
+
+    tasks = [asyncio.create_task(consume()) for _ in range(5)]
+    await started.wait()
+    assert sim.active_streams == 5
+    t0 = time.perf_counter()
+    await sim.close()
+    closed_in = time.perf_counter() - t0
+    results = await asyncio.gather(*tasks)
+    await client.close()
+    assert closed_in < 0.5
+    assert all(isinstance(r, openai.APIConnectionError) for r in results)
+    assert sim.active_streams == 0
+
+
+async def test_client_hang_up_mid_stream_frees_the_stream():
+    """A client that stops reading and closes mid-stream ends that stream; the server serves on."""
+    async with SimServer(profile=SpeedProfile(0.0, 0, 200), filler_tokens=400) as sim:
+        async with httpx.AsyncClient(base_url=sim.base_url) as http:
+            async with http.stream("POST", "/chat/completions", json={
+                    "model": "sim", "stream": True,
+                    "messages": [{"role": "user", "content": "x"}]}) as resp:
+                async for line in resp.aiter_lines():
+                    if '"content":"' in line and sim.active_streams:
+                        break
+        for _ in range(50):
+            if sim.active_streams == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert sim.active_streams == 0
+        async with httpx.AsyncClient(base_url=sim.base_url) as http:
+            ok = await http.get("/models")
+    assert ok.status_code == 200
+
+
+async def test_odd_requests_get_openai_shaped_errors():
+    """Bad JSON, a non-object body, previous_response_id and a wrong method get clear errors."""
+    async with SimServer(profile=FAST, filler_tokens=3) as sim, \
+            httpx.AsyncClient(base_url=sim.base_url) as http:
+        bad_json = await http.post("/responses", content=b"{nope",
+                                   headers={"content-type": "application/json"})
+        not_obj = await http.post("/chat/completions", json=[1, 2])
+        chained = await http.post("/responses", json={"model": "m", "input": "x",
+                                                      "previous_response_id": "resp_1"})
+        wrong_method = await http.get("/responses")
+        model = await http.get("/models/gpt-anything")
+    assert bad_json.status_code == 400 and bad_json.json()["error"]["code"] == "invalid_json"
+    assert not_obj.status_code == 400
+    assert "stateless" in chained.json()["error"]["message"]
+    assert wrong_method.status_code == 405
+    assert model.json()["id"] == "gpt-anything"
+
+
+async def test_garbage_bytes_get_a_400_and_close():
+    """Bytes that are not HTTP get a 400 and the connection is closed."""
+    async with SimServer(profile=FAST, filler_tokens=3) as sim:
+        reader, writer = await asyncio.open_connection("127.0.0.1", sim.port)
+        writer.write(b"HELLO\r\n\r\n")
+        reply = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        await writer.wait_closed()
+    assert reply.startswith(b"HTTP/1.1 400 ")
+
+
+async def test_expect_100_continue_like_curl():
+    """A request with Expect: 100-continue gets the interim 100 before it sends its body."""
+    body = orjson.dumps({"model": "sim", "input": "hi"})
+    async with SimServer(profile=FAST, filler_tokens=3) as sim:
+        reader, writer = await asyncio.open_connection("127.0.0.1", sim.port)
+        writer.write(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                     b"\r\nExpect: 100-continue\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+                     % len(body))
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        writer.write(body)
+        reply = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        await writer.wait_closed()
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK")
+    assert orjson.loads(payload)["status"] == "completed"
