@@ -209,8 +209,8 @@ async def part1(tokens: int = 2500) -> None:
 
 async def part2(streams: int = 64, tps: float = 750.0, tokens: int = 1500,
                 per_chunk: int = 1) -> None:
-    print(f"2. {streams} concurrent streams at {tps:g} tok/s, {tokens} tokens each, "
-          f"{per_chunk} token(s) per event, one client on one core")
+    print(f"2. {streams} concurrent streams at {tps:g} tok/s, {tokens} tokens each, sim "
+          f"tokens_per_chunk={per_chunk}, one client on one core")
     profile = SpeedProfile(0.2, 100000, tps)
     async with sim_process(profile, tokens, per_chunk) as url:
         sdk = openai.AsyncOpenAI(base_url=url, api_key="sim", max_retries=0,
@@ -240,7 +240,8 @@ async def part2(streams: int = 64, tps: float = 750.0, tokens: int = 1500,
           f"{'met' if abs(mean / tps - 1) <= 0.01 else 'NOT met'})")
     print(f"   ttft median {statistics.median(ttfts):.3f} s (server base 0.2 s + prefill); "
           f"client CPU {100 * cpu / wall:.0f}% of one core over {wall:.1f} s, "
-          f"{events / wall:.0f} events/s")
+          f"{events / wall:.0f} events/s ({streams * tokens / events:.1f} tokens per event: the "
+          "sim merges tokens that are due together)")
 
 
 async def part3(streams: int = 64, tps: float = 750.0, tokens: int = 1500) -> None:
