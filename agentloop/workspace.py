@@ -19,22 +19,25 @@ async def run_command(cmd: str, cwd: Path, env: dict[str, str],
                       timeout_s: float) -> tuple[int, str]:
     """Run ``bash -c cmd`` in its own process group; kill the group on timeout or cancellation.
 
+    Output goes to a temporary file, not a pipe, so a background process the command leaves
+    behind (a server started by a setup step) cannot hold the call open after bash exits.
     Returns (exit code, combined output); exit code 124 on timeout, as coreutils' timeout does.
     """
-    proc = await asyncio.create_subprocess_exec(
-        "bash", "-c", cmd, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True)
-    try:
-        async with asyncio.timeout(timeout_s):
-            out, _ = await proc.communicate()
-    except (TimeoutError, asyncio.CancelledError) as exc:
-        _kill_group(proc.pid)
-        await proc.wait()
-        if isinstance(exc, asyncio.CancelledError):
-            raise
-        return 124, f"timed out after {timeout_s:g} s"
-    return proc.returncode or 0, out.decode("utf-8", "replace")
+    with tempfile.TemporaryFile() as out:
+        proc = await asyncio.create_subprocess_exec(
+            "bash", "-c", cmd, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
+            stdout=out, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        try:
+            async with asyncio.timeout(timeout_s):
+                code = await proc.wait()
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            _kill_group(proc.pid)
+            await proc.wait()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return 124, f"timed out after {timeout_s:g} s"
+        out.seek(0)
+        return code, out.read().decode("utf-8", "replace")
 
 
 def _kill_group(pid: int) -> None:

@@ -1,0 +1,56 @@
+"""A run's working copy: fresh per run, setup commands, and the success check."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from agentloop import workspace
+from agentloop.context import scrubbed_env
+from agentloop.tasks import Task
+
+
+async def test_command_leaving_a_background_process_returns_at_once(tmp_path: Path) -> None:
+    """bash exiting ends the call even when a child it started in the background lives on."""
+    t0 = time.perf_counter()
+    code, out = await workspace.run_command("echo started; sleep 5 >/dev/null 2>&1 &", tmp_path,
+                                            scrubbed_env(), 10)
+    assert (0, "started\n") == (code, out)
+    assert time.perf_counter() - t0 < 2
+
+
+async def test_command_timeout_kills_the_group(tmp_path: Path) -> None:
+    """A command past its timeout is killed with its children and reported as exit 124."""
+    code, out = await workspace.run_command("sleep 30 & sleep 30", tmp_path, scrubbed_env(), 0.3)
+    assert (124, "timed out after 0.3 s") == (code, out)
+
+
+async def test_prepare_copies_the_workspace_fresh(tmp_path: Path) -> None:
+    """Each run gets its own copy; changes in one never reach the task's folder."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("original")
+    task = Task(name="t", prompt="p", system="s", workspace=src, setup=("echo x > made.txt",))
+    work = await workspace.prepare(task, root=tmp_path)
+    (work / "a.txt").write_text("changed")
+    assert "original" == (src / "a.txt").read_text()
+    assert "x\n" == (work / "made.txt").read_text()
+    assert not (src / "made.txt").exists()
+
+
+async def test_success_check_needs_command_and_text(tmp_path: Path) -> None:
+    """The check passes only when the command exits 0 and the expected text is in the answer."""
+    task = Task(name="t", prompt="p", system="s", success_command="test -f done",
+                success_text="SAFE")
+    (tmp_path / "done").write_text("")
+    assert (await workspace.check_success(task, tmp_path, "verdict SAFE"))["passed"] is True
+    assert (await workspace.check_success(task, tmp_path, "verdict UNSAFE?"))["passed"] is False
+    (tmp_path / "done").unlink()
+    result = await workspace.check_success(task, tmp_path, "SAFE")
+    assert (False, 1) == (result["passed"], result["exit_code"])
+
+
+async def test_no_success_check_is_none(tmp_path: Path) -> None:
+    """A task without a check reports passed=None, not a pass."""
+    task = Task(name="t", prompt="p", system="s")
+    assert (await workspace.check_success(task, tmp_path, "x"))["passed"] is None
