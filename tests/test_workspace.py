@@ -44,7 +44,7 @@ async def test_success_check_needs_command_and_text(tmp_path: Path) -> None:
                 success_text="SAFE")
     (tmp_path / "done").write_text("")
     assert (await workspace.check_success(task, tmp_path, "verdict SAFE"))["passed"] is True
-    assert (await workspace.check_success(task, tmp_path, "verdict UNSAFE?"))["passed"] is False
+    assert (await workspace.check_success(task, tmp_path, "verdict: still broken"))["passed"] is False
     (tmp_path / "done").unlink()
     result = await workspace.check_success(task, tmp_path, "SAFE")
     assert (False, 1) == (result["passed"], result["exit_code"])
