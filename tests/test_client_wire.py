@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import openai
 import orjson
+import pytest
 
 from agentloop.clients._wire import BodyBuilder
 from agentloop.clients.openai_client import OpenAIClient
+from agentloop.errors import ConfigError
 from agentloop.sim import SimServer
 from agentloop.tiers import SpeedProfile, Tier
 from agentloop.types import Message, ModelRequest, ToolCall, ToolSpec
@@ -81,3 +83,11 @@ async def test_an_injected_sdk_client_is_used_and_left_open() -> None:
         finally:
             await sdk.close()
     assert r.usage.output_tokens == 5
+
+
+def test_a_simulated_tier_without_a_base_url_is_a_config_error() -> None:
+    """A sim tier needs a running simulator's URL; without one the error says so."""
+    t = Tier("sim-only", "sim", "m", "responses", SpeedProfile(0.1, 0, 100))
+    with pytest.raises(ConfigError) as info:
+        OpenAIClient(t)
+    assert "sim-only" in info.value.message and "SimServer" in info.value.message
