@@ -39,8 +39,11 @@ path moves from one parallel branch to another.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
+from itertools import compress
+from operator import itemgetter, not_
 from typing import Any
 
 from agentloop.analysis._table import pct, ratio, secs, table
@@ -164,45 +167,42 @@ def path_breakdown(g: Graph, segments: list[tuple[int, int, bool]],
     """Critical-path ns per category and per step (step span index, -1 for run level).
 
     ``parts`` are the re-timed (base, reasoning, decode) of model spans; None: as measured.
+    Written as whole-list passes (zip, compress, groupby) since a path can have a million
+    segments.
     """
     cats: dict[str, int] = {}
     steps: dict[int, int] = {}
-    models, kinds, step_of = g.models, g.kinds, g.step_of
-    on_path: list[int] = []
-    framework = 0
-    cur, acc = -2, 0  # segments of one step come together: add them up before the dict
-    for i, ns, gap in segments:
-        st = step_of[i] if i >= 0 else -1
-        if st != cur:
-            if acc or cur in steps:
-                steps[cur] = steps.get(cur, 0) + acc
-            cur, acc = st, 0
-        acc += ns
-        if gap:
-            framework += ns
-        elif i in models:
-            on_path.append(i)
-        else:
-            if g.in_flight[i]:
-                cat = IN_FLIGHT
-            elif kinds[i] == "tool":
-                cat = tool_category(g.names[i], g.trace.spans[g.ids[i]].attrs)
-            else:  # a finished model span that had children, or a childless step: bookkeeping
-                cat = FRAMEWORK
-            cats[cat] = cats.get(cat, 0) + ns
-    steps[cur] = steps.get(cur, 0) + acc
-    steps.pop(-2, None)
+    if not segments:
+        return cats, steps
+    idx, nss, gaps = zip(*segments, strict=True)
+    step_of = g.step_of
+    owners = [step_of[i] if i >= 0 else -1 for i in idx]
+    for st, grp in itertools.groupby(zip(owners, nss, strict=True), key=itemgetter(0)):
+        steps[st] = steps.get(st, 0) + sum(map(itemgetter(1), grp))
+    leaves = list(compress(zip(idx, nss, strict=True), map(not_, gaps)))
+    models = g.models
+    on_path = [i for i, _ in leaves if i in models]
+    names: dict[str, str] = {}
+    for i, ns in leaves:
+        if i in models:
+            continue
+        if g.in_flight[i]:
+            cat = IN_FLIGHT
+        elif g.kinds[i] == "tool":
+            cat = names.get(g.names[i]) or names.setdefault(
+                g.names[i], tool_category(g.names[i], g.trace.spans[g.ids[i]].attrs))
+        else:  # a finished model span that had children, or a childless step: bookkeeping
+            cat = FRAMEWORK
+        cats[cat] = cats.get(cat, 0) + ns
     if on_path:
         ms = [models[i] for i in on_path]
-        if parts is None:
-            new = [(m.base, m.reasoning, m.decode) for m in ms]
-        else:
-            new = [parts[i] for i in on_path]
+        new = [(m.base, m.reasoning, m.decode) for m in ms] if parts is None else \
+            [parts[i] for i in on_path]
         for k, name in enumerate(("base", "reasoning", "decode")):
-            cats[name] = sum(t[k] for t in new)
-        for name in ("tail", "wait", "retry", "overhead"):
-            cats[name] = sum(getattr(m, name) for m in ms)
-    cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + framework
+            cats[name] = sum(map(itemgetter(k), new))
+        for k, name in ((3, "tail"), (4, "wait"), (5, "retry"), (6, "overhead")):
+            cats[name] = sum(map(itemgetter(k), ms))
+    cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + sum(compress(nss, gaps))
     return cats, steps
 
 
