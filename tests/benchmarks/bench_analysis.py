@@ -10,6 +10,7 @@ Figures vary with the machine's load: the script prints what it saw.
 
 from __future__ import annotations
 
+import gc
 import sys
 import tempfile
 import time
@@ -44,15 +45,18 @@ def main() -> None:
         quick_s = time.perf_counter() - t
     n_spans = len(trace.spans)
     n_records = 2 * n_spans + 2
+    gc.collect()  # each timed phase starts without a collection owed by the one before
     t = time.perf_counter()
     g = build_graph(trace)
     graph_s = time.perf_counter() - t
     runs = []
-    for _ in range(3):  # the first run also pays for fresh memory (page faults)
+    for _ in range(3):
+        gc.collect()
         t = time.perf_counter()
         predicted = predict_ns(g, ultra)
         runs.append(time.perf_counter() - t)
     retime_s = min(runs)
+    gc.collect()
     t = time.perf_counter()
     w = whatif(g, ultra)
     full_s = time.perf_counter() - t
