@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from agentloop.errors import ModelError
 from agentloop.log import configure
 from agentloop.tiers import SpeedProfile, Tier, default_tiers_path, get_tier, load_tiers
 from agentloop.types import Message, ModelRequest, ModelResponse
@@ -58,11 +59,11 @@ def prompts(round_id: str, words: int, long_tokens: int) -> tuple[Message, Messa
     return short, long
 
 
-def call_figures(r: ModelResponse) -> dict[str, Any]:
-    """One call's TTFT, output speed and base latency (reasoning time taken out)."""
+def call_figures(r: ModelResponse) -> dict[str, Any] | None:
+    """One call's TTFT, output speed and base latency (reasoning time taken out); None if mute."""
     t, u = r.timing, r.usage
     if t.t_first_visible is None or t.t_last is None:
-        raise ValueError("no visible output")
+        return None
     ttft = (t.t_first_visible - t.t_send) / 1e9
     decode = (t.t_last - t.t_first_visible) / 1e9
     v = u.visible_tokens
@@ -125,8 +126,13 @@ async def _rounds(client: Any, tier: Tier, n: int, tokens: int,
     await client.complete(ModelRequest((warm,), (), 0))
     for _ in range(max(1, n)):
         short, long = prompts(uuid.uuid4().hex[:8], words, long_tokens)
-        short_calls.append(call_figures(await client.complete(ModelRequest((short,), (), 0))))
-        long_calls.append(call_figures(await client.complete(ModelRequest((long,), (), 0))))
+        for prompt, calls in ((short, short_calls), (long, long_calls)):
+            figures = call_figures(await client.complete(ModelRequest((prompt,), (), 0)))
+            if figures is not None:
+                calls.append(figures)
+    if not short_calls or not long_calls:
+        raise ModelError(f"tier '{tier.name}': the probe calls produced no visible output "
+                         "(all tokens went to reasoning?); try a larger --tokens")
     return {"tier": tier.name, "model": tier.model, "base_url": tier.base_url, "api": tier.api,
             "n": len(short_calls), **summarize(short_calls, long_calls),
             "configured": tier.summary()["profile"],
