@@ -27,9 +27,12 @@ A model span's new duration is its unchanged ``tail + wait + retry + overhead`` 
   interval more than a stream takes);
 - with multipliers of the measured speeds: ``base / P + (reasoning + decode) / K``.
 
-The Amdahl ceiling is the same scenario with output speed taken to infinity (reasoning and
-decode -> 0) with the measured base (divided by P if given); the speedup curve re-times the run
-for K = 1, 2, 3, 5, 8, 11, 20, 50, 100 the same way and tends to the ceiling.
+The Amdahl ceiling is the run with output speed taken to infinity (reasoning and decode -> 0)
+and the measured base (divided by P if given; as measured in tier mode); the speedup curve
+re-times the run for K = 1, 2, 3, 5, 8, 11, 20, 50, 100 the same way and tends to the ceiling.
+Every instant is then ``a + b / K``-shaped as long as no max in the pass changes hands between
+K = 1 and K = infinity, so one lockstep pass over both ends gives the whole curve
+(:func:`agentloop.analysis.graph.retime_pair`); otherwise each point gets its own pass.
 
 Where the saved time comes from is read off the critical paths: the measured run's path and the
 re-timed run's path each sum exactly to their end-to-end time, so per category (and per step)
@@ -42,7 +45,6 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from itertools import compress
 from operator import itemgetter, not_
 from typing import Any
 
@@ -179,7 +181,7 @@ def path_breakdown(g: Graph, segments: list[tuple[int, int, bool]],
     owners = [step_of[i] if i >= 0 else -1 for i in idx]
     for st, grp in itertools.groupby(zip(owners, nss, strict=True), key=itemgetter(0)):
         steps[st] = steps.get(st, 0) + sum(map(itemgetter(1), grp))
-    leaves = list(compress(zip(idx, nss, strict=True), map(not_, gaps)))
+    leaves = list(itertools.compress(zip(idx, nss, strict=True), map(not_, gaps)))
     models = g.models
     on_path = [i for i, _ in leaves if i in models]
     names: dict[str, str] = {}
@@ -202,7 +204,7 @@ def path_breakdown(g: Graph, segments: list[tuple[int, int, bool]],
             cats[name] = sum(map(itemgetter(k), new))
         for k, name in ((3, "tail"), (4, "wait"), (5, "retry"), (6, "overhead")):
             cats[name] = sum(map(itemgetter(k), ms))
-    cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + sum(compress(nss, gaps))
+    cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + sum(itertools.compress(nss, gaps))
     return cats, steps
 
 
