@@ -17,6 +17,7 @@ from typing import Any
 
 from agentloop import api
 from agentloop.errors import TraceFileError
+from agentloop.protocols import Tool
 from agentloop.runner import Observer, RunResult
 from agentloop.script import ScriptTurn
 from agentloop.tasks import Task, load_task
@@ -176,7 +177,7 @@ async def replay(trace_path: str | Path, *, tier: str | Tier | None = None,
         task = replace(task, workspace=None, setup=(), success_command=None)
     task = replace(task, limits=replace(task.limits, max_steps=len(turns)))
     tier = tier or (trace.header.get("tier") or {}).get("name")
-    tools = dict(recorded_tools(trace)) if offline else None
+    tools: dict[str, Tool] | None = dict(recorded_tools(trace)) if offline else None
     result = await api.run_task(task, tier=tier, tiers_file=tiers_file, trace_dir=trace_dir,
                                 tools=tools, observer=observer, script=turns)
     found = [] if offline else divergences(trace, load_trace(result.trace_path or ""))

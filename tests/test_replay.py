@@ -1,0 +1,97 @@
+"""Replay: recorded model turns served at a chosen tier, tools re-run (or fed), divergence found."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from agentloop import run_task
+from agentloop.cli import main
+from agentloop.replay import replay
+from agentloop.trace.reader import load_trace
+from tests.conftest import ROOT
+
+STEADY = ROOT / "tests" / "data" / "steady.yaml"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import asyncio
+
+    out = tmp_path_factory.mktemp("recorded")
+    result = asyncio.run(run_task(STEADY, tier="sim-ultrafast", trace_dir=out))
+    assert "ok" == result.status
+    return Path(result.trace_path or "")
+
+
+async def test_live_replay_matches_the_recording(recorded: Path, tmp_path: Path) -> None:
+    """Replaying at the recorded tier re-runs the tools and finds no divergence."""
+    res = await replay(recorded, trace_dir=tmp_path)
+    assert ("ok", 3, []) == (res.run.status, res.run.steps, res.divergences)
+    new = load_trace(res.run.trace_path or "")
+    assert "sim-ultrafast" == new.header["tier"]["name"]
+    assert 5 == len(new.of_kind("tool"))
+
+
+async def test_replay_at_a_slower_tier_takes_longer(recorded: Path, tmp_path: Path) -> None:
+    """The same turns at sim-fast take longer than recorded at sim-ultrafast; tools re-run."""
+    res = await replay(recorded, tier="sim-fast", trace_dir=tmp_path)
+    old, new = load_trace(recorded), load_trace(res.run.trace_path or "")
+    assert "sim-fast" == new.header["tier"]["name"]
+    assert new.end_ns > old.end_ns * 1.2
+
+
+async def test_offline_replay_feeds_recorded_outputs(recorded: Path, tmp_path: Path) -> None:
+    """Offline, no tool runs: each result is the recorded one, so the sleeps cost nothing."""
+    res = await replay(recorded, offline=True, trace_dir=tmp_path)
+    assert "ok" == res.run.status
+    old, new = load_trace(recorded), load_trace(res.run.trace_path or "")
+    outputs = sorted(t.attrs["output"] for t in old.of_kind("tool"))
+    assert outputs == sorted(t.attrs["output"] for t in new.of_kind("tool"))
+    tool_ns = sum(t.duration_ns or 0 for t in new.of_kind("tool"))
+    assert tool_ns < 0.1e9  # the recorded sleeps took 1.2 s of tool time
+
+
+async def test_until_step_stops_there(recorded: Path, tmp_path: Path) -> None:
+    """--until-step N replays the first N steps only."""
+    res = await replay(recorded, until_step=2, trace_dir=tmp_path)
+    assert 2 == res.run.steps
+    assert 2 == len(load_trace(res.run.trace_path or "").of_kind("model"))
+
+
+async def test_divergence_is_reported_with_its_step(recorded: Path, tmp_path: Path) -> None:
+    """A tool result that differs from the recording is reported with the step it happened in."""
+    lines = recorded.read_bytes().splitlines()
+    edited = []
+    for raw in lines:
+        rec = orjson.loads(raw)
+        attrs = rec.get("attrs") or {}
+        if rec["type"] == "span_end" and attrs.get("gen_ai.tool.name") == "read_file":
+            attrs["output"] = "1\tgoodbye\n"
+        edited.append(orjson.dumps(rec))
+    doctored = tmp_path / "doctored.jsonl"
+    doctored.write_bytes(b"\n".join(edited) + b"\n")
+    res = await replay(doctored, trace_dir=tmp_path)
+    assert [1] == [d.step for d in res.divergences]
+    assert "read_file" in res.divergences[0].describe()
+    assert "hello" in res.divergences[0].describe()
+
+
+def test_replay_cli(recorded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI replays and says whether the run diverged."""
+    code = main(["replay", str(recorded), "--tier", "sim-ultrafast", "--trace-dir",
+                 str(tmp_path), "-q"])
+    out = capsys.readouterr().out
+    assert 0 == code
+    assert "diverged  no" in out and "status   ok" in out
+
+
+def test_replay_of_a_non_trace_is_a_clear_error(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A file that is not a trace gets exit code 2 and a message naming it."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("hello\n")
+    assert 2 == main(["replay", str(bad)])
+    assert "bad.jsonl, line 1" in capsys.readouterr().err
