@@ -103,7 +103,8 @@ def build_report(g: Graph) -> Report:
         tier=str(tier.get("name", "?")),
         status=str(tr.end.get("status", "?")) if tr.end else "incomplete",
         complete=tr.complete, problems=tuple(tr.problems + g.problems),
-        in_flight=tuple(f"{s.id} {s.kind} '{s.name}' open since {secs(s.t0)} s"
+        in_flight=tuple(f"{s.id} {s.kind} '{s.name}', open since {secs(s.t0 - g.start_ns)} s "
+                        "into the run"
                         for s in tr.in_flight),
         measured_ns=g.measured_ns, critical={k: critical[k] for k in category_order(set(critical))},
         busy={k: busy[k] for k in category_order(set(busy))}, steps=tuple(steps), path=tuple(path))
