@@ -137,3 +137,21 @@ def test_compare_cli_refuses_different_tasks(tmp_path, capsys):
     b = run_on(ULTRA, "sim-ultrafast", tmp_path / "b.jsonl", task="two")
     assert main(["compare", str(a), str(b)]) == 2
     assert "same task" in capsys.readouterr().err
+
+
+def test_whatif_cli_rejects_a_zero_speedup(tmp_path, capsys):
+    """--speedup 0 is a user error with exit code 2."""
+    trace = run_on(STD, "sim-standard", tmp_path / "a.jsonl")
+    assert main(["whatif", str(trace), "--speedup", "0"]) == 2
+    assert "--speedup" in capsys.readouterr().err
+
+
+def test_compare_warns_about_an_incomplete_trace(tmp_path):
+    """Comparing against a killed run works and says the trace is incomplete."""
+    a = run_on(STD, "sim-standard", tmp_path / "a.jsonl")
+    b = run_on(ULTRA, "sim-ultrafast", tmp_path / "b.jsonl")
+    full = build_graph(load_trace(b)).measured_ns
+    b.write_bytes(b"".join(b.read_bytes().splitlines(keepends=True)[:-3]))  # killed near the end
+    c = compare(build_graph(load_trace(a)), build_graph(load_trace(b)))
+    assert any("trace B is incomplete" in w for w in c.warnings)
+    assert full - 3 * MS == c.b_ns  # up to the last tool's end: the last 1 ms gaps are lost
