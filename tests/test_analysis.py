@@ -315,3 +315,13 @@ def test_empty_run_has_unit_speedup():
     w = whatif(g, Scenario.multipliers(5))
     assert (w.measured_ns, w.predicted_ns, w.speedup) == (0, 0, 1.0)
     assert "0.000 s end to end" in render_report(build_report(g))
+
+
+def test_long_runs_print_first_and_last_steps_only():
+    """Text tables of a 100-step run show its first and last steps and say how many are left out."""
+    g = build_graph(parse_lines(list(agent_lines(100))))
+    text = render_report(build_report(g))
+    assert "... 60 more rows (--json lists all)" in text
+    assert "\n     1 " in text and "\n   100 " in text and "\n    50 " not in text
+    assert len(report_json(build_report(g))["steps"]) == 100
+    assert "more rows" in render_whatif(whatif(g, Scenario.multipliers(3)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentloop.analysis._table import pct, ratio, secs, table
+from agentloop.analysis._table import elide, pct, ratio, secs, table
 from agentloop.analysis.graph import Graph, critical_path
 from agentloop.analysis.whatif import (
     Scenario,
@@ -131,9 +131,10 @@ def compare_json(c: Comparison) -> dict[str, Any]:
 
 def _rows_text(rows: tuple[Row, ...], head: str) -> str:
     return table([head, "A s", "predicted B s", "B s", "error s", "error"],
-                 [[r.name, secs(r.a_ns), secs(r.predicted_ns), secs(r.b_ns),
+                 [r if isinstance(r, str) else
+                  [r.name, secs(r.a_ns), secs(r.predicted_ns), secs(r.b_ns),
                    secs(r.predicted_ns - r.b_ns), pct(r.predicted_ns - r.b_ns, r.b_ns)]
-                  for r in rows])
+                  for r in elide(rows)])
 
 
 def render_compare(c: Comparison) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentloop.analysis._table import pct, secs, table
+from agentloop.analysis._table import elide, pct, secs, table
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, tool_category
 from agentloop.analysis.graph import Graph, critical_path
 from agentloop.analysis.whatif import MODEL_CATS, category_order, path_breakdown, step_label
@@ -172,8 +172,11 @@ def render_report(r: Report) -> str:
     out.append(f"  model share of the critical path: {100 * r.model_share:.1f}%")
     out.append("")
     out.append("Steps (cumulative = run time at the step's end: how the steps compound):")
-    rows = []
-    for s in r.steps:
+    rows: list[list[str] | str] = []
+    for s in elide(r.steps):
+        if isinstance(s, str):
+            rows.append(s)
+            continue
         tools = ", ".join(f"{n} {secs(v, 2)}" for n, v in s.tools) or "-"
         rows.append([s.step + (" (in flight)" if s.in_flight else ""), secs(s.duration_ns),
                      secs(s.model["base"]), secs(s.model["reasoning"]),

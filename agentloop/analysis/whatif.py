@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from operator import itemgetter, not_
 from typing import Any
 
-from agentloop.analysis._table import pct, ratio, secs, table
+from agentloop.analysis._table import elide, pct, ratio, secs, table
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, MODEL_PARTS, tool_category
 from agentloop.analysis.graph import Graph, critical_path, gc_paused, retime, retime_pair
 from agentloop.errors import ConfigError
@@ -299,8 +299,9 @@ def render_whatif(w: WhatIf) -> str:
     out.append("")
     out.append("Per step:")
     out.append(table(["step", "measured s", "predicted s", "saved s", "of saved"],
-                     [[c.name, secs(c.measured_ns), secs(c.predicted_ns), secs(c.saved_ns),
-                       pct(c.saved_ns, saved)] for c in w.steps]))
+                     [c if isinstance(c, str) else
+                      [c.name, secs(c.measured_ns), secs(c.predicted_ns), secs(c.saved_ns),
+                       pct(c.saved_ns, saved)] for c in elide(w.steps)]))
     out.append("")
     base = "measured prefill" if w.scenario.prefill_speedup == 1 or w.scenario.profile else \
         f"prefill x{w.scenario.prefill_speedup:g}"
