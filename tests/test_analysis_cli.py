@@ -155,3 +155,10 @@ def test_compare_warns_about_an_incomplete_trace(tmp_path):
     c = compare(build_graph(load_trace(a)), build_graph(load_trace(b)))
     assert any("trace B is incomplete" in w for w in c.warnings)
     assert full - 3 * MS == c.b_ns  # up to the last tool's end: the last 1 ms gaps are lost
+
+
+def test_whatif_cli_prefill_speedup_needs_speedup(tmp_path, capsys):
+    """--prefill-speedup with --tier is refused (exit 2): the tier's profile has its prefill."""
+    trace = run_on(STD, "sim-standard", tmp_path / "a.jsonl")
+    assert main(["whatif", str(trace), "--tier", "sim-ultrafast", "--prefill-speedup", "2"]) == 2
+    assert "--prefill-speedup goes with --speedup" in capsys.readouterr().err

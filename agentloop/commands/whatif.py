@@ -10,6 +10,7 @@ from typing import Any
 from agentloop.analysis.graph import build_graph, load_quickly
 from agentloop.analysis.whatif import Scenario, render_whatif, whatif, whatif_json
 from agentloop.commands.report import emit_json
+from agentloop.errors import ConfigError
 from agentloop.tiers import get_tier, load_tiers
 
 
@@ -32,6 +33,9 @@ def register(sub: Any) -> None:
 
 async def main(args: argparse.Namespace) -> int:
     if args.tier is not None:
+        if args.prefill_speedup != 1.0:
+            raise ConfigError("--prefill-speedup goes with --speedup; a tier's profile already "
+                              "says its prefill speed")
         tiers = await asyncio.to_thread(load_tiers, args.tiers)
         tier = get_tier(tiers, args.tier, args.tiers or "tiers.toml")
         scenario = Scenario.tier(tier.name, tier.profile)
