@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import httpx
@@ -123,7 +124,7 @@ async def test_stall_pauses_then_continues():
         deltas, stamps, exc = await collect(client)
         await client.close()
     assert exc is None and deltas[-1] == "<completed>"
-    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
     big = max(range(len(gaps)), key=gaps.__getitem__)
     assert sum(count_tokens(d) for d in deltas[: big + 1]) == 12
     assert 0.5 <= gaps[big] <= 0.6

@@ -48,13 +48,12 @@ async def test_close_with_streams_in_flight_is_prompt_and_clean():
 async def test_client_hang_up_mid_stream_frees_the_stream():
     """A client that stops reading and closes mid-stream ends that stream; the server serves on."""
     async with SimServer(profile=SpeedProfile(0.0, 0, 200), filler_tokens=400) as sim:
-        async with httpx.AsyncClient(base_url=sim.base_url) as http:
-            async with http.stream("POST", "/chat/completions", json={
-                    "model": "sim", "stream": True,
-                    "messages": [{"role": "user", "content": "x"}]}) as resp:
-                async for line in resp.aiter_lines():
-                    if '"content":"' in line and sim.active_streams:
-                        break
+        request = {"model": "sim", "stream": True, "messages": [{"role": "user", "content": "x"}]}
+        async with httpx.AsyncClient(base_url=sim.base_url) as http, \
+                http.stream("POST", "/chat/completions", json=request) as resp:
+            async for line in resp.aiter_lines():
+                if '"content":"' in line and sim.active_streams:
+                    break
         for _ in range(50):
             if sim.active_streams == 0:
                 break

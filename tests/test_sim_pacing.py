@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import statistics
 import time
@@ -209,5 +210,5 @@ def test_jittered_schedule_is_seeded():
 
     assert offsets(1) == offsets(1)
     assert offsets(1) != offsets(2)
-    gaps = [b - a for a, b in zip(offsets(1), offsets(1)[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(offsets(1))]
     assert min(gaps) >= 0.007 - 1e-12 and max(gaps) <= 0.013 + 1e-12

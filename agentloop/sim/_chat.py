@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from agentloop.sim.conversation import Call
 from agentloop.sim._stream import Segment, StreamPlan, Tpl
+from agentloop.sim.conversation import Call
 
 
 def usage(call: Call) -> dict[str, Any]:

@@ -9,8 +9,10 @@ pool reuses it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +75,7 @@ async def read_request(reader: asyncio.StreamReader,
 
 
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    parts = []
+    parts: list[bytes] = []
     while True:
         size_line = await reader.readuntil(b"\r\n")
         size = int(size_line.split(b";", 1)[0].strip(), 16)
@@ -93,7 +95,7 @@ def head_bytes(status: int, headers: list[tuple[str, str]], keep_alive: bool) ->
 
 
 def json_response(status: int, body: bytes, keep_alive: bool,
-                  extra: list[tuple[str, str]] = ()) -> bytes:  # type: ignore[assignment]
+                  extra: Sequence[tuple[str, str]] = ()) -> bytes:
     """A complete response with a JSON body."""
     headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *extra]
     return head_bytes(status, headers, keep_alive) + body
@@ -106,7 +108,7 @@ def error_body(message: str, type_: str, code: str | None = None,
                                    "code": code}})
 
 
-def sse_head(keep_alive: bool, extra: list[tuple[str, str]] = ()) -> bytes:  # type: ignore[assignment]
+def sse_head(keep_alive: bool, extra: Sequence[tuple[str, str]] = ()) -> bytes:
     """Headers of a chunked server-sent-events stream."""
     return head_bytes(200, [("Content-Type", "text/event-stream; charset=utf-8"),
                             ("Cache-Control", "no-cache"), ("Transfer-Encoding", "chunked"),
@@ -125,10 +127,8 @@ def reset(writer: asyncio.StreamWriter) -> None:
     """Drop the connection with a TCP reset (SO_LINGER 0), as a crashed proxy would."""
     sock: Any = writer.get_extra_info("socket")
     if sock is not None:
-        try:
+        with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
-            pass
     writer.transport.abort()
 
 

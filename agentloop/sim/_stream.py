@@ -17,7 +17,7 @@ import asyncio
 import bisect
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import orjson
 
