@@ -14,16 +14,19 @@ import contextlib
 import gc
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from agentloop.analysis.attribution import ModelParts, model_parts
 from agentloop.trace.reader import Trace, load_trace
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Graph:
-    """A trace's spans as parallel lists (index = recorded start order) plus model attribution."""
+    """A trace's spans as parallel lists (index = recorded start order) plus model attribution.
+
+    Built once by :func:`build_graph` and only read afterwards.
+    """
 
     trace: Trace
     ids: list[str]
@@ -43,8 +46,8 @@ class Graph:
     end_gap: int  # end instant minus the latest root end
     in_flight: list[bool]
     step_of: list[int]  # enclosing step span (itself for a step), -1 outside steps
-    models: dict[int, ModelParts] = field(default_factory=dict)  # finished model leaves
-    problems: list[str] = field(default_factory=list)
+    models: dict[int, ModelParts]  # finished model spans without children
+    problems: list[str]
 
     @property
     def measured_ns(self) -> int:
@@ -158,13 +161,11 @@ def _build(trace: Trace) -> Graph:
         fin.setdefault(ld, []).append(p)
     end_gap = end_ns - max((t1[r] for r in roots), default=end_ns)
     start_ns = min((t0[r] for r in roots), default=0)
-    g = Graph(trace, ids, kinds, names, par, aft, t0, t1, gap0, kids, gap1, fin, roots,
-              end_ns, start_ns, end_gap, in_flight, step_of, problems=problems)
     tps = fallback_tps(trace)
-    g.models = {i: model_parts(spans[i].attrs, t1[i] - t0[i], tps, spans[i].status == "error")
-                for i, k in enumerate(kinds)
-                if k == "model" and not in_flight[i] and i not in kids}
-    return g
+    models = {i: model_parts(spans[i].attrs, t1[i] - t0[i], tps, spans[i].status == "error")
+              for i, k in enumerate(kinds) if k == "model" and not in_flight[i] and i not in kids}
+    return Graph(trace, ids, kinds, names, par, aft, t0, t1, gap0, kids, gap1, fin, roots,
+                 end_ns, start_ns, end_gap, in_flight, step_of, models, problems)
 
 
 def fallback_tps(trace: Trace) -> float:
