@@ -27,7 +27,7 @@ import orjson
 from agentloop.errors import ConfigError, SimulatorError
 from agentloop.script import ScriptTurn
 from agentloop.sim import _chat, _http, _responses
-from agentloop.sim._stream import StreamCut, StreamFault, emit, make_schedule
+from agentloop.sim._stream import Schedule, StreamCut, StreamFault, emit, make_schedule
 from agentloop.sim.conversation import (
     Call,
     ScriptMismatch,
@@ -335,7 +335,7 @@ class SimServer:
         return True
 
     async def _whole(self, writer: asyncio.StreamWriter, req: _http.Request, body: bytes,
-                     sched: Any, visible: int, faults: list[StreamFault],
+                     sched: Schedule, visible: int, faults: list[StreamFault],
                      extra: list[tuple[str, str]]) -> bool:
         """A non-streamed answer: sent whole when its last token is due, faults applied."""
         for f in faults:

@@ -227,7 +227,8 @@ async def main(rates: list[int], stream_counts: list[int], repeat: int, inproc: 
                       f"{r['min']:>8.2f} {r['max']:>8.2f} {r['mean_err']:>7.3%} "
                       f"{r['worst_err']:>7.3%} {r['tok_per_chunk']:>8.2f} "
                       f"{r['ttft'] * 1000:>7.1f} {r['target_ttft'] * 1000:>6.1f} "
-                      f"{r['server_cpu']:>7.0%} {r['client_cpu']:>7.0%}  "
+                      f"{r['server_cpu']:>7.0%} "
+                      f"{'(same)' if inproc else format(r['client_cpu'], '.0%'):>7}  "
                       f"{'ok' if met else 'MISSED'} (<= {goal:.1%}; all runs worst: "
                       f"{', '.join(format(x['worst_err'], '.2%') for x in runs)})", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
