@@ -124,9 +124,6 @@ async def run_task(task: Task | str | Path, *, tier: str | Tier | None = None,
     ctx = RunContext(workspace=work, settings={
         "test_command": task.test_command, "allow_hosts": list(task.allow_hosts),
         "tool_timeout_s": task.limits.tool_timeout_s, "output_cap": 16_000})
-    sink = Pipeline([JsonlSink(path)],
-                    [redactor(secret_values()), truncator(MAX_TRACE_STRING)])
-    tracer = Tracer(sink)
     turns = _substitute(tuple(script) if script is not None else task.script, work)
 
     async def check(final_text: str) -> dict[str, Any]:
@@ -137,11 +134,15 @@ async def run_task(task: Task | str | Path, *, tier: str | Tier | None = None,
             stack.push_async_callback(ctx.aclose)
             the_client = client if client is not None else await stack.enter_async_context(
                 model_client(the_tier, turns))
-            runner = Runner(task, the_client, registry, the_tier, tracer, ctx, run_id=run_id,
-                            observer=observer, check=check)
+            # the trace and the run's clock start once the client is ready: simulator start-up
+            # is not the run's time
+            sink = Pipeline([JsonlSink(path)],
+                            [redactor(secret_values()), truncator(MAX_TRACE_STRING)])
+            stack.callback(sink.close)
+            runner = Runner(task, the_client, registry, the_tier, Tracer(sink), ctx,
+                            run_id=run_id, observer=observer, check=check)
             result = await runner.run()
     finally:
-        sink.close()
         if not keep_workspace:
             await asyncio.shield(asyncio.to_thread(ws.remove, work))
     return replace(result, trace_path=str(path), workspace=str(work) if keep_workspace else None)

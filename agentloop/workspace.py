@@ -55,8 +55,13 @@ async def prepare(task: Task, root: Path | None = None) -> Path:
                                 dirs_exist_ok=True)
     env = scrubbed_env()
     for i, cmd in enumerate(task.setup):
-        code, out = await run_command(cmd, work, env, task.limits.tool_timeout_s)
+        try:
+            code, out = await run_command(cmd, work, env, task.limits.tool_timeout_s)
+        except BaseException:
+            await asyncio.to_thread(remove, work)
+            raise
         if code != 0:
+            await asyncio.to_thread(remove, work)
             tail = out.strip().splitlines()[-5:]
             raise TaskFileError(task.source or task.name,
                                 f"setup command failed with exit code {code}: {cmd!r}"
