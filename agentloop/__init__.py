@@ -2,12 +2,12 @@
 
 __version__ = "0.1.0"
 
-from agentloop.api import open_task, resolve_tier, run_task  # noqa: E402
-from agentloop.errors import AgentloopError, ConfigError, ModelError, TaskFileError  # noqa: E402
-from agentloop.runner import Runner, RunResult  # noqa: E402
-from agentloop.tasks import Limits, Task, load_task  # noqa: E402
-from agentloop.tiers import SpeedProfile, Tier, load_tiers  # noqa: E402
-from agentloop.trace.reader import Trace, load_trace  # noqa: E402
+from agentloop.api import open_task, resolve_tier, run_task
+from agentloop.errors import AgentloopError, ConfigError, ModelError, TaskFileError
+from agentloop.runner import Runner, RunResult
+from agentloop.tasks import Limits, Task, load_task
+from agentloop.tiers import SpeedProfile, Tier, load_tiers
+from agentloop.trace.reader import Trace, load_trace
 
 __all__ = [
     "AgentloopError", "ConfigError", "Limits", "ModelError", "RunResult", "Runner",

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agentloop import workspace as ws
 from agentloop.context import RunContext
 from agentloop.protocols import ModelClient, Tool
 from agentloop.runner import Observer, Runner, RunResult
@@ -24,7 +25,6 @@ from agentloop.tiers import Tier, get_tier, load_tiers
 from agentloop.trace.redact import redactor, secret_values, truncator
 from agentloop.trace.tracer import Tracer
 from agentloop.trace.writer import JsonlSink, Pipeline
-from agentloop import workspace as ws
 
 DEFAULT_TIER = "sim-standard"
 MAX_TRACE_STRING = 64_000  # longer strings in a trace record are cut (and say so)

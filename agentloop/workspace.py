@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -41,15 +42,14 @@ async def run_command(cmd: str, cwd: Path, env: dict[str, str],
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 async def prepare(task: Task, root: Path | None = None) -> Path:
     """Copy the task's workspace into a new temporary folder and run its setup commands there."""
-    work = Path(tempfile.mkdtemp(prefix=f"agentloop-{task.name}-", dir=root)).resolve()
+    made = await asyncio.to_thread(tempfile.mkdtemp, prefix=f"agentloop-{task.name}-", dir=root)
+    work = Path(await asyncio.to_thread(os.path.realpath, made))
     if task.workspace is not None:
         await asyncio.to_thread(shutil.copytree, task.workspace, work, symlinks=True,
                                 dirs_exist_ok=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import subprocess
@@ -42,7 +43,7 @@ def test_demo_playbook_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFix
     assert all(s.t1 is not None and s.t1 >= s.t0 for s in trace.spans.values())
     steps = sorted(trace.of_kind("step"), key=lambda s: s.t0)
     assert 7 == len(steps)
-    assert all([a.id] == b.after for a, b in zip(steps, steps[1:], strict=False))
+    assert all([a.id] == b.after for a, b in itertools.pairwise(steps))
     models = sorted(trace.of_kind("model"), key=lambda s: s.t0)
     assert all(m.after for m in models[1:])
     assert all(t.after for t in trace.of_kind("tool"))

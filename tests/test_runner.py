@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 from pathlib import Path
 
@@ -50,7 +51,7 @@ async def test_finish_tool_ends_the_run(tmp_path: Path) -> None:
 
 async def test_turn_without_tool_calls_ends_the_run(tmp_path: Path) -> None:
     """A model turn with no tool calls is the end of the task."""
-    runner, sink, client = make([turn("nothing to do")], tmp_path)
+    runner, _, client = make([turn("nothing to do")], tmp_path)
     result = await runner.run()
     assert ("ok", 1, "nothing to do") == (result.status, result.steps, result.final_text)
     assert 1 == len(client.requests)
@@ -126,7 +127,7 @@ async def test_concurrency_is_bounded(tmp_path: Path) -> None:
                         max_parallel_tools=1)
     await runner.run()
     ordered = sorted(sleep.intervals)
-    assert all(a[1] <= b[0] for a, b in zip(ordered, ordered[1:], strict=False))
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))
 
 
 async def test_after_edges_form_the_dependency_graph(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ import argparse
 import asyncio
 import signal
 import sys
-from pathlib import Path
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from agentloop import api
