@@ -5,7 +5,10 @@ from __future__ import annotations
 import httpx
 import openai
 import orjson
+import pydantic
 import pytest
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.responses import Response, ResponseStreamEvent
 
 from agentloop.script import ScriptToolCall, ScriptTurn
 from agentloop.sim import SimServer
@@ -197,3 +200,28 @@ async def test_keep_alive_reuses_connection(sim):
             ports.add(resp.extensions["network_stream"].get_extra_info("client_addr"))
     assert len(ports) == 1
     assert sim.requests == 3
+
+
+async def test_every_payload_validates_strictly_against_sdk_types(sim):
+    """Each raw event and body passes strict pydantic validation against the SDK's own types."""
+    stream_event = pydantic.TypeAdapter(ResponseStreamEvent)
+    tools = [{"type": "function", "name": "read_file", "description": "Read.", "strict": False,
+              "parameters": {"type": "object", "properties": {}}}]
+    async with httpx.AsyncClient(base_url=sim.base_url) as http:
+        raw = (await http.post("/responses", json={"model": "sim", "input": "x", "stream": True,
+                                                   "tools": tools})).text
+        whole = (await http.post("/responses", json={"model": "sim", "input": "x"})).content
+        chat_raw = (await http.post("/chat/completions", json={
+            "model": "sim", "messages": [{"role": "user", "content": "x"}], "stream": True,
+            "stream_options": {"include_usage": True}})).text
+        chat_whole = (await http.post("/chat/completions", json={
+            "model": "sim", "messages": [{"role": "user", "content": "x"}]})).content
+    events = [stream_event.validate_python(orjson.loads(block.split("\n", 1)[1][6:]))
+              for block in raw.split("\n\n") if block]
+    chunks = [ChatCompletionChunk.model_validate(orjson.loads(block[6:]))
+              for block in chat_raw.split("\n\n") if block and "[DONE]" not in block]
+    assert events[-1].response.tools[0].name == "read_file"
+    assert Response.model_validate(orjson.loads(whole)).output_text == SCRIPT[0].text
+    assert chunks[-1].usage.completion_tokens == 12 + VISIBLE_0
+    assert ChatCompletion.model_validate(orjson.loads(chat_whole)).choices[0].finish_reason == \
+        "tool_calls"
