@@ -18,6 +18,7 @@ from agentloop.sim.conversation import (
 )
 from agentloop.sim.tokens import (
     MESSAGE_OVERHEAD,
+    TokenCache,
     chat_input_tokens,
     count_tokens,
     responses_input_tokens,
@@ -149,3 +150,12 @@ async def test_script_from_trace_replays_model_outputs_in_step_order(tmp_path):
         ScriptTurn(text="Look.", reasoning_tokens=9,
                    tool_calls=(ScriptToolCall("read_file", '{"path": "a"}'),)),
         ScriptTurn(text="Fixed.")]
+
+
+def test_token_cache_counts_like_the_tokenizer_and_stays_bounded():
+    """The server's token cache gives the tokenizer's counts and never grows past its bound."""
+    cache = TokenCache(max_entries=3, min_chars=4)
+    texts = [f"message number {i}, with words" for i in range(10)] + ["ab", ""]
+    for text in texts * 2:
+        assert cache.count(text) == count_tokens(text)
+    assert len(cache) <= 3

@@ -38,7 +38,7 @@ from agentloop.sim.conversation import (
     plan_turn,
     responses_priors,
 )
-from agentloop.sim.tokens import chat_input_tokens, responses_input_tokens
+from agentloop.sim.tokens import TokenCache, chat_input_tokens, responses_input_tokens
 from agentloop.tiers import SpeedProfile
 
 FAULT_KINDS = ("429", "500", "503", "reset", "cut", "stall", "malformed")
@@ -111,6 +111,7 @@ class SimServer:
         self._conns: set[asyncio.Task[None]] = set()
         self._requests = 0
         self._streaming = 0  # streams being written now
+        self._tokens = TokenCache()
 
     def _chunk_interval(self) -> float:
         return max(self.min_chunk_interval_s, self._streaming / WRITE_BUDGET)
@@ -247,11 +248,11 @@ class SimServer:
         if api == "chat":
             messages = body.get("messages") or []
             priors = chat_priors(messages)
-            tokens = chat_input_tokens(messages)
+            tokens = chat_input_tokens(messages, self._tokens.count)
         else:
             items = body.get("input") or []
             priors = responses_priors(items)
-            tokens = responses_input_tokens(body.get("instructions"), items)
+            tokens = responses_input_tokens(body.get("instructions"), items, self._tokens.count)
         if self._plans is None:
             assert self._filler is not None
             return self._filler, tokens
