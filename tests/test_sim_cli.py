@@ -9,6 +9,9 @@ from pathlib import Path
 
 import httpx
 
+from agentloop.trace.tracer import Tracer
+from agentloop.trace.writer import JsonlSink
+
 ROOT = Path(__file__).resolve().parents[1]
 TASK = """\
 name: cli-sim
@@ -46,6 +49,33 @@ async def test_serve_script_until_interrupted(tmp_path):
     assert "sim-ultrafast" in [m["id"] for m in models["data"]]
     assert proc.returncode == 130
     assert b"Traceback" not in err
+
+
+async def test_serve_a_recorded_trace(tmp_path):
+    """--trace serves the model turns recorded in a trace, tool calls included."""
+    path = tmp_path / "run.jsonl"
+    sink = JsonlSink(path)
+    tracer = Tracer(sink)
+    tracer.header(run_id="r", task={"name": "t"})
+    async with tracer.span("run", "invoke_agent t"), tracer.span("step", "step 1"), \
+            tracer.span("model", "chat sim") as span:
+        span.set(step=1, output={"text": "", "reasoning_tokens": 0, "tool_calls": [
+            {"id": "x", "name": "read_file", "arguments": '{"path": "a.py"}'}]})
+    tracer.end("ok")
+    sink.close()
+    proc = await start("--port", "0", "--tier", "sim-ultrafast", "--trace", str(path))
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
+        base_url = line.split("serving ", 1)[1].split(" ", 1)[0]
+        async with httpx.AsyncClient(base_url=base_url) as http:
+            resp = await http.post("/responses", json={"model": "m", "input": "hi"})
+    finally:
+        proc.send_signal(signal.SIGINT)
+        await asyncio.wait_for(proc.communicate(), 20)
+    call = resp.json()["output"][0]
+    assert (call["type"], call["name"], call["arguments"]) == (
+        "function_call", "read_file", '{"path": "a.py"}')
+    assert "1 scripted turn;" in line
 
 
 async def test_unknown_tier_is_a_user_error():

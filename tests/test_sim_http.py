@@ -8,7 +8,9 @@ import time
 import httpx
 import openai
 import orjson
+import pytest
 
+from agentloop.errors import SimulatorError
 from agentloop.sim import SimServer
 from agentloop.tiers import SpeedProfile
 
@@ -110,3 +112,12 @@ async def test_expect_100_continue_like_curl():
     head, _, payload = reply.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK")
     assert orjson.loads(payload)["status"] == "completed"
+
+
+async def test_port_in_use_is_a_simulator_error():
+    """Starting on a port already taken raises SimulatorError naming the address."""
+    async with SimServer(profile=FAST) as first:
+        second = SimServer(profile=FAST, port=first.port)
+        with pytest.raises(SimulatorError, match=f"127.0.0.1:{first.port}"):
+            await second.start()
+        await second.close()

@@ -77,7 +77,8 @@ async def main(args: argparse.Namespace) -> int:
                     tokens_per_chunk=args.tokens_per_chunk, jitter=args.jitter, seed=args.seed,
                     host=args.host, port=args.port, models=[tier.model])
     async with sim:
-        what = (f"{len(script)} scripted turns" if script is not None else
+        what = (f"{len(script)} scripted turn{'' if len(script) == 1 else 's'}"
+                if script is not None else
                 f"{args.filler if args.filler is not None else 'default'} filler tokens")
         print(f"agentloop sim: serving {sim.base_url} (tier {tier.name}: base "
               f"{profile.base_latency_s:g} s, prefill {profile.prefill_tps:g} tok/s, output "
