@@ -75,7 +75,7 @@ async def test_serve_a_recorded_trace(tmp_path):
     call = resp.json()["output"][0]
     assert (call["type"], call["name"], call["arguments"]) == (
         "function_call", "read_file", '{"path": "a.py"}')
-    assert "1 scripted turn;" in line
+    assert "1 scripted turn)" in line
 
 
 async def test_unknown_tier_is_a_user_error():
