@@ -225,3 +225,23 @@ async def test_every_payload_validates_strictly_against_sdk_types(sim):
     assert chunks[-1].usage.completion_tokens == 12 + VISIBLE_0
     assert ChatCompletion.model_validate(orjson.loads(chat_whole)).choices[0].finish_reason == \
         "tool_calls"
+
+
+async def test_output_token_limit_truncates_like_an_endpoint(client):
+    """A limit below the turn's size cuts it: Responses ends incomplete, Chat says "length"."""
+    events = [ev async for ev in await client.responses.create(
+        model="sim", input="go", stream=True, max_output_tokens=12 + 3)]
+    last = events[-1]
+    assert last.type == "response.incomplete"
+    assert last.response.incomplete_details.reason == "max_output_tokens"
+    assert last.response.usage.output_tokens == 15
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == "Let me read"
+    assert not [e for e in events if e.type == "response.function_call_arguments.delta"]
+    chat = await client.chat.completions.create(
+        model="sim", messages=[{"role": "user", "content": "go"}], max_completion_tokens=12 + 10)
+    choice = chat.choices[0]
+    assert choice.finish_reason == "length"
+    assert choice.message.content == SCRIPT[0].text
+    assert [t.function.arguments for t in choice.message.tool_calls] == ['{"path"']
+    assert chat.usage.completion_tokens == 22

@@ -35,6 +35,8 @@ def _base(call: Call, obj: str) -> dict[str, Any]:
 
 
 def _finish(call: Call) -> str:
+    if call.plan.truncated:
+        return "length"
     return "tool_calls" if call.plan.turn.tool_calls else "stop"
 
 

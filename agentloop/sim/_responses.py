@@ -6,7 +6,8 @@ Event order (what the SDK's typed stream and its ``responses.stream()`` accumula
 ``output_item.added`` (message), ``content_part.added``, ``output_text.delta``*,
 ``output_text.done``, ``content_part.done``, ``output_item.done``; for each tool call
 ``output_item.added`` (function_call), ``function_call_arguments.delta``*,
-``function_call_arguments.done``, ``output_item.done``; then ``response.completed`` with usage.
+``function_call_arguments.done``, ``output_item.done``; then ``response.completed`` with usage
+(``response.incomplete``, reason ``max_output_tokens``, when the request's limit cut the turn).
 Every event carries ``sequence_number``.
 """
 
@@ -54,6 +55,8 @@ def _items(call: Call) -> list[dict[str, Any]]:
         items.append({"id": f"fc_sim{call.number:06d}_{k}", "type": "function_call",
                       "call_id": call.plan.call_id(k), "name": c.name, "arguments": c.arguments,
                       "status": "completed"})
+    if call.plan.truncated and items:
+        items[-1]["status"] = "incomplete"
     return items
 
 
@@ -63,7 +66,9 @@ def response_object(call: Call, req: dict[str, Any], status: str,
     return {
         "id": resp_id, "object": "response", "created_at": call.created, "status": status,
         "completed_at": call.created if status == "completed" else None,
-        "model": call.model, "output": output, "error": None, "incomplete_details": None,
+        "model": call.model, "output": output, "error": None,
+        "incomplete_details": ({"reason": "max_output_tokens"} if status == "incomplete"
+                               else None),
         "instructions": req.get("instructions"), "metadata": req.get("metadata") or {},
         "parallel_tool_calls": req.get("parallel_tool_calls", True),
         "temperature": req.get("temperature"), "top_p": req.get("top_p"),
@@ -79,7 +84,11 @@ def response_object(call: Call, req: dict[str, Any], status: str,
 
 def final_json(call: Call, req: dict[str, Any]) -> bytes:
     """The non-streaming response body."""
-    return orjson.dumps(response_object(call, req, "completed", _items(call), True))
+    return orjson.dumps(response_object(call, req, _final_status(call), _items(call), True))
+
+
+def _final_status(call: Call) -> str:
+    return "incomplete" if call.plan.truncated else "completed"
 
 
 def stream_plan(call: Call, req: dict[str, Any]) -> StreamPlan:
@@ -135,6 +144,7 @@ def stream_plan(call: Call, req: dict[str, Any]) -> StreamPlan:
                   _event("response.output_item.done", {"output_index": idx, "item": item})]
         segments.append(Segment(opened, tokens, delta, closed))
         idx += 1
-    tail = [_event("response.completed",
-                   {"response": response_object(call, req, "completed", items, True)})]
+    status = _final_status(call)
+    tail = [_event(f"response.{status}",
+                   {"response": response_object(call, req, status, items, True)})]
     return StreamPlan(True, head, reasoning, segments, tail)

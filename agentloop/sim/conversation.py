@@ -40,6 +40,7 @@ class TurnPlan:
     turn: ScriptTurn
     text_tokens: tuple[str, ...]
     arg_tokens: tuple[tuple[str, ...], ...]
+    truncated: bool = False  # cut short by the request's output-token limit
 
     @property
     def visible_tokens(self) -> int:
@@ -53,6 +54,29 @@ def plan_turn(index: int, turn: ScriptTurn) -> TurnPlan:
     """Split a script turn into the tokens the simulator will stream."""
     return TurnPlan(index, turn, tuple(split_tokens(turn.text)),
                     tuple(tuple(split_tokens(c.arguments)) for c in turn.tool_calls))
+
+
+def truncate(plan: TurnPlan, limit: int | None) -> TurnPlan:
+    """``plan`` cut to ``limit`` output tokens as a real endpoint would: reasoning first, then
+    text, then tool-call arguments in order; calls the budget never reached are dropped."""
+    reasoning = plan.turn.reasoning_tokens
+    if limit is None or limit <= 0 or reasoning + plan.visible_tokens <= limit:
+        return plan
+    budget = max(0, limit - reasoning)
+    text = plan.text_tokens[:budget]
+    budget -= len(text)
+    args: list[tuple[str, ...]] = []
+    calls: list[ScriptToolCall] = []
+    for call, tokens in zip(plan.turn.tool_calls, plan.arg_tokens, strict=True):
+        if budget <= 0:
+            break
+        kept = tokens[:budget]
+        budget -= len(kept)
+        args.append(kept)
+        calls.append(ScriptToolCall(call.name, "".join(kept)))
+    turn = ScriptTurn(text="".join(text), reasoning_tokens=min(reasoning, limit),
+                      tool_calls=tuple(calls))
+    return TurnPlan(plan.index, turn, text, tuple(args), truncated=True)
 
 
 _WORDS = ("the", "model", "reads", "a", "file", "and", "then", "writes", "tests", "for", "each",

@@ -37,6 +37,7 @@ from agentloop.sim.conversation import (
     pick_turn,
     plan_turn,
     responses_priors,
+    truncate,
 )
 from agentloop.sim.tokens import TokenCache, chat_input_tokens, responses_input_tokens
 from agentloop.tiers import SpeedProfile
@@ -297,6 +298,9 @@ class SimServer:
         except (AttributeError, TypeError) as exc:
             return self._error(writer, req, 400, f"Malformed {api} request body: {exc}",
                                "invalid_request", extra=rid)
+        limit = (body.get("max_output_tokens") if api == "responses" else
+                 body.get("max_completion_tokens") or body.get("max_tokens"))
+        plan = truncate(plan, limit if isinstance(limit, int) else None)
         model = str(body.get("model") or DEFAULT_MODEL)
         profile = self.profiles.get(model, self.profile)
         tier = body.get("service_tier") or "default"
