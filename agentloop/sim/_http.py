@@ -130,7 +130,3 @@ def reset(writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     writer.transport.abort()
-
-
-def dumps(obj: Any) -> bytes:
-    return orjson.dumps(obj)
