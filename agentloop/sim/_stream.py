@@ -8,7 +8,9 @@ holds at thousands of tokens per second and under many concurrent streams.
 
 With ``tokens_per_chunk = k`` a chunk leaves when its last token is due (a real server cannot
 send a token before producing it), so the first visible chunk comes ``(k - 1) / output_tps``
-after the first token's instant.
+after the first token's instant. ``min_interval()`` spaces one stream's writes (the server
+widens it when many streams run, so that late wake-ups never pile up); tokens due meanwhile
+go in the next chunk.
 """
 
 from __future__ import annotations
