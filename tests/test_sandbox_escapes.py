@@ -169,7 +169,7 @@ def alive(pid: int) -> bool:
 
 async def wait_dead(pids: list[int], within_s: float = 5.0) -> list[int]:
     deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline and any(alive(p) for p in pids):  # noqa: ASYNC110  no event says a pid died
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
         await asyncio.sleep(0.05)
     return [p for p in pids if alive(p)]
 
