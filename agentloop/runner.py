@@ -18,18 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import structlog
 
 from agentloop import __version__
 from agentloop.context import RunContext
 from agentloop.errors import AgentloopError, Finished, LimitReached, RunEnded
+from agentloop.log import get_logger
 from agentloop.protocols import ModelClient, Tool
 from agentloop.tasks import Task
 from agentloop.tiers import Tier
 from agentloop.trace.tracer import Tracer
 from agentloop.types import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, ToolSpec
-
-log = structlog.get_logger("agentloop.runner")
 
 FINISH = ToolSpec(
     name="finish",
@@ -110,7 +108,7 @@ class Runner:
             (FINISH,) if task.finish_tool else ())
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.observer = observer
-        self.log = log.bind(run_id=self.run_id)
+        self.log = get_logger("agentloop.runner", run_id=self.run_id)
         self.output_tokens = 0
         self.final_text = ""
         self.check = check
@@ -223,7 +221,7 @@ class Runner:
             resp = await self.client.complete(request)
             span.set(**model_attrs(resp, self.tracer, self.tier, step))
         self.output_tokens += resp.usage.output_tokens
-        self.log.info("model call", step=step, call_s=span.attrs.get("call_s"),
+        self.log.debug("model call", step=step, call_s=span.attrs.get("call_s"),
                       output_tokens=resp.usage.output_tokens, tool_calls=len(resp.tool_calls))
         self._emit("model_end", step=step, seconds=((span.t1 or 0) - span.t0) / 1e9,
                    usage=resp.usage,

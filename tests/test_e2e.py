@@ -124,3 +124,15 @@ async def test_cancelling_the_caller_cancels_the_run(tmp_path: Path) -> None:
         await job
     trace = load_trace(next(tmp_path.glob("*.jsonl")))
     assert "cancelled" == trace.end["status"] and [] == trace.in_flight
+
+
+async def test_embedded_run_prints_nothing(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A library user who configured no logging gets no output from a healthy run."""
+    import structlog
+
+    structlog.reset_defaults()
+    result = await run_task(STEADY, tier="sim-ultrafast", trace_dir=tmp_path)
+    captured = capsys.readouterr()
+    assert "ok" == result.status
+    assert ("", "") == (captured.out, captured.err)

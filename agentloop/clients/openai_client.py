@@ -19,12 +19,12 @@ from typing import Any
 import httpx2
 import openai
 import orjson
-import structlog
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from agentloop.clients._stream import StreamBroken, StreamErrorEvent, Turn, read_sse
 from agentloop.clients._wire import BodyBuilder
 from agentloop.errors import ConfigError, ModelAPIError, ModelRetryError
+from agentloop.log import get_logger
 from agentloop.tiers import Tier
 from agentloop.types import Attempt, CallTiming, ModelRequest, ModelResponse
 
@@ -159,7 +159,7 @@ class OpenAIClient:
         # a fresh logger each time (retries are rare): it follows the configuration of the moment;
         # a broken log sink must never break a retry
         with contextlib.suppress(ValueError, OSError):
-            structlog.get_logger("agentloop.client").warning(
+            get_logger("agentloop.client").warning(
                 "model_retry", tier=self.tier.name, attempt=state.attempt_number,
                 error=self._scrub(getattr(exc, "error", str(exc))), wait_s=round(wait, 3))
         return wait

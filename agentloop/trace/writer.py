@@ -7,11 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import structlog
 
+from agentloop.log import get_logger
 from agentloop.trace.redact import Processor
-
-log = structlog.get_logger("agentloop.trace")
 
 
 class JsonlSink:
@@ -61,7 +59,7 @@ class Pipeline:
             try:
                 sink.write(record)
             except Exception as exc:  # a broken sink must not end the run
-                log.error("trace sink failed; dropping it", sink=type(sink).__name__,
+                get_logger("agentloop.trace").error("trace sink failed; dropping it", sink=type(sink).__name__,
                           error=str(exc))
                 self.sinks.remove(sink)
 
@@ -70,4 +68,4 @@ class Pipeline:
             try:
                 sink.close()
             except Exception as exc:
-                log.error("trace sink failed to close", sink=type(sink).__name__, error=str(exc))
+                get_logger("agentloop.trace").error("trace sink failed to close", sink=type(sink).__name__, error=str(exc))
