@@ -40,32 +40,26 @@ class ConfigError(AgentloopError):
     exit_code = 2
 
 
-class TaskFileError(ConfigError):
+class FileLocatedError(ConfigError):
+    """Bad input in a file: the message starts with the file, then line and field when known."""
+
+    def __init__(self, path: object, message: str, line: int | None = None,
+                 field: str | None = None) -> None:
+        where = f"{path}"
+        if line is not None:
+            where += f", line {line}"
+        if field:
+            where += f", field '{field}'"
+        super().__init__(f"{where}: {message}")
+        self.path, self.line, self.field = path, line, field
+
+
+class TaskFileError(FileLocatedError):
     """A task file is malformed or invalid."""
 
-    def __init__(self, path: object, message: str, line: int | None = None,
-                 field: str | None = None) -> None:
-        where = f"{path}"
-        if line is not None:
-            where += f", line {line}"
-        if field:
-            where += f", field '{field}'"
-        super().__init__(f"{where}: {message}")
-        self.path, self.line, self.field = path, line, field
 
-
-class TierFileError(ConfigError):
+class TierFileError(FileLocatedError):
     """A tiers file is malformed or invalid, or names an unknown tier."""
-
-    def __init__(self, path: object, message: str, line: int | None = None,
-                 field: str | None = None) -> None:
-        where = f"{path}"
-        if line is not None:
-            where += f", line {line}"
-        if field:
-            where += f", field '{field}'"
-        super().__init__(f"{where}: {message}")
-        self.path, self.line, self.field = path, line, field
 
 
 class TraceFileError(AgentloopError):

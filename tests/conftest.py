@@ -56,6 +56,26 @@ class ShellSleepTool:
         return ToolResult(ok=True, output="done")
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie awaiting its reaper counts as dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+async def wait_dead(pids: list[int], within_s: float = 5.0) -> list[int]:
+    """The pids still alive after waiting up to ``within_s`` (the kernel delivers SIGKILL async)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        left = [p for p in pids if alive(p)]
+        if not left:
+            return []
+        await asyncio.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
 def records_to_trace(records: list[dict[str, Any]]) -> Trace:
     return parse_lines([orjson.dumps(r) for r in records])
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 import tools
 from agentloop.context import RunContext, scrubbed_env
 from agentloop.types import ToolResult
+from tests.conftest import wait_dead
 from tools.browser import session
 
 SECRET = "TOP-SECRET-CONTENT-7f3a"
@@ -156,22 +156,6 @@ async def test_secrets_in_context_env_are_dropped(tmp_path: Path) -> None:
         await c.aclose()
     assert "HARMLESS=visible-value" in r.output
     assert "sk-abcdefghijklmnop" not in r.output and "t0k3n-xyz" not in r.output
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie awaiting its reaper counts as dead)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-async def wait_dead(pids: list[int], within_s: float = 5.0) -> list[int]:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline and any(alive(p) for p in pids):
-        await asyncio.sleep(0.05)
-    return [p for p in pids if alive(p)]
 
 
 ORPHAN_MAKERS = {

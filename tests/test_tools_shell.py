@@ -13,27 +13,8 @@ import pytest
 import tools
 from agentloop.context import RunContext
 from agentloop.types import ToolResult
+from tests.conftest import alive, wait_dead
 from tools.shell import parse_pytest_summary
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie awaiting its reaper counts as dead)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-async def wait_dead(pids: list[int], within_s: float = 5.0) -> list[int]:
-    """The pids still alive after waiting up to ``within_s`` (the kernel delivers SIGKILL async)."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        left = [p for p in pids if alive(p)]
-        if not left:
-            return []
-        await asyncio.sleep(0.05)
-    return [p for p in pids if alive(p)]
 
 
 @pytest.fixture

@@ -30,22 +30,24 @@ def scrub_text(text: str, secrets: Iterable[str]) -> str:
     return _SK.sub(REDACTED, text)
 
 
+def _map_strings(obj: Any, fn: Callable[[str], str], hide_keys: tuple[str, ...] = ()) -> Any:
+    """``obj`` with ``fn`` applied to every string inside it (values of ``hide_keys`` hidden)."""
+    if isinstance(obj, str):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: REDACTED if isinstance(k, str) and k.lower() in hide_keys
+                else _map_strings(v, fn, hide_keys) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_map_strings(v, fn, hide_keys) for v in obj]
+    return obj
+
+
 def redactor(secrets: Iterable[str]) -> Processor:
     """Replace known secret values, bearer tokens and sk- keys anywhere in a record."""
     values = list(secrets)
 
-    def walk(obj: Any) -> Any:
-        if isinstance(obj, str):
-            return scrub_text(obj, values)
-        if isinstance(obj, dict):
-            return {k: (REDACTED if isinstance(k, str) and k.lower() in ("authorization", "api_key")
-                        else walk(v)) for k, v in obj.items()}
-        if isinstance(obj, list | tuple):
-            return [walk(v) for v in obj]
-        return obj
-
     def process(record: dict[str, Any]) -> dict[str, Any]:
-        return walk(record)
+        return _map_strings(record, lambda s: scrub_text(s, values), ("authorization", "api_key"))
 
     return process
 
@@ -53,16 +55,12 @@ def redactor(secrets: Iterable[str]) -> Processor:
 def truncator(max_chars: int) -> Processor:
     """Cut any string longer than ``max_chars``, saying how much was cut."""
 
-    def walk(obj: Any) -> Any:
-        if isinstance(obj, str) and len(obj) > max_chars:
-            return obj[:max_chars] + f"... [cut {len(obj) - max_chars} chars]"
-        if isinstance(obj, dict):
-            return {k: walk(v) for k, v in obj.items()}
-        if isinstance(obj, list | tuple):
-            return [walk(v) for v in obj]
-        return obj
+    def cut(s: str) -> str:
+        if len(s) <= max_chars:
+            return s
+        return s[:max_chars] + f"... [cut {len(s) - max_chars} chars]"
 
     def process(record: dict[str, Any]) -> dict[str, Any]:
-        return walk(record)
+        return _map_strings(record, cut)
 
     return process
