@@ -34,7 +34,10 @@ _ASK = ("Write a long, plain-prose story about a lighthouse keeper who keeps car
 
 def register(sub: Any) -> None:
     p = sub.add_parser("probe", help="measure a tier's TTFT, output tok/s and prefill rate",
-                       description=__doc__.split("\n\n")[0] if __doc__ else None)
+                       description=(
+                           "Measure an endpoint's time to first token, output tokens/s and "
+                           "prefill rate with a few calls (llmperf-style); --write stores the "
+                           "medians as the tier's speed profile."))
     p.add_argument("--tier", required=True, help="tier to probe")
     p.add_argument("--tiers", dest="tiers_file", type=Path,
                    help="tiers file (default: ./tiers.toml, else the shipped one)")
