@@ -1,0 +1,1 @@
+"""Operations helpers for the api-gateway hosts."""
