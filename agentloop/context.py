@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,9 +19,17 @@ _PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "TMPDIR
 
 
 def scrubbed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment a tool's subprocess gets: an allow-list, minus anything secret-looking."""
+    """The environment a tool's subprocess gets: an allow-list, minus anything secret-looking.
+
+    The folder of the running interpreter comes first on PATH, so ``python`` in a task's
+    commands is the Python agentloop runs on (its venv, with pytest), activated or not.
+    """
     env = os.environ if environ is None else environ
-    return {k: v for k, v in env.items() if k in _PASS_ENV and not SECRET_NAME.search(k)}
+    out = {k: v for k, v in env.items() if k in _PASS_ENV and not SECRET_NAME.search(k)}
+    here = os.path.dirname(sys.executable)
+    path = [p for p in out.get("PATH", os.defpath).split(os.pathsep) if p and p != here]
+    out["PATH"] = os.pathsep.join([here, *path])
+    return out
 
 
 @dataclass

@@ -54,3 +54,13 @@ async def test_no_success_check_is_none(tmp_path: Path) -> None:
     """A task without a check reports passed=None, not a pass."""
     task = Task(name="t", prompt="p", system="s")
     assert (await workspace.check_success(task, tmp_path, "x"))["passed"] is None
+
+
+def test_subprocess_python_is_agentloops_python(tmp_path: Path) -> None:
+    """`python` in a task command is the interpreter agentloop runs on, and no secret passes."""
+    import os
+    import sys
+
+    env = scrubbed_env({"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": "sk-x" * 5, "HOME": "/h"})
+    assert os.path.dirname(sys.executable) == env["PATH"].split(os.pathsep)[0]
+    assert {"PATH", "HOME"} == set(env)
