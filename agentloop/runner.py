@@ -140,7 +140,7 @@ class Runner:
         crashed: it is the task's success check, outside the run span's time.
         """
         self.write_header()
-        status, reason = "error", "internal error"
+        status, reason, crashed = "error", "internal error", True
         t_start = time.perf_counter()
         success: dict[str, Any] | None = None
         try:
@@ -154,11 +154,11 @@ class Runner:
                     raise LimitReached("timeout", f"wall-time limit of "
                                        f"{self.task.limits.timeout_s:g} s reached") from None
         except RunEnded as ended:
-            status, reason = ended.status, ended.message
+            status, reason, crashed = ended.status, ended.message, False
         except AgentloopError as exc:
-            status, reason = "error", exc.message
+            status, reason, crashed = "error", exc.message, False
         except asyncio.CancelledError:
-            status, reason = "cancelled", "the run was cancelled"
+            status, reason, crashed = "cancelled", "the run was cancelled", False
             raise
         except Exception as exc:  # a bug: the trace is closed, then the error surfaces
             reason = f"internal error: {type(exc).__name__}: {exc}"
@@ -166,8 +166,7 @@ class Runner:
         finally:
             end_t = self.tracer.now()
             elapsed = time.perf_counter() - t_start
-            if self.check is not None and status != "cancelled" and \
-                    not reason.startswith("internal error"):
+            if self.check is not None and status != "cancelled" and not crashed:
                 success = await self.check(self.final_text)
             self.tracer.end(status, t=end_t, reason=reason, steps=self.steps,
                             totals={"output_tokens": self.output_tokens,
