@@ -160,7 +160,7 @@ class Runner:
         except asyncio.CancelledError:
             status, reason, crashed = "cancelled", "the run was cancelled", False
             raise
-        except Exception as exc:  # a bug: the trace is closed, then the error surfaces
+        except BaseException as exc:  # a bug: the trace is closed, then the error surfaces
             reason = f"internal error: {type(exc).__name__}: {exc}"
             raise
         finally:

@@ -178,3 +178,38 @@ async def test_model_span_records_usage_and_output(tmp_path: Path) -> None:
     assert 7 == m1.attrs["gen_ai.usage.reasoning.output_tokens"]
     assert {"text": "hello", "reasoning_tokens": 7, "tool_calls": [
         {"id": "call_0_0", "name": "sleep", "arguments": '{"seconds": 0}'}]} == m1.attrs["output"]
+
+
+class BrokenTool:
+    """A real tool with a bug: it raises instead of returning a result."""
+
+    spec = SleepTool.spec.__class__("broken", "Always raises.", {"type": "object"})
+
+    async def __call__(self, ctx: object, arguments: dict) -> object:
+        raise RuntimeError("disk on fire")
+
+
+async def test_a_raising_tool_becomes_an_error_result(tmp_path: Path) -> None:
+    """A tool that raises gives the model an ok=False result; the run goes on."""
+    runner, sink, client = make([turn("x", ("broken", "{}")), turn("fine")], tmp_path,
+                                {"broken": BrokenTool()})
+    result = await runner.run()
+    assert "ok" == result.status
+    fed = [m.content for m in client.requests[1].messages if m.role == "tool"]
+    assert ["Error: tool 'broken' failed: RuntimeError: disk on fire"] == fed
+
+
+async def test_an_internal_error_still_closes_the_trace(tmp_path: Path) -> None:
+    """A bug in the loop surfaces as an exception, and the trace still gets its end record."""
+
+    def explode(event: str, data: dict) -> None:
+        raise SystemExit("observer bug")  # not an Exception: _emit does not swallow it
+
+    runner, sink, _ = make([turn("x", ("sleep", '{"seconds": 0}')), turn("y")], tmp_path,
+                           {"sleep": SleepTool()})
+    runner.observer = explode
+    with pytest.raises(SystemExit):
+        await runner.run()
+    trace = records_to_trace(sink.records)
+    assert trace.complete and "error" == trace.end["status"]
+    assert "internal error: SystemExit" in trace.end["reason"]
