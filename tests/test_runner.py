@@ -17,6 +17,7 @@ from agentloop.tasks import Limits, Task
 from agentloop.tiers import SpeedProfile, Tier
 from agentloop.trace.tracer import Tracer
 from agentloop.trace.writer import MemorySink
+from agentloop.types import ToolSpec
 from tests.conftest import ShellSleepTool, SleepTool, records_to_trace
 
 TIER = Tier("scripted", "sim", "scripted-model", "responses", SpeedProfile(0.1, 1000, 100))
@@ -183,7 +184,7 @@ async def test_model_span_records_usage_and_output(tmp_path: Path) -> None:
 class BrokenTool:
     """A real tool with a bug: it raises instead of returning a result."""
 
-    spec = SleepTool.spec.__class__("broken", "Always raises.", {"type": "object"})
+    spec = ToolSpec("broken", "Always raises.", {"type": "object"})
 
     async def __call__(self, ctx: object, arguments: dict) -> object:
         raise RuntimeError("disk on fire")
@@ -191,7 +192,7 @@ class BrokenTool:
 
 async def test_a_raising_tool_becomes_an_error_result(tmp_path: Path) -> None:
     """A tool that raises gives the model an ok=False result; the run goes on."""
-    runner, sink, client = make([turn("x", ("broken", "{}")), turn("fine")], tmp_path,
+    runner, _, client = make([turn("x", ("broken", "{}")), turn("fine")], tmp_path,
                                 {"broken": BrokenTool()})
     result = await runner.run()
     assert "ok" == result.status
