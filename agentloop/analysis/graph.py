@@ -1,4 +1,4 @@
-"""The recorded dependency graph as flat arrays: forward re-timing pass and critical path walk.
+"""The recorded dependency graph as flat arrays, precomputed once for the re-timing passes.
 
 Spans are indexed in recorded start order (the order of their ``span_start`` records), which is
 a topological order: a span's parent and every span in its ``after`` list started before it.
@@ -6,6 +6,9 @@ A span depends on its parent's *start* and on the *end* of each span in ``after`
 ``gap0`` is how long after the latest of those (as recorded) it started: framework time that a
 faster model does not shrink. A span with children ends ``gap1`` after its last child ends
 (step and run bookkeeping); a leaf ends ``duration`` after it starts. Instants are integer ns.
+
+The re-timing passes and the critical path walk live in :mod:`agentloop.analysis.passes`
+(re-exported here); the Graph precomputes what they need per span.
 """
 
 from __future__ import annotations
@@ -15,10 +18,21 @@ import gc
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import sub
 from pathlib import Path
 
 from agentloop.analysis.attribution import ModelParts, model_parts
-from agentloop.trace.reader import Trace, load_trace
+from agentloop.analysis.passes import (
+    critical_path,
+    interleave,
+    link_roots,
+    retime,
+    retime_pair,
+)
+from agentloop.trace.reader import SpanRecord, Trace, load_trace
+
+__all__ = ["Graph", "build_graph", "critical_path", "gc_paused", "load_quickly", "retime",
+           "retime_pair"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +62,17 @@ class Graph:
     step_of: list[int]  # enclosing step span (itself for a step), -1 outside steps
     models: dict[int, ModelParts]  # finished model spans without children
     problems: list[str]
+    # precomputed for the passes (positions in V, see the module docstring)
+    spans: list[SpanRecord]  # the trace's spans in index order
+    dur0: list[int]  # recorded durations
+    p0: list[int]  # position of the parent's start (of V[2n] for a root)
+    af: list[tuple[int, ...]]  # positions of the after spans' ends, in recorded order
+    ends: list[tuple[int, ...] | None]  # positions of the children's ends, last child first
+    finl: list[tuple[tuple[int, tuple[int, ...], int], ...] | None]  # per i: (end position,
+                                      # children's ends, gap1) of parents whose end is now known
+    sop: list[int]  # per position in V: the step span owning it, -1 at run level
+    back: list[int]  # per position: the critical path's next position back, as recorded
+    leaf_end: list[bool]  # per position: the end of a leaf (its own time on the path)
 
     @property
     def measured_ns(self) -> int:
@@ -62,7 +87,7 @@ class Graph:
 
     def durations(self) -> list[int]:
         """Recorded durations (the identity re-timing)."""
-        return [b - a for a, b in zip(self.t0, self.t1, strict=True)]
+        return list(self.dur0)
 
 
 @contextlib.contextmanager
@@ -135,9 +160,24 @@ def _build(trace: Trace) -> Graph:
                 problems.append(f"span {ids[i]}: 'after' names {a}, which did not start "
                                 f"before it; edge ignored")
         aft[i] = tuple(j for j in aft[i] if j < i)
-    t1g = t1.__getitem__
-    gap0 = [t - max(t0[p] if p >= 0 else 0, max(map(t1g, a)) if a else 0)
-            for t, p, a in zip(t0, par, aft, strict=True)]
+    # positions in V (module docstring): a start's candidates are the parent's start (V[2n], 0
+    # while re-timing, for a root) and the ends of the after spans, in recorded order
+    sent = 2 * n
+    p0 = [2 * p if p >= 0 else sent for p in par]
+    af = [tuple([2 * j + 1 for j in a]) if a else () for a in aft]
+    V = interleave(t0, t1, 0)
+    vget = V.__getitem__
+    # the recorded critical-path links (next position back); a leaf's end links to its start
+    back = list(range(-1, sent))
+    gap0 = [0] * n
+    for i, t, w, deps in zip(range(n), t0, p0, af, strict=True):
+        best = V[w]
+        for x in deps:  # an after span wins a tie with the parent, a later listed one too
+            e = V[x]
+            if e >= best:
+                best, w = e, x
+        gap0[i] = t - best
+        back[2 * i] = w
     kids: dict[int, list[int]] = {}
     step_of = [-1] * n
     for i, p, k in zip(range(n), par, kinds, strict=True):
@@ -154,18 +194,30 @@ def _build(trace: Trace) -> Graph:
     gap1: dict[int, int] = {}
     last_desc: dict[int, int] = {}
     fin: dict[int, list[int]] = {}
+    ends: list[tuple[int, ...] | None] = [None] * n
+    finl: list[tuple[tuple[int, tuple[int, ...], int], ...] | None] = [None] * n
     for p in sorted(kids, reverse=True):  # children have larger indices than their parent;
         ks = kids[p]                       # at one trigger, deeper parents come first
-        gap1[p] = t1[p] - max(map(t1g, ks))
+        ends[p] = kend = tuple([2 * c + 1 for c in reversed(ks)])
+        back[2 * p + 1] = latest = max(kend, key=vget)  # the last child wins a tie
+        gap1[p] = g1 = t1[p] - V[latest]
         last_desc[p] = ld = max(last_desc.get(c, c) for c in ks)
         fin.setdefault(ld, []).append(p)
+        finl[ld] = (*(finl[ld] or ()), (2 * p + 1, kend, g1))
+    sop = [-1] * (sent + 1)  # step owning each position, -1 for run level
+    sop[0:-1:2] = step_of
+    sop[1::2] = step_of
+    V[sent] = start_ns = min((t0[r] for r in roots), default=0)
+    link_roots(roots, af, V, back)
+    leaf_end = [False] * (sent + 1)
+    leaf_end[1::2] = [e is None for e in ends]
     end_gap = end_ns - max((t1[r] for r in roots), default=end_ns)
-    start_ns = min((t0[r] for r in roots), default=0)
     tps = fallback_tps(trace)
     models = {i: model_parts(spans[i].attrs, t1[i] - t0[i], tps, spans[i].status == "error")
               for i, k in enumerate(kinds) if k == "model" and not in_flight[i] and i not in kids}
     return Graph(trace, ids, kinds, names, par, aft, t0, t1, gap0, kids, gap1, fin, roots,
-                 end_ns, start_ns, end_gap, in_flight, step_of, models, problems)
+                 end_ns, start_ns, end_gap, in_flight, step_of, models, problems,
+                 spans, list(map(sub, t1, t0)), p0, af, ends, finl, sop, back, leaf_end)
 
 
 def fallback_tps(trace: Trace) -> float:
@@ -175,118 +227,3 @@ def fallback_tps(trace: Trace) -> float:
     except (KeyError, TypeError, ValueError):
         return 0.0
     return v if v > 0 else 0.0
-
-
-def retime(g: Graph, dur: list[int]) -> tuple[list[int], list[int], int]:
-    """Forward pass: new starts and ends for leaf durations ``dur``, and the run's new end.
-
-    Each span starts ``gap0`` after the latest of its parent's new start and its ``after`` spans'
-    new ends; a leaf ends ``dur`` later; a parent ends ``gap1`` after its latest child's new end.
-    """
-    n = len(g.ids)
-    S = [0] * n
-    E = [0] * n
-    eget = E.__getitem__
-    fget = g.fin.get
-    kids, gap1 = g.kids, g.gap1
-    for i, p, af, gp, d in zip(range(n), g.par, g.aft, g.gap0, dur, strict=True):
-        s = S[p] if p >= 0 else 0
-        if af:
-            e = max(map(eget, af))
-            if e > s:
-                s = e
-        s += gp
-        S[i] = s
-        E[i] = s + d
-        f = fget(i)
-        if f:
-            for q in f:
-                E[q] = max(map(eget, kids[q])) + gap1[q]
-    last = max((E[r] for r in g.roots), default=0)
-    return S, E, (last + g.end_gap) if g.roots else g.end_ns
-
-
-def critical_path(g: Graph, S: list[int], E: list[int], total: int) -> list[tuple[int, int, bool]]:
-    """Segments ``(span index, ns, is_gap)`` of the critical path, latest first; they sum to
-    ``total - g.start_ns``. A gap segment is framework time owned by that span (-1: before/after the run).
-
-    Walking back from the end: a parent's end is decided by its latest-ending child (so of
-    parallel tool calls only the longest branch counts); a span's start by its latest dependency
-    (an ``after`` span wins a tie with the parent's start).
-    """
-    out: list[tuple[int, int, bool]] = []
-    if not g.roots:
-        return [(-1, total - g.start_ns, True)]
-    r = max(g.roots, key=E.__getitem__)
-    out.append((-1, total - E[r], True))
-    i, at_end = r, True
-    kids, par, aft = g.kids, g.par, g.aft
-    while True:
-        if at_end:
-            ks = kids.get(i)
-            if ks is None:
-                out.append((i, E[i] - S[i], False))
-                at_end = False
-            else:
-                c = max(reversed(ks), key=E.__getitem__)
-                out.append((i, E[i] - E[c], True))
-                i = c
-            continue
-        p = par[i]
-        best, nxt, nxt_end = (S[p], p, False) if p >= 0 else (g.start_ns, -1, False)
-        for a in aft[i]:
-            if E[a] >= best:
-                best, nxt, nxt_end = E[a], a, True
-        out.append((i, S[i] - best, True))
-        if nxt < 0:
-            return out
-        i, at_end = nxt, nxt_end
-
-
-def retime_pair(g: Graph, dur0: list[int], dur1: list[int]) -> tuple[int, int] | None:
-    """Two forward passes in lockstep, for durations that vary as ``dur0 + (dur1 - dur0) * x``.
-
-    Returns the run's end at ``x = 0`` and ``x = 1`` when every max in the pass was won by one
-    candidate at both ends: then every instant, the end included, is affine in ``x`` on [0, 1]
-    (``x = 1 / K`` for an output speedup K >= 1), so one pass gives the whole speedup curve.
-    Returns None when some max changed hands between the ends (the caller re-times per point).
-    """
-    n = len(g.ids)
-    SA, SB = [0] * n, [0] * n
-    EA, EB = [0] * n, [0] * n
-    ea_get, eb_get = EA.__getitem__, EB.__getitem__
-    fget = g.fin.get
-    kids, gap1 = g.kids, g.gap1
-    for i, p, af, gp, da, db in zip(range(n), g.par, g.aft, g.gap0, dur0, dur1, strict=True):
-        if p >= 0:
-            sa, sb = SA[p], SB[p]
-        else:
-            sa = sb = 0
-        for a in af:
-            ea, eb = EA[a], EB[a]
-            if ea > sa:
-                if eb < sb:
-                    return None
-                sa, sb = ea, eb
-            elif eb > sb:
-                if ea < sa:
-                    return None
-                sb = eb
-        sa += gp
-        sb += gp
-        SA[i], SB[i] = sa, sb
-        EA[i], EB[i] = sa + da, sb + db
-        f = fget(i)
-        if f:
-            for q in f:
-                ks = kids[q]
-                ma, mb = max(map(ea_get, ks)), max(map(eb_get, ks))
-                if not any(EA[c] == ma and EB[c] == mb for c in ks):
-                    return None
-                EA[q], EB[q] = ma + gap1[q], mb + gap1[q]
-    if not g.roots:
-        return g.end_ns, g.end_ns
-    ma, mb = max(EA[r] for r in g.roots), max(EB[r] for r in g.roots)
-    if not any(EA[r] == ma and EB[r] == mb for r in g.roots):
-        return None
-    return ma + g.end_gap, mb + g.end_gap

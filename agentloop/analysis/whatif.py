@@ -44,13 +44,22 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from operator import itemgetter, not_
+from operator import not_
 from typing import Any
 
 from agentloop.analysis._table import elide, pct, ratio, secs, table
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, MODEL_PARTS, tool_category
-from agentloop.analysis.graph import Graph, critical_path, gc_paused, retime, retime_pair
+from agentloop.analysis.graph import Graph, gc_paused
+from agentloop.analysis.passes import (
+    chase,
+    critical_path,
+    interleave,
+    retime,
+    retime_pair,
+    retime_path,
+)
 from agentloop.errors import ConfigError
 from agentloop.tiers import SpeedProfile
 
@@ -163,48 +172,92 @@ def durations(g: Graph, parts: dict[int, tuple[int, int, int]]) -> list[int]:
     return dur
 
 
+def _k_durations(g: Graph, p: float, k: float) -> list[int]:
+    """``durations(g, new_parts(g, Scenario.multipliers(k, p)))`` for K = 1 or infinity, from the
+    model parts directly (no per-span part tuples: the curve needs only durations)."""
+    dur = g.durations()
+    ms = g.models.values()
+    if p == 1:
+        if k == 1:
+            return dur
+        delta = [-m.reasoning - m.decode for m in ms]
+    elif k == 1:
+        delta = [round(m.base / p) - m.base for m in ms]
+    else:
+        delta = [round(m.base / p) - m.base - m.reasoning - m.decode for m in ms]
+    for i, d in zip(g.models, delta, strict=True):
+        dur[i] += d
+    return dur
+
+
 def path_breakdown(g: Graph, segments: list[tuple[int, int, bool]],
                    parts: dict[int, tuple[int, int, int]] | None
                    ) -> tuple[dict[str, int], dict[int, int]]:
     """Critical-path ns per category and per step (step span index, -1 for run level).
 
     ``parts`` are the re-timed (base, reasoning, decode) of model spans; None: as measured.
-    Written as whole-list passes (zip, compress, groupby) since a path can have a million
-    segments.
     """
-    cats: dict[str, int] = {}
-    steps: dict[int, int] = {}
     if not segments:
-        return cats, steps
+        return {}, {}
     idx, nss, gaps = zip(*segments, strict=True)
     step_of = g.step_of
     owners = [step_of[i] if i >= 0 else -1 for i in idx]
-    for st, grp in itertools.groupby(zip(owners, nss, strict=True), key=itemgetter(0)):
-        steps[st] = steps.get(st, 0) + sum(map(itemgetter(1), grp))
     leaves = list(itertools.compress(zip(idx, nss, strict=True), map(not_, gaps)))
+    return _tally(g, zip(owners, nss, strict=True), [i for i, _ in leaves],
+                  [ns for _, ns in leaves], sum(itertools.compress(nss, gaps)), parts)
+
+
+def _path_tally(g: Graph, V: list[int], back: list[int], dur: list[int], total: int,
+                parts: dict[int, tuple[int, int, int]] | None
+                ) -> tuple[dict[str, int], dict[int, int]]:
+    """:func:`path_breakdown` of the critical path of instants V (with their links ``back``,
+    :func:`retime_path`) that the durations ``dur`` gave, without building its segments: a
+    path can have a million.
+
+    A leaf's segment is its duration; every other segment is framework time, so their sum is
+    what the leaves leave of the path's total; per step the segments telescope.
+    """
+    if not g.roots:
+        return path_breakdown(g, critical_path(g, [], [], total), parts)
+    groups, leaves = chase(g, V, back, total)
+    leaf_ns = list(map(dur.__getitem__, leaves))
+    return _tally(g, groups, leaves, leaf_ns, total - g.start_ns - sum(leaf_ns), parts)
+
+
+def _tally(g: Graph, owned: Iterable[tuple[int, int]], leaves: list[int], leaf_ns: list[int],
+           gap_ns: int, parts: dict[int, tuple[int, int, int]] | None
+           ) -> tuple[dict[str, int], dict[int, int]]:
+    """Categories and steps from (step, ns) pairs, the leaves on the path with their ns, and
+    the framework time of the path's other segments."""
+    steps: dict[int, int] = {}
+    for st, ns in owned:
+        steps[st] = steps.get(st, 0) + ns
+    cats: dict[str, int] = {}
     models = g.models
-    on_path = [i for i, _ in leaves if i in models]
+    is_model = list(map(models.__contains__, leaves))
+    on_path = list(itertools.compress(leaves, is_model))
     names: dict[str, str] = {}
-    for i, ns in leaves:
-        if i in models:
-            continue
-        if g.in_flight[i]:
+    in_flight, kinds = g.in_flight, g.kinds
+    for i, ns in itertools.compress(zip(leaves, leaf_ns, strict=True), map(not_, is_model)):
+        if in_flight[i]:
             cat = IN_FLIGHT
-        elif g.kinds[i] == "tool":
+        elif kinds[i] == "tool":
             cat = names.get(g.names[i]) or names.setdefault(
-                g.names[i], tool_category(g.names[i], g.trace.spans[g.ids[i]].attrs))
+                g.names[i], tool_category(g.names[i], g.spans[i].attrs))
         else:  # a finished model span that had children, or a childless step: bookkeeping
             cat = FRAMEWORK
         cats[cat] = cats.get(cat, 0) + ns
     if on_path:
-        ms = [models[i] for i in on_path]
+        ms = list(map(models.__getitem__, on_path))
         new = [(m.base, m.reasoning, m.decode) for m in ms] if parts is None else \
-            [parts[i] for i in on_path]
-        for k, name in enumerate(("base", "reasoning", "decode")):
-            cats[name] = sum(map(itemgetter(k), new))
+            list(map(parts.__getitem__, on_path))
+        for name, col in zip(("base", "reasoning", "decode"), zip(*new, strict=True),
+                             strict=True):
+            cats[name] = sum(col)
+        cols = list(zip(*ms, strict=True))
         for k, name in ((3, "tail"), (4, "wait"), (5, "retry"), (6, "overhead")):
-            cats[name] = sum(map(itemgetter(k), ms))
-    cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + sum(itertools.compress(nss, gaps))
+            cats[name] = sum(cols[k])
+    cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + gap_ns
     return cats, steps
 
 
@@ -225,8 +278,7 @@ def _curve(g: Graph, p: float, ks: tuple[float, ...]
     """Ceiling and speedup curve (output x K, base / P): one lockstep pass when the run's time is
     affine in 1/K (:func:`retime_pair`), else one pass per point."""
     fast = Scenario("ceiling", speedup=math.inf, prefill_speedup=p)
-    slow = Scenario("curve", speedup=1, prefill_speedup=p)
-    ends = retime_pair(g, durations(g, new_parts(g, fast)), durations(g, new_parts(g, slow)))
+    ends = retime_pair(g, _k_durations(g, p, math.inf), _k_durations(g, p, 1))
     if ends is not None:
         t_inf, t_one = ends[0] - g.start_ns, ends[1] - g.start_ns
         return t_inf, tuple((float(k), round(t_inf + (t_one - t_inf) / k)) for k in ks)
@@ -243,25 +295,32 @@ def whatif(g: Graph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> WhatIf
 
 def _whatif(g: Graph, sc: Scenario, curve: tuple[float, ...]) -> WhatIf:
     parts = new_parts(g, sc)
-    S, E, end = retime(g, durations(g, parts))
-    new_cats, new_steps = path_breakdown(g, critical_path(g, S, E, end), parts)
-    old_cats, old_steps = path_breakdown(g, critical_path(g, g.t0, g.t1, g.end_ns), None)
+    dur = durations(g, parts)
+    V, back, end = retime_path(g, dur)
+    new_cats, new_steps = _path_tally(g, V, back, dur, end, parts)
+    old_cats, old_steps = _path_tally(g, interleave(g.t0, g.t1, g.start_ns), g.back, g.dur0,
+                                      g.end_ns, None)
     p = 1.0 if sc.profile is not None else sc.prefill_speedup
     ceiling, points = _curve(g, p, curve)
     cats = tuple(Contribution(c, old_cats.get(c, 0), new_cats.get(c, 0))
                  for c in category_order(set(old_cats) | set(new_cats)))
-    step_ids = sorted(set(old_steps) | set(new_steps))
-    steps = tuple(Contribution(step_label(g, s), old_steps.get(s, 0), new_steps.get(s, 0))
-                  for s in step_ids)
+    step_ids = sorted(old_steps.keys() | new_steps.keys())
+    steps = tuple(map(Contribution, step_labels(g, step_ids),
+                      map(old_steps.get, step_ids, itertools.repeat(0)),
+                      map(new_steps.get, step_ids, itertools.repeat(0))))
     return WhatIf(sc, g.measured_ns, end - g.start_ns, ceiling, cats, steps, points, g.trace.complete)
 
 
 def step_label(g: Graph, i: int) -> str:
     """A step span's number as text (its ``step`` start attribute, else its name); -1: "run"."""
-    if i < 0:
-        return "run"
-    n = g.trace.spans[g.ids[i]].start_attrs.get("step")
-    return str(n) if n is not None else g.names[i]
+    return step_labels(g, [i])[0]
+
+
+def step_labels(g: Graph, ids: list[int]) -> list[str]:
+    """:func:`step_label` of each of ``ids``, in one comprehension (a run can have 200,000)."""
+    spans, names = g.spans, g.names
+    return ["run" if i < 0 else str(n) if (n := spans[i].start_attrs.get("step")) is not None
+            else names[i] for i in ids]
 
 
 def whatif_json(w: WhatIf) -> dict[str, Any]:
