@@ -61,30 +61,75 @@ def retime_flat(g: Graph, dur: list[int]) -> tuple[list[int], int]:
 def retime_path(g: Graph, dur: list[int]) -> tuple[list[int], list[int], int]:
     """:func:`retime_flat` that also links each position to the one that decided it (the
     critical path's next position back, as :func:`walk` would choose it): V, links, end."""
+    V, back, end, _ = retime_with_pair(g, dur, None, None)
+    return V, back, end
+
+
+def retime_with_pair(g: Graph, dur: list[int], dur0: list[int] | None, dur1: list[int] | None
+                     ) -> tuple[list[int], list[int], int, tuple[int, int] | None]:
+    """:func:`retime_path` for ``dur`` and, in the same loop, :func:`retime_pair` for ``dur0``
+    and ``dur1`` (None: not wanted); one loop over a million spans rather than two.
+
+    The ``x = 1`` pass runs first on its own (with the recorded durations it is the recording
+    itself); the ``x = 0`` pass then checks each max against it. Up to the first max that
+    changes hands both are what a lockstep pass computes, so the verdict is the same.
+    """
     n = len(g.ids)
     V = [0] * (2 * n + 1)
+    A = [0] * (2 * n + 1)
+    if dur0 is None or dur1 is None:
+        ok, B, end_b, dur0 = False, A, 0, dur
+    elif dur1 == g.dur0:
+        ok, B, end_b = True, interleave(g.t0, g.t1, 0), g.end_ns
+    else:
+        ok, (B, end_b) = True, retime_flat(g, dur1)
     back = list(g.back)  # a leaf's end links to its own start already
-    vget = V.__getitem__
-    for i2, p, af, gp, d, f in zip(range(0, 2 * n, 2), g.p0, g.af, g.gap0, dur, g.finl,
-                                   strict=True):
-        s = V[p]
-        for x in af:
-            e = V[x]
-            if e >= s:  # an after span wins a tie with the parent, a later listed one too
-                s, p = e, x
-        back[i2] = p
+    vget, aget = V.__getitem__, A.__getitem__
+    for i2, p, af, gp, d, da, f in zip(range(0, 2 * n, 2), g.p0, g.af, g.gap0, dur, dur0,
+                                       g.finl, strict=True):
+        s, sa = V[p], A[p]
+        if af:
+            w, sb = p, B[p]
+            for x in af:
+                e = V[x]
+                if e >= s:  # an after span wins a tie with the parent, a later listed one too
+                    s, w = e, x
+                if ok:  # in recorded order each candidate must compare at both ends with the
+                    ea, eb = A[x], B[x]  # max so far, or the max changed hands
+                    if ea > sa:
+                        if eb < sb:
+                            ok = False
+                        sa, sb = ea, eb
+                    elif eb > sb:
+                        if ea < sa:
+                            ok = False
+                        sb = eb
+            back[i2] = w
         s += gp
         V[i2] = s
         V[i2 + 1] = s + d
-        if f:
+        sa += gp
+        A[i2] = sa
+        A[i2 + 1] = sa + da
+        if f:  # i is the last span under these parents: their ends are known now
             for q, ks, g1 in f:
                 back[q] = c = max(ks, key=vget)  # children's ends, last first: it wins a tie
                 V[q] = V[c] + g1
+                if ok:  # some child must end last at both ends
+                    ma, mb = max(map(aget, ks)), B[q] - g1
+                    ok = any(A[c] == ma and B[c] == mb for c in ks)
+                    A[q] = ma + g1
     if not g.roots:
-        return V, back, g.end_ns
+        return V, back, g.end_ns, ((g.end_ns, g.end_ns) if ok else None)
+    pair = None
+    if ok:
+        ends = [2 * r + 1 for r in g.roots]
+        ma, mb = max(map(aget, ends)), max(map(B.__getitem__, ends))
+        if (ma, mb) in zip(map(aget, ends), map(B.__getitem__, ends), strict=True):
+            pair = ma + g.end_gap, end_b
     V[-1] = g.start_ns  # as the path sees the run's start
     link_roots(g.roots, g.af, V, back)
-    return V, back, max(V[2 * r + 1] for r in g.roots) + g.end_gap
+    return V, back, max(V[2 * r + 1] for r in g.roots) + g.end_gap, pair
 
 
 def link_roots(roots: list[int], af: list[tuple[int, ...]], V: list[int], back: list[int]
@@ -138,52 +183,8 @@ def retime_pair(g: Graph, dur0: list[int], dur1: list[int]) -> tuple[int, int] |
     candidate at both ends: then every instant, the end included, is affine in ``x`` on [0, 1]
     (``x = 1 / K`` for an output speedup K >= 1), so one pass gives the whole speedup curve.
     Returns None when some max changed hands between the ends (the caller re-times per point).
-
-    The ``x = 1`` pass runs first on its own (with the recorded durations it is the recording
-    itself); the ``x = 0`` pass then checks each max against it. Up to the first max that
-    changes hands both are what a lockstep pass computes, so the verdict is the same.
     """
-    if dur1 == g.dur0:
-        B, end_b = interleave(g.t0, g.t1, 0), g.end_ns
-    else:
-        B, end_b = retime_flat(g, dur1)
-    n = len(g.ids)
-    A = [0] * (2 * n + 1)
-    aget = A.__getitem__
-    for i2, p, af, gp, d, f in zip(range(0, 2 * n, 2), g.p0, g.af, g.gap0, dur0, g.finl,
-                                   strict=True):
-        sa = A[p]
-        if af:  # in recorded order, each candidate must compare at both ends with the max so far
-            sb = B[p]
-            for x in af:
-                ea, eb = A[x], B[x]
-                if ea > sa:
-                    if eb < sb:
-                        return None
-                    sa, sb = ea, eb
-                elif eb > sb:
-                    if ea < sa:
-                        return None
-                    sb = eb
-        sa += gp
-        A[i2] = sa
-        A[i2 + 1] = sa + d
-        if f:
-            for q, ks, g1 in f:  # some child must end last at both ends
-                ma, mb = max(map(aget, ks)), B[q] - g1
-                for c in ks:
-                    if A[c] == ma and B[c] == mb:
-                        break
-                else:
-                    return None
-                A[q] = ma + g1
-    if not g.roots:
-        return g.end_ns, g.end_ns
-    ends = [2 * r + 1 for r in g.roots]
-    ma, mb = max(map(aget, ends)), max(map(B.__getitem__, ends))
-    if (ma, mb) not in zip(map(aget, ends), map(B.__getitem__, ends), strict=True):
-        return None
-    return ma + g.end_gap, end_b
+    return retime_with_pair(g, dur0, dur0, dur1)[3]
 
 
 def walk(g: Graph, V: list[int]) -> tuple[list[int], list[int]]:

@@ -57,8 +57,7 @@ from agentloop.analysis.passes import (
     critical_path,
     interleave,
     retime,
-    retime_pair,
-    retime_path,
+    retime_with_pair,
 )
 from agentloop.errors import ConfigError
 from agentloop.tiers import SpeedProfile
@@ -142,13 +141,10 @@ def new_parts(g: Graph, sc: Scenario) -> dict[int, tuple[int, int, int]]:
         inv = 1e9 / prof.output_tps
         pre = 1e9 / prof.prefill_tps if prof.prefill_tps > 0 else 0.0
         b0 = prof.base_latency_s * 1e9
-        for i, m in g.models.items():
-            if m.timed:
-                out[i] = (round(b0 + m.input_tokens * pre), round(m.reasoning_tokens * inv),
-                          round(max(0, m.visible_tokens - 1) * inv))
-            else:  # the call never answered: it would fail the same way
-                out[i] = (m.base, m.reasoning, m.decode)
-        return out
+        # the call never answered (not timed): it would fail the same way
+        return {i: (round(b0 + m.input_tokens * pre), round(m.reasoning_tokens * inv),
+                    round(max(0, m.visible_tokens - 1) * inv)) if m.timed else
+                (m.base, m.reasoning, m.decode) for i, m in g.models.items()}
     k, p = sc.speedup, sc.prefill_speedup
     if math.isinf(k):
         for i, m in g.models.items():
@@ -229,24 +225,42 @@ def _tally(g: Graph, owned: Iterable[tuple[int, int]], leaves: list[int], leaf_n
            ) -> tuple[dict[str, int], dict[int, int]]:
     """Categories and steps from (step, ns) pairs, the leaves on the path with their ns, and
     the framework time of the path's other segments."""
-    steps: dict[int, int] = {}
-    for st, ns in owned:
-        steps[st] = steps.get(st, 0) + ns
+    owned = list(owned)
+    if len(owned) > 1 and owned[0][0] == owned[-1][0]:  # run level at both ends of the path
+        owned = [(owned[0][0], owned[0][1] + owned[-1][1]), *owned[1:-1]]
+    steps = dict(owned)
+    if len(steps) < len(owned):  # a step owns several runs of segments: add them up
+        steps = {}
+        for st, ns in owned:
+            steps[st] = steps.get(st, 0) + ns
     cats: dict[str, int] = {}
     models = g.models
     is_model = list(map(models.__contains__, leaves))
     on_path = list(itertools.compress(leaves, is_model))
-    names: dict[str, str] = {}
-    in_flight, kinds = g.in_flight, g.kinds
-    for i, ns in itertools.compress(zip(leaves, leaf_ns, strict=True), map(not_, is_model)):
-        if in_flight[i]:
-            cat = IN_FLIGHT
-        elif kinds[i] == "tool":
-            cat = names.get(g.names[i]) or names.setdefault(
-                g.names[i], tool_category(g.names[i], g.spans[i].attrs))
-        else:  # a finished model span that had children, or a childless step: bookkeeping
-            cat = FRAMEWORK
-        cats[cat] = cats.get(cat, 0) + ns
+    others = list(itertools.compress(leaves, map(not_, is_model)))
+    other_ns = list(itertools.compress(leaf_ns, map(not_, is_model)))
+    in_flight, kinds, names = g.in_flight, g.kinds, g.names
+    if not any(map(in_flight.__getitem__, others)) and \
+            set(map(kinds.__getitem__, others)) <= {"tool"}:
+        # finished tools only (the usual case): sum per tool name in whole-list passes
+        tools = list(map(names.__getitem__, others))
+        first = dict(zip(reversed(tools), reversed(others), strict=True))  # first span of a name
+        for nm in dict.fromkeys(tools):
+            cat = tool_category(nm, g.spans[first[nm]].attrs)
+            ns = sum(itertools.compress(other_ns, map(nm.__eq__, tools))) if len(first) > 1 \
+                else sum(other_ns)
+            cats[cat] = cats.get(cat, 0) + ns
+    else:
+        cache: dict[str, str] = {}
+        for i, ns in zip(others, other_ns, strict=True):
+            if in_flight[i]:
+                cat = IN_FLIGHT
+            elif kinds[i] == "tool":
+                cat = cache.get(names[i]) or cache.setdefault(
+                    names[i], tool_category(names[i], g.spans[i].attrs))
+            else:  # a finished model span that had children, or a childless step: bookkeeping
+                cat = FRAMEWORK
+            cats[cat] = cats.get(cat, 0) + ns
     if on_path:
         ms = list(map(models.__getitem__, on_path))
         new = [(m.base, m.reasoning, m.decode) for m in ms] if parts is None else \
@@ -273,16 +287,15 @@ def predict_ns(g: Graph, sc: Scenario) -> int:
         return retime(g, durations(g, new_parts(g, sc)))[2] - g.start_ns
 
 
-def _curve(g: Graph, p: float, ks: tuple[float, ...]
+def _curve(g: Graph, p: float, ks: tuple[float, ...], ends: tuple[int, int] | None
            ) -> tuple[int, tuple[tuple[float, int], ...]]:
-    """Ceiling and speedup curve (output x K, base / P): one lockstep pass when the run's time is
-    affine in 1/K (:func:`retime_pair`), else one pass per point."""
-    fast = Scenario("ceiling", speedup=math.inf, prefill_speedup=p)
-    ends = retime_pair(g, _k_durations(g, p, math.inf), _k_durations(g, p, 1))
+    """Ceiling and speedup curve (output x K, base / P) from the run's ends at K = infinity and
+    K = 1 when its time is affine in 1/K (:func:`retime_pair`; None: it is not), else one pass
+    per point."""
     if ends is not None:
         t_inf, t_one = ends[0] - g.start_ns, ends[1] - g.start_ns
         return t_inf, tuple((float(k), round(t_inf + (t_one - t_inf) / k)) for k in ks)
-    ceiling = predict_ns(g, fast)
+    ceiling = predict_ns(g, Scenario("ceiling", speedup=math.inf, prefill_speedup=p))
     return ceiling, tuple((float(k), predict_ns(g, Scenario("curve", speedup=k,
                                                                prefill_speedup=p))) for k in ks)
 
@@ -296,12 +309,14 @@ def whatif(g: Graph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> WhatIf
 def _whatif(g: Graph, sc: Scenario, curve: tuple[float, ...]) -> WhatIf:
     parts = new_parts(g, sc)
     dur = durations(g, parts)
-    V, back, end = retime_path(g, dur)
+    p = 1.0 if sc.profile is not None else sc.prefill_speedup
+    # the scenario's pass and the curve's pair of passes (K = infinity, K = 1) in one loop
+    V, back, end, ends = retime_with_pair(g, dur, _k_durations(g, p, math.inf),
+                                          _k_durations(g, p, 1))
     new_cats, new_steps = _path_tally(g, V, back, dur, end, parts)
     old_cats, old_steps = _path_tally(g, interleave(g.t0, g.t1, g.start_ns), g.back, g.dur0,
                                       g.end_ns, None)
-    p = 1.0 if sc.profile is not None else sc.prefill_speedup
-    ceiling, points = _curve(g, p, curve)
+    ceiling, points = _curve(g, p, curve, ends)
     cats = tuple(Contribution(c, old_cats.get(c, 0), new_cats.get(c, 0))
                  for c in category_order(set(old_cats) | set(new_cats)))
     step_ids = sorted(old_steps.keys() | new_steps.keys())
