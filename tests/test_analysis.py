@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from agentloop.analysis.graph import build_graph, critical_path, retime, retime_pair
+from agentloop.analysis.graph import Graph, build_graph, critical_path, retime, retime_pair
 from agentloop.analysis.report import build_report, render_report, report_json
 from agentloop.analysis.synthetic import (
     StepSpec,
@@ -37,6 +37,21 @@ def two_steps():
     return build_graph(sequential_run([
         StepSpec(300 * MS, visible=61, tools=(("read", 500 * MS),)),
         StepSpec(300 * MS, visible=31)]).trace())
+
+
+def model_beside_tool() -> Graph:
+    """One step where a 3 s model call (1 s base, 121 visible tokens) runs beside a 2 s tool."""
+    b = TraceBuilder()
+    run = b.start("run", "invoke_agent demo", 0)
+    st = b.start("step", "step 1", 0, run, step=1)
+    m = b.start("model", "chat demo", 0, st)
+    tl = b.start("tool", "execute_tool t", 0, st)
+    b.end(tl, 2 * S, **{"gen_ai.tool.name": "t"})
+    b.end(m, 3 * S, **model_attrs(0, 1 * S, 0, 121, 60.0))
+    b.end(st, 3 * S)
+    b.end(run, 3 * S)
+    b.finish(3 * S)
+    return build_graph(b.trace())
 
 
 def test_sequential_steps_categories_sum_to_end_to_end_time():
@@ -108,17 +123,7 @@ def test_parallel_tools_longest_branch_counts_once():
 
 def test_critical_path_moves_to_the_branch_that_becomes_longest():
     """When re-timing changes which branch ends last, the path follows it and still sums up."""
-    b = TraceBuilder()
-    run = b.start("run", "invoke_agent demo", 0)
-    st = b.start("step", "step 1", 0, run, step=1)
-    m = b.start("model", "chat demo", 0, st)  # a model call and a tool running side by side
-    tl = b.start("tool", "execute_tool t", 0, st)
-    b.end(tl, 2 * S, **{"gen_ai.tool.name": "t"})
-    b.end(m, 3 * S, **model_attrs(0, 1 * S, 0, 121, 60.0))
-    b.end(st, 3 * S)
-    b.end(run, 3 * S)
-    b.finish(3 * S)
-    g = build_graph(b.trace())
+    g = model_beside_tool()
     w = whatif(g, Scenario.multipliers(4))
     assert w.predicted_ns == 2 * S  # the tool is now the longer branch
     cats = {c.name: c for c in w.categories}
@@ -227,17 +232,7 @@ def test_curve_rises_towards_the_ceiling():
 def test_curve_matches_one_pass_per_point(moving):
     """The one-pass curve (affine in 1/K) and the per-point fallback agree with direct re-timing."""
     if moving:  # the critical path moves from the model call to the tool as K grows
-        b = TraceBuilder()
-        run = b.start("run", "invoke_agent demo", 0)
-        st = b.start("step", "step 1", 0, run, step=1)
-        m = b.start("model", "chat demo", 0, st)
-        tl = b.start("tool", "execute_tool t", 0, st)
-        b.end(tl, 2 * S, **{"gen_ai.tool.name": "t"})
-        b.end(m, 3 * S, **model_attrs(0, 1 * S, 0, 121, 60.0))
-        b.end(st, 3 * S)
-        b.end(run, 3 * S)
-        b.finish(3 * S)
-        g = build_graph(b.trace())
+        g = model_beside_tool()
         fast, slow = (durations(g, new_parts(g, Scenario.multipliers(k))) for k in (math.inf, 1))
         assert retime_pair(g, fast, slow) is None  # so the curve takes the per-point way
     else:
