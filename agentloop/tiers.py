@@ -39,6 +39,8 @@ class Tier:
     profile: SpeedProfile
     api_key_env: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    stall_timeout_s: float = 30.0  # longest silence in a stream before the attempt is retried
+    max_attempts: int = 4  # tries per model call, the first included
 
     @property
     def simulated(self) -> bool:
@@ -49,6 +51,7 @@ class Tier:
         return {
             "name": self.name, "base_url": self.base_url, "model": self.model, "api": self.api,
             "api_key_env": self.api_key_env, "options": dict(self.options),
+            "stall_timeout_s": self.stall_timeout_s, "max_attempts": self.max_attempts,
             "profile": {"base_latency_s": self.profile.base_latency_s,
                         "prefill_tps": self.profile.prefill_tps,
                         "output_tps": self.profile.output_tps},
@@ -78,6 +81,8 @@ class _TierModel(BaseModel):
     api_key_env: str | None = None
     options: _Options = _Options()
     profile: _Profile
+    stall_timeout_s: float = Field(default=30.0, gt=0)
+    max_attempts: int = Field(default=4, ge=1, le=20)
 
 
 def _line_of(text: str, tier: str, key: str | None) -> int | None:
@@ -115,7 +120,8 @@ def parse_tiers(data: dict[str, Any], source: str | Path, text: str = "") -> dic
                                 field=".".join(["tiers", name, *loc])) from None
         out[name] = Tier(
             name=name, base_url=m.base_url.rstrip("/"), model=m.model, api=m.api,
-            api_key_env=m.api_key_env,
+            api_key_env=m.api_key_env, stall_timeout_s=m.stall_timeout_s,
+            max_attempts=m.max_attempts,
             options={k: v for k, v in m.options.model_dump().items() if v is not None},
             profile=SpeedProfile(**m.profile.model_dump()),
         )

@@ -220,3 +220,24 @@ async def test_retried_errors_echoing_the_key_keep_it_out_of_attempts_errors_and
     out, errout = capfd.readouterr()
     shown = "".join(traceback.format_exception(err)) + out + errout + caplog.text
     assert SECRET not in shown and "echo-tier" in err.message
+
+
+async def test_the_tier_sets_stall_timeout_and_attempts() -> None:
+    """A tier's stall_timeout_s and max_attempts from tiers.toml drive the client's retries."""
+    from agentloop.tiers import parse_tiers
+
+    tiers = parse_tiers({"tiers": {"slow-thinker": {
+        "base_url": "sim", "model": "m", "stall_timeout_s": 0.4, "max_attempts": 2,
+        "profile": {"base_latency_s": 0.05, "prefill_tps": 0, "output_tps": 400}}}}, "t.toml")
+    faults = [Fault("stall", every=True, after_tokens=2, stall_s=5.0)]
+    async with SimServer(profile=PROFILE, filler_tokens=20, faults=faults) as sim:
+        client = OpenAIClient(tiers["slow-thinker"], base_url=sim.base_url,
+                              backoff_initial_s=0.05)
+        try:
+            with pytest.raises(ModelRetryError) as info:
+                await client.complete(REQUEST)
+        finally:
+            await client.aclose()
+    attempts = info.value.attempts  # type: ignore[attr-defined]
+    assert 2 == len(attempts)
+    assert all((a.t_end - a.t_start) / 1e9 < 2.0 for a in attempts)

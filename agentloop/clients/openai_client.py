@@ -88,18 +88,22 @@ class OpenAIClient:
     ``client``: an injected ``AsyncOpenAI`` (not closed by :meth:`aclose`); built from the tier
     when ``None``. ``stall_timeout_s``: longest silence tolerated inside a stream (and while
     waiting for headers) before the attempt is abandoned and retried; an endpoint that thinks
-    silently for longer needs a larger value. ``max_attempts`` counts the first try.
+    silently for longer needs a larger value. ``max_attempts`` counts the first try. Both default
+    to the tier's (``stall_timeout_s`` / ``max_attempts`` in tiers.toml).
 
     A call that fails for good raises ModelAPIError (refused: not retried) or ModelRetryError
     (retry budget spent); either carries the attempts made as an ``attempts`` attribute.
     """
 
     def __init__(self, tier: Tier, client: openai.AsyncOpenAI | None = None, *,
-                 stall_timeout_s: float = 30.0, max_attempts: int = 4,
+                 stall_timeout_s: float | None = None, max_attempts: int | None = None,
                  connect_timeout_s: float = 10.0, backoff_initial_s: float = 0.5,
                  backoff_max_s: float = 8.0, retry_after_cap_s: float = 60.0,
                  base_url: str | None = None) -> None:
         self.tier = tier
+        # the tier's own settings unless the caller overrides them
+        stall_timeout_s = tier.stall_timeout_s if stall_timeout_s is None else stall_timeout_s
+        max_attempts = tier.max_attempts if max_attempts is None else max_attempts
         self._owns = client is None
         self._client = client if client is not None else make_sdk_client(
             tier, base_url=base_url, timeout=stall_timeout_s, connect_timeout_s=connect_timeout_s)
