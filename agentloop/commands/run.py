@@ -53,7 +53,7 @@ class Progress:
         elif event == "tool_end":
             mark = "ok" if data["ok"] else "FAILED"
             first = (data["output"].strip().splitlines() or [""])[0][:70]
-            self.line(f"          {data['name']:<14} {data['seconds']:7.3f} s  {mark}  {first}")
+            self.line(f"          {data['name']:<21} {data['seconds']:7.3f} s  {mark}  {first}")
 
     def line(self, text: str) -> None:
         print(text, file=self.out, flush=True)
