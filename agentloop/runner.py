@@ -229,30 +229,28 @@ class Runner:
 
     async def _tool_calls(self, step: int, calls: tuple[ToolCall, ...],
                           model_id: str) -> tuple[list[ToolResult], list[str]]:
-        results: list[ToolResult | None] = [None] * len(calls)
-        ids: list[str] = [""] * len(calls)
+        """Run a turn's calls concurrently (bounded); results and span ids in call order."""
 
-        async def one(i: int, call: ToolCall) -> None:
+        async def one(call: ToolCall) -> tuple[ToolResult, str]:
             t_q = time.perf_counter_ns()
             async with self._sem:
                 queued = time.perf_counter_ns() - t_q
                 async with self.tracer.span("tool", f"execute_tool {call.name}", after=[model_id],
                                             step=step) as span:
-                    ids[i] = span.id
                     res = await self._execute(call)
                     span.set(**{"gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id,
                                 "arguments": call.arguments, "ok": res.ok, "output": res.output,
                                 "data": res.data, "queued_ns": queued})
                     if not res.ok:
                         span.status = "error"
-                results[i] = res
             self._emit("tool_end", step=step, name=call.name, ok=res.ok,
                        seconds=((span.t1 or 0) - span.t0) / 1e9, output=res.output)
+            return res, span.id
 
         async with asyncio.TaskGroup() as tg:
-            for i, call in enumerate(calls):
-                tg.create_task(one(i, call))
-        return [r for r in results if r is not None], ids
+            jobs = [tg.create_task(one(call)) for call in calls]
+        done = [job.result() for job in jobs]
+        return [res for res, _ in done], [span_id for _, span_id in done]
 
     async def _execute(self, call: ToolCall) -> ToolResult:
         """Run one tool call; every failure becomes a result the model sees."""
