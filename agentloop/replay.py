@@ -9,11 +9,14 @@ recorded tool outputs instead: no side effects, nothing to diverge.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import defaultdict, deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from agentloop import api
 from agentloop.errors import TraceFileError
@@ -38,9 +41,9 @@ class Divergence:
     replayed: str
 
     def describe(self) -> str:
-        rec = self.recorded.splitlines() or [""]
-        new = self.replayed.splitlines() or [""]
-        for a, b in zip(rec + [""] * len(new), new + [""] * len(rec), strict=False):
+        pairs = itertools.zip_longest(self.recorded.splitlines(), self.replayed.splitlines(),
+                                      fillvalue="")
+        for a, b in pairs:
             if a != b:
                 return (f"step {self.step}: {self.tool} returned {b[:80]!r} where the recording "
                         f"had {a[:80]!r}")
@@ -119,16 +122,12 @@ class RecordedTool:
 
 
 def _args_key(arguments: Any, workspace: str | None) -> str:
-    import orjson
-
     text = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
     return text.replace(workspace, "{workspace}") if workspace else text
 
 
 def recorded_tools(trace: Trace) -> dict[str, RecordedTool]:
     """Offline stand-ins for every tool in the trace header, fed from its tool spans."""
-    import orjson
-
     wa = trace.header.get("workspace")
     by_tool: dict[str, dict[str, deque[ToolResult]]] = defaultdict(lambda: defaultdict(deque))
     for span in sorted(trace.of_kind("tool"), key=lambda s: s.t0):
