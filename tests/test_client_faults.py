@@ -27,10 +27,12 @@ def tier(api: str = "responses", **kw: object) -> Tier:
                 profile=PROFILE, **kw)  # type: ignore[arg-type]
 
 
-async def run(faults: list[Fault], api: str = "responses", **kw: object):  # type: ignore[no-untyped-def]
+async def run(faults: list[Fault], api: str = "responses", the_tier: Tier | None = None,  # type: ignore[no-untyped-def]
+              **kw: object):
     async with SimServer(profile=PROFILE, filler_tokens=20, faults=faults) as sim:
         kw.setdefault("backoff_initial_s", 0.05)
-        client = OpenAIClient(tier(api), base_url=sim.base_url, **kw)  # type: ignore[arg-type]
+        client = OpenAIClient(the_tier or tier(api), base_url=sim.base_url,
+                              **kw)  # type: ignore[arg-type]
         try:
             return await client.complete(REQUEST)
         finally:
@@ -229,15 +231,9 @@ async def test_the_tier_sets_stall_timeout_and_attempts() -> None:
     tiers = parse_tiers({"tiers": {"slow-thinker": {
         "base_url": "sim", "model": "m", "stall_timeout_s": 0.4, "max_attempts": 2,
         "profile": {"base_latency_s": 0.05, "prefill_tps": 0, "output_tps": 400}}}}, "t.toml")
-    faults = [Fault("stall", every=True, after_tokens=2, stall_s=5.0)]
-    async with SimServer(profile=PROFILE, filler_tokens=20, faults=faults) as sim:
-        client = OpenAIClient(tiers["slow-thinker"], base_url=sim.base_url,
-                              backoff_initial_s=0.05)
-        try:
-            with pytest.raises(ModelRetryError) as info:
-                await client.complete(REQUEST)
-        finally:
-            await client.aclose()
+    with pytest.raises(ModelRetryError) as info:
+        await run([Fault("stall", every=True, after_tokens=2, stall_s=5.0)],
+                  the_tier=tiers["slow-thinker"])
     attempts = info.value.attempts  # type: ignore[attr-defined]
     assert 2 == len(attempts)
     assert all((a.t_end - a.t_start) / 1e9 < 2.0 for a in attempts)
