@@ -32,7 +32,7 @@ MAX_TRACE_STRING = 64_000  # longer strings in a trace record are cut (and say s
 
 def tool_registry() -> dict[str, Tool]:
     """The built-in tools by name."""
-    import tools  # composition root: the one place the framework meets the tools package
+    import agentloop_tools as tools  # composition root: the one place the framework meets the tools package
 
     return tools.registry()
 

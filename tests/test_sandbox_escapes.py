@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-import tools
+import agentloop_tools as tools
 from agentloop.context import RunContext, scrubbed_env
 from agentloop.types import ToolResult
 from tests.conftest import wait_dead
-from tools.browser import session
+from agentloop_tools.browser import session
 
 SECRET = "TOP-SECRET-CONTENT-7f3a"
 

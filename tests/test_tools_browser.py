@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-import tools
+import agentloop_tools as tools
 from agentloop.context import RunContext
 from agentloop.types import ToolResult
-from tools.browser import _DOM_WALK, session
+from agentloop_tools.browser import _DOM_WALK, session
 
 PAGE = """<!doctype html>
 <html><head><title>Greeter</title></head><body>

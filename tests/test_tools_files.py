@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-import tools
+import agentloop_tools as tools
 from agentloop.context import RunContext
 from agentloop.types import ToolResult
 

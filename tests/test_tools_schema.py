@@ -9,12 +9,12 @@ from typing import Literal
 
 import pytest
 
-import tools
+import agentloop_tools as tools
 from agentloop.context import RunContext
 from agentloop.errors import ToolError
 from agentloop.protocols import Tool, ToolContext
 from agentloop.types import ToolResult
-from tools._schema import FunctionTool, parse_docstring
+from agentloop_tools._schema import FunctionTool, parse_docstring
 
 
 async def sample(ctx: ToolContext, name: str, count: int = 2, ratio: float | None = None,

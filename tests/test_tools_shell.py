@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-import tools
+import agentloop_tools as tools
 from agentloop.context import RunContext
 from agentloop.types import ToolResult
 from tests.conftest import alive, wait_dead
-from tools.shell import parse_pytest_summary
+from agentloop_tools.shell import parse_pytest_summary
 
 
 @pytest.fixture

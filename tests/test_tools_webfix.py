@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-import tools
+import agentloop_tools as tools
 from agentloop.context import RunContext
 from agentloop.tasks import load_task
 

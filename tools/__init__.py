@@ -8,8 +8,8 @@ this package does no work; Playwright is imported only when a browser tool first
 from __future__ import annotations
 
 from agentloop.protocols import Tool
-from tools._schema import FunctionTool
-from tools.browser import (
+from agentloop_tools._schema import FunctionTool
+from agentloop_tools.browser import (
     browser_click,
     browser_fill,
     browser_open,
@@ -19,10 +19,10 @@ from tools.browser import (
     browser_text,
     browser_wait_for_text,
 )
-from tools.files import edit_file, list_files, read_file, search, write_file
-from tools.patch import apply_patch
-from tools.shell import run, run_tests
-from tools.think import think
+from agentloop_tools.files import edit_file, list_files, read_file, search, write_file
+from agentloop_tools.patch import apply_patch
+from agentloop_tools.shell import run, run_tests
+from agentloop_tools.think import think
 
 FUNCTIONS = (read_file, list_files, search, write_file, edit_file, apply_patch, run, run_tests,
              browser_open, browser_text, browser_snapshot, browser_click, browser_fill,

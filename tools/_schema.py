@@ -22,7 +22,7 @@ import orjson
 from agentloop.errors import ToolError
 from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult, ToolSpec
-from tools._sandbox import cap_text, output_cap
+from agentloop_tools._sandbox import cap_text, output_cap
 
 ToolFunction = Callable[..., Awaitable[ToolResult]]
 

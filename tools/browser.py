@@ -20,7 +20,7 @@ from typing import Any
 from agentloop.errors import ToolError
 from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult
-from tools._sandbox import (
+from agentloop_tools._sandbox import (
     allow_hosts,
     cap_text,
     output_cap,

@@ -11,7 +11,7 @@ from pathlib import Path
 from agentloop.errors import ToolError
 from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult
-from tools._sandbox import cap_text, output_cap, relative, resolve_path, workspace
+from agentloop_tools._sandbox import cap_text, output_cap, relative, resolve_path, workspace
 
 # folders nobody wants listed or searched; named in the output when skipped
 NOISE_DIRS = frozenset({".git", "__pycache__", "node_modules", ".venv", ".mypy_cache",

@@ -17,8 +17,8 @@ from pathlib import Path
 from agentloop.errors import ToolError
 from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult
-from tools._sandbox import relative, resolve_path
-from tools.files import read_utf8
+from agentloop_tools._sandbox import relative, resolve_path
+from agentloop_tools.files import read_utf8
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 DEV_NULL = "/dev/null"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from agentloop.errors import ToolError
 from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult
-from tools._sandbox import (
+from agentloop_tools._sandbox import (
     MARK_VAR,
     output_cap,
     process_jail,
