@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentloop.cost import Prices
 from agentloop.errors import TierFileError
 
 SIM = "sim"  # base_url of the embedded simulator
@@ -41,6 +42,7 @@ class Tier:
     options: dict[str, Any] = field(default_factory=dict)
     stall_timeout_s: float = 30.0  # longest silence in a stream before the attempt is retried
     max_attempts: int = 4  # tries per model call, the first included
+    prices: Prices | None = None  # USD per million tokens (agentloop/cost.py)
 
     @property
     def simulated(self) -> bool:
@@ -55,6 +57,7 @@ class Tier:
             "profile": {"base_latency_s": self.profile.base_latency_s,
                         "prefill_tps": self.profile.prefill_tps,
                         "output_tps": self.profile.output_tps},
+            "prices": self.prices.summary() if self.prices is not None else None,
         }
 
 
@@ -73,6 +76,14 @@ class _Options(BaseModel):
     temperature: float | None = Field(default=None, ge=0, le=2)
 
 
+class _Prices(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    input: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)  # default: the input price
+    output: float = Field(ge=0)
+    placeholder: bool = False  # not a real price list: reports say so
+
+
 class _TierModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     base_url: str
@@ -83,6 +94,7 @@ class _TierModel(BaseModel):
     profile: _Profile
     stall_timeout_s: float = Field(default=30.0, gt=0)
     max_attempts: int = Field(default=4, ge=1, le=20)
+    prices: _Prices | None = None
 
 
 def _line_of(text: str, tier: str, key: str | None) -> int | None:
@@ -124,6 +136,9 @@ def parse_tiers(data: dict[str, Any], source: str | Path, text: str = "") -> dic
             max_attempts=m.max_attempts,
             options={k: v for k, v in m.options.model_dump().items() if v is not None},
             profile=SpeedProfile(**m.profile.model_dump()),
+            prices=None if m.prices is None else Prices(
+                m.prices.input, m.prices.input if m.prices.cached_input is None
+                else m.prices.cached_input, m.prices.output, m.prices.placeholder),
         )
     return out
 
