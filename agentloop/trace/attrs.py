@@ -1,0 +1,52 @@
+"""Span attribute names, as constants: the one spelling of every key a trace's spans carry.
+
+OpenTelemetry GenAI names where they exist (``gen_ai.*``, as in the semantic-conventions
+modules), agentloop's own names otherwise. Writers (the runner) and readers (the schema,
+analysis, exports) import these rather than spelling the strings. docs/design.md lists what each
+holds.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- both span kinds ------------------------------------------------------------------------
+STEP: Final = "step"  # step number (start attrs of step, model and tool spans; model end attrs)
+ERROR: Final = "error"  # set by the tracer when a span ends by an exception
+
+# -- model spans (end attrs) ---------------------------------------------------------------
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"  # includes reasoning
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = "gen_ai.usage.reasoning.output_tokens"
+GEN_AI_USAGE_CACHED_INPUT_TOKENS: Final = "gen_ai.usage.cached_input_tokens"
+GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: Final = "gen_ai.response.time_to_first_chunk"  # s
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+SERVICE_TIER: Final = "service_tier"
+TIER: Final = "tier"
+TIMING: Final = "timing"  # run-clock ns of the successful attempt: see TIMING_KEYS
+ATTEMPTS: Final = "attempts"  # [{t_start, t_end, error, status, wait_ns}], run-clock ns
+WAIT_NS: Final = "wait_ns"  # back-off slept between attempts, total
+OUTPUT: Final = "output"  # model: {text, tool_calls, reasoning_tokens}; tool: the text the model saw
+# derived seconds (agentloop.timing.CallMetrics field names)
+TTFB_S: Final = "ttfb_s"
+TTFT_S: Final = "ttft_s"
+TTFT_VISIBLE_S: Final = "ttft_visible_s"
+DECODE_S: Final = "decode_s"
+TPOT_S: Final = "tpot_s"
+OUTPUT_TPS: Final = "output_tps"
+CALL_S: Final = "call_s"
+TOKENS_PER_CHUNK: Final = "tokens_per_chunk"
+
+TIMING_KEYS: Final = ("t_send", "t_hdr", "t_first", "t_first_visible", "t_last", "t_end",
+                      "chunks", "build_ns")
+ATTEMPT_KEYS: Final = ("t_start", "t_end", "error", "status", "wait_ns")
+
+# -- tool spans (end attrs) ----------------------------------------------------------------
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+ARGUMENTS: Final = "arguments"  # JSON text, as the model wrote it
+OK: Final = "ok"
+DATA: Final = "data"  # tool-specific structured fields (exit_code, passed, failed ...)
+QUEUED_NS: Final = "queued_ns"  # waited for the max_parallel_tools bound before the span opened
