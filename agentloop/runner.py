@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from agentloop import __version__
+from agentloop import __version__, cost
 from agentloop.context import RunContext
 from agentloop.errors import AgentloopError, Finished, LimitReached, RunEnded
 from agentloop.log import get_logger
@@ -76,6 +76,8 @@ def model_attrs(resp: ModelResponse, tracer: Tracer, tier: Tier, step: int) -> d
         "gen_ai.usage.output_tokens": u.output_tokens,
         "gen_ai.usage.reasoning.output_tokens": u.reasoning_tokens,
         "gen_ai.usage.cached_input_tokens": u.cached_input_tokens,
+        cost.COST_ATTR: cost.call_cost(tier.prices, u.input_tokens, u.cached_input_tokens,
+                                       u.output_tokens),
         "gen_ai.response.time_to_first_chunk": _seconds(t.t_send, t.t_first),
         "gen_ai.response.finish_reasons": [resp.finish_reason] if resp.finish_reason else [],
         "service_tier": resp.service_tier,
@@ -110,6 +112,7 @@ class Runner:
         self.observer = observer
         self.log = get_logger("agentloop.runner", run_id=self.run_id)
         self.output_tokens = 0
+        self.cost_usd = 0.0  # at the tier's prices (agentloop/cost.py)
         self.final_text = ""
         self.check = check
         self.steps = 0
@@ -196,6 +199,7 @@ class Runner:
                     raise LimitReached("output_tokens", f"output-token limit of "
                                        f"{task.limits.max_output_tokens} reached "
                                        f"({self.output_tokens} tokens)")
+                cost.check_limit(task.limits.max_cost_usd, self.cost_usd)
                 if not resp.tool_calls:
                     raise Finished("the model ended the task (a turn without tool calls)")
                 results, tool_ids = await self._tool_calls(step, resp.tool_calls, model_id)
@@ -220,6 +224,7 @@ class Runner:
             resp = await self.client.complete(request)
             span.set(**model_attrs(resp, self.tracer, self.tier, step))
         self.output_tokens += resp.usage.output_tokens
+        self.cost_usd += span.attrs.get(cost.COST_ATTR) or 0.0
         self.log.debug("model call", step=step, call_s=span.attrs.get("call_s"),
                       output_tokens=resp.usage.output_tokens, tool_calls=len(resp.tool_calls))
         self._emit("model_end", step=step, seconds=((span.t1 or 0) - span.t0) / 1e9,

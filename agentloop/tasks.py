@@ -34,6 +34,7 @@ class _LimitsModel(BaseModel):
     timeout_s: float = Field(default=600.0, gt=0)
     max_parallel_tools: int = Field(default=4, gt=0)
     tool_timeout_s: float = Field(default=120.0, gt=0)
+    max_cost_usd: float | None = Field(default=None, gt=0)  # agentloop/cost.py
 
 
 class _SuccessModel(BaseModel):
@@ -68,13 +69,14 @@ class _TaskModel(BaseModel):
 
 @dataclass(frozen=True)
 class Limits:
-    """When a run stops on its own: steps, output tokens, wall time; and tool concurrency."""
+    """When a run stops on its own: steps, output tokens, wall time, cost; and tool concurrency."""
 
     max_steps: int = 30
     max_output_tokens: int = 200_000
     timeout_s: float = 600.0
     max_parallel_tools: int = 4
     tool_timeout_s: float = 120.0
+    max_cost_usd: float | None = None  # USD at the tier's prices (agentloop/cost.py)
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,7 @@ def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Ta
         finish_tool=m.finish_tool, test_command=m.test_command,
         allow_hosts=tuple(m.allow_hosts),
         limits=Limits(lim.max_steps, lim.max_output_tokens, lim.timeout_s,
-                      lim.max_parallel_tools, lim.tool_timeout_s),
+                      lim.max_parallel_tools, lim.tool_timeout_s, lim.max_cost_usd),
         tier=m.tier, tiers=tiers, success_command=m.success.command,
         success_text=m.success.expect_text,
         script=tuple(ScriptTurn.from_dict(t.model_dump()) for t in m.script),
