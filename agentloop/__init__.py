@@ -4,13 +4,16 @@ __version__ = "0.1.0"
 
 from agentloop.api import open_task, resolve_tier, run_task
 from agentloop.errors import AgentloopError, ConfigError, ModelError, TaskFileError
+from agentloop.events import RunEvent
+from agentloop.handle import RunHandle, start_run
 from agentloop.runner import Runner, RunResult
 from agentloop.tasks import Limits, Task, load_task
 from agentloop.tiers import SpeedProfile, Tier, load_tiers
 from agentloop.trace.reader import Trace, load_trace
 
 __all__ = [
-    "AgentloopError", "ConfigError", "Limits", "ModelError", "RunResult", "Runner",
-    "SpeedProfile", "Task", "TaskFileError", "Tier", "Trace", "__version__", "load_task",
-    "load_tiers", "load_trace", "open_task", "resolve_tier", "run_task",
+    "AgentloopError", "ConfigError", "Limits", "ModelError", "RunEvent", "RunHandle", "RunResult",
+    "Runner", "SpeedProfile", "Task", "TaskFileError", "Tier", "Trace", "__version__",
+    "load_task", "load_tiers", "load_trace", "open_task", "resolve_tier", "run_task",
+    "start_run",
 ]

@@ -10,15 +10,17 @@ import contextlib
 import re
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from agentloop import workspace as ws
 from agentloop.context import RunContext
+from agentloop.errors import ConfigError
+from agentloop.events import EventSink, Observer
 from agentloop.protocols import ModelClient, Tool
-from agentloop.runner import Observer, Runner, RunResult
+from agentloop.runner import Runner, RunResult
 from agentloop.script import ScriptTurn
 from agentloop.tasks import Task, load_task
 from agentloop.tiers import Tier, get_tier, load_tiers
@@ -97,19 +99,27 @@ def trace_path_for(trace_dir: Path, task: Task, tier: Tier, run_id: str) -> Path
     return trace_dir / f"{stamp}-{safe}-{tier.name}-{run_id[:6]}.jsonl"
 
 
-async def run_task(task: Task | str | Path, *, tier: str | Tier | None = None,
-                   tiers_file: str | Path | None = None, trace_dir: str | Path = "traces",
-                   max_steps: int | None = None, timeout_s: float | None = None,
-                   client: ModelClient | None = None, tools: dict[str, Tool] | None = None,
-                   observer: Observer | None = None, keep_workspace: bool = False,
-                   script: list[ScriptTurn] | None = None) -> RunResult:
-    """Run one task to its end and return how it ended; the trace goes under ``trace_dir``.
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run will be, known before it starts: task (limits applied), tier, id, trace path."""
 
-    ``script`` replaces the task's scripted turns (replay); ``{workspace}`` in either becomes the
-    run's working folder.
-    Cancelling the calling task cancels the run: its subprocesses are killed and the trace is
-    closed with status ``cancelled`` before ``CancelledError`` propagates.
+    task: Task
+    tier: Tier
+    run_id: str
+    trace_path: Path
+
+
+def plan_run(task: Task | str | Path, *, tier: str | Tier | None = None,
+             tiers_file: str | Path | None = None, trace_dir: str | Path = "traces",
+             max_steps: int | None = None, timeout_s: float | None = None) -> RunPlan:
+    """Load the task, apply limit overrides, resolve the tier and name the run and its trace.
+
+    Bad input (task or tier file, a limit below 1 step or 0 s) raises :class:`ConfigError`.
     """
+    if max_steps is not None and max_steps < 1:
+        raise ConfigError(f"max_steps must be at least 1 (got {max_steps})")
+    if timeout_s is not None and not timeout_s > 0:
+        raise ConfigError(f"timeout_s must be more than 0 seconds (got {timeout_s:g})")
     if not isinstance(task, Task):
         task = open_task(task)
     if max_steps is not None or timeout_s is not None:
@@ -117,9 +127,40 @@ async def run_task(task: Task | str | Path, *, tier: str | Tier | None = None,
             task.limits, max_steps=max_steps or task.limits.max_steps,
             timeout_s=timeout_s or task.limits.timeout_s))
     the_tier = resolve_tier(task, tier, tiers_file)
-    registry = tool_registry() if tools is None else tools
     run_id = uuid.uuid4().hex[:12]
-    path = trace_path_for(Path(trace_dir), task, the_tier, run_id)
+    return RunPlan(task, the_tier, run_id,
+                   trace_path_for(Path(trace_dir), task, the_tier, run_id))
+
+
+async def run_task(task: Task | str | Path, *, tier: str | Tier | None = None,
+                   tiers_file: str | Path | None = None, trace_dir: str | Path = "traces",
+                   max_steps: int | None = None, timeout_s: float | None = None,
+                   client: ModelClient | None = None, tools: dict[str, Tool] | None = None,
+                   observer: Observer | None = None, keep_workspace: bool = False,
+                   script: list[ScriptTurn] | None = None,
+                   events: EventSink | None = None) -> RunResult:
+    """Run one task to its end and return how it ended; the trace goes under ``trace_dir``.
+
+    ``script`` replaces the task's scripted turns (replay); ``{workspace}`` in either becomes the
+    run's working folder. ``events`` receives every :class:`agentloop.events.RunEvent`;
+    ``observer(kind, data)`` is the older form of the same stream.
+    Cancelling the calling task cancels the run: its subprocesses are killed and the trace is
+    closed with status ``cancelled`` before ``CancelledError`` propagates
+    (:func:`agentloop.start_run` gives a handle whose cancel returns a result instead).
+    """
+    plan = plan_run(task, tier=tier, tiers_file=tiers_file, trace_dir=trace_dir,
+                    max_steps=max_steps, timeout_s=timeout_s)
+    return await execute(plan, client=client, tools=tools, observer=observer,
+                         keep_workspace=keep_workspace, script=script, events=events)
+
+
+async def execute(plan: RunPlan, *, client: ModelClient | None = None,
+                  tools: dict[str, Tool] | None = None, observer: Observer | None = None,
+                  keep_workspace: bool = False, script: list[ScriptTurn] | None = None,
+                  events: EventSink | None = None) -> RunResult:
+    """Run a planned task: workspace and setup, client, trace, the loop, clean-up."""
+    task, the_tier, run_id, path = plan.task, plan.tier, plan.run_id, plan.trace_path
+    registry = tool_registry() if tools is None else tools
     work = await ws.prepare(task)
     ctx = RunContext(workspace=work, settings={
         "test_command": task.test_command, "allow_hosts": list(task.allow_hosts),
@@ -140,7 +181,7 @@ async def run_task(task: Task | str | Path, *, tier: str | Tier | None = None,
                             [redactor(secret_values()), truncator(MAX_TRACE_STRING)])
             stack.callback(sink.close)
             runner = Runner(task, the_client, registry, the_tier, Tracer(sink), ctx,
-                            run_id=run_id, observer=observer, check=check)
+                            run_id=run_id, observer=observer, check=check, events=events)
             result = await runner.run()
     finally:
         if not keep_workspace:

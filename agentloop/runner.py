@@ -10,10 +10,11 @@ tracing. Every span records ``after``: the spans it had to wait for (the graph w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,11 +23,12 @@ import orjson
 from agentloop import __version__, cost
 from agentloop.context import RunContext
 from agentloop.errors import AgentloopError, Finished, LimitReached, RunEnded
+from agentloop.events import EventSink, Observer, RunEvent, call_progress, fan_out, observer_sink
 from agentloop.log import get_logger
 from agentloop.protocols import ModelClient, Tool
 from agentloop.tasks import Task
 from agentloop.tiers import Tier
-from agentloop.trace.tracer import Tracer
+from agentloop.trace.tracer import Span, Tracer
 from agentloop.types import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, ToolSpec
 
 FINISH = ToolSpec(
@@ -37,7 +39,7 @@ FINISH = ToolSpec(
         "required": ["summary"], "additionalProperties": False},
 )
 
-Observer = Callable[[str, dict[str, Any]], None]
+__all__ = ["FINISH", "Observer", "RunResult", "Runner", "model_attrs"]
 
 
 @dataclass(frozen=True)
@@ -103,13 +105,15 @@ class Runner:
     def __init__(self, task: Task, client: ModelClient, tools: dict[str, Tool], tier: Tier,
                  tracer: Tracer, ctx: RunContext, *, run_id: str | None = None,
                  observer: Observer | None = None,
-                 check: Callable[[str], Awaitable[dict[str, Any]]] | None = None) -> None:
+                 check: Callable[[str], Awaitable[dict[str, Any]]] | None = None,
+                 events: EventSink | None = None) -> None:
         self.task, self.client, self.tier, self.tracer, self.ctx = task, client, tier, tracer, ctx
         self.tools = {name: tools[name] for name in task.tools if name in tools}
         self.specs = tuple(t.spec for t in self.tools.values()) + (
             (FINISH,) if task.finish_tool else ())
         self.run_id = run_id or uuid.uuid4().hex[:12]
-        self.observer = observer
+        # one event stream (agentloop.events); the old observer callback is an adapter over it
+        self.events = fan_out(events, observer_sink(observer) if observer else None)
         self.log = get_logger("agentloop.runner", run_id=self.run_id)
         self.output_tokens = 0
         self.cost_usd = 0.0  # at the tier's prices (agentloop/cost.py)
@@ -118,12 +122,13 @@ class Runner:
         self.steps = 0
         self._sem = asyncio.Semaphore(task.limits.max_parallel_tools)
 
-    def _emit(self, event: str, **data: Any) -> None:
-        if self.observer is not None:
+    def _emit(self, kind: str, span_id: str | None = None, **data: Any) -> None:
+        if self.events is not None:
             try:
-                self.observer(event, data)
+                self.events(RunEvent(kind, self.run_id, self.tracer.now() / 1e9,
+                                     data.get("step"), span_id, data))
             except Exception as exc:  # a broken progress display must not end the run
-                self.log.warning("observer failed", error=str(exc))
+                self.log.warning("event sink failed", error=str(exc))
 
     def write_header(self) -> None:
         self.tracer.header(
@@ -147,7 +152,8 @@ class Runner:
         t_start = time.perf_counter()
         success: dict[str, Any] | None = None
         try:
-            async with self.tracer.span("run", f"invoke_agent {self.task.name}"):
+            async with self.tracer.span("run", f"invoke_agent {self.task.name}") as run_span:
+                self._emit("run_start", run_span.id, task=self.task.name, tier=self.tier.name)
                 try:
                     async with asyncio.timeout(self.task.limits.timeout_s) as deadline:
                         await self._loop()
@@ -174,7 +180,7 @@ class Runner:
             self.tracer.end(status, t=end_t, reason=reason, steps=self.steps,
                             totals={"output_tokens": self.output_tokens,
                                     "elapsed_s": elapsed}, success=success)
-            self._emit("run_end", status=status, reason=reason, steps=self.steps,
+            self._emit("run_end", None, status=status, reason=reason, steps=self.steps,
                        elapsed_s=elapsed, success=success)
         return RunResult(self.run_id, status, reason, self.steps, self.final_text, elapsed,
                          success=None if not success or success.get("passed") is None
@@ -189,8 +195,7 @@ class Runner:
         prev_step: list[str] = []
         for step in range(1, task.limits.max_steps + 1):
             self.steps = step
-            async with self.tracer.span("step", f"step {step}", after=prev_step, step=step) as st:
-                self._emit("step_start", step=step)
+            async with self._step_span(step, prev_step) as st:
                 resp, model_id = await self._model_call(step, messages, after)
                 messages.append(resp.as_message())
                 if resp.text:
@@ -216,18 +221,38 @@ class Runner:
                 prev_step = [st.id]
         raise LimitReached("steps", f"step limit of {task.limits.max_steps} reached")
 
+    @contextlib.asynccontextmanager
+    async def _step_span(self, step: int, after: list[str]) -> AsyncIterator[Span]:
+        """The step's span, with its step_start / step_end events (step_end however it ends)."""
+        span: Span | None = None
+        try:
+            async with self.tracer.span("step", f"step {step}", after=after, step=step) as span:
+                self._emit("step_start", span.id, step=step)
+                yield span
+        finally:
+            if span is not None:
+                self._emit("step_end", span.id, step=step, status=span.status,
+                           seconds=((span.t1 or 0) - span.t0) / 1e9)
+
     async def _model_call(self, step: int, messages: list[Message],
                           after: list[str]) -> tuple[ModelResponse, str]:
         request = ModelRequest(messages=tuple(messages), tools=self.specs, step=step)
         async with self.tracer.span("model", f"chat {self.tier.model}", after=after,
                                     step=step) as span:
-            resp = await self.client.complete(request)
+            self._emit("model_start", span.id, step=step)
+
+            def progress(tokens: int, elapsed_s: float) -> None:
+                self._emit("model_progress", span.id, step=step, output_tokens=tokens,
+                           elapsed_s=elapsed_s)
+
+            async with call_progress(progress if self.events is not None else None):
+                resp = await self.client.complete(request)
             span.set(**model_attrs(resp, self.tracer, self.tier, step))
         self.output_tokens += resp.usage.output_tokens
         self.cost_usd += span.attrs.get(cost.COST_ATTR) or 0.0
         self.log.debug("model call", step=step, call_s=span.attrs.get("call_s"),
                       output_tokens=resp.usage.output_tokens, tool_calls=len(resp.tool_calls))
-        self._emit("model_end", step=step, seconds=((span.t1 or 0) - span.t0) / 1e9,
+        self._emit("model_end", span.id, step=step, seconds=((span.t1 or 0) - span.t0) / 1e9,
                    usage=resp.usage,
                    attempts=len(resp.attempts), text=resp.text, tool_calls=resp.tool_calls)
         return resp, span.id
@@ -242,13 +267,15 @@ class Runner:
                 queued = time.perf_counter_ns() - t_q
                 async with self.tracer.span("tool", f"execute_tool {call.name}", after=[model_id],
                                             step=step) as span:
+                    self._emit("tool_start", span.id, step=step, name=call.name,
+                               call_id=call.id)
                     res = await self._execute(call)
                     span.set(**{"gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id,
                                 "arguments": call.arguments, "ok": res.ok, "output": res.output,
                                 "data": res.data, "queued_ns": queued})
                     if not res.ok:
                         span.status = "error"
-            self._emit("tool_end", step=step, name=call.name, ok=res.ok,
+            self._emit("tool_end", span.id, step=step, name=call.name, ok=res.ok,
                        seconds=((span.t1 or 0) - span.t0) / 1e9, output=res.output)
             return res, span.id
 

@@ -24,6 +24,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, sto
 from agentloop.clients._stream import StreamBroken, StreamErrorEvent, Turn, read_sse
 from agentloop.clients._wire import BodyBuilder
 from agentloop.errors import ConfigError, ModelAPIError, ModelRetryError
+from agentloop.events import watch_stream
 from agentloop.log import get_logger
 from agentloop.tiers import Tier
 from agentloop.types import Attempt, CallTiming, ModelRequest, ModelResponse
@@ -190,6 +191,7 @@ class OpenAIClient:
             resp = await self._send(body)
             t_hdr = perf_counter_ns()
             turn = Turn(self.tier.api)
+            watch_stream(turn)  # live token progress for the run's events (read by a ticker)
             try:
                 await self._read(resp, turn)
             finally:
