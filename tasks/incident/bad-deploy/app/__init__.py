@@ -1,0 +1,1 @@
+"""orders-api: a tiny HTTP service that serves order totals."""

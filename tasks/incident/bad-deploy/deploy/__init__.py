@@ -1,0 +1,1 @@
+"""Deploy tooling for orders-api: restart, smoke test, rollback verification."""
