@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from agentloop.errors import AgentloopError
 
 # one module per subcommand under agentloop/commands/, each exposing register(subparsers)
-COMMANDS: tuple[str, ...] = ("run", "replay", "sim", "report", "whatif", "compare", "tiers", "probe")
+COMMANDS: tuple[str, ...] = ("run", "replay", "sim", "report", "whatif", "compare", "tiers", "probe",
+                             "serve")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,7 +3,8 @@
     AgentloopError                     base: carries a one-paragraph, user-facing message
     ├── ConfigError                    bad input the user wrote (exit code 2)
     │   ├── TaskFileError              task file: names file, line and field
-    │   └── TierFileError              tiers file: names file, line and field
+    │   ├── TierFileError              tiers file: names file, line and field
+    │   └── RequestError               a service request: names the body field (HTTP 4xx)
     ├── TraceFileError                 a trace file that cannot be read as a trace (exit 2)
     ├── ModelError                     a model call failed for good (after retries)
     │   ├── ModelAPIError              the endpoint refused: 400/401/404 ... (not retried)
@@ -12,6 +13,7 @@
     │   ├── Finished                   the model ended the task
     │   └── LimitReached               steps / output tokens / wall time
     ├── SimulatorError                 the embedded simulator could not start or serve
+    ├── ExportError                    an export's receiver (an OTLP collector) did not take it
     └── ToolError                      a tool refused or failed (sandbox escape, bad path ...):
                                        tools turn it into ToolResult(ok=False); never reaches
                                        the runner
@@ -62,6 +64,15 @@ class TierFileError(FileLocatedError):
     """A tiers file is malformed or invalid, or names an unknown tier."""
 
 
+class RequestError(ConfigError):
+    """A request to the HTTP service is invalid; ``field`` names the part at fault, ``status``
+    the HTTP status it answers with (400 bad input, 409 not possible yet)."""
+
+    def __init__(self, message: str, *, field: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.field, self.status = field, status
+
+
 class TraceFileError(AgentloopError):
     """A file is not a readable agentloop trace."""
 
@@ -108,6 +119,10 @@ class LimitReached(RunEnded):
 
 class SimulatorError(AgentloopError):
     """The embedded simulator could not start or serve."""
+
+
+class ExportError(AgentloopError):
+    """An export could not be delivered: the OTLP collector was unreachable or refused it."""
 
 
 class ToolError(AgentloopError):

@@ -37,6 +37,9 @@ class _LimitsModel(BaseModel):
     max_cost_usd: float | None = Field(default=None, gt=0)  # agentloop/cost.py
 
 
+LimitsModel = _LimitsModel  # the limits' validation, shared with the service's run requests
+
+
 class _SuccessModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     command: str | None = None

@@ -1,0 +1,144 @@
+"""``agentloop serve``: agentloop as an HTTP service that runs, streams and explains agent runs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentloop.errors import ConfigError, RequestError, TierFileError
+
+TOKEN_ENV = "AGENTLOOP_TOKEN"  # the bearer token's variable; the token itself is never printed
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("serve", help="run agentloop as an HTTP service", description=(
+        "Serve the run API over HTTP: submit runs (POST /v1/runs), follow their events as "
+        "server-sent events, fetch traces, reports and what-if predictions, cancel runs. "
+        f"Requests must carry 'Authorization: Bearer $${TOKEN_ENV}' when {TOKEN_ENV} is set; "
+        "without it the server only listens on a loopback address. The API is described at "
+        "/openapi.json."))
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
+    p.add_argument("--trace-dir", type=Path, default=Path("traces"),
+                   help="folder for the runs' traces (default ./traces)")
+    p.add_argument("--concurrency", type=int, default=4,
+                   help="runs at once; more wait in a queue (default 4)")
+    p.add_argument("--tasks-dir", type=Path, default=Path("tasks"),
+                   help="task paths in requests must lie inside this folder (default ./tasks)")
+    p.add_argument("--tiers", type=Path, metavar="FILE", help="tiers file layered on the built-in one")
+    p.set_defaults(func=main)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+async def main(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from agentloop import api, start_run
+    from agentloop.log import configure
+    from agentloop.service.app import Service, build_app
+    from agentloop.service.runs import RunBook
+
+    configure()
+    if args.concurrency < 1:
+        raise ConfigError("--concurrency must be at least 1")
+    token = os.environ.get(TOKEN_ENV) or None
+    if token is None and not _loopback(args.host):
+        raise ConfigError(f"refusing to listen on {args.host} without a token: set {TOKEN_ENV} "
+                          "(clients then send 'Authorization: Bearer <token>'), or listen on "
+                          "127.0.0.1")
+    tiers_file = args.tiers
+
+    def check_tier(task: Any, tier: str | None) -> None:
+        try:
+            api.resolve_tier(task, tier, tiers_file)
+        except TierFileError as exc:
+            raise RequestError(exc.message, field="tier") from None
+
+    book = RunBook(start_run, trace_dir=args.trace_dir, concurrency=args.concurrency,
+                   tiers_file=tiers_file)
+    service = Service(book, tasks_dir=args.tasks_dir, known_tools=set(api.tool_registry()),
+                      shipped=[], tiers_file=tiers_file,
+                      check_tier=check_tier)
+    app = build_app(service, token)
+    sock = _bind(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    server = _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"),
+                     book)
+    print(f"agentloop serve: listening on http://{host}:{port} ({args.concurrency} runs at once, "
+          f"tasks from {args.tasks_dir}, traces to {args.trace_dir}, "
+          f"{'bearer token required' if token else 'no token: loopback only'})", flush=True)
+    await server.serve(sockets=[sock])
+    if server.stopped_runs is not None:
+        print(f"agentloop serve: stopped; {server.stopped_runs} run(s) cancelled with their "
+              "traces closed", file=sys.stderr, flush=True)
+    return 0
+
+
+class _Server:
+    """uvicorn's server, stopping gracefully: on SIGTERM/SIGINT the runs are cancelled (their
+    traces closed as ``cancelled``, their event streams ended) before the server exits."""
+
+    def __init__(self, config: Any, book: Any) -> None:
+        import uvicorn
+
+        self._book = book
+        self.stopped_runs: int | None = None
+        self._stopping: asyncio.Task[None] | None = None
+        loop = asyncio.get_running_loop()
+        outer = self
+
+        class Server(uvicorn.Server):
+            # called by uvicorn's own signal capture; not recording the signal keeps uvicorn
+            # from raising it again once serving ends: this exit is the graceful one
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                if outer._stopping is not None and sig == signal.SIGINT:
+                    self.force_exit = True  # a second Ctrl-C: stop waiting for the runs
+                loop.call_soon_threadsafe(outer._stop)
+
+        self._server = Server(config)
+
+    def _stop(self) -> None:
+        if self._stopping is None:
+            self._stopping = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        self.stopped_runs = await self._book.close()
+        self._server.should_exit = True
+
+    async def serve(self, sockets: list[socket.socket]) -> None:
+        try:
+            await self._server.serve(sockets=sockets)
+        finally:
+            if self._stopping is not None:
+                await self._stopping
+            else:  # the server ended on its own: still close every run
+                await self._book.close()

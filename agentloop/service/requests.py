@@ -1,0 +1,121 @@
+"""What a client may ask the service for: a run request parsed into a Task, or a 4xx naming the field.
+
+The task is a path (relative to the server's working directory, and inside its tasks folder),
+a shipped task's name, or an inline task object; an inline task and any ``limits`` go through
+the same validation as a task file, so an error names the field the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from agentloop.errors import FileLocatedError, RequestError
+from agentloop.tasks import Limits, LimitsModel, Task, parse_task
+
+
+class _RunRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    task: str | dict[str, Any]
+    tier: str | None = None
+    limits: dict[str, Any] = {}
+
+
+def _first_error(exc: ValidationError, prefix: str = "") -> RequestError:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("str", "dict")))
+    msg = {"extra_forbidden": "unknown field", "missing": "required field is missing"}.get(
+        err["type"], err["msg"])
+    return RequestError(f"field '{prefix}{loc}': {msg}", field=f"{prefix}{loc}")
+
+
+def _is_path(text: str) -> bool:
+    return "/" in text or text.endswith((".yaml", ".yml"))
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def find_named(name: str, tasks_dir: Path, shipped: list[Path]) -> Path | None:
+    """A task file by its name: first in the tasks folder, then among the shipped tasks."""
+    for folder_files in (sorted(tasks_dir.rglob("*.y*ml")) if tasks_dir.is_dir() else [],
+                         shipped):
+        for f in folder_files:
+            if f.stem == name:
+                return f
+    return None
+
+
+def task_from_request(body: Any, *, tasks_dir: Path, known_tools: set[str],
+                      shipped: list[Path]) -> tuple[Task, str | None]:
+    """Validate a ``POST /v1/runs`` body; (the task with its limits applied, the tier asked for)."""
+    if not isinstance(body, dict):
+        raise RequestError("the body must be a JSON object: {\"task\": ..., \"tier\": ...}",
+                           field="")
+    try:
+        req = _RunRequest.model_validate(body)
+    except ValidationError as exc:
+        raise _first_error(exc) from None
+    if isinstance(req.task, dict):
+        task = _inline(req.task, tasks_dir, known_tools)
+    elif _is_path(req.task):
+        path = Path(req.task)
+        if path.is_absolute() or not _inside(Path.cwd() / path, tasks_dir):
+            raise RequestError(f"field 'task': {req.task!r} is not inside the tasks folder "
+                               f"{tasks_dir}", field="task")
+        task = _load(Path.cwd() / path, known_tools)
+    else:
+        found = find_named(req.task, tasks_dir, shipped)
+        if found is None:
+            raise RequestError(f"field 'task': no task named {req.task!r} (a path inside "
+                               f"{tasks_dir}, a shipped task's name, or an inline task object)",
+                               field="task")
+        task = _load(found, known_tools)
+    return _with_limits(task, req.limits), req.tier
+
+
+def _load(path: Path, known_tools: set[str]) -> Task:
+    if not path.is_file():
+        raise RequestError(f"field 'task': no such task file {path}", field="task")
+    from agentloop.tasks import load_task
+
+    try:
+        return load_task(path, known_tools)
+    except FileLocatedError as exc:
+        raise RequestError(f"field 'task': {exc.message}", field="task") from None
+
+
+def _inline(data: dict[str, Any], tasks_dir: Path, known_tools: set[str]) -> Task:
+    """An inline task: validated as a task file whose folder is the tasks folder."""
+    text = yaml.safe_dump(data, sort_keys=False)
+    try:
+        task = parse_task(text, tasks_dir.resolve() / "<inline task>", known_tools)
+    except FileLocatedError as exc:
+        field = f"task.{exc.field}" if exc.field else "task"
+        message = exc.message.split(": ", 1)[-1]
+        raise RequestError(f"field '{field}': {message}", field=field) from None
+    if task.workspace is not None and not _inside(task.workspace, tasks_dir):
+        raise RequestError("field 'task.workspace': must be a folder inside the tasks folder",
+                           field="task.workspace")
+    return task
+
+
+def _with_limits(task: Task, limits: dict[str, Any]) -> Task:
+    """``task`` with ``limits`` on top of its own, validated like a task file's ``limits:``."""
+    if not limits:
+        return task
+    mine = {k: getattr(task.limits, k) for k in LimitsModel.model_fields
+            if hasattr(task.limits, k)}
+    try:
+        merged = LimitsModel.model_validate({**mine, **limits})
+    except ValidationError as exc:
+        raise _first_error(exc, "limits.") from None
+    values = merged.model_dump()
+    return replace(task, limits=Limits(**{k: values[k] for k in values
+                                          if k in Limits.__dataclass_fields__}))
+

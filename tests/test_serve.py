@@ -1,0 +1,281 @@
+"""`agentloop serve` over real HTTP: a started server process, httpx as the client."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+TOKEN = "svc-token-3f9a1c77e2b54d0c"
+QUICK = """\
+name: quick
+prompt: Say hello through the think tool, then finish.
+tools: [think]
+tier: sim-ultrafast
+script:
+  - reasoning_tokens: 20
+    text: Thinking first.
+    tool_calls:
+      - {name: think, arguments: {thought: hello}}
+  - text: Done.
+    tool_calls:
+      - {name: finish, arguments: {summary: said hello}}
+"""
+# one long model call (~10 s of hidden reasoning at sim-standard's 60 tok/s): time to watch,
+# queue behind and cancel
+SLOW = """\
+name: slow
+prompt: Think for a long time, then finish.
+tools: [think]
+tier: sim-standard
+script:
+  - reasoning_tokens: 600
+    text: Still thinking.
+    tool_calls:
+      - {name: finish, arguments: {summary: thought long}}
+"""
+
+
+class Server:
+    """A running `agentloop serve` process and an authenticated client for it."""
+
+    def __init__(self, proc: subprocess.Popen[str], base: str, root: Path) -> None:
+        self.proc, self.base, self.root = proc, base, root
+        self.client = httpx.AsyncClient(base_url=base, timeout=30.0,
+                                        headers={"Authorization": f"Bearer {TOKEN}"})
+
+    async def submit(self, body: dict[str, Any]) -> str:
+        r = await self.client.post("/v1/runs", json=body)
+        assert 202 == r.status_code, r.text
+        return str(r.json()["id"])
+
+    async def events(self, run_id: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        async with self.client.stream("GET", f"/v1/runs/{run_id}/events") as r:
+            assert 200 == r.status_code
+            assert r.headers["content-type"].startswith("text/event-stream")
+            name = None
+            async for line in r.aiter_lines():
+                if line.startswith("event: "):
+                    name = line[len("event: "):]
+                elif line.startswith("data: ") and name is not None:
+                    yield name, orjson.loads(line[len("data: "):])
+                    name = None
+
+    async def all_events(self, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+        return [e async for e in self.events(run_id)]
+
+    async def status(self, run_id: str) -> dict[str, Any]:
+        r = await self.client.get(f"/v1/runs/{run_id}")
+        assert 200 == r.status_code
+        return dict(r.json())
+
+
+def _start(root: Path, *args: str, token: str | None = TOKEN) -> Server:
+    env = {k: v for k, v in os.environ.items() if k != "AGENTLOOP_TOKEN"}
+    if token:
+        env["AGENTLOOP_TOKEN"] = token
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentloop.cli", "serve", "--port", "0", "--tasks-dir", "tasks",
+         "--trace-dir", "traces", *args], cwd=root, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "listening on http://" in line, line + (proc.stderr.read() if proc.stderr else "")
+    base = line.split("listening on ", 1)[1].split()[0]
+    return Server(proc, base, root)
+
+
+def _stop(server: Server) -> tuple[int, str]:
+    if server.proc.poll() is None:
+        server.proc.send_signal(signal.SIGTERM)
+    try:
+        out, err = server.proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        out, err = server.proc.communicate()
+    return server.proc.returncode, out + err
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "quick.yaml").write_text(QUICK)
+    (tmp_path / "tasks" / "slow.yaml").write_text(SLOW)
+    (tmp_path / "outside.yaml").write_text(QUICK)
+    return tmp_path
+
+
+@pytest.fixture
+async def server(root: Path) -> AsyncIterator[Server]:
+    s = _start(root, "--concurrency", "2")
+    try:
+        yield s
+    finally:
+        await s.client.aclose()
+        code, output = _stop(s)
+        assert TOKEN not in output  # the token is never printed or logged
+
+
+def _cli_json(root: Path, *args: str) -> Any:
+    out = subprocess.run([sys.executable, "-m", "agentloop.cli", *args, "--json"], cwd=root,
+                         capture_output=True, text=True, check=True)
+    return orjson.loads(out.stdout)
+
+
+async def test_requests_without_the_token_get_401(server: Server) -> None:
+    """Without the bearer token, or with a wrong one, every route answers 401 with a JSON error."""
+    async with httpx.AsyncClient(base_url=server.base) as anon:
+        assert 401 == (await anon.get("/v1/runs")).status_code
+        wrong = await anon.post("/v1/runs", json={"task": "quick"},
+                                headers={"Authorization": "Bearer nope"})
+        assert 401 == wrong.status_code
+        assert "bearer token" in wrong.json()["error"]["message"]
+    assert 200 == (await server.client.get("/v1/runs")).status_code
+
+
+async def test_a_run_streams_its_events_then_serves_trace_report_and_whatif(
+        server: Server, root: Path) -> None:
+    """A submitted run streams run_start .. run_end over SSE, then its trace, report and
+    what-if are the ones the CLI computes from the same trace file."""
+    run_id = await server.submit({"task": "tasks/quick.yaml"})
+    events = await server.all_events(run_id)
+    kinds = [k for k, _ in events]
+    assert "run_start" == kinds[0]
+    assert "run_end" == kinds[-1]
+    assert {"step_start", "model_start", "model_end", "tool_start", "tool_end"} <= set(kinds)
+    assert "ok" == events[-1][1]["data"]["status"]
+    assert all(e["run_id"] == events[0][1]["run_id"] for _, e in events)
+
+    status = await server.status(run_id)
+    assert ("ok", 2) == (status["status"], status["steps"])
+    trace = await server.client.get(f"/v1/runs/{run_id}/trace")
+    records = [orjson.loads(line) for line in trace.text.splitlines()]
+    assert ("run", "end") == (records[0]["type"], records[-1]["type"])
+
+    trace_file = root / str(status["trace"])
+    report = (await server.client.get(f"/v1/runs/{run_id}/report")).json()
+    assert _cli_json(root, "report", str(trace_file)) == report
+    whatif = (await server.client.get(f"/v1/runs/{run_id}/whatif",
+                                      params={"tier": "sim-standard"})).json()
+    assert _cli_json(root, "whatif", str(trace_file), "--tier", "sim-standard") == whatif
+
+    late = await server.all_events(run_id)  # a late subscriber gets the whole run again
+    assert kinds == [k for k, _ in late]
+    listed = (await server.client.get("/v1/runs")).json()["runs"]
+    assert [run_id] == [r["id"] for r in listed]
+
+
+async def test_an_inline_task_runs(server: Server) -> None:
+    """An inline task object is validated like a task file and runs."""
+    import yaml
+
+    run_id = await server.submit({"task": yaml.safe_load(QUICK), "tier": "sim-fast"})
+    events = await server.all_events(run_id)
+    assert ("run_end", "ok") == (events[-1][0], events[-1][1]["data"]["status"])
+    assert "sim-fast" == (await server.status(run_id))["tier"]
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"task": "no-such-task"}, "task"),
+    ({"task": "../outside.yaml"}, "task"),
+    ({"task": str(Path("/etc/passwd"))}, "task"),
+    ({"task": "quick", "limits": {"max_steps": 0}}, "limits.max_steps"),
+    ({"task": "quick", "limits": {"max_stepz": 3}}, "limits.max_stepz"),
+    ({"task": "quick", "tier": "no-such-tier"}, "tier"),
+    ({"task": {"name": "x"}}, "task.prompt"),
+    ({"task": {"name": "x", "prompt": "p", "tools": ["rm_rf"]}}, "task.tools[0]"),
+    ({"tier": "sim-fast"}, "task"),
+    ({"task": "quick", "colour": "red"}, "colour"),
+])
+async def test_bad_requests_get_400_naming_the_field(server: Server, body: dict[str, Any],
+                                                     field: str) -> None:
+    """An invalid run request gets 400 with a JSON error that names the field at fault."""
+    r = await server.client.post("/v1/runs", json=body)
+    assert 400 == r.status_code, r.text
+    assert field == r.json()["error"]["field"]
+
+
+async def test_malformed_json_and_unknown_runs(server: Server) -> None:
+    """A body that is not JSON is a 400; an unknown run id is a 404 naming the id."""
+    r = await server.client.post("/v1/runs", content=b"{not json")
+    assert 400 == r.status_code
+    missing = await server.client.get("/v1/runs/deadbeef0000")
+    assert (404, "id") == (missing.status_code, missing.json()["error"]["field"])
+
+
+async def test_openapi_document(server: Server) -> None:
+    """/openapi.json describes the run routes."""
+    doc = (await server.client.get("/openapi.json")).json()
+    assert doc["openapi"].startswith("3.")
+    assert {"/v1/runs", "/v1/runs/{id}", "/v1/runs/{id}/events", "/v1/runs/{id}/trace",
+            "/v1/runs/{id}/report", "/v1/runs/{id}/whatif"} <= set(doc["paths"])
+    assert {"get", "post"} == set(doc["paths"]["/v1/runs"])
+
+
+async def _wait_for(server: Server, run_id: str, kind: str) -> dict[str, Any]:
+    async for name, data in server.events(run_id):
+        if name == kind:
+            return data
+    raise AssertionError(f"no {kind} event")
+
+
+async def test_queueing_at_the_limit_and_cancel(root: Path) -> None:
+    """At concurrency 1 a second run waits queued; cancelling the first closes its trace as
+    cancelled and lets the second run to its end."""
+    s = _start(root, "--concurrency", "1")
+    try:
+        slow = await s.submit({"task": "slow"})
+        await _wait_for(s, slow, "model_start")
+        quick = await s.submit({"task": "quick"})
+        assert "queued" == (await s.status(quick))["status"]
+        assert "running" == (await s.status(slow))["status"]
+
+        progress = await _wait_for(s, slow, "model_progress")  # tokens stream during the call
+        assert progress["data"]["elapsed_s"] > 0
+        r = await s.client.delete(f"/v1/runs/{slow}")
+        assert ("cancelled", 200) == (r.json()["status"], r.status_code)
+        records = [orjson.loads(x) for x in (root / r.json()["trace"]).read_text().splitlines()]
+        assert ("end", "cancelled") == (records[-1]["type"], records[-1]["status"])
+
+        events = await s.all_events(quick)
+        assert "ok" == events[-1][1]["data"]["status"]
+    finally:
+        await s.client.aclose()
+        _stop(s)
+
+
+async def test_sigterm_cancels_runs_in_flight_and_closes_their_traces(root: Path) -> None:
+    """SIGTERM with a run in flight: the run is cancelled, its trace ends, the server exits 0."""
+    s = _start(root)
+    try:
+        slow = await s.submit({"task": "slow"})
+        await _wait_for(s, slow, "model_start")
+        trace = root / str((await s.status(slow))["trace"])
+        s.proc.send_signal(signal.SIGTERM)
+        code, output = await asyncio.to_thread(_stop, s)
+    finally:
+        await s.client.aclose()
+    assert 0 == code, output
+    assert "1 run(s) cancelled" in output
+    last = orjson.loads(trace.read_text().splitlines()[-1])
+    assert ("end", "cancelled") == (last["type"], last["status"])
+
+
+def test_no_token_refuses_a_non_loopback_address(root: Path) -> None:
+    """Without AGENTLOOP_TOKEN the server will not listen beyond loopback: exit 2, no traceback."""
+    env = {k: v for k, v in os.environ.items() if k != "AGENTLOOP_TOKEN"}
+    out = subprocess.run([sys.executable, "-m", "agentloop.cli", "serve", "--host", "0.0.0.0",
+                          "--port", "0"], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert 2 == out.returncode
+    assert "AGENTLOOP_TOKEN" in out.stderr
+    assert "Traceback" not in out.stderr
