@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from agentloop.trace.reader import Trace, parse_lines
-from agentloop.trace.tracer import SCHEMA_VERSION
+from agentloop.trace.schema import end_record, end_span_record, header_record, start_record
 
 S = 1_000_000_000  # ns per second
 
@@ -24,14 +24,14 @@ S = 1_000_000_000  # ns per second
 def header(task: str = "demo", tier: str = "sim-standard", base_latency_s: float = 0.3,
            prefill_tps: float = 20000, output_tps: float = 60) -> dict[str, Any]:
     """A run header record for ``task`` recorded on ``tier`` with the given speed profile."""
-    return {"type": "run", "schema": SCHEMA_VERSION, "run_id": "synthetic", "agentloop": "0",
-            "task": {"name": task, "prompt": "", "system": "", "source": None},
-            "tier": {"name": tier, "base_url": "sim", "model": tier, "api": "responses",
-                     "api_key_env": None, "options": {},
-                     "profile": {"base_latency_s": base_latency_s, "prefill_tps": prefill_tps,
-                                 "output_tps": output_tps}},
-            "tools": [], "limits": {}, "clock": {"wall": "2026-01-01T00:00:00+00:00",
-                                                 "unit": "ns"}}
+    return header_record(
+        run_id="synthetic", agentloop="0",
+        task={"name": task, "prompt": "", "system": "", "source": None},
+        tier={"name": tier, "base_url": "sim", "model": tier, "api": "responses",
+              "api_key_env": None, "options": {},
+              "profile": {"base_latency_s": base_latency_s, "prefill_tps": prefill_tps,
+                          "output_tps": output_tps}},
+        tools=[], limits={}, clock={"wall": "2026-01-01T00:00:00+00:00", "unit": "ns"})
 
 
 def model_attrs(t_send: int, base_ns: int, reasoning: int, visible: int, tps: float, *,
@@ -70,20 +70,15 @@ class TraceBuilder:
     def start(self, kind: str, name: str, t: int, parent: str | None = None,
               after: list[str] | tuple[str, ...] = (), **attrs: Any) -> str:
         sid = f"s{next(self._ids)}"
-        rec: dict[str, Any] = {"type": "span_start", "id": sid, "parent": parent, "kind": kind,
-                               "name": name, "t": t, "after": list(after)}
-        if attrs:
-            rec["attrs"] = attrs
-        self.records.append(rec)
+        self.records.append(start_record(sid, parent, kind, name, t, after, attrs))
         return sid
 
     def end(self, sid: str, t: int, status: str = "ok", **attrs: Any) -> None:
-        self.records.append({"type": "span_end", "id": sid, "t": t, "status": status,
-                             "attrs": attrs})
+        self.records.append(end_span_record(sid, t, status, attrs))
 
     def finish(self, t: int, status: str = "ok", steps: int = 0) -> None:
-        self.records.append({"type": "end", "status": status, "t": t, "reason": "done",
-                             "steps": steps, "totals": {}, "success": None})
+        self.records.append(end_record(status, t, reason="done", steps=steps, totals={},
+                                       success=None))
 
     def lines(self) -> list[bytes]:
         return [orjson.dumps(r) for r in self.records]

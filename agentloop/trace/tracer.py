@@ -14,8 +14,9 @@ from typing import Any
 
 from agentloop.errors import RunEnded
 from agentloop.protocols import SpanSink
+from agentloop.trace.attrs import ERROR
+from agentloop.trace.schema import end_record, end_span_record, header_record, start_record
 
-SCHEMA_VERSION = 1
 _current: ContextVar[Span | None] = ContextVar("agentloop_span", default=None)
 
 
@@ -54,11 +55,12 @@ class Tracer:
         return None if perf_ns is None else perf_ns - self.anchor_ns
 
     def header(self, **fields: Any) -> None:
-        self.sink.write({"type": "run", "schema": SCHEMA_VERSION,
-                         "clock": {"wall": self.anchor_wall.isoformat(), "unit": "ns"}, **fields})
+        self.sink.write(header_record(
+            clock={"wall": self.anchor_wall.isoformat(), "unit": "ns"}, **fields))
 
     def end(self, status: str, **fields: Any) -> None:
-        self.sink.write({"type": "end", "status": status, "t": self.now(), **fields})
+        fields.setdefault("t", self.now())
+        self.sink.write(end_record(status, **fields))
 
     @contextlib.asynccontextmanager
     async def span(self, kind: str, name: str, *, after: list[str] | tuple[str, ...] = (),
@@ -67,9 +69,7 @@ class Tracer:
         parent = _current.get()
         span = Span(id=f"s{next(self._ids)}", kind=kind, name=name,
                     parent=parent.id if parent else None, t0=self.now())
-        self.sink.write({"type": "span_start", "id": span.id, "parent": span.parent,
-                         "kind": kind, "name": name, "t": span.t0, "after": list(after),
-                         **({"attrs": attrs} if attrs else {})})
+        self.sink.write(start_record(span.id, span.parent, kind, name, span.t0, after, attrs))
         self.open[span.id] = span
         token = _current.set(span)
         try:
@@ -81,11 +81,10 @@ class Tracer:
             raise
         except BaseException as exc:
             span.status = "error"
-            span.attrs.setdefault("error", f"{type(exc).__name__}: {exc}")
+            span.attrs.setdefault(ERROR, f"{type(exc).__name__}: {exc}")
             raise
         finally:
             _current.reset(token)
             span.t1 = self.now()
             del self.open[span.id]
-            self.sink.write({"type": "span_end", "id": span.id, "t": span.t1,
-                             "status": span.status, "attrs": span.attrs})
+            self.sink.write(end_span_record(span.id, span.t1, span.status, span.attrs))
