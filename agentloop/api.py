@@ -82,8 +82,11 @@ async def model_client(tier: Tier, script: list[ScriptTurn] | None = None,
     import openai
 
     from agentloop.sim import SimServer
+    from agentloop.sim.server import SHARED
 
-    async with SimServer(profile=tier.profile, script=script or None) as sim:
+    shared = SHARED.get()  # a suite's one simulator (agentloop.suite): this run takes a route
+    async with (SimServer(profile=tier.profile, script=script or None) if shared is None
+                else shared.route(tier.profile, script or None)) as sim:
         sdk = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sim", max_retries=0)
         client = OpenAIClient(tier, client=sdk)
         try:

@@ -12,6 +12,7 @@ from agentloop.errors import AgentloopError
 
 # one module per subcommand under agentloop/commands/, each exposing register(subparsers)
 COMMANDS: tuple[str, ...] = ("run", "replay", "sim", "report", "whatif", "compare", "tiers", "probe",
+                             "suite",
                              "serve")
 
 

@@ -9,15 +9,23 @@ that fits the conversation (or ``filler_tokens`` of filler text), streamed or no
 arrived; visible token ``i`` at ``first + i / output_tps`` (see ``_stream``). A non-streamed
 answer is sent whole when its last token is due. Requests to the model endpoints are numbered
 from 1 (``requests``); a :class:`Fault` fires on the request numbers it names.
+
+Many runs, one server: :meth:`SimServer.route` gives a run a base URL of its own
+(``/r/<key>/v1``) serving that run's script at that run's tier profile, so a suite of a
+thousand runs shares one listening socket and one write budget; :data:`SHARED` (set by
+``agentloop.suite`` for its runs) makes ``agentloop.api.model_client`` take a route on it
+instead of starting a simulator per run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -54,6 +62,14 @@ DEFAULT_MODEL = "sim"
 MIN_CHUNK_INTERVAL_S = 0.001
 WRITE_BUDGET = 20_000.0
 DEFAULT_FILLER = 16  # tokens per answer when neither a script nor filler_tokens is given
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One run's share of a simulator (:meth:`SimServer.route`)."""
+
+    base_url: str
+    key: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +129,8 @@ class SimServer:
         self._requests = 0
         self._streaming = 0  # streams being written now
         self._tokens = TokenCache()
+        self._routes: dict[str, _Routed] = {}  # route key -> that run's view (route())
+        self._route_seq = 0
 
     def _chunk_interval(self) -> float:
         return max(self.min_chunk_interval_s, self._streaming / WRITE_BUDGET)
@@ -165,6 +183,35 @@ class SimServer:
         assert self._server is not None
         await self._server.serve_forever()
 
+    @contextlib.asynccontextmanager
+    async def route(self, profile: SpeedProfile, script: Sequence[ScriptTurn] | None = None,
+                    filler_tokens: int | None = None) -> AsyncIterator[Route]:
+        """A base URL of its own (``route.base_url``) serving ``script`` paced by ``profile``
+        while the context lasts; afterwards requests to it get a 404 ``unknown_route``."""
+        self._route_seq += 1
+        key = f"{self._route_seq:x}"
+        self._routes[key] = _Routed(self, profile, script, filler_tokens)
+        try:
+            yield Route(f"http://{self.host}:{self.port}/r/{key}/v1", key)
+        finally:
+            del self._routes[key]
+
+    @property
+    def routes(self) -> int:
+        """Routes open now."""
+        return len(self._routes)
+
+    async def _routed(self, req: _http.Request, writer: asyncio.StreamWriter, path: str) -> bool:
+        """``/r/<key>/...``: the route's own view of the simulator answers the rest."""
+        key, _, rest = path[3:].partition("/")
+        view = self._routes.get(key)
+        if view is None:
+            writer.write(_http.json_response(404, _http.error_body(
+                f"Unknown simulator route '{key}' in {req.path} (its run has ended)",
+                "invalid_request_error", "unknown_route"), req.keep_alive))
+            return True
+        return await view._dispatch(dataclasses.replace(req, path="/" + rest), writer)
+
     # ---- connections -------------------------------------------------------------------------
 
     async def _connection(self, reader: asyncio.StreamReader,
@@ -208,6 +255,8 @@ class SimServer:
 
     async def _dispatch(self, req: _http.Request, writer: asyncio.StreamWriter) -> bool:
         path = req.path.rstrip("/")
+        if path.startswith("/r/"):
+            return await self._routed(req, writer, path)
         if path.startswith("/v1"):
             path = path[3:]
         if req.method == "POST" and path == "/responses":

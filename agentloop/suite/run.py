@@ -1,0 +1,216 @@
+"""Running a suite: many task files, each repeated, concurrently in one process, bounded.
+
+Every run goes through the run API (:func:`agentloop.api.run_task`); ``concurrency`` bounds
+how many run at once and a failing run (error, limit, crash, failed check) is recorded and never
+stops the others. Simulated tiers share ONE simulator for the whole suite: each run takes a
+route on it (:meth:`agentloop.sim.server.SimServer.route`) instead of starting its own server,
+so a thousand concurrent runs share one listening socket and one write budget and the tier's
+pacing holds (``tests/benchmarks/bench_suite_scale.py``). With ``ray`` each run is a Ray task
+on a cluster instead (:mod:`agentloop.suite.ray_backend`) and its trace comes back into the
+folder. ``DIR/suite.json`` is written at the end, and also when the suite is interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentloop.api import open_task, resolve_tier, run_task
+from agentloop.errors import AgentloopError, ConfigError
+from agentloop.runner import RunResult
+from agentloop.suite.records import TRACES, RunRecord, Suite, trace_figures, write_suite
+from agentloop.tasks import Task
+from agentloop.tiers import Tier
+from agentloop.trace.reader import load_trace
+
+TASK_SUFFIXES = (".yaml", ".yml")
+
+
+def collect(paths: Sequence[str | Path]) -> list[Path]:
+    """Task files named, or found in the named folders (their ``*.yaml``, sorted, not recursive)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.suffix in TASK_SUFFIXES and f.is_file())
+            if not found:
+                raise ConfigError(f"{p}: no task files (*.yaml) in this folder")
+            out += found
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise ConfigError(f"{p}: no such task file or folder")
+    return out
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run to do: a task (validated up front) and which repeat it is."""
+
+    task: Task
+    source: Path
+    repeat: int
+    tier: Tier
+
+
+@dataclass
+class Progress:
+    """Live counts of a suite (what the progress line shows)."""
+
+    total: int
+    started: float = field(default_factory=time.perf_counter)
+    done: int = 0
+    running: int = 0
+    failed: int = 0
+    output_tokens: int = 0
+
+    def line(self) -> str:
+        el = time.perf_counter() - self.started
+        return (f"suite  {self.done}/{self.total} done  {self.running} running  "
+                f"{self.failed} failed  {el:7.1f} s  {self.output_tokens:,} output tokens")
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+def plan_jobs(paths: Sequence[str | Path], *, tier: str | None = None,
+              tiers_file: str | Path | None = None, repeat: int = 1) -> list[Job]:
+    """Load and validate every task first (bad input stops the suite before any run), then
+    order the runs repeat by repeat, so that early runs cover every task."""
+    if repeat < 1:
+        raise ConfigError(f"--repeat must be at least 1 (got {repeat})")
+    tasks = [(open_task(p), p) for p in collect(paths)]
+    tiers = {id(t): resolve_tier(t, tier, tiers_file) for t, _ in tasks}
+    return [Job(t, p, r, tiers[id(t)]) for r in range(1, repeat + 1) for t, p in tasks]
+
+
+@contextlib.asynccontextmanager
+async def shared_simulator(jobs: Sequence[Job]) -> AsyncIterator[None]:
+    """One simulator for every simulated run of the suite (runs take routes on it)."""
+    from agentloop.sim.server import SHARED, SimServer
+
+    sim_jobs = [j for j in jobs if j.tier.simulated]
+    if not sim_jobs or SHARED.get() is not None:
+        yield
+        return
+    async with SimServer(profile=sim_jobs[0].tier.profile) as sim:
+        token = SHARED.set(sim)
+        try:
+            yield
+        finally:
+            SHARED.reset(token)
+
+
+def _record(job: Job, result: RunResult | None, error: str | None, folder: Path,
+            t0: float, t1: float, suite_t0: float) -> RunRecord:
+    trace = Path(result.trace_path) if result is not None and result.trace_path else None
+    figures: dict[str, Any] = {}
+    if trace is not None and trace.is_file():
+        try:
+            figures = trace_figures(load_trace(trace))
+        except AgentloopError as exc:
+            error = error or f"trace unreadable: {exc.message}"
+    rel = str(trace.relative_to(folder)) if trace is not None and trace.is_relative_to(folder) \
+        else (str(trace) if trace is not None else None)
+    if result is None:
+        return RunRecord(job.task.name, str(job.source), job.repeat, job.tier.name, "error",
+                         error or "the run failed", None, t1 - t0, 0, rel, t0 - suite_t0,
+                         t1 - suite_t0, **figures)
+    return RunRecord(job.task.name, str(job.source), job.repeat, job.tier.name, result.status,
+                     result.reason, result.success, result.elapsed_s, result.steps, rel,
+                     t0 - suite_t0, t1 - suite_t0, **figures)
+
+
+async def _local(job: Job, traces: Path, observer: Callable[[str, dict[str, Any]], None],
+                 max_steps: int | None, timeout_s: float | None) -> RunResult:
+    return await run_task(job.task, tier=job.tier, trace_dir=traces, max_steps=max_steps,
+                          timeout_s=timeout_s, observer=observer)
+
+
+async def run_suite(paths: Sequence[str | Path], out: str | Path, *, tier: str | None = None,
+                    tiers_file: str | Path | None = None, concurrency: int = 8,
+                    repeat: int = 1, max_steps: int | None = None,
+                    timeout_s: float | None = None, ray: str | None = None,
+                    progress: ProgressCallback | None = None,
+                    progress_interval_s: float = 1.0) -> Suite:
+    """Run every task ``repeat`` times, at most ``concurrency`` at once; write ``out/suite.json``.
+
+    ``ray``: a Ray cluster address (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``, or ``local``
+    to start one in-process) to run each run as a Ray task on.
+    """
+    if concurrency < 1:
+        raise ConfigError(f"--concurrency must be at least 1 (got {concurrency})")
+    jobs = plan_jobs(paths, tier=tier, tiers_file=tiers_file, repeat=repeat)
+    folder = Path(out).resolve()
+    traces = folder / TRACES
+    traces.mkdir(parents=True, exist_ok=True)
+    state = Progress(len(jobs))
+    records: list[RunRecord | None] = [None] * len(jobs)
+    sem = asyncio.Semaphore(concurrency)
+    remote: Any = None
+    if ray is not None:
+        from agentloop.suite.ray_backend import RayBackend
+
+        remote = RayBackend(ray, tiers_file=tiers_file, max_steps=max_steps,
+                            timeout_s=timeout_s)
+
+    def observe(kind: str, data: dict[str, Any]) -> None:
+        if kind == "model_end":
+            usage = data.get("usage")
+            state.output_tokens += int(getattr(usage, "output_tokens", 0) or 0)
+
+    async def one(i: int, job: Job) -> None:
+        async with sem:
+            state.running += 1
+            t0 = time.perf_counter()
+            result, error = None, None
+            try:
+                if remote is not None:
+                    result = await remote.run(job, traces)
+                    state.output_tokens += int(result.totals.get("output_tokens", 0) or 0)
+                else:
+                    result = await _local(job, traces, observe, max_steps, timeout_s)
+            except AgentloopError as exc:
+                error = exc.message
+            except Exception as exc:  # one run's crash is its own record, never the suite's end
+                error = f"internal error: {type(exc).__name__}: {exc}"
+            finally:
+                state.running -= 1
+            t1 = time.perf_counter()
+            rec = await asyncio.to_thread(_record, job, result, error, folder, t0, t1,
+                                          state.started)
+            records[i] = rec
+            state.done += 1
+            state.failed += not rec.passed
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(progress_interval_s)
+            if progress is not None:
+                progress(state)
+
+    suite_t0 = state.started = time.perf_counter()
+    try:
+        async with shared_simulator(jobs if remote is None else []):
+            async with asyncio.TaskGroup() as tg:
+                tick = tg.create_task(ticker())
+                work = [tg.create_task(one(i, j)) for i, j in enumerate(jobs)]
+                await asyncio.gather(*work)
+                tick.cancel()
+    finally:
+        if remote is not None:
+            remote.close()
+        if progress is not None:
+            progress(state)
+        done = [r for r in records if r is not None]
+        suite = Suite(tier or (jobs[0].tier.name if jobs else ""), concurrency, repeat,
+                      time.perf_counter() - suite_t0, done,
+                      "ray" if remote is not None else "local",
+                      any(j.tier.prices is not None and j.tier.prices.placeholder
+                          for j in jobs))
+        await asyncio.to_thread(write_suite, folder, suite)
+    return suite
