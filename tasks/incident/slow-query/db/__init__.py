@@ -1,0 +1,1 @@
+"""The shop's SQLite database: migrations and seed data."""

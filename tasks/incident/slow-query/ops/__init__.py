@@ -1,0 +1,1 @@
+"""On-call tooling for the shop database."""
