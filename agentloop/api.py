@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentloop import workspace as ws
-from agentloop.context import RunContext
+from agentloop.context import RunContext, ToolSettings
 from agentloop.errors import ConfigError
 from agentloop.events import EventSink, Observer
 from agentloop.protocols import ModelClient, Tool
@@ -164,14 +164,15 @@ async def execute(plan: RunPlan, *, client: ModelClient | None = None,
     """Run a planned task: workspace and setup, client, trace, the loop, clean-up."""
     task, the_tier, run_id, path = plan.task, plan.tier, plan.run_id, plan.trace_path
     registry = tool_registry() if tools is None else tools
-    work = await ws.prepare(task)
-    ctx = RunContext(workspace=work, settings={
-        "test_command": task.test_command, "allow_hosts": list(task.allow_hosts),
-        "tool_timeout_s": task.limits.tool_timeout_s, "output_cap": 16_000})
+    place = await ws.prepare_run(task)  # the working copy, the run's jail, setup run in it
+    work = place.path
+    ctx = RunContext(workspace=work, jail=place.jail, settings=ToolSettings(
+        test_command=task.test_command, allow_hosts=task.allow_hosts,
+        tool_timeout_s=task.limits.tool_timeout_s))
     turns = _substitute(tuple(script) if script is not None else task.script, work)
 
     async def check(final_text: str) -> dict[str, Any]:
-        return await ws.check_success(task, work, final_text)
+        return await ws.check_success(task, work, final_text, place.jail)
 
     try:
         async with contextlib.AsyncExitStack() as stack:
@@ -186,7 +187,6 @@ async def execute(plan: RunPlan, *, client: ModelClient | None = None,
             runner = Runner(task, the_client, registry, the_tier, Tracer(sink), ctx,
                             run_id=run_id, observer=observer, check=check, events=events)
             result = await runner.run()
-    finally:
-        if not keep_workspace:
-            await asyncio.shield(asyncio.to_thread(ws.remove, work))
+    finally:  # the jail closes (nothing the run started survives), the copy goes unless kept
+        await asyncio.shield(place.close(keep=keep_workspace))
     return replace(result, trace_path=str(path), workspace=str(work) if keep_workspace else None)

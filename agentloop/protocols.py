@@ -26,7 +26,11 @@ class ToolContext(Protocol):
     def env(self) -> dict[str, str]: ...  # scrubbed environment for subprocesses
 
     @property
-    def settings(self) -> dict[str, Any]: ...  # test_command, allow_hosts, output_cap ...
+    def settings(self) -> Any: ...  # agentloop.context.ToolSettings: test_command, output_cap ...
+
+    async def the_jail(self) -> Any:
+        """The run's :class:`agentloop.jail.Jail`: where every command of the run executes."""
+        ...
 
     async def resource(self, key: str, factory: Any) -> Any:
         """Return the run-scoped resource ``key``, creating it with ``await factory(stack)`` once.

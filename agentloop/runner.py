@@ -139,6 +139,7 @@ class Runner:
             tools=[{"name": s.name, "description": s.description, "parameters": s.parameters}
                    for s in self.specs],
             limits=dataclasses.asdict(self.task.limits), workspace=str(self.ctx.workspace),
+            sandbox=self.ctx.jail.confinement if self.ctx.jail is not None else None,
         )
 
     async def run(self) -> RunResult:

@@ -1,4 +1,11 @@
-"""A run's working directory: a fresh copy of the task's workspace, its setup, its success check."""
+"""A run's place: a fresh copy of the task's workspace, the run's jail, its setup and success check.
+
+Working copies live under one folder agentloop owns (``$TMPDIR/agentloop-work``), each beside a
+``<copy>.owner`` file naming the owning process (pid and start time). Every new run first sweeps
+the copies whose owner is gone, so runs killed with SIGKILL leave nothing behind for long.
+Setup commands and the success check run in the run's jail through :func:`agentloop.proc.run`,
+like the tools' commands: a service a setup command starts with ``&`` lives for the whole run.
+"""
 
 from __future__ import annotations
 
@@ -6,77 +13,169 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentloop import proc
 from agentloop.context import scrubbed_env
 from agentloop.errors import TaskFileError
+from agentloop.jail import Jail, JailSpec, open_jail, sweep_cgroups
+from agentloop.log import get_logger
 from agentloop.tasks import Task
 
+WORK_DIR = "agentloop-work"
+OWNER_SUFFIX = ".owner"
+SETUP_OUTPUT_CAP = 16_000  # bytes of a setup / check command's output kept (head and tail)
 
-async def run_command(cmd: str, cwd: Path, env: dict[str, str],
-                      timeout_s: float) -> tuple[int, str]:
-    """Run ``bash -c cmd`` in its own process group; kill the group on timeout or cancellation.
 
-    Output goes to a temporary file, not a pipe, so a background process the command leaves
-    behind (a server started by a setup step) cannot hold the call open after bash exits.
-    Returns (exit code, combined output); exit code 124 on timeout, as coreutils' timeout does.
+def work_root() -> Path:
+    """The one folder that holds every run's working copy."""
+    return Path(tempfile.gettempdir()) / WORK_DIR
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot): with the pid, it names one process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _owner_alive(marker: Path) -> bool:
+    try:
+        pid_s, start = marker.read_text().split()
+        return _start_time(int(pid_s)) == start
+    except (OSError, ValueError):
+        return False
+
+
+def sweep(root: Path) -> list[Path]:
+    """Delete working copies under ``root`` whose owning process is gone (blocking); the copies."""
+    swept = []
+    with contextlib.suppress(OSError):
+        for marker in root.glob("*" + OWNER_SUFFIX):
+            if not _owner_alive(marker):
+                copy = marker.with_suffix("")
+                shutil.rmtree(copy, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    marker.unlink()
+                swept.append(copy)
+    sweep_cgroups()
+    return swept
+
+
+def make_copy(task: Task, root: Path | None) -> Path:
+    """A new, owned, empty working folder (blocking), after sweeping abandoned ones."""
+    base = root if root is not None else work_root()
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    sweep(base)
+    made = Path(os.path.realpath(tempfile.mkdtemp(prefix=f"{task.name}-", dir=base)))
+    made.with_name(made.name + OWNER_SUFFIX).write_text(
+        f"{os.getpid()} {_start_time(os.getpid())}\n")
+    return made
+
+
+def remove(work: Path) -> None:
+    """Delete a run's working copy and its owner mark (blocking; call via ``asyncio.to_thread``)."""
+    shutil.rmtree(work, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        work.with_name(work.name + OWNER_SUFFIX).unlink()
+
+
+@dataclass
+class Place:
+    """A prepared run: its working copy and its jail (open until :meth:`close`)."""
+
+    path: Path
+    jail: Jail
+
+    async def close(self, *, keep: bool = False) -> None:
+        """Run end: the jail closes (every process of the run dies), the copy goes unless kept."""
+        await self.jail.aclose()
+        if keep:
+            with contextlib.suppress(OSError):  # a kept copy is the user's now: never swept
+                await asyncio.to_thread(
+                    self.path.with_name(self.path.name + OWNER_SUFFIX).unlink)
+        else:
+            await asyncio.to_thread(remove, self.path)
+
+
+async def run_command(cmd: str, cwd: Path, env: dict[str, str], timeout_s: float,
+                      jail: Jail | None = None) -> tuple[int, str]:
+    """Run a task command to its end; (exit code, combined output). Background processes live on.
+
+    Exit code 124 on timeout, as coreutils' timeout reports it. Without ``jail`` a jail is
+    opened for this one command (and closed after it, with whatever it left running).
     """
-    with tempfile.TemporaryFile() as out:
-        proc = await asyncio.create_subprocess_exec(
-            "bash", "-c", cmd, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
-            stdout=out, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
-        try:
-            async with asyncio.timeout(timeout_s):
-                code = await proc.wait()
-        except (TimeoutError, asyncio.CancelledError) as exc:
-            _kill_group(proc.pid)
-            await proc.wait()
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return 124, f"timed out after {timeout_s:g} s"
-        out.seek(0)
-        return code, out.read().decode("utf-8", "replace")
+    own = jail is None
+    the_jail = jail if jail is not None else await open_jail(JailSpec(workspace=cwd))
+    try:
+        o = await proc.run(the_jail, cmd, cwd=cwd, env=env, timeout_s=timeout_s,
+                           cap=SETUP_OUTPUT_CAP, background="keep")
+    finally:
+        if own:
+            await the_jail.aclose()
+    if o.timed_out:
+        return proc.TIMEOUT_EXIT, f"timed out after {timeout_s:g} s"
+    return o.exit_code, proc.combined(o)
 
 
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
+async def prepare_run(task: Task, root: Path | None = None, *, writable: tuple[Path, ...] = (),
+                      path_prefix: tuple[str, ...] = ()) -> Place:
+    """Copy the task's workspace, open the run's jail over it, run the setup commands in it.
+
+    ``writable`` and ``path_prefix``: the task's environment folder (its venv) and the folders
+    put first on the commands' PATH (that venv's ``bin/``), from :mod:`agentloop.taskenv`.
+    """
+    work = await asyncio.to_thread(make_copy, task, root)
+    jail: Jail | None = None
+    try:
+        if task.workspace is not None:
+            await asyncio.to_thread(shutil.copytree, task.workspace, work, symlinks=True,
+                                    dirs_exist_ok=True)
+        jail = await open_jail(JailSpec(workspace=work, writable=writable,
+                                        allow_network=bool(task.allow_hosts),
+                                        path_prefix=path_prefix))
+        if not jail.confined:
+            get_logger("agentloop.workspace").warning(
+                "task commands run UNCONFINED", reason=jail.confinement["reason"],
+                not_confined=jail.confinement["not_confined"])
+        env = scrubbed_env()
+        for i, cmd in enumerate(task.setup):
+            code, out = await run_command(cmd, work, env, task.limits.tool_timeout_s, jail)
+            if code != 0:
+                tail = out.strip().splitlines()[-5:]
+                raise TaskFileError(task.source or task.name,
+                                    f"setup command failed with exit code {code}: {cmd!r}"
+                                    + (f"; last output: {' | '.join(tail)}" if tail else ""),
+                                    field=f"setup[{i}]")
+    except BaseException:
+        if jail is not None:
+            await asyncio.shield(jail.aclose())
+        await asyncio.shield(asyncio.to_thread(remove, work))
+        raise
+    return Place(work, jail)
 
 
 async def prepare(task: Task, root: Path | None = None) -> Path:
-    """Copy the task's workspace into a new temporary folder and run its setup commands there."""
-    made = await asyncio.to_thread(tempfile.mkdtemp, prefix=f"agentloop-{task.name}-", dir=root)
-    work = Path(await asyncio.to_thread(os.path.realpath, made))
-    if task.workspace is not None:
-        await asyncio.to_thread(shutil.copytree, task.workspace, work, symlinks=True,
-                                dirs_exist_ok=True)
-    env = scrubbed_env()
-    for i, cmd in enumerate(task.setup):
-        try:
-            code, out = await run_command(cmd, work, env, task.limits.tool_timeout_s)
-        except BaseException:
-            await asyncio.to_thread(remove, work)
-            raise
-        if code != 0:
-            await asyncio.to_thread(remove, work)
-            tail = out.strip().splitlines()[-5:]
-            raise TaskFileError(task.source or task.name,
-                                f"setup command failed with exit code {code}: {cmd!r}"
-                                + (f"; last output: {' | '.join(tail)}" if tail else ""),
-                                field=f"setup[{i}]")
-    return work
+    """Copy the task's workspace and run its setup (in a jail closed right after); the copy."""
+    place = await prepare_run(task, root)
+    await place.jail.aclose()
+    return place.path
 
 
-async def check_success(task: Task, work: Path, final_text: str) -> dict[str, Any]:
+async def check_success(task: Task, work: Path, final_text: str,
+                        jail: Jail | None = None) -> dict[str, Any]:
     """The task's success check: its command must exit 0 and/or its text must be in the answer."""
     result: dict[str, Any] = {"passed": True, "detail": ""}
     details = []
     if task.success_command:
         code, out = await run_command(task.success_command, work, scrubbed_env(),
-                                      task.limits.tool_timeout_s)
+                                      task.limits.tool_timeout_s, jail)
         result.update(command=task.success_command, exit_code=code, output=out[-2000:])
         if code != 0:
             result["passed"] = False
@@ -90,8 +189,3 @@ async def check_success(task: Task, work: Path, final_text: str) -> dict[str, An
         return {"passed": None, "detail": "no success check"}
     result["detail"] = "; ".join(details)
     return result
-
-
-def remove(work: Path) -> None:
-    """Delete a run's working copy (blocking; call through ``asyncio.to_thread``)."""
-    shutil.rmtree(work, ignore_errors=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -83,3 +84,39 @@ def records_to_trace(records: list[dict[str, Any]]) -> Trace:
 @pytest.fixture
 def ctx(tmp_path: Path) -> RunContext:
     return RunContext(workspace=tmp_path)
+
+
+async def jail_survivors(ctx: RunContext, pids: list[int], within_s: float = 5.0) -> list[int]:
+    """Of ``pids`` (as seen inside the run's jail), those still alive there after ``within_s``."""
+    import agentloop_tools as tools
+
+    check = "for p in " + " ".join(map(str, pids)) + "; do kill -0 $p 2>/dev/null && echo $p; done"
+    deadline = time.monotonic() + within_s
+    while True:
+        r = await tools.registry()["run"](ctx, {"command": check + "; true"})
+        left = [int(x) for x in r.output.split("--- stdout ---\n")[-1].split() if x.isdigit()]
+        if not left or time.monotonic() > deadline:
+            return left
+        await asyncio.sleep(0.1)
+
+
+def pid_namespace(pid: int) -> str:
+    """The PID namespace of a host process (``pid:[4026532...]``)."""
+    return os.readlink(f"/proc/{pid}/ns/pid")
+
+
+async def namespace_survivors(ns: str, within_s: float = 5.0) -> list[int]:
+    """Host pids still in PID namespace ``ns`` after waiting up to ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    if os.readlink(f"/proc/{name}/ns/pid") == ns and alive(int(name)):
+                        left.append(int(name))
+                except OSError:
+                    pass
+        if not left or time.monotonic() > deadline:
+            return left
+        await asyncio.sleep(0.05)

@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import agentloop_tools as tools
+import pytest
+from agentloop_tools.shell import parse_pytest_summary
+
 from agentloop.context import RunContext
 from agentloop.types import ToolResult
-from tests.conftest import alive, wait_dead
-from agentloop_tools.shell import parse_pytest_summary
+from tests.conftest import jail_survivors, namespace_survivors, pid_namespace
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ async def test_run_timeout_kills_group(ctx: RunContext, tmp_path: Path) -> None:
     assert "timed out after 0.5 s" in r.output
     assert elapsed < 5
     pid = int((Path(ctx.workspace) / "pid").read_text())
-    assert await wait_dead([pid]) == []
+    assert [] == await jail_survivors(ctx, [pid])
 
 
 async def test_run_timeout_is_capped_by_settings(tmp_path: Path) -> None:
@@ -76,11 +77,11 @@ async def test_cancelling_run_kills_the_group(ctx: RunContext) -> None:
             break
         await asyncio.sleep(0.02)
     pids = [int(x) for x in marker.read_text().split()]
-    assert all(alive(p) for p in pids)
+    assert pids == await jail_survivors(ctx, pids, within_s=0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert await wait_dead(pids) == []
+    assert [] == await jail_survivors(ctx, pids)
 
 
 async def test_background_server_survives_until_run_end(tmp_path: Path) -> None:
@@ -89,9 +90,10 @@ async def test_background_server_survives_until_run_end(tmp_path: Path) -> None:
     r = await tools.registry()["run"](c, {"command": "sleep 60 > /dev/null 2>&1 & echo $!"})
     pid = int(r.output.split("--- stdout ---\n")[1].split()[0])
     assert "still running" in r.output
-    assert alive(pid)
+    assert [pid] == await jail_survivors(c, [pid], within_s=0)
+    ns = pid_namespace((await c.the_jail()).init_pid)
     await c.aclose()
-    assert await wait_dead([pid]) == []
+    assert [] == await namespace_survivors(ns)
 
 
 async def test_pipe_holding_background_is_killed(ctx: RunContext) -> None:
@@ -100,7 +102,7 @@ async def test_pipe_holding_background_is_killed(ctx: RunContext) -> None:
     r = await call(ctx, "run", command="sleep 60 & echo $! > pid; echo started")
     assert time.monotonic() - started < 5
     assert r.ok and "started" in r.output and "were killed when the command ended" in r.output
-    assert await wait_dead([int((Path(ctx.workspace) / "pid").read_text())]) == []
+    assert [] == await jail_survivors(ctx, [int((Path(ctx.workspace) / "pid").read_text())])
 
 
 async def test_run_caps_huge_output(ctx: RunContext) -> None:
@@ -145,7 +147,8 @@ def test_three():
 async def test_run_tests_counts_real_pytest(ctx: RunContext) -> None:
     """run_tests runs the task's pytest command and returns its pass/fail counts."""
     (Path(ctx.workspace) / "test_m.py").write_text(TESTS)
-    ctx.settings["test_command"] = f"{sys.executable} -m pytest -q -p no:cacheprovider"
+    ctx.settings = replace(ctx.settings,
+                           test_command=f"{sys.executable} -m pytest -q -p no:cacheprovider")
     r = await call(ctx, "run_tests")
     assert r.ok is False
     assert r.data["passed"] == 2 and r.data["failed"] == 1 and r.data["errors"] == 0
@@ -163,7 +166,7 @@ async def test_run_tests_without_command(ctx: RunContext) -> None:
 
 async def test_run_tests_non_pytest(ctx: RunContext) -> None:
     """A test command that is not pytest still reports its exit code, with no counts."""
-    ctx.settings["test_command"] = "echo checking; exit 0"
+    ctx.settings = replace(ctx.settings, test_command="echo checking; exit 0")
     r = await call(ctx, "run_tests")
     assert r.ok and r.data["exit_code"] == 0 and r.data["passed"] is None
     assert "no pytest summary line" in r.output

@@ -17,9 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentloop.errors import ToolError
-from agentloop.protocols import ToolContext
-from agentloop.types import ToolResult
 from agentloop_tools._sandbox import (
     allow_hosts,
     cap_text,
@@ -30,8 +27,16 @@ from agentloop_tools._sandbox import (
     url_refusal,
 )
 
+from agentloop.errors import ToolError
+from agentloop.protocols import ToolContext
+from agentloop.types import ToolResult
+
+# WebRTC's UDP (STUN, ICE) bypasses the HTTP proxy rule: only proxied (TCP) WebRTC is left,
+# and the proxy is the dead port, so WebRTC reaches nothing
 CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run")
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+                 "--webrtc-ip-handling-policy=disable_non_proxied_udp")
 SYSTEM_CHROMIUM = "/usr/bin/chromium"
 INSTALL_HINT = ("no Chromium found: install one with `apt-get install -y chromium` (Debian/Ubuntu) "
                 "or `python -m playwright install chromium`")
@@ -48,7 +53,7 @@ class Session:
 
 
 def _executable(ctx: ToolContext, pw: Any) -> str:
-    wanted = ctx.settings.get("browser_executable")
+    wanted = ctx.settings.browser_executable
     if wanted:
         if not Path(wanted).exists():
             raise ToolError(f"browser_executable {wanted} does not exist; {INSTALL_HINT}")
@@ -76,7 +81,7 @@ async def _start(ctx: ToolContext, stack: contextlib.AsyncExitStack) -> Session:
         local.callback(dead.close)
         dead.bind(("127.0.0.1", 0))
         bypass = ["localhost", "*.localhost", "127.0.0.1/8", "[::1]", *allow_hosts(ctx)]
-        extra = [str(a) for a in ctx.settings.get("browser_args") or ()]
+        extra = list(ctx.settings.browser_args)
         try:
             browser = await pw.chromium.launch(
                 executable_path=exe, headless=True, args=[*CHROMIUM_ARGS, *extra],

@@ -1,119 +1,25 @@
-"""Shell tools: run a command, run the task's tests; real subprocesses in their own process group.
+"""Shell tools: run a command, run the task's tests; real subprocesses in the run's jail.
 
-Every command runs as ``bash -c`` in the workspace with the scrubbed environment, in a new session
-(so its process group holds it and everything it starts). A timeout, or cancellation of the
-awaiting task, SIGKILLs the whole group and reaps it. Background processes that keep the output
-pipes open are killed when the command ends; ones that redirect their output may keep running
-(a server for the browser, say) until the run ends, when the group is killed.
+Every command runs as ``bash -c`` in the workspace with the scrubbed environment, through the one
+process runner (:func:`agentloop.proc.run`) in the run's jail (:mod:`agentloop.jail`). A timeout,
+or cancellation of the awaiting task, kills it and everything it started. Background processes
+that keep the output pipes open are killed when the command ends; ones that redirect their
+output keep running (a server for the browser, say) until the run ends, when the jail closes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
 import shlex
 import signal
-import time
-from dataclasses import dataclass
 
+from agentloop_tools._sandbox import output_cap, subprocess_env, tool_timeout, workspace
+
+from agentloop import proc
 from agentloop.errors import ToolError
+from agentloop.proc import Outcome
 from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult
-from agentloop_tools._sandbox import (
-    MARK_VAR,
-    output_cap,
-    process_jail,
-    subprocess_env,
-    tool_timeout,
-    workspace,
-)
-
-LINGER_S = 0.5  # after bash exits, how long background holders of its pipes may keep writing
-
-
-class _Capture:
-    """One output stream: its first and last ``limit`` bytes, and how many bytes came in all."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.total = limit, 0
-        self.head, self.tail = bytearray(), bytearray()
-
-    def feed(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.limit - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            if len(self.tail) > self.limit:
-                del self.tail[:len(self.tail) - self.limit]
-
-    @property
-    def complete(self) -> bool:
-        return self.total == len(self.head) + len(self.tail)
-
-    def text(self) -> str:
-        """Everything kept (the whole stream when ``complete``)."""
-        return (self.head + self.tail).decode("utf-8", "replace")
-
-    def render(self, budget: int, name: str, cap: int) -> str:
-        """The stream in at most ~``budget`` chars, head and tail, saying what was cut."""
-        if self.complete:
-            text = self.text()
-            if len(text) <= budget:
-                return text
-            head_t, tail_t = text, text
-        else:
-            head_t = self.head.decode("utf-8", "replace")
-            tail_t = self.tail.decode("utf-8", "replace")
-        keep_head = int(budget * 0.4)
-        keep_tail = budget - keep_head
-        shown = head_t[:keep_head] + (tail_t[-keep_tail:] if keep_tail else "")
-        cut = max(0, self.total - len(shown.encode("utf-8", "replace")))
-        return (head_t[:keep_head]
-                + f"\n[... about {cut:,} bytes cut from the middle of {name} ({self.total:,} "
-                  f"bytes in all); output capped at {cap:,} chars ...]\n"
-                + (tail_t[-keep_tail:] if keep_tail else ""))
-
-
-class _Protocol(asyncio.SubprocessProtocol):
-    """Feeds the two captures; tells apart "bash exited" from "every pipe holder is gone".
-
-    (In Python 3.11 ``Process.wait()`` waits for the pipes too, so a background child holding
-    them would hide the command's own exit.)
-    """
-
-    def __init__(self, out: _Capture, err: _Capture) -> None:
-        loop = asyncio.get_running_loop()
-        self.captures = {1: out, 2: err}
-        self.exited: asyncio.Future[None] = loop.create_future()
-        self.closed: asyncio.Future[None] = loop.create_future()
-
-    def pipe_data_received(self, fd: int, data: bytes | str) -> None:
-        self.captures[fd].feed(data if isinstance(data, bytes) else data.encode())
-
-    def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed.done():
-            self.closed.set_result(None)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one command did: exit code, captured streams, and how it ended."""
-
-    exit_code: int
-    stdout: _Capture
-    stderr: _Capture
-    timed_out: bool
-    timeout_s: float
-    duration_s: float
-    killed_lingering: bool  # background processes held the pipes and were killed
-    still_running: bool  # background processes (output redirected) outlive the command
 
 
 def _effective_timeout(ctx: ToolContext, requested: float | None) -> float:
@@ -127,47 +33,15 @@ def _effective_timeout(ctx: ToolContext, requested: float | None) -> float:
 
 
 async def execute(ctx: ToolContext, command: str, timeout_s: float) -> Outcome:
-    """Run ``bash -c command`` in the workspace; kill its process group on timeout or cancel."""
-    cap = output_cap(ctx)
-    jail = await process_jail(ctx)
-    mark = jail.new_mark()
-    out, err = _Capture(cap), _Capture(cap)
-    loop = asyncio.get_running_loop()
-    started = time.perf_counter()
-    transport, proto = await loop.subprocess_exec(
-        lambda: _Protocol(out, err), "bash", "-c", command, cwd=workspace(ctx),
-        env={**subprocess_env(ctx), MARK_VAR: mark}, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
-    pgid = transport.get_pid()  # a new session: its leader's pid is the group id
-    jail.live[pgid] = mark
-    timed_out = lingering = False
-    try:
-        try:
-            async with asyncio.timeout(timeout_s):
-                await asyncio.shield(proto.exited)
-        except TimeoutError:
-            timed_out = True
-            jail.kill(pgid, mark, leader_alive=not proto.exited.done())
-            await proto.exited
-        done, _ = await asyncio.wait([proto.closed], timeout=LINGER_S)
-        if not done:  # background processes still hold the pipes
-            lingering = True
-            jail.kill(pgid, mark)
-            await asyncio.wait([proto.closed], timeout=2.0)
-    except BaseException:  # cancelled (or worse): nothing may outlive us
-        jail.kill(pgid, mark, leader_alive=not proto.exited.done())
-        await asyncio.wait([proto.exited], timeout=5.0)
-        raise
-    finally:
-        transport.close()  # a holder that left the session must not keep our pipes open
-        alive = jail.alive(pgid, mark)
-        if not alive:
-            del jail.live[pgid]
-    code = transport.get_returncode()
-    return Outcome(exit_code=code if code is not None else -1, stdout=out, stderr=err,
-                   timed_out=timed_out, timeout_s=timeout_s,
-                   duration_s=time.perf_counter() - started, killed_lingering=lingering,
-                   still_running=alive)
+    """Run ``bash -c command`` in the run's jail; killed with all it started on timeout/cancel."""
+    jail = await ctx.the_jail()
+    return await proc.run(jail, command, cwd=workspace(ctx), env=subprocess_env(ctx),
+                          timeout_s=timeout_s, cap=output_cap(ctx), background="kill")
+
+
+def succeeded(o: Outcome) -> bool:
+    """A command succeeded: exit 0, in time, and it never ran into the jail's process limit."""
+    return o.exit_code == 0 and not o.timed_out and not o.process_limit_hits
 
 
 def _describe_exit(o: Outcome) -> str:
@@ -202,6 +76,9 @@ def render(ctx: ToolContext, o: Outcome) -> str:
             parts.append(f"--- {name} ---\n" + capture.render(b, name, cap).rstrip("\n"))
     if not o.stdout.total and not o.stderr.total:
         parts.append("(no output)")
+    if o.process_limit_hits:
+        parts.append(f"[the run's process limit was hit: {o.process_limit_hits:,} fork(s) "
+                     f"refused; the command failed]")
     if o.killed_lingering:
         parts.append("[background processes kept the output open and were killed when the "
                      "command ended; to keep one running, redirect its output: cmd > log 2>&1 &]")
@@ -224,9 +101,10 @@ async def run(ctx: ToolContext, command: str, timeout_s: float | None = None) ->
     if not command.strip():
         raise ToolError("command is empty")
     o = await execute(ctx, command, _effective_timeout(ctx, timeout_s))
-    return ToolResult(ok=o.exit_code == 0 and not o.timed_out, output=render(ctx, o),
+    return ToolResult(ok=succeeded(o), output=render(ctx, o),
                       data={"exit_code": o.exit_code, "timed_out": o.timed_out,
                             "duration_s": round(o.duration_s, 3),
+                            "process_limit_hits": o.process_limit_hits,
                             "stdout_bytes": o.stdout.total, "stderr_bytes": o.stderr.total})
 
 
@@ -261,9 +139,9 @@ async def run_tests(ctx: ToolContext, selector: str | None = None) -> ToolResult
         selector: optional tests to run, appended to the test command (for pytest, e.g.
             'tests/test_x.py::test_name' or '-k name').
     """
-    command = ctx.settings.get("test_command")
+    command = ctx.settings.test_command
     if not command:
-        raise ToolError("this task has no test command (settings['test_command'] is empty); "
+        raise ToolError("this task has no test command (its test_command is empty); "
                         "use run to run tests yourself")
     if selector:
         command = f"{command} {' '.join(shlex.quote(a) for a in shlex.split(selector))}"
@@ -279,5 +157,4 @@ async def run_tests(ctx: ToolContext, selector: str | None = None) -> ToolResult
     else:
         data.update(passed=None, failed=None, errors=None)
         head = "[no pytest summary line found; see the output]\n"
-    return ToolResult(ok=o.exit_code == 0 and not o.timed_out,
-                      output=head + render(ctx, o), data=data)
+    return ToolResult(ok=succeeded(o), output=head + render(ctx, o), data=data)

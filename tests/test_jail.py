@@ -1,0 +1,117 @@
+"""The per-run jail: one sandbox for setup, tools and the success check, gone when the run ends."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+
+import agentloop_tools as tools
+from agentloop import run_task
+from agentloop.context import RunContext
+from agentloop.jail import HostJail, JailSpec, open_jail
+from tests.conftest import namespace_survivors, pid_namespace
+
+SERVER = ("python -c 'import http.server, functools, sys; "
+          "h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=\".\"); "
+          "http.server.ThreadingHTTPServer((\"127.0.0.1\", 8080), h).serve_forever()' {token}")
+FETCH = ("python -c 'import urllib.request; "
+         "print(urllib.request.urlopen(\"http://127.0.0.1:8080/hello.txt\").read().decode())'")
+
+
+def host_pids_with(token: str) -> list[int]:
+    """Host processes whose command line holds ``token`` (in or out of any jail)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as fh:
+                    if token.encode() in fh.read():
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+def task_file(tmp_path: Path, token: str) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "hello.txt").write_text("hello from the setup service\n")
+    spec = {
+        "name": "jail-service", "prompt": "check the service", "workspace": "ws",
+        "setup": [SERVER.format(token=token) + " > server.log 2>&1 &",
+                  "for i in $(seq 1 100); do " + FETCH + " >/dev/null 2>&1 && exit 0; "
+                  "sleep 0.05; done; exit 1"],
+        "tools": ["run"], "finish_tool": True,
+        "success": {"command": FETCH + " | grep -q 'hello from the setup service'"},
+        "script": [{"tool_calls": [{"name": "run", "arguments": {"command": FETCH}}]},
+                   {"tool_calls": [{"name": "finish", "arguments": {"summary": "served"}}]}],
+    }
+    path = tmp_path / "task.yaml"
+    path.write_bytes(orjson.dumps(spec))  # JSON is YAML
+    return path
+
+
+async def test_setup_service_lives_for_the_run_and_dies_with_it(tmp_path: Path) -> None:
+    """A server started with & by setup answers the run tool and the success check, then is gone."""
+    token = f"jailtoken{uuid.uuid4().hex}"
+    result = await run_task(task_file(tmp_path, token), trace_dir=tmp_path / "traces")
+    assert ("ok", True) == (result.status, result.success)
+    records = [orjson.loads(line) for line in Path(result.trace_path).read_bytes().splitlines()]
+    [tool] = [r for r in records if r.get("type") == "span_end"
+              and r.get("attrs", {}).get("gen_ai.tool.name") == "run"]
+    assert "hello from the setup service" in tool["attrs"]["output"]
+    assert "bubblewrap" == records[0]["sandbox"]["kind"]
+    assert "loopback only" == records[0]["sandbox"]["network"]
+    assert [] == host_pids_with(token)
+
+
+async def test_fork_bomb_is_contained() -> None:
+    """A fork bomb from run errors within its timeout, the host's process count comes back, and
+    the next command works."""
+    ws = Path(os.environ.get("TMPDIR", "/tmp")) / f"agentloop-forkbomb-{uuid.uuid4().hex[:8]}"
+    ws.mkdir()
+    ctx = RunContext(workspace=ws, settings={"tool_timeout_s": 30})
+    try:
+        jail = await ctx.the_jail()
+        assert jail.confined
+        before = len([n for n in os.listdir("/proc") if n.isdigit()])
+        started = time.monotonic()
+        bomb = asyncio.create_task(tools.registry()["run"](
+            ctx, {"command": ":(){ :|:& };:", "timeout_s": 4}))
+        peak = before
+        while not bomb.done():
+            peak = max(peak, len([n for n in os.listdir("/proc") if n.isdigit()]))
+            await asyncio.sleep(0.05)
+        r = bomb.result()
+        elapsed = time.monotonic() - started
+        assert (False, True) == (r.ok, r.data["process_limit_hits"] > 0)
+        assert "process limit was hit" in r.output
+        assert elapsed < 4 + 3
+        assert peak - before <= jail.spec.limits.max_procs + 20  # others' processes: slack
+        ns = pid_namespace(jail.init_pid)  # type: ignore[attr-defined]
+        assert [] == [p for p in await namespace_survivors(ns, within_s=5)
+                      if p != jail.init_pid]  # type: ignore[attr-defined]
+        after = len([n for n in os.listdir("/proc") if n.isdigit()])
+        assert after - before <= 20
+        again = await tools.registry()["run"](ctx, {"command": "echo still-fine"})
+        assert (True, True) == (again.ok, "still-fine" in again.output)
+    finally:
+        await ctx.aclose()
+        os.rmdir(ws) if not any(ws.iterdir()) else None
+
+
+async def test_no_bwrap_runs_unconfined_and_says_so(tmp_path: Path) -> None:
+    """Without bubblewrap the jail is a HostJail whose confinement names what is not confined."""
+    jail = await open_jail(JailSpec(workspace=tmp_path), bwrap=str(tmp_path / "no-bwrap"))
+    try:
+        assert isinstance(jail, HostJail)
+        assert "none" == jail.confinement["kind"]
+        assert "filesystem" in jail.confinement["not_confined"]
+        assert "UNCONFINED" in jail.summary_line() or "NOT confined" in jail.summary_line()
+    finally:
+        await jail.aclose()
