@@ -13,7 +13,8 @@ from agentloop.errors import AgentloopError
 # one module per subcommand under agentloop/commands/, each exposing register(subparsers)
 COMMANDS: tuple[str, ...] = ("run", "replay", "sim", "report", "whatif", "compare", "tiers", "probe",
                              "suite",
-                             "serve")
+                             "serve",
+                             "export", "importer")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,145 @@
+"""A trace laid out for a timeline: spans as bars on lanes, model phases, critical path, edges.
+
+The one layout behind the Perfetto export and the HTML waterfall, so both draw the same thing:
+
+- lane 0 ("agent") holds the run, its steps and their model calls, which nest in time;
+- the tool calls of a turn run concurrently, so tools go on lanes 1.. ("tools 1", ...), each
+  on the lowest lane free at its start;
+- a model span is split into its phases (failed attempts and back-off, base, hidden reasoning,
+  visible decode, tail) from its recorded timing instants and the analysis' attribution
+  (:func:`agentloop.analysis.attribution.model_parts`): reasoning is the stretch just before
+  the first visible token, base the rest of the time to it;
+- a leaf is on the critical path when its own time is a segment of the path
+  (:func:`agentloop.analysis.graph.critical_path`);
+- instants are ns from the run span's start (what the analysis calls end-to-end time).
+
+Spans still open when a killed run's trace stops end at the trace's last instant, marked
+``in_flight``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentloop.analysis.attribution import model_parts, tool_category
+from agentloop.analysis.graph import build_graph, critical_path, fallback_tps
+from agentloop.trace.reader import SpanRecord, Trace
+
+AGENT_LANE = "agent"
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """A named stretch inside a model span (ns from the run's start)."""
+
+    name: str  # retry | wait | base | reasoning | decode | tail
+    t0: int
+    t1: int
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One span on the timeline; ``t0``/``t1`` are ns from the run's start."""
+
+    id: str
+    parent: str | None
+    kind: str
+    name: str
+    label: str  # what a viewer shows: the tool's or model's name
+    category: str  # run | step | model | tool:<name>
+    lane: int
+    t0: int
+    t1: int
+    status: str
+    in_flight: bool
+    critical: bool
+    phases: tuple[Phase, ...]
+    span: SpanRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """A whole trace laid out: bars in recorded start order, lane names, ``after`` edges."""
+
+    trace: Trace
+    bars: tuple[Bar, ...]
+    lanes: tuple[str, ...]
+    edges: tuple[tuple[str, str], ...]  # (waited-for span, waiting span)
+    start_ns: int  # the run span's start, run clock
+    end_ns: int  # end-to-end time: the end record (else the last instant) from the start
+
+
+def _clamp(t: Any, lo: int, hi: int) -> int:
+    return min(hi, max(lo, int(t))) if isinstance(t, int | float) else lo
+
+
+def model_phases(span: SpanRecord, t1: int, tps: float) -> tuple[Phase, ...]:
+    """The phases of a model span on the run clock (absolute; callers shift them)."""
+    a = span.attrs
+    lo, hi = span.t0, t1
+    out: list[Phase] = []
+    for att in a.get("attempts") or ():
+        if att.get("error") is not None and att.get("t_end") is not None:
+            s, e = _clamp(att.get("t_start"), lo, hi), _clamp(att["t_end"], lo, hi)
+            if e > s:
+                out.append(Phase("retry", s, e))
+            w = att.get("wait_ns") or 0
+            if w:
+                out.append(Phase("wait", e, _clamp(e + w, lo, hi)))
+    tm = a.get("timing") or {}
+    if span.t1 is None or tm.get("t_send") is None:
+        return tuple(out)
+    parts = model_parts(a, t1 - span.t0, tps, span.status == "error")
+    send = _clamp(tm["t_send"], lo, hi)
+    last = tm.get("t_last")
+    first_vis = tm.get("t_first_visible")
+    if first_vis is None:
+        first_vis = last if last is not None else tm.get("t_end")
+    fv = _clamp(first_vis, send, hi)
+    r0 = max(send, fv - parts.reasoning)
+    end = _clamp(tm.get("t_end", hi), fv, hi)
+    lst = _clamp(last, fv, end) if last is not None else fv
+    for name, s, e in (("base", send, r0), ("reasoning", r0, fv), ("decode", fv, lst),
+                       ("tail", lst, end)):
+        if e > s:
+            out.append(Phase(name, s, e))
+    return tuple(out)
+
+
+def _label(s: SpanRecord) -> str:
+    if s.kind == "tool":
+        return tool_category(s.name, s.attrs).removeprefix("tool:")
+    return s.name
+
+
+def layout(trace: Trace) -> Timeline:
+    """Lay a loaded trace out on lanes (see the module docstring)."""
+    g = build_graph(trace)
+    start = g.start_ns
+    last = trace.end_ns
+    on_path = {g.ids[i] for i, _, gap in critical_path(g, g.t0, g.t1, g.end_ns)
+               if not gap and i >= 0}
+    tps = fallback_tps(trace)
+    lane_free: list[int] = []  # per tool lane: when its last tool ends
+    bars: list[Bar] = []
+    edges: list[tuple[str, str]] = []
+    for s in trace.spans.values():
+        t1 = last if s.t1 is None else s.t1
+        lane = 0
+        if s.kind == "tool":
+            lane = next((k for k, free in enumerate(lane_free) if free <= s.t0), len(lane_free))
+            if lane == len(lane_free):
+                lane_free.append(t1)
+            else:
+                lane_free[lane] = t1
+            lane += 1
+        phases = tuple(Phase(p.name, p.t0 - start, p.t1 - start)
+                       for p in model_phases(s, t1, tps)) if s.kind == "model" else ()
+        cat = tool_category(s.name, s.attrs) if s.kind == "tool" else s.kind
+        bars.append(Bar(s.id, s.parent, s.kind, s.name, _label(s), cat, lane,
+                        max(0, s.t0 - start), max(0, t1 - start), s.status, s.t1 is None,
+                        s.id in on_path, phases, s))
+        edges += [(a, s.id) for a in s.after if a in trace.spans]
+    lanes = (AGENT_LANE, *(f"tools {k + 1}" for k in range(len(lane_free))))
+    return Timeline(trace, tuple(bars), lanes, tuple(edges), start, max(0, last - start))
