@@ -1,0 +1,2 @@
+cd /srv/shop && ./deploy.sh 1.4.2
+sudo systemctl status shop-web

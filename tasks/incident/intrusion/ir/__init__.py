@@ -1,0 +1,1 @@
+"""Incident-response helpers for web-3: the containment and IOC check."""
