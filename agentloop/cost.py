@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentloop.errors import LimitReached
+from agentloop.ending import Ending
 
 CATEGORIES = ("input", "cached_input", "reasoning", "output")
 COST_ATTR = "cost_usd"  # the model-span attribute (docs/design.md)
@@ -102,8 +102,9 @@ def breakdown(model_attrs: Iterable[Mapping[str, Any]], prices: Prices | None) -
     return CostBreakdown(sum(cats.values()), cats, steps, True, prices.placeholder)
 
 
-def check_limit(max_cost_usd: float | None, spent_usd: float) -> None:
-    """End the run (status budget) once ``spent_usd`` is past the task's ``max_cost_usd``."""
+def check_limit(max_cost_usd: float | None, spent_usd: float) -> Ending | None:
+    """The run's ending (status budget) once ``spent_usd`` is past the task's ``max_cost_usd``."""
     if max_cost_usd is not None and spent_usd > max_cost_usd:
-        raise LimitReached("cost", f"cost limit of ${max_cost_usd:g} reached "
-                           f"(${spent_usd:.6f} spent at the tier's prices)")
+        return Ending.limit_reached("cost", f"cost limit of ${max_cost_usd:g} reached "
+                                    f"(${spent_usd:.6f} spent at the tier's prices)")
+    return None

@@ -9,9 +9,6 @@
     ├── ModelError                     a model call failed for good (after retries)
     │   ├── ModelAPIError              the endpoint refused: 400/401/404 ... (not retried)
     │   └── ModelRetryError            retryable failures outlasted the retry budget
-    ├── RunEnded                       control flow: the loop stops (caught in one place)
-    │   ├── Finished                   the model ended the task
-    │   └── LimitReached               steps / output tokens / wall time
     ├── SimulatorError                 the embedded simulator could not start or serve
     ├── ExportError                    an export's receiver (an OTLP collector) did not take it
     └── ToolError                      a tool refused or failed (sandbox escape, bad path ...):
@@ -19,11 +16,19 @@
                                        the runner
 
 A tool failure the model should see is not an exception: it is a ToolResult with ok=False.
+Ending a run is not an exception either: the loop returns an ``agentloop.ending.Ending``.
+Errors declare their payload as keyword arguments (``ModelError(message, *, attempts=())``);
+nothing is patched onto an exception after it is raised.
 Third-party errors (openai, subprocess, playwright) are translated where they are caught, with
 ``raise ... from exc`` so the cause is kept for logs but never printed as a traceback.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentloop.types import Attempt
 
 
 class AgentloopError(Exception):
@@ -80,41 +85,25 @@ class TraceFileError(AgentloopError):
 
 
 class ModelError(AgentloopError):
-    """A model call failed for good."""
+    """A model call failed for good. ``attempts``: every try made (``agentloop.types.Attempt``,
+    ``time.perf_counter_ns`` instants, each with the back-off slept after it), for the trace."""
+
+    def __init__(self, message: str, *, attempts: tuple[Attempt, ...] = ()) -> None:
+        super().__init__(message)
+        self.attempts = attempts
 
 
 class ModelAPIError(ModelError):
     """The endpoint refused the request (not retryable): bad key, bad request, unknown model."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, status: int | None = None, *,
+                 attempts: tuple[Attempt, ...] = ()) -> None:
+        super().__init__(message, attempts=attempts)
         self.status = status
 
 
 class ModelRetryError(ModelError):
     """Retryable failures went on past the retry budget."""
-
-
-class RunEnded(AgentloopError):
-    """Control flow: the loop ends. Caught in exactly one place, the runner."""
-
-    status = "ok"
-
-
-class Finished(RunEnded):
-    """The model ended the task (a turn without tool calls, or the finish tool)."""
-
-    status = "ok"
-
-
-class LimitReached(RunEnded):
-    """A limit (steps, output tokens, wall time) ended the run."""
-
-    status = "budget"
-
-    def __init__(self, limit: str, message: str) -> None:
-        super().__init__(message)
-        self.limit = limit
 
 
 class SimulatorError(AgentloopError):

@@ -1,10 +1,18 @@
 """The agent loop: call the model, run the turn's tool calls concurrently, feed results back, repeat.
 
-The loop ends in exactly one place (:meth:`Runner.run`): the model finishes (a turn without tool
-calls, or the ``finish`` tool), a limit is hit (steps, output tokens, wall time), a model call fails
-for good, or the calling task is cancelled. Whatever happens, ``finally`` closes the trace with an
-end record. Only the runner opens spans; clients report timings as data, tools know nothing of
-tracing. Every span records ``after``: the spans it had to wait for (the graph what-if re-times).
+The loop ends with a value, not an exception: each step returns ``None`` (go on) or an
+:class:`agentloop.ending.Ending` (status, reason): the model finished (a turn without tool calls,
+or the ``finish`` tool: recognised in :meth:`Runner._finished` only), a limit was hit
+(:meth:`Runner._over_limit`: output tokens, cost; the step and wall-time limits around the loop),
+or a model call failed for good (its attempts go into the model span). Cancellation is the one
+exception that travels. Whatever happens, ``finally`` writes the end record, even when the
+success check raises or is cancelled. Only the runner opens spans; clients report timings as
+data, tools know nothing of tracing. Every span records ``after``: the spans it had to wait for
+(the graph what-if re-times).
+
+Hook points for features, so the loop stays a few lines: :meth:`Runner._over_limit` (limits
+checked after each model call), :meth:`Runner._emit` (run events), ``Conversation.messages``
+(what the next model call is sent).
 """
 
 from __future__ import annotations
@@ -22,14 +30,25 @@ import orjson
 
 from agentloop import __version__, cost
 from agentloop.context import RunContext
-from agentloop.errors import AgentloopError, Finished, LimitReached, RunEnded
+from agentloop.ending import CANCELLED, Ending
+from agentloop.errors import AgentloopError, ModelError
 from agentloop.events import EventSink, Observer, RunEvent, call_progress, fan_out, observer_sink
 from agentloop.log import get_logger
 from agentloop.protocols import ModelClient, Tool
 from agentloop.tasks import Task
 from agentloop.tiers import Tier
+from agentloop.timing import call_metrics, seconds
+from agentloop.trace import attrs as A
 from agentloop.trace.tracer import Span, Tracer
-from agentloop.types import Message, ModelRequest, ModelResponse, ToolCall, ToolResult, ToolSpec
+from agentloop.types import (
+    Attempt,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
 
 FINISH = ToolSpec(
     name="finish",
@@ -59,40 +78,53 @@ class RunResult:
     totals: dict[str, Any] = field(default_factory=dict)
 
 
-def _seconds(a: int | None, b: int | None) -> float | None:
-    return None if a is None or b is None else (b - a) / 1e9
+@dataclass
+class Conversation:
+    """What the loop carries from step to step: the messages, and the spans the next step and
+    the next model call wait for."""
+
+    messages: list[Message]
+    after: list[str] = field(default_factory=list)  # what the next model call waits for
+    prev_step: list[str] = field(default_factory=list)
+
+
+def attempts_attrs(attempts: tuple[Attempt, ...], tracer: Tracer) -> dict[str, Any]:
+    """A model span's ``attempts`` (run-clock ns) and their total back-off ``wait_ns``."""
+    rel = tracer.rel
+    return {A.ATTEMPTS: [{"t_start": rel(a.t_start), "t_end": rel(a.t_end), "error": a.error,
+                          "status": a.status, "wait_ns": a.wait_ns} for a in attempts],
+            A.WAIT_NS: sum(a.wait_ns for a in attempts)}
+
+
+def failed_model_attrs(exc: ModelError, tracer: Tracer, tier: Tier, step: int
+                       ) -> dict[str, Any]:
+    """The end attributes of a model span whose call failed for good: every attempt made and the
+    back-off slept between them (booked as ``wait``, not as retry service time)."""
+    return {A.STEP: step, A.TIER: tier.name, A.GEN_AI_REQUEST_MODEL: tier.model,
+            A.ERROR: exc.message, **attempts_attrs(exc.attempts, tracer)}
 
 
 def model_attrs(resp: ModelResponse, tracer: Tracer, tier: Tier, step: int) -> dict[str, Any]:
     """The end attributes of a model span (docs/design.md), from a client's response."""
     t, u = resp.timing, resp.usage
     rel = tracer.rel
-    ttft_visible = _seconds(t.t_send, t.t_first_visible)
-    decode = _seconds(t.t_first_visible, t.t_last)
-    tpot = decode / (u.visible_tokens - 1) if decode and u.visible_tokens >= 2 else None
-    wait_ns = sum(a.wait_ns for a in resp.attempts)
     return {
-        "step": step, "tier": tier.name,
-        "gen_ai.request.model": tier.model, "gen_ai.response.model": resp.model,
-        "gen_ai.usage.input_tokens": u.input_tokens,
-        "gen_ai.usage.output_tokens": u.output_tokens,
-        "gen_ai.usage.reasoning.output_tokens": u.reasoning_tokens,
-        "gen_ai.usage.cached_input_tokens": u.cached_input_tokens,
+        A.STEP: step, A.TIER: tier.name,
+        A.GEN_AI_REQUEST_MODEL: tier.model, A.GEN_AI_RESPONSE_MODEL: resp.model,
+        A.GEN_AI_USAGE_INPUT_TOKENS: u.input_tokens,
+        A.GEN_AI_USAGE_OUTPUT_TOKENS: u.output_tokens,
+        A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: u.reasoning_tokens,
+        A.GEN_AI_USAGE_CACHED_INPUT_TOKENS: u.cached_input_tokens,
         cost.COST_ATTR: cost.call_cost(tier.prices, u.input_tokens, u.cached_input_tokens,
                                        u.output_tokens),
-        "gen_ai.response.time_to_first_chunk": _seconds(t.t_send, t.t_first),
-        "gen_ai.response.finish_reasons": [resp.finish_reason] if resp.finish_reason else [],
-        "service_tier": resp.service_tier,
-        "timing": {"t_send": rel(t.t_send), "t_hdr": rel(t.t_hdr), "t_first": rel(t.t_first),
+        A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: seconds(t.t_send, t.t_first),
+        A.GEN_AI_RESPONSE_FINISH_REASONS: [resp.finish_reason] if resp.finish_reason else [],
+        A.SERVICE_TIER: resp.service_tier,
+        A.TIMING: {"t_send": rel(t.t_send), "t_hdr": rel(t.t_hdr), "t_first": rel(t.t_first),
                    "t_first_visible": rel(t.t_first_visible), "t_last": rel(t.t_last),
                    "t_end": rel(t.t_end), "chunks": t.chunks, "build_ns": t.build_ns},
-        "ttfb_s": _seconds(t.t_send, t.t_hdr), "ttft_s": _seconds(t.t_send, t.t_first),
-        "ttft_visible_s": ttft_visible, "decode_s": decode, "tpot_s": tpot,
-        "output_tps": (1 / tpot) if tpot else None, "call_s": _seconds(t.t_send, t.t_end),
-        "tokens_per_chunk": (u.output_tokens / t.chunks) if t.chunks else None,
-        "attempts": [{"t_start": rel(a.t_start), "t_end": rel(a.t_end), "error": a.error,
-                      "status": a.status, "wait_ns": a.wait_ns} for a in resp.attempts],
-        "wait_ns": wait_ns,
+        **call_metrics(t, u).as_dict(),  # ttfb_s, ttft_s, ... (agentloop.timing)
+        **attempts_attrs(resp.attempts, tracer),
         "output": {"text": resp.text, "reasoning_tokens": u.reasoning_tokens,
                    "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
                                   for c in resp.tool_calls]},
@@ -143,84 +175,124 @@ class Runner:
         )
 
     async def run(self) -> RunResult:
-        """Run the loop to its end; ``finally`` closes the trace whatever happens.
+        """Run the loop to its end; ``finally`` writes the end record whatever happens.
 
         ``check`` (given to the constructor) runs after the loop unless the run was cancelled or
-        crashed: it is the task's success check, outside the run span's time.
+        crashed: it is the task's success check, outside the run span's time. A check that
+        raises counts as not passed; one that is cancelled makes the run cancelled.
         """
         self.write_header()
-        status, reason, crashed = "error", "internal error", True
+        ending, crashed = Ending.failed("internal error"), True
         t_start = time.perf_counter()
         success: dict[str, Any] | None = None
         try:
-            async with self.tracer.span("run", f"invoke_agent {self.task.name}") as run_span:
-                self._emit("run_start", run_span.id, task=self.task.name, tier=self.tier.name)
-                try:
-                    async with asyncio.timeout(self.task.limits.timeout_s) as deadline:
-                        await self._loop()
-                except TimeoutError:
-                    if not deadline.expired():
-                        raise
-                    raise LimitReached("timeout", f"wall-time limit of "
-                                       f"{self.task.limits.timeout_s:g} s reached") from None
-        except RunEnded as ended:
-            status, reason, crashed = ended.status, ended.message, False
-        except AgentloopError as exc:
-            status, reason, crashed = "error", exc.message, False
+            ending = await self._run_span()
+            crashed = False
         except asyncio.CancelledError:
-            status, reason, crashed = "cancelled", "the run was cancelled", False
+            ending, crashed = CANCELLED, False
             raise
+        except AgentloopError as exc:  # raised on purpose outside the loop's own endings
+            ending, crashed = Ending.failed(exc.message), False
         except BaseException as exc:  # a bug: the trace is closed, then the error surfaces
-            reason = f"internal error: {type(exc).__name__}: {exc}"
+            ending = Ending.failed(f"internal error: {type(exc).__name__}: {exc}")
             raise
         finally:
             end_t = self.tracer.now()
             elapsed = time.perf_counter() - t_start
-            if self.check is not None and status != "cancelled" and not crashed:
-                success = await self.check(self.final_text)
-            self.tracer.end(status, t=end_t, reason=reason, steps=self.steps,
-                            totals={"output_tokens": self.output_tokens,
-                                    "elapsed_s": elapsed}, success=success)
-            self._emit("run_end", None, status=status, reason=reason, steps=self.steps,
-                       elapsed_s=elapsed, success=success)
-        return RunResult(self.run_id, status, reason, self.steps, self.final_text, elapsed,
-                         success=None if not success or success.get("passed") is None
+            try:
+                if self.check is not None and ending.status != "cancelled" and not crashed:
+                    success = await self._check()
+            except asyncio.CancelledError:
+                ending = CANCELLED
+                raise
+            finally:
+                self.tracer.end(ending.status, t=end_t, reason=ending.reason, steps=self.steps,
+                                totals={"output_tokens": self.output_tokens,
+                                        "elapsed_s": elapsed}, success=success)
+                self._emit("run_end", None, status=ending.status, reason=ending.reason,
+                           steps=self.steps, elapsed_s=elapsed, success=success)
+        return RunResult(self.run_id, ending.status, ending.reason, self.steps, self.final_text,
+                         elapsed, success=None if not success or success.get("passed") is None
                          else bool(success["passed"]),
                          success_detail=str(success.get("detail", "")) if success else "",
                          totals={"output_tokens": self.output_tokens})
 
-    async def _loop(self) -> None:
-        task = self.task
-        messages: list[Message] = [Message("system", task.system), Message("user", task.prompt)]
-        after: list[str] = []  # what the next model call waits for
-        prev_step: list[str] = []
-        for step in range(1, task.limits.max_steps + 1):
+    async def _check(self) -> dict[str, Any]:
+        """The success check; one that raises is a failed check, not a lost end record."""
+        assert self.check is not None
+        try:
+            return await self.check(self.final_text)
+        except Exception as exc:
+            self.log.warning("success check raised", error=str(exc))
+            return {"passed": False, "detail": f"the success check could not run: "
+                                               f"{type(exc).__name__}: {exc}"}
+
+    async def _run_span(self) -> Ending:
+        """The run span around the loop, under the wall-time limit."""
+        limit = self.task.limits.timeout_s
+        async with self.tracer.span("run", f"invoke_agent {self.task.name}") as run_span:
+            self._emit("run_start", run_span.id, task=self.task.name, tier=self.tier.name)
+            try:
+                async with asyncio.timeout(limit) as deadline:
+                    ending = await self._loop()
+            except TimeoutError:
+                if not deadline.expired():
+                    raise
+                ending = Ending.limit_reached("timeout", f"wall-time limit of {limit:g} s reached")
+            if ending.status == "error":
+                run_span.status = "error"
+            return ending
+
+    async def _loop(self) -> Ending:
+        """Step until a step says how the run ended, or the step limit."""
+        conv = Conversation([Message("system", self.task.system),
+                             Message("user", self.task.prompt)])
+        for step in range(1, self.task.limits.max_steps + 1):
             self.steps = step
-            async with self._step_span(step, prev_step) as st:
-                resp, model_id = await self._model_call(step, messages, after)
-                messages.append(resp.as_message())
-                if resp.text:
-                    self.final_text = resp.text
-                if self.output_tokens > task.limits.max_output_tokens:
-                    raise LimitReached("output_tokens", f"output-token limit of "
-                                       f"{task.limits.max_output_tokens} reached "
-                                       f"({self.output_tokens} tokens)")
-                cost.check_limit(task.limits.max_cost_usd, self.cost_usd)
-                if not resp.tool_calls:
-                    raise Finished("the model ended the task (a turn without tool calls)")
-                results, tool_ids = await self._tool_calls(step, resp.tool_calls, model_id)
-                for call, res in zip(resp.tool_calls, results, strict=True):
-                    messages.append(Message("tool", res.output, tool_call_id=call.id,
-                                            name=call.name))
-                finish = next((c for c in resp.tool_calls if c.name == "finish"), None)
-                if finish is not None and task.finish_tool:
-                    summary = _summary(finish)
-                    if summary:
-                        self.final_text = summary
-                    raise Finished("the model called finish")
-                after = tool_ids
-                prev_step = [st.id]
-        raise LimitReached("steps", f"step limit of {task.limits.max_steps} reached")
+            ending = await self._step(step, conv)
+            if ending is not None:
+                return ending
+        return Ending.limit_reached("steps", f"step limit of {self.task.limits.max_steps} "
+                                             "reached")
+
+    async def _step(self, step: int, conv: Conversation) -> Ending | None:
+        """One step: a model call, the limits, the turn's tool calls; None: go on."""
+        async with self._step_span(step, conv.prev_step) as st:
+            called = await self._model_call(step, conv)
+            if isinstance(called, Ending):  # the call failed for good
+                st.status = "error"
+                return called
+            resp, model_id = called
+            ending = self._over_limit()
+            if ending is None and resp.tool_calls:
+                results, conv.after = await self._tool_calls(step, resp.tool_calls, model_id)
+                conv.messages += [Message("tool", res.output, tool_call_id=call.id,
+                                          name=call.name)
+                                  for call, res in zip(resp.tool_calls, results, strict=True)]
+            conv.prev_step = [st.id]
+            return ending or self._finished(resp)
+
+    def _over_limit(self) -> Ending | None:
+        """Limits checked after every model call (output tokens, cost)."""
+        limits = self.task.limits
+        if self.output_tokens > limits.max_output_tokens:
+            return Ending.limit_reached("output_tokens", f"output-token limit of "
+                                        f"{limits.max_output_tokens} reached "
+                                        f"({self.output_tokens} tokens)")
+        return cost.check_limit(limits.max_cost_usd, self.cost_usd)
+
+    def _finished(self, resp: ModelResponse) -> Ending | None:
+        """The one place a finished task is recognised: a turn without tool calls, or a call of
+        the ``finish`` tool (whose summary becomes the final answer)."""
+        if not resp.tool_calls:
+            return Ending.finished("the model ended the task (a turn without tool calls)")
+        finish = next((c for c in resp.tool_calls if c.name == "finish"), None)
+        if finish is None or not self.task.finish_tool:
+            return None
+        summary = _summary(finish)
+        if summary:
+            self.final_text = summary
+        return Ending.finished("the model called finish")
 
     @contextlib.asynccontextmanager
     async def _step_span(self, step: int, after: list[str]) -> AsyncIterator[Span]:
@@ -235,10 +307,12 @@ class Runner:
                 self._emit("step_end", span.id, step=step, status=span.status,
                            seconds=((span.t1 or 0) - span.t0) / 1e9)
 
-    async def _model_call(self, step: int, messages: list[Message],
-                          after: list[str]) -> tuple[ModelResponse, str]:
-        request = ModelRequest(messages=tuple(messages), tools=self.specs, step=step)
-        async with self.tracer.span("model", f"chat {self.tier.model}", after=after,
+    async def _model_call(self, step: int, conv: Conversation
+                          ) -> tuple[ModelResponse, str] | Ending:
+        """One model call in its span; the answer joins the conversation. A call that failed
+        for good ends the run: its span keeps every attempt (and the waits between them)."""
+        request = ModelRequest(messages=tuple(conv.messages), tools=self.specs, step=step)
+        async with self.tracer.span("model", f"chat {self.tier.model}", after=conv.after,
                                     step=step) as span:
             self._emit("model_start", span.id, step=step)
 
@@ -246,9 +320,23 @@ class Runner:
                 self._emit("model_progress", span.id, step=step, output_tokens=tokens,
                            elapsed_s=elapsed_s)
 
-            async with call_progress(progress if self.events is not None else None):
-                resp = await self.client.complete(request)
-            span.set(**model_attrs(resp, self.tracer, self.tier, step))
+            try:
+                async with call_progress(progress if self.events is not None else None):
+                    resp = await self.client.complete(request)
+            except ModelError as exc:
+                failed: ModelError | None = exc
+                span.set(**failed_model_attrs(exc, self.tracer, self.tier, step))
+                span.status = "error"
+            else:
+                failed = None
+                span.set(**model_attrs(resp, self.tracer, self.tier, step))
+        if failed is not None:
+            self._emit("model_end", span.id, step=step, seconds=((span.t1 or 0) - span.t0) / 1e9,
+                       attempts=len(failed.attempts), error=failed.message)
+            return Ending.failed(failed.message)
+        conv.messages.append(resp.as_message())
+        if resp.text:
+            self.final_text = resp.text
         self.output_tokens += resp.usage.output_tokens
         self.cost_usd += span.attrs.get(cost.COST_ATTR) or 0.0
         self.log.debug("model call", step=step, call_s=span.attrs.get("call_s"),
@@ -308,8 +396,6 @@ class Runner:
         except TimeoutError:
             return ToolResult(ok=False, output=f"Error: tool '{call.name}' timed out after "
                               f"{self.task.limits.tool_timeout_s:g} s.")
-        except RunEnded:
-            raise
         except Exception as exc:  # a tool bug must not crash the run: the model sees it
             self.log.warning("tool raised", tool=call.name, error=str(exc))
             return ToolResult(ok=False, output=f"Error: tool '{call.name}' failed: "

@@ -203,12 +203,12 @@ async def test_a_raising_tool_becomes_an_error_result(tmp_path: Path) -> None:
 async def test_an_internal_error_still_closes_the_trace(tmp_path: Path) -> None:
     """A bug in the loop surfaces as an exception, and the trace still gets its end record."""
 
-    def explode(event: str, data: dict) -> None:
-        raise SystemExit("observer bug")  # not an Exception: _emit does not swallow it
+    def explode(event: object) -> None:
+        raise SystemExit("event sink bug")  # not an Exception: _emit does not swallow it
 
     runner, sink, _ = make([turn("x", ("sleep", '{"seconds": 0}')), turn("y")], tmp_path,
                            {"sleep": SleepTool()})
-    runner.observer = explode
+    runner.events = explode
     with pytest.raises(SystemExit):
         await runner.run()
     trace = records_to_trace(sink.records)

@@ -93,7 +93,7 @@ class OpenAIClient:
     to the tier's (``stall_timeout_s`` / ``max_attempts`` in tiers.toml).
 
     A call that fails for good raises ModelAPIError (refused: not retried) or ModelRetryError
-    (retry budget spent); either carries the attempts made as an ``attempts`` attribute.
+    (retry budget spent); either declares the attempts made (``ModelError.attempts``).
     """
 
     def __init__(self, tier: Tier, client: openai.AsyncOpenAI | None = None, *,
@@ -143,14 +143,12 @@ class OpenAIClient:
                 with attempt:
                     return await self._attempt(body, build_ns, attempts)
         except _Retryable as exc:
-            err = ModelRetryError(
+            raise ModelRetryError(
                 f"tier '{self.tier.name}': {self.endpoint} still failing after "
-                f"{len(attempts)} attempts; last error: {self._scrub(exc.error)}")
-            err.attempts = tuple(attempts)  # type: ignore[attr-defined]
-            raise err from exc
-        except ModelAPIError as exc:
-            exc.attempts = tuple(attempts)  # type: ignore[attr-defined]  # for the runner's trace
-            raise
+                f"{len(attempts)} attempts; last error: {self._scrub(exc.error)}",
+                attempts=tuple(attempts)) from exc
+        except ModelAPIError as exc:  # the same error, now with every attempt (for the trace)
+            raise ModelAPIError(exc.message, exc.status, attempts=tuple(attempts)) from exc
         raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover
 
     def _wait(self, state: RetryCallState) -> float:

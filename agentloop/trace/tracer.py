@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from agentloop.errors import RunEnded
 from agentloop.protocols import SpanSink
 from agentloop.trace.attrs import ERROR
 from agentloop.trace.schema import end_record, end_span_record, header_record, start_record
@@ -76,8 +75,6 @@ class Tracer:
             yield span
         except (asyncio.CancelledError, KeyboardInterrupt):
             span.status = "cancelled"
-            raise
-        except RunEnded:
             raise
         except BaseException as exc:
             span.status = "error"
