@@ -104,6 +104,30 @@ def failed_model_attrs(exc: ModelError, tracer: Tracer, tier: Tier, step: int
             A.ERROR: exc.message, **attempts_attrs(exc.attempts, tracer)}
 
 
+def reasoning_output(resp: ModelResponse) -> dict[str, Any]:
+    """Model-span ``output`` keys for reasoning, present only when the model reasoned visibly:
+    ``reasoning`` (Responses items: id, summary texts, whether encrypted content came back; the
+    encrypted content itself is not traced) and ``reasoning_text`` (Chat reasoning_content)."""
+    out: dict[str, Any] = {}
+    if resp.reasoning:
+        out["reasoning"] = [{"id": r.id, "summary": list(r.summary), "encrypted": r.encrypted}
+                            for r in resp.reasoning]
+    if resp.reasoning_text:
+        out["reasoning_text"] = resp.reasoning_text
+    return out
+
+
+def dialect_attrs(resp: ModelResponse) -> dict[str, Any]:
+    """Model-span keys only some servers cause: ``usage_estimated`` (agentloop counted tokens the
+    server did not report) and ``server_timings`` (the server's own, e.g. llama.cpp's)."""
+    out: dict[str, Any] = {}
+    if resp.usage.estimated:
+        out["usage_estimated"] = True
+    if resp.server_timings:
+        out["server_timings"] = resp.server_timings
+    return out
+
+
 def model_attrs(resp: ModelResponse, tracer: Tracer, tier: Tier, step: int) -> dict[str, Any]:
     """The end attributes of a model span (docs/design.md), from a client's response."""
     t, u = resp.timing, resp.usage
@@ -127,7 +151,8 @@ def model_attrs(resp: ModelResponse, tracer: Tracer, tier: Tier, step: int) -> d
         **attempts_attrs(resp.attempts, tracer),
         "output": {"text": resp.text, "reasoning_tokens": u.reasoning_tokens,
                    "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
-                                  for c in resp.tool_calls]},
+                                  for c in resp.tool_calls], **reasoning_output(resp)},
+        **dialect_attrs(resp),
     }
 
 

@@ -18,6 +18,20 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningItem:
+    """A reasoning output item (Responses API) as the server sent it, for sending back verbatim.
+
+    ``raw`` is the item's JSON from its ``response.output_item.done`` event (id, summary,
+    ``encrypted_content`` when asked for): later requests of the run re-send exactly that.
+    """
+
+    id: str
+    raw: str
+    summary: tuple[str, ...] = ()
+    encrypted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     """One conversation item, neutral between the Chat Completions and Responses APIs."""
 
@@ -26,6 +40,7 @@ class Message:
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None  # role == "tool": which call this answers
     name: str | None = None  # role == "tool": the tool's name
+    reasoning: tuple[ReasoningItem, ...] = ()  # role == "assistant": items to pass back
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +73,7 @@ class Usage:
     output_tokens: int = 0  # includes reasoning tokens
     reasoning_tokens: int = 0
     cached_input_tokens: int = 0
+    estimated: bool = False  # counted by agentloop's tokenizer: the server reported no usage
 
     @property
     def visible_tokens(self) -> int:
@@ -117,6 +133,10 @@ class ModelResponse:
     model: str = ""
     service_tier: str | None = None
     finish_reason: str | None = None
+    reasoning: tuple[ReasoningItem, ...] = ()  # Responses reasoning items, sent back next turn
+    reasoning_text: str = ""  # Chat ``reasoning_content`` deltas (llama.cpp, vLLM, DeepSeek)
+    server_timings: dict[str, Any] | None = None  # the server's own ``timings`` (llama.cpp)
 
     def as_message(self) -> Message:
-        return Message(role="assistant", content=self.text, tool_calls=self.tool_calls)
+        return Message(role="assistant", content=self.text, tool_calls=self.tool_calls,
+                       reasoning=self.reasoning)
