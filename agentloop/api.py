@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agentloop import shipped, taskenv
 from agentloop import workspace as ws
 from agentloop.context import RunContext, ToolSettings
 from agentloop.errors import ConfigError
@@ -40,7 +41,12 @@ def tool_registry() -> dict[str, Tool]:
 
 
 def open_task(path: str | Path) -> Task:
-    """Load and validate a task file against the built-in tools."""
+    """Load and validate a task file against the built-in tools.
+
+    A bare name that is not a file (``checkout-timeouts``) is looked up among the shipped tasks.
+    """
+    if not Path(path).exists() and shipped.looks_like_name(str(path)):
+        path = shipped.find_task(str(path))
     return load_task(path, set(tool_registry()))
 
 
@@ -157,14 +163,29 @@ async def run_task(task: Task | str | Path, *, tier: str | Tier | None = None,
                          keep_workspace=keep_workspace, script=script, events=events)
 
 
-async def execute(plan: RunPlan, *, client: ModelClient | None = None,
-                  tools: dict[str, Tool] | None = None, observer: Observer | None = None,
-                  keep_workspace: bool = False, script: list[ScriptTurn] | None = None,
-                  events: EventSink | None = None) -> RunResult:
-    """Run a planned task: workspace and setup, client, trace, the loop, clean-up."""
+async def execute(plan: RunPlan, **kwargs: Any) -> RunResult:
+    """Run a planned task in its own Python environment (:mod:`agentloop.taskenv`).
+
+    Keywords as :func:`run_task` takes them (client, tools, observer, keep_workspace, script,
+    events). Every task command of the run (setup, tools, success check) gets the task's venv.
+    """
+    task_env = await taskenv.ensure(plan.task)
+    with taskenv.activate(task_env):
+        return await _execute_in_env(plan, **kwargs)
+
+
+async def _execute_in_env(plan: RunPlan, *, client: ModelClient | None = None,
+                          tools: dict[str, Tool] | None = None,
+                          observer: Observer | None = None, keep_workspace: bool = False,
+                          script: list[ScriptTurn] | None = None,
+                          events: EventSink | None = None) -> RunResult:
+    """Workspace and setup, client, trace, the loop, clean-up (the task env is active)."""
     task, the_tier, run_id, path = plan.task, plan.tier, plan.run_id, plan.trace_path
     registry = tool_registry() if tools is None else tools
-    place = await ws.prepare_run(task)  # the working copy, the run's jail, setup run in it
+    task_env = taskenv.current()  # the jail mounts the task's venv writable (setup's pip)
+    place = await ws.prepare_run(  # the working copy, the run's jail, setup run in it
+        task, writable=task_env.writable if task_env else (),
+        path_prefix=task_env.path_prefix if task_env else ())
     work = place.path
     ctx = RunContext(workspace=work, jail=place.jail, settings=ToolSettings(
         test_command=task.test_command, allow_hosts=task.allow_hosts,

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
+from agentloop import __version__
 from agentloop.errors import AgentloopError
 
 # one module per subcommand under agentloop/commands/, each exposing register(subparsers)
 COMMANDS: tuple[str, ...] = ("run", "replay", "sim", "report", "whatif", "compare", "tiers", "probe",
+                             "tasks",
                              "suite",
                              "serve",
                              "export", "importer")
@@ -21,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentloop",
         description="Run agent tasks, trace where their time goes, predict faster tiers.")
+    parser.add_argument("--version", action="version", version=f"agentloop {__version__}",
+                        help="print agentloop's version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"agentloop.commands.{name}").register(sub)
@@ -38,6 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("agentloop: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`agentloop report ... | head`): stop quietly, as a SIGPIPE'd
+        # program would; stdout goes to /dev/null so the interpreter's last flush cannot fail
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ class _TaskModel(BaseModel):
     system: str = "You are a careful engineer. Use the tools to do the task, then say what you did."
     workspace: str | None = None
     setup: list[str] = Field(default_factory=list)
+    requirements: list[str] = Field(default_factory=list)  # the task venv's packages (taskenv)
     tools: list[str] = Field(default_factory=list)
     finish_tool: bool = True
     test_command: str | None = None
@@ -64,7 +65,7 @@ class _TaskModel(BaseModel):
     success: _SuccessModel = Field(default_factory=_SuccessModel)
     script: list[_TurnModel] = Field(default_factory=list)
 
-    @field_validator("setup", "tools", "allow_hosts", mode="before")
+    @field_validator("setup", "requirements", "tools", "allow_hosts", mode="before")
     @classmethod
     def _listify(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v
@@ -93,6 +94,7 @@ class Task:
     description: str = ""
     workspace: Path | None = None
     setup: tuple[str, ...] = ()
+    requirements: tuple[str, ...] = ()  # pip requirements of the task's own venv (+ pytest)
     tools: tuple[str, ...] = ()
     finish_tool: bool = True
     test_command: str | None = None
@@ -207,7 +209,8 @@ def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Ta
     lim = m.limits
     return Task(
         name=m.name, prompt=m.prompt, system=m.system, source=path, description=m.description,
-        workspace=workspace, setup=tuple(m.setup), tools=tuple(m.tools),
+        workspace=workspace, setup=tuple(m.setup), requirements=tuple(m.requirements),
+        tools=tuple(m.tools),
         finish_tool=m.finish_tool, test_command=m.test_command,
         allow_hosts=tuple(m.allow_hosts),
         limits=Limits(lim.max_steps, lim.max_output_tokens, lim.timeout_s,

@@ -158,20 +158,58 @@ def load_tiers_file(path: Path) -> dict[str, Tier]:
     return parse_tiers(data, path, text)
 
 
-def default_tiers_path() -> Path:
-    """``./tiers.toml`` if the current directory has one, else the one shipped with agentloop."""
+# the built-in tiers: package data, so a wheel install has them (their one and only copy)
+BUILTIN_TIERS = Path(__file__).resolve().parent / "tiers.toml"
+
+
+def project_tiers_path() -> Path | None:
+    """``./tiers.toml`` when the current folder has one (a project's own tiers)."""
     here = Path.cwd() / "tiers.toml"
-    if here.is_file():
-        return here
-    return Path(__file__).resolve().parent.parent / "tiers.toml"
+    return here if here.is_file() and here.resolve() != BUILTIN_TIERS else None
+
+
+def default_tiers_path() -> Path:
+    """The file a tier's measured profile is written to: ``./tiers.toml``, else the built-in."""
+    return project_tiers_path() or BUILTIN_TIERS
+
+
+def tier_layers(path: Path | None = None, extra: dict[str, Tier] | None = None,
+                ) -> list[tuple[str, dict[str, Tier]]]:
+    """The tier layers, lowest first: built-in < ./tiers.toml < ``path`` < ``extra`` (a task's).
+
+    Each is ``(where, tiers)``; a later layer's tier replaces an earlier one of the same name.
+    """
+    layers = [("built-in", load_tiers_file(BUILTIN_TIERS))]
+    seen = {BUILTIN_TIERS}
+    for p in (project_tiers_path(), Path(path) if path is not None else None):
+        if p is not None and p.resolve() not in seen:
+            seen.add(p.resolve())
+            layers.append((str(p), load_tiers_file(p)))
+    if extra:
+        layers.append(("task", dict(extra)))
+    return layers
 
 
 def load_tiers(path: Path | None = None, extra: dict[str, Tier] | None = None) -> dict[str, Tier]:
-    """Tiers from ``path`` (default: :func:`default_tiers_path`), then ``extra`` on top."""
-    tiers = load_tiers_file(path or default_tiers_path())
-    if extra:
-        tiers.update(extra)
+    """Every tier, layered (:func:`tier_layers`): built-in, ./tiers.toml, ``path``, ``extra``."""
+    tiers: dict[str, Tier] = {}
+    for _, layer in tier_layers(path, extra):
+        tiers.update(layer)
     return tiers
+
+
+def tier_sources(path: Path | None = None, extra: dict[str, Tier] | None = None,
+                 ) -> dict[str, str]:
+    """For each tier name, the layer its definition came from (``built-in``, a path, ``task``)."""
+    return {name: where for where, layer in tier_layers(path, extra) for name in layer}
+
+
+def require_profile(tier: Tier, why: str = "to predict with") -> SpeedProfile:
+    """The tier's speed profile; a tier without one is a ConfigError saying how to measure it."""
+    if tier.profile is None:
+        raise ConfigError(f"tier '{tier.name}' has no speed profile {why}: measure one with "
+                          f"`agentloop probe --tier {tier.name} --write`")
+    return tier.profile
 
 
 def get_tier(tiers: dict[str, Tier], name: str, source: object = "tiers") -> Tier:

@@ -13,10 +13,7 @@ import structlog
 from agentloop.cli import main as cli
 from agentloop.commands.tiers import check_tier
 from agentloop.sim import SimServer
-from agentloop.tiers import SpeedProfile, Tier, load_tiers, write_profile
-
-ROOT = Path(__file__).resolve().parent.parent
-
+from agentloop.tiers import BUILTIN_TIERS, SpeedProfile, Tier, load_tiers, write_profile
 
 
 @pytest.fixture(autouse=True)
@@ -49,9 +46,9 @@ profile = { base_latency_s = 0.5, prefill_tps = 1000, output_tps = 50 }
 def test_tiers_lists_every_tier_with_endpoint_model_and_profile(
         capsys: pytest.CaptureFixture[str]) -> None:
     """The listing shows each tier of the file with its endpoint, model, API, options, profile."""
-    assert cli(["tiers", "--tiers", str(ROOT / "tiers.toml")]) == 0
+    assert cli(["tiers", "--tiers", str(BUILTIN_TIERS)]) == 0
     out = capsys.readouterr().out
-    for name, tier in load_tiers(ROOT / "tiers.toml").items():
+    for name, tier in load_tiers(BUILTIN_TIERS).items():
         line = next(li for li in out.splitlines() if li.startswith(name + " "))
         assert tier.base_url in line and tier.model in line and tier.api in line
         assert f"out {tier.profile.output_tps:g} tok/s" in line
@@ -89,7 +86,7 @@ async def test_check_tells_a_served_model_from_one_that_is_not() -> None:
 def test_write_profile_rewrites_only_that_tiers_profile(tmp_path: Path) -> None:
     """write_profile changes one tier's profile line and keeps comments and other tiers."""
     path = tmp_path / "tiers.toml"
-    shutil.copy(ROOT / "tiers.toml", path)
+    shutil.copy(BUILTIN_TIERS, path)
     before = path.read_text().splitlines()
     write_profile(path, "openai-standard", SpeedProfile(0.4567, 12345.6, 71.25))
     after = path.read_text().splitlines()
@@ -107,7 +104,7 @@ def test_probe_of_sim_ultrafast_measures_750_tokens_per_second(
         capsys: pytest.CaptureFixture[str]) -> None:
     """Probing the shipped sim-ultrafast tier measures its pacing: ~750 tok/s, ~0.2 s base."""
     assert cli(["probe", "--tier", "sim-ultrafast", "-n", "2", "--json",
-                "--tiers", str(ROOT / "tiers.toml")]) == 0
+                "--tiers", str(BUILTIN_TIERS)]) == 0
     res = orjson.loads(capsys.readouterr().out)
     assert res["output_tps"] == pytest.approx(750, rel=0.02)
     assert res["ttft_s"] == pytest.approx(0.2 + res["input_tokens_short"] / 100000, rel=0.05)

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from agentloop.log import configure
-from agentloop.tiers import Tier, default_tiers_path, load_tiers
+from agentloop.tiers import Tier, load_tiers, tier_sources
 
 
 def register(sub: Any) -> None:
@@ -25,7 +25,7 @@ def register(sub: Any) -> None:
         "List the tiers of a tiers file: endpoint, model, API, options and speed profile. "
         "With --check, ask each endpoint which models it serves."))
     p.add_argument("--tiers", dest="tiers_file", type=Path,
-                   help="tiers file (default: ./tiers.toml, else the shipped one)")
+                   help="a tiers file layered on top of the built-in tiers and ./tiers.toml")
     p.add_argument("--check", action="store_true",
                    help="ask each endpoint's models list whether the tier's model is enabled")
     p.add_argument("--timeout", type=float, default=5.0,
@@ -87,24 +87,26 @@ def _profile(tier: Tier) -> str:
 
 async def main(args: argparse.Namespace) -> int:
     configure(args.verbose)  # logs (retries ...) go to stderr, never into --json output
-    path = args.tiers_file or default_tiers_path()
-    tiers = load_tiers(path)
+    tiers = load_tiers(args.tiers_file)
+    sources = tier_sources(args.tiers_file)
     checks: dict[str, dict[str, Any]] = {}
     if args.check:
         async with asyncio.TaskGroup() as tg:
             tasks = {name: tg.create_task(check_tier(t, args.timeout)) for name, t in tiers.items()}
         checks = {name: task.result() for name, task in tasks.items()}
     if args.json:
-        out = [{**t.summary(), **({"check": checks[n]} if n in checks else {})}
+        out = [{**t.summary(), "source": sources[n],
+                **({"check": checks[n]} if n in checks else {})}
                for n, t in tiers.items()]
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0 if all(c["ok"] for c in checks.values()) else 1
-    print(f"tiers from {path}")
-    rows = [("TIER", "ENDPOINT", "MODEL", "API", "OPTIONS", "PROFILE")]
-    rows += [(n, t.base_url, t.model, t.api, _options(t), _profile(t)) for n, t in tiers.items()]
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    print("tiers, layered: built-in < ./tiers.toml < --tiers (SOURCE: where each came from)")
+    rows = [("TIER", "ENDPOINT", "MODEL", "API", "OPTIONS", "SOURCE", "PROFILE")]
+    rows += [(n, t.base_url, t.model, t.api, _options(t), sources[n], _profile(t))
+             for n, t in tiers.items()]
+    widths = [max(len(r[i]) for r in rows) for i in range(6)]
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5])
+        print("  ".join(c.ljust(w) for c, w in zip(r[:6], widths, strict=True)) + "  " + r[6])
     if checks:
         print()
         for n, c in checks.items():

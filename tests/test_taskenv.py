@@ -1,0 +1,106 @@
+"""Task environments: a task's installs land in its own venv, never in agentloop's, and back."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from agentloop import run_task
+from agentloop.cli import main
+from agentloop.taskenv import cache_root, env_key, requirements_of
+from agentloop.tasks import load_task
+from tests.conftest import ROOT
+
+PKG = "agentloop_probe_pkg"
+
+
+def _tiny_wheel(folder: Path) -> Path:
+    """A pure-Python wheel of one module, built by hand (no build backend, no index needed)."""
+    wheel = folder / f"{PKG}-1.0-py3-none-any.whl"
+    info = f"{PKG}-1.0.dist-info"
+    files = {
+        f"{PKG}.py": "MARK = 'installed into the task venv'\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {PKG}\nVersion: 1.0\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\n"
+                         "Tag: py3-none-any\n",
+    }
+    record = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, text in {**files, f"{info}/RECORD": record}.items():
+            z.writestr(name, text)
+    return wheel
+
+
+def _freeze() -> list[str]:
+    out = subprocess.run([sys.executable, "-m", "pip", "freeze", "--all"], check=True,
+                         capture_output=True, text=True).stdout
+    return sorted(out.splitlines())
+
+
+@pytest.fixture
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Task venvs in a fresh folder (uv's own package cache stays where it is, so it is fast)."""
+    import uv
+
+    uv_cache = subprocess.run([uv.find_uv_bin(), "cache", "dir"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    monkeypatch.setenv("UV_CACHE_DIR", uv_cache)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+async def test_setup_pip_install_lands_in_the_task_venv_not_agentloops(
+        tmp_path: Path, own_cache: Path) -> None:
+    """`setup: pip install X` installs X for the task's commands; agentloop's pip freeze is unchanged."""
+    (tmp_path / "ws").mkdir()
+    wheel = _tiny_wheel(tmp_path / "ws")  # in the workspace: the jail's /tmp is private
+    task = tmp_path / "task.yaml"
+    check = (f"python -c 'import {PKG}; print({PKG}.MARK)' "
+             "&& ! python -c 'import pytest_asyncio' 2>/dev/null "
+             "&& python -c 'import sys; print(sys.prefix)' && pytest --version")
+    task.write_text(f"""\
+name: own-env
+prompt: nothing to do
+workspace: ws
+setup: ["pip install -q --no-index ./{wheel.name}"]
+success: {{command: "{check}"}}
+script:
+  - text: done
+""")
+    before = _freeze()
+    result = await run_task(task, tier="sim-ultrafast", trace_dir=tmp_path / "traces")
+    after = _freeze()
+    assert (True, "ok") == (result.success, result.status), result.success_detail
+    assert before == after
+    assert [] == [line for line in after if PKG in line]
+    venv = own_cache / "agentloop" / "taskenvs" / env_key(load_task(task))
+    assert (venv / "lib").is_dir()
+    assert [f"{PKG}.py"] == [p.name for p in venv.rglob(f"{PKG}.py")]
+
+
+def test_a_task_venv_always_has_pytest_and_its_declared_requirements(tmp_path: Path) -> None:
+    """requirements: adds to pytest; the cache key changes with what the task installs."""
+    a = tmp_path / "a.yaml"
+    a.write_text("name: a\nprompt: p\nrequirements: [pytest, 'tomli>=2']\n")
+    b = tmp_path / "b.yaml"
+    b.write_text("name: b\nprompt: p\nrequirements: ['tomli>=2']\nsetup: [pip install x]\n")
+    ta, tb = load_task(a), load_task(b)
+    assert ("pytest", "tomli>=2") == requirements_of(ta) == requirements_of(tb)
+    assert env_key(ta) != env_key(tb)
+    assert cache_root().name == "taskenvs"
+
+
+@pytest.mark.parametrize("trace", sorted((ROOT / "traces" / "reference").glob("*.jsonl")),
+                         ids=lambda p: p.stem)
+def test_reference_replays_do_not_diverge_with_the_dev_extras_installed(
+        trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Replaying a shipped reference run re-runs its tools in the task venv: no divergence."""
+    code = main(["replay", str(trace), "--tier", "sim-ultrafast", "-q",
+                 "--trace-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert 0 == code, out
+    assert "diverged  no: every tool result matched the recording" in out
