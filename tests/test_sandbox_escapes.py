@@ -13,7 +13,7 @@ import pytest
 import agentloop_tools as tools
 from agentloop.context import RunContext, scrubbed_env
 from agentloop.types import ToolResult
-from tests.conftest import wait_dead
+from tests.conftest import jail_survivors, namespace_survivors, pid_namespace
 from agentloop_tools.browser import session
 
 SECRET = "TOP-SECRET-CONTENT-7f3a"
@@ -177,7 +177,7 @@ async def test_timeout_leaves_no_orphans(ctx: RunContext, maker: str) -> None:
     assert r.data["timed_out"] is True
     pids = [int(x) for x in (Path(ctx.workspace) / "pids").read_text().split()]
     assert pids
-    assert await wait_dead(pids) == [], f"survivors: {pids}"
+    assert [] == await jail_survivors(ctx, pids), f"survivors: {pids}"
 
 
 async def test_run_end_kills_redirected_background(ctx: RunContext) -> None:
@@ -187,8 +187,10 @@ async def test_run_end_kills_redirected_background(ctx: RunContext) -> None:
                                        "env -i /bin/sleep 300 > /dev/null 2>&1 & echo $! >> pids")
     assert r.ok
     pids = [int(x) for x in (Path(ctx.workspace) / "pids").read_text().split()]
+    assert pids == await jail_survivors(ctx, pids, within_s=0)
+    ns = pid_namespace((await ctx.the_jail()).init_pid)
     await ctx.aclose()
-    assert await wait_dead(pids) == []
+    assert [] == await namespace_survivors(ns)
 
 
 HUGE: dict[str, Callable[[RunContext], Awaitable[ToolResult]]] = {

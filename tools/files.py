@@ -6,11 +6,15 @@ import asyncio
 import fnmatch
 import os
 import re
+import time
 from pathlib import Path
+
+import regex
 
 from agentloop.errors import ToolError
 from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult
+from agentloop_tools import _fs
 from agentloop_tools._sandbox import cap_text, output_cap, relative, resolve_path, workspace
 
 # folders nobody wants listed or searched; named in the output when skipped
@@ -19,20 +23,26 @@ NOISE_DIRS = frozenset({".git", "__pycache__", "node_modules", ".venv", ".mypy_c
 MAX_READ_BYTES = 10_000_000  # beyond this read_file refuses: use search or a line range tool
 MAX_SEARCH_FILE_BYTES = 2_000_000
 MAX_LINE_CHARS = 500
+SEARCH_TIME_S = 10.0  # a pattern that needs longer (catastrophic backtracking) is stopped
 
 
 def _is_binary(head: bytes) -> bool:
     return b"\x00" in head
 
 
-def read_utf8(path: Path) -> str:
-    """A UTF-8 file's content with its newlines as they are (CRLF kept)."""
+def read_utf8(ws: Path, path: Path) -> str:
+    """A UTF-8 file's content with its newlines as they are (CRLF kept); blocking, race-free."""
+    raw = _fs.read_bytes(ws, path, MAX_READ_BYTES)
     try:
-        with path.open("r", encoding="utf-8", newline="") as fh:
-            return fh.read()
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ToolError(f"{path.name} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
                         f"it cannot be edited as text") from None
+
+
+def write_utf8(ws: Path, path: Path, text: str) -> bool:
+    """Write ``text`` atomically (temp file + rename); True if the file existed. Blocking."""
+    return _fs.write_bytes(ws, path, text.encode("utf-8"))
 
 
 def _existing_file(ctx: ToolContext, path: str) -> Path:
@@ -57,11 +67,8 @@ async def read_file(ctx: ToolContext, path: str, start_line: int = 1,
         end_line: last line to show (inclusive); omit to read to the end.
     """
     p = _existing_file(ctx, path)
-    size = p.stat().st_size
-    if size > MAX_READ_BYTES:
-        raise ToolError(f"{path!r} is {size:,} bytes, more than read_file takes "
-                        f"({MAX_READ_BYTES:,}); use search to find the part you need")
-    raw = await asyncio.to_thread(p.read_bytes)
+    raw = await asyncio.to_thread(_fs.read_bytes, workspace(ctx), p, MAX_READ_BYTES)
+    size = len(raw)
     if _is_binary(raw[:8192]):
         return ToolResult(ok=False, output=f"Error: {path!r} is a binary file ({size:,} bytes)",
                           data={"path": relative(ctx, p), "bytes": size})
@@ -113,10 +120,12 @@ async def read_file(ctx: ToolContext, path: str, start_line: int = 1,
 def _walk(root: Path, recursive: bool) -> tuple[list[Path], set[str]]:
     """Entries under ``root`` (symlinked folders not followed), and noise folders skipped."""
     skipped: set[str] = set()
-    if not recursive:
-        return sorted(root.iterdir()), skipped
     found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    # fwalk opens every folder relative to its parent's descriptor and never descends into a
+    # symlink, even one swapped in while walking
+    for dirpath, dirnames, filenames, _fd in os.fwalk(root, follow_symlinks=False):
+        if not recursive:
+            return sorted([Path(dirpath) / n for n in [*dirnames, *filenames]]), skipped
         keep = []
         for d in sorted(dirnames):
             if d in NOISE_DIRS:
@@ -174,8 +183,9 @@ async def list_files(ctx: ToolContext, path: str = ".", pattern: str | None = No
                       data={"path": relative(ctx, root), "entries": matched})
 
 
-def _search(ctx: ToolContext, rx: re.Pattern[str], root: Path, glob: str | None,
+def _search(ctx: ToolContext, rx: regex.Pattern[str], root: Path, glob: str | None,
             max_results: int) -> tuple[list[str], int, int, int]:
+    deadline = time.monotonic() + SEARCH_TIME_S
     ws = workspace(ctx)
     files = [root] if root.is_file() else [p for p in _walk(root, True)[0] if p.is_file()]
     hits: list[str] = []
@@ -189,17 +199,24 @@ def _search(ctx: ToolContext, rx: re.Pattern[str], root: Path, glob: str | None,
             real = f.resolve()
             if not real.is_relative_to(ws):
                 continue  # a symlink out of the workspace is never read
-            if real.stat().st_size > MAX_SEARCH_FILE_BYTES:
+            st = _fs.entry_stat(ws, real)
+            if st is not None and st.st_size > MAX_SEARCH_FILE_BYTES:
                 too_big += 1
                 continue
-            raw = real.read_bytes()
-        except OSError:
-            continue
+            raw = _fs.read_bytes(ws, real, MAX_SEARCH_FILE_BYTES)
+        except (OSError, ToolError):
+            continue  # gone, special, multiply linked or swapped meanwhile: never read
         if _is_binary(raw[:8192]):
             continue
         scanned += 1
         for n, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
-            if rx.search(line):
+            try:
+                found = rx.search(line, concurrent=True,
+                                  timeout=max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise ToolError(f"the pattern took more than {SEARCH_TIME_S:g} s (catastrophic "
+                                f"backtracking?); simplify it") from None
+            if found:
                 total += 1
                 if len(hits) < max_results:
                     text = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " [...]"
@@ -212,15 +229,15 @@ async def search(ctx: ToolContext, pattern: str, path: str = ".", glob: str | No
     """Search workspace files for a regular expression; prints file:line: text for each match.
 
     Args:
-        pattern: Python regular expression, matched against each line.
+        pattern: regular expression (Python syntax), matched against each line.
         path: file or folder to search, relative to the workspace.
         glob: only search files whose name or relative path matches this glob, e.g. '*.py'.
         ignore_case: match case-insensitively.
         max_results: stop listing after this many matches (all are still counted).
     """
     try:
-        rx = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-    except re.error as exc:
+        rx = regex.compile(pattern, regex.IGNORECASE if ignore_case else 0)
+    except (regex.error, ValueError, OverflowError) as exc:
         raise ToolError(f"pattern {pattern!r} is not a valid regular expression: {exc}") from None
     root = resolve_path(ctx, path)
     if not root.exists():
@@ -250,14 +267,7 @@ async def write_file(ctx: ToolContext, path: str, content: str) -> ToolResult:
     p = resolve_path(ctx, path)
     if p.is_dir():
         raise ToolError(f"{path!r} is a folder")
-    existed = p.exists()
-
-    def write() -> None:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with p.open("w", encoding="utf-8", newline="") as fh:
-            fh.write(content)
-
-    await asyncio.to_thread(write)
+    existed = await asyncio.to_thread(write_utf8, workspace(ctx), p, content)
     n_bytes = len(content.encode("utf-8"))
     n_lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
     rel = relative(ctx, p)
@@ -288,7 +298,7 @@ async def edit_file(ctx: ToolContext, path: str, old_text: str, new_text: str,
         raise ToolError("old_text is empty; to create or overwrite a file use write_file")
     if old_text == new_text:
         raise ToolError("old_text and new_text are the same; nothing to change")
-    text = await asyncio.to_thread(read_utf8, p)
+    text = await asyncio.to_thread(read_utf8, workspace(ctx), p)
     if "\r\n" in text and "\r\n" not in old_text:  # models write LF; the file keeps CRLF
         old_text = old_text.replace("\n", "\r\n")
         new_text = new_text.replace("\n", "\r\n")
@@ -310,12 +320,7 @@ async def edit_file(ctx: ToolContext, path: str, old_text: str, new_text: str,
     first_line = _line_of(text, text.index(old_text))
     updated = text.replace(old_text, new_text) if replace_all else text.replace(old_text,
                                                                                  new_text, 1)
-
-    def write() -> None:
-        with p.open("w", encoding="utf-8", newline="") as fh:
-            fh.write(updated)
-
-    await asyncio.to_thread(write)
+    await asyncio.to_thread(write_utf8, workspace(ctx), p, updated)
     n = count if replace_all else 1
     return ToolResult(ok=True, output=f"Edited {rel}: replaced {n} occurrence{'s' if n > 1 else ''}"
                       f" (first at line {first_line}).",

@@ -17,8 +17,9 @@ from pathlib import Path
 from agentloop.errors import ToolError
 from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult
-from agentloop_tools._sandbox import relative, resolve_path
-from agentloop_tools.files import read_utf8
+from agentloop_tools import _fs
+from agentloop_tools._sandbox import relative, resolve_path, workspace
+from agentloop_tools.files import read_utf8, write_utf8
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 DEV_NULL = "/dev/null"
@@ -214,7 +215,7 @@ async def apply_patch(ctx: ToolContext, patch: str) -> ToolResult:
             elif not src.is_file():
                 raise ToolError(f"cannot patch {fp.old}: no such file")
             else:
-                current = await asyncio.to_thread(read_utf8, src)
+                current = await asyncio.to_thread(read_utf8, workspace(ctx), src)
         else:
             if dst is not None and dst.exists() and dst not in writes:
                 raise ToolError(f"cannot create {fp.new}: it exists already")
@@ -239,14 +240,14 @@ async def apply_patch(ctx: ToolContext, patch: str) -> ToolResult:
         report.append(f"{verb} {relative(ctx, dst)} ({len(fp.hunks)} hunk"
                       f"{'s' if len(fp.hunks) > 1 else ''}, +{plus} -{minus})")
 
+    ws = workspace(ctx)
+
     def commit() -> None:
         for path, text in writes.items():
             if text is None:
-                path.unlink(missing_ok=True)
+                _fs.unlink(ws, path)
             else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with path.open("w", encoding="utf-8", newline="") as fh:
-                    fh.write(text)
+                write_utf8(ws, path, text)
 
     await asyncio.to_thread(commit)
     return ToolResult(ok=True, output="Applied the patch: " + "; ".join(report) + ".",
