@@ -74,8 +74,11 @@ def make_copy(task: Task, root: Path | None) -> Path:
     base.mkdir(parents=True, exist_ok=True, mode=0o700)
     sweep(base)
     made = Path(os.path.realpath(tempfile.mkdtemp(prefix=f"{task.name}-", dir=base)))
-    made.with_name(made.name + OWNER_SUFFIX).write_text(
-        f"{os.getpid()} {_start_time(os.getpid())}\n")
+    # written aside and renamed: a concurrent run's sweep (another thread) must never read a
+    # half-written mark, take the owner for dead and delete this live copy
+    tmp = made.with_name(made.name + ".owner-new")
+    tmp.write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
+    tmp.replace(made.with_name(made.name + OWNER_SUFFIX))
     return made
 
 

@@ -18,13 +18,21 @@ def register(sub: Any) -> None:
         "Two traces of the same task on two tiers: measured speedup, the speedup predicted "
         "from A alone (re-timed to B's tier profile), the prediction error, and per-step and "
         "per-category differences."))
-    p.add_argument("a", type=Path, help="trace of run A (the baseline)")
-    p.add_argument("b", type=Path, help="trace of run B (the faster tier)")
+    p.add_argument("a", type=Path, help="trace of run A (the baseline), or a suite folder")
+    p.add_argument("b", type=Path, help="trace of run B (the faster tier), or a suite folder")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=main)
 
 
 async def main(args: argparse.Namespace) -> int:
+    if args.a.is_dir() or args.b.is_dir():  # two suite folders (agentloop suite)
+        from agentloop.suite.compare import compare_suites, render_suite_compare, suite_compare_json
+        sc = await asyncio.to_thread(compare_suites, args.a, args.b)
+        if args.json:
+            emit_json(suite_compare_json(sc))
+        else:
+            print(render_suite_compare(sc))
+        return 0
     a = await asyncio.to_thread(load_quickly, args.a)
     b = await asyncio.to_thread(load_quickly, args.b)
     result = compare(build_graph(a), build_graph(b))

@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
         "Re-time the recorded dependency graph with new model durations (tools and framework "
         "gaps unchanged): predicted time, speedup, Amdahl ceiling, where the saving comes "
         "from, and the speedup curve as output speed grows."))
-    p.add_argument("trace", type=Path, help="trace file (JSONL)")
+    p.add_argument("trace", type=Path, help="trace file (JSONL), or a suite folder")
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--tier", help="predict on this tier's speed profile")
     how.add_argument("--speedup", type=float, metavar="K",
@@ -27,11 +27,15 @@ def register(sub: Any) -> None:
     p.add_argument("--tiers", type=Path, metavar="FILE", help="tiers file (with --tier)")
     p.add_argument("--prefill-speedup", type=float, default=1.0, metavar="P",
                    help="with --speedup: divide the measured base (queue+prefill) time by P")
+    p.add_argument("--concurrency", type=int, metavar="N", help=(
+        "with a suite folder: runs at once on the new tier (default: as the suite ran)"))
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=main)
 
 
 async def main(args: argparse.Namespace) -> int:
+    if args.trace.is_dir():  # a suite folder (agentloop suite): predicted wall time and cost
+        return await _suite(args)
     if args.tier is not None:
         if args.prefill_speedup != 1.0:
             raise ConfigError("--prefill-speedup goes with --speedup; a tier's profile already "
@@ -47,4 +51,19 @@ async def main(args: argparse.Namespace) -> int:
         emit_json(whatif_json(result))
     else:
         print(render_whatif(result))
+    return 0
+
+
+async def _suite(args: argparse.Namespace) -> int:
+    from agentloop.suite.compare import render_suite_whatif, suite_whatif, suite_whatif_json
+
+    if args.tier is None:
+        raise ConfigError("a suite folder is predicted on a tier: use --tier NAME")
+    tiers = await asyncio.to_thread(load_tiers, args.tiers)
+    tier = get_tier(tiers, args.tier, args.tiers or "tiers.toml")
+    w = await asyncio.to_thread(suite_whatif, args.trace, tier, args.concurrency)
+    if args.json:
+        emit_json(suite_whatif_json(w))
+    else:
+        print(render_suite_whatif(w))
     return 0

@@ -23,7 +23,14 @@ from typing import Any
 from agentloop.api import open_task, resolve_tier, run_task
 from agentloop.errors import AgentloopError, ConfigError
 from agentloop.runner import RunResult
-from agentloop.suite.records import TRACES, RunRecord, Suite, trace_figures, write_suite
+from agentloop.suite.records import (
+    TRACES,
+    RunRecord,
+    Suite,
+    finish,
+    trace_figures,
+    write_suite,
+)
 from agentloop.tasks import Task
 from agentloop.tiers import Tier
 from agentloop.trace.reader import load_trace
@@ -93,11 +100,11 @@ async def shared_simulator(jobs: Sequence[Job]) -> AsyncIterator[None]:
     """One simulator for every simulated run of the suite (runs take routes on it)."""
     from agentloop.sim.server import SHARED, SimServer
 
-    sim_jobs = [j for j in jobs if j.tier.simulated]
-    if not sim_jobs or SHARED.get() is not None:
+    profiles = [j.tier.profile for j in jobs if j.tier.simulated and j.tier.profile is not None]
+    if not profiles or SHARED.get() is not None:
         yield
         return
-    async with SimServer(profile=sim_jobs[0].tier.profile) as sim:
+    async with SimServer(profile=profiles[0]) as sim:  # each route brings its own profile
         token = SHARED.set(sim)
         try:
             yield
@@ -145,9 +152,9 @@ async def run_suite(paths: Sequence[str | Path], out: str | Path, *, tier: str |
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be at least 1 (got {concurrency})")
     jobs = plan_jobs(paths, tier=tier, tiers_file=tiers_file, repeat=repeat)
-    folder = Path(out).resolve()
+    folder = await asyncio.to_thread(Path(out).resolve)
     traces = folder / TRACES
-    traces.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(traces.mkdir, parents=True, exist_ok=True)
     state = Progress(len(jobs))
     records: list[RunRecord | None] = [None] * len(jobs)
     sem = asyncio.Semaphore(concurrency)
@@ -195,12 +202,12 @@ async def run_suite(paths: Sequence[str | Path], out: str | Path, *, tier: str |
 
     suite_t0 = state.started = time.perf_counter()
     try:
-        async with shared_simulator(jobs if remote is None else []):
-            async with asyncio.TaskGroup() as tg:
-                tick = tg.create_task(ticker())
-                work = [tg.create_task(one(i, j)) for i, j in enumerate(jobs)]
-                await asyncio.gather(*work)
-                tick.cancel()
+        async with shared_simulator(jobs if remote is None else []), \
+                asyncio.TaskGroup() as tg:
+            tick = tg.create_task(ticker())
+            work = [tg.create_task(one(i, j)) for i, j in enumerate(jobs)]
+            await asyncio.gather(*work)
+            tick.cancel()
     finally:
         if remote is not None:
             remote.close()
@@ -213,4 +220,4 @@ async def run_suite(paths: Sequence[str | Path], out: str | Path, *, tier: str |
                       any(j.tier.prices is not None and j.tier.prices.placeholder
                           for j in jobs))
         await asyncio.to_thread(write_suite, folder, suite)
-    return suite
+    return finish(suite)

@@ -1,0 +1,171 @@
+"""Suites: concurrent repeated runs on one shared simulator, their report, cost and cost limits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from agentloop.api import run_task
+from agentloop.cli import main
+from agentloop.cost import Prices, call_cost
+from agentloop.script import ScriptTurn
+from agentloop.sim.server import SimServer
+from agentloop.suite.records import RunRecord, load_suite, summarize_tasks
+from agentloop.suite.run import run_suite
+from agentloop.suite.stats import quantile
+from agentloop.tiers import SpeedProfile
+from agentloop.trace.reader import load_trace
+
+# a priced simulated tier, declared in the task files themselves (USD per million tokens)
+PRICED = """tiers:
+  sim-priced:
+    base_url: sim
+    model: sim-priced
+    profile: {base_latency_s: 0.05, prefill_tps: 100000, output_tps: 600}
+    prices: {input: 2.0, cached_input: 0.5, output: 8.0}
+"""
+
+
+def task_file(folder: Path, name: str, *, check: str = "python -c 'pass'", extra: str = "",
+              reasoning: int = 30) -> Path:
+    """A two-turn task: the model thinks, calls `think`, then answers; checked by ``check``."""
+    path = folder / f"{name}.yaml"
+    path.write_text(f"""name: {name}
+prompt: Answer the question.
+tools: [think]
+success: {{command: "{check}"}}
+script:
+  - reasoning_tokens: {reasoning}
+    text: Let me think about it.
+    tool_calls:
+      - {{name: think, arguments: {{thought: "the plan is simple"}}}}
+  - reasoning_tokens: {reasoning // 2}
+    text: The answer is forty-two.
+{extra}""")
+    return path
+
+
+async def test_a_failing_task_never_stops_the_others(tmp_path: Path) -> None:
+    """A task whose check fails is recorded as failed for each repeat; the other task passes."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    task_file(tasks, "good")
+    task_file(tasks, "bad", check="python -c 'raise SystemExit(3)'")
+    suite = await run_suite([tasks], tmp_path / "out", tier="sim-ultrafast", concurrency=4,
+                            repeat=2)
+    by = {(r.task, r.repeat): r for r in suite.runs}
+    assert {("bad", 1), ("bad", 2), ("good", 1), ("good", 2)} == set(by)
+    assert [True, True] == [by[("good", k)].passed for k in (1, 2)]
+    assert [False, False] == [by[("bad", k)].success for k in (1, 2)]
+    assert {"bad": 0, "good": 2} == {t.task: t.passed for t in summarize_tasks(suite.runs)}
+    assert suite.runs == load_suite(tmp_path / "out").runs
+    assert all((tmp_path / "out" / r.trace).is_file() for r in suite.runs if r.trace)
+
+
+async def test_a_run_that_cannot_start_is_its_own_failed_record(tmp_path: Path) -> None:
+    """A run whose setup command fails is an error record; the suite still runs the rest."""
+    task_file(tmp_path, "good")
+    broken = task_file(tmp_path, "broken")
+    broken.write_text(broken.read_text().replace("tools: [think]",
+                                                 "tools: [think]\nsetup: ['exit 7']"))
+    suite = await run_suite([tmp_path / "good.yaml", broken], tmp_path / "out",
+                            tier="sim-ultrafast", concurrency=2)
+    status = {r.task: (r.status, r.passed) for r in suite.runs}
+    assert ("ok", True) == status["good"]
+    assert "error" == status["broken"][0] and status["broken"][1] is False
+
+
+def test_medians_and_spreads_over_repeats() -> None:
+    """Per task: runs, passed, median and p10/p90 of wall time interpolate between repeats."""
+    def rec(k: int, elapsed: float, ok: bool = True) -> RunRecord:
+        return RunRecord("t", "t.yaml", k, "sim", "ok" if ok else "error", "", None, elapsed,
+                         2, None, 0.0, elapsed, output_tokens=100 * k)
+
+    runs = [rec(1, 4.0), rec(2, 1.0), rec(3, 2.0), rec(4, 3.0, ok=False), rec(5, 5.0)]
+    (t,) = summarize_tasks(runs)
+    assert (5, 4) == (t.runs, t.passed)
+    assert {"median": 3.0, "p10": 1.4, "p90": 4.6} == {k: round(v, 6) for k, v in
+                                                      t.wall_s.items()}
+    assert 300.0 == t.output_tokens["median"]
+    assert None is quantile([], 0.5)
+
+
+async def test_model_spans_carry_their_cost_at_the_tiers_prices(tmp_path: Path) -> None:
+    """Every model span's cost_usd is the tier's prices times its tokens; the suite sums them."""
+    task = task_file(tmp_path, "priced", extra=PRICED)
+    suite = await run_suite([task], tmp_path / "out", tier="sim-priced", repeat=2)
+    prices = Prices(2.0, 0.5, 8.0)
+    for r in suite.runs:
+        trace = load_trace(tmp_path / "out" / str(r.trace))
+        spans = trace.of_kind("model")
+        expected = [call_cost(prices, s.attrs["gen_ai.usage.input_tokens"],
+                              s.attrs["gen_ai.usage.cached_input_tokens"],
+                              s.attrs["gen_ai.usage.output_tokens"]) for s in spans]
+        assert expected == [s.attrs["cost_usd"] for s in spans]
+        assert r.cost_usd == pytest.approx(sum(e or 0 for e in expected), rel=1e-12)
+        assert r.cost_by_category is not None and r.cost_by_step is not None
+        assert r.cost_usd == pytest.approx(sum(r.cost_by_category.values()), rel=1e-12)
+        assert r.cost_usd == pytest.approx(sum(r.cost_by_step.values()), rel=1e-12)
+        assert r.output_tokens * 8.0 / 1e6 == pytest.approx(
+            r.cost_by_category["reasoning"] + r.cost_by_category["output"], rel=1e-12)
+    written = orjson.loads((tmp_path / "out" / "suite.json").read_bytes())["totals"]
+    assert sum(r.cost_usd or 0 for r in suite.runs) == pytest.approx(written["cost_usd"],
+                                                                    rel=1e-12)
+
+
+async def test_max_cost_usd_ends_the_run_with_status_budget(tmp_path: Path) -> None:
+    """A run past its task's max_cost_usd stops after that model call with status budget."""
+    task = task_file(tmp_path, "capped", extra=PRICED, reasoning=200)
+    task.write_text(task.read_text().replace("tools: [think]",
+                                             "tools: [think]\nlimits: {max_cost_usd: 0.0001}"))
+    result = await run_task(task, tier="sim-priced", trace_dir=tmp_path / "traces")
+    assert ("budget", 1) == (result.status, result.steps)
+    assert "cost limit of $0.0001 reached" in result.reason
+    end = load_trace(result.trace_path or "").end
+    assert end is not None and "budget" == end["status"]
+
+
+def test_suite_cli_prints_the_report_and_writes_suite_json(tmp_path: Path, capsys) -> None:
+    """`agentloop suite` prints per-task rows and totals and exits 1 when a run failed."""
+    task_file(tmp_path, "good")
+    task_file(tmp_path, "bad", check="python -c 'raise SystemExit(1)'")
+    code = main(["suite", str(tmp_path / "good.yaml"), str(tmp_path / "bad.yaml"), "--tier",
+                 "sim-ultrafast", "--repeat", "2", "--out", str(tmp_path / "out")])
+    out = capsys.readouterr()
+    assert 1 == code
+    assert "passed      2/4 (2 failed)" in out.out
+    assert "bad #1: ok:" in out.out
+    assert "suite  4/4 done" in out.err
+    data = json.loads((tmp_path / "out" / "suite.json").read_text())
+    assert [2, 0] == [t["passed"] for t in data["tasks"]]
+
+
+def test_suite_cli_bad_input_is_exit_2(tmp_path: Path, capsys) -> None:
+    """A missing task file or a bad --repeat is one message naming it, exit code 2."""
+    assert 2 == main(["suite", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "o")])
+    assert "nope.yaml: no such task file or folder" in capsys.readouterr().err
+    task_file(tmp_path, "good")
+    assert 2 == main(["suite", str(tmp_path / "good.yaml"), "--repeat", "0"])
+    assert "--repeat must be at least 1" in capsys.readouterr().err
+    assert 2 == main(["compare", str(tmp_path), str(tmp_path)])
+    assert "not a suite folder (no suite.json" in capsys.readouterr().err
+
+
+async def test_one_simulator_serves_each_route_its_own_script_and_pace() -> None:
+    """Two routes on one simulator answer with their own scripts; an ended route is a 404."""
+    fast, slow = SpeedProfile(0.0, 0, 1000.0), SpeedProfile(0.0, 0, 100.0)
+    body = {"model": "m", "input": [{"role": "user", "content": "hi"}]}
+    async with SimServer(profile=fast) as sim, httpx.AsyncClient() as http:
+        async with sim.route(fast, [ScriptTurn(text="one two three")]) as a, \
+                sim.route(slow, [ScriptTurn(text="four five")]) as b:
+            ra = await http.post(f"{a.base_url}/responses", json=body)
+            rb = await http.post(f"{b.base_url}/responses", json=body)
+            assert 2 == sim.routes
+        gone = await http.post(f"{a.base_url}/responses", json=body)
+    texts = [r.json()["output"][0]["content"][0]["text"] for r in (ra, rb)]
+    assert ["one two three", "four five"] == texts
+    assert (404, "unknown_route") == (gone.status_code, gone.json()["error"]["code"])
