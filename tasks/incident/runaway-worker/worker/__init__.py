@@ -1,0 +1,1 @@
+"""thumbs: the thumbnail worker (queue in, thumbnails out) and its on-call tooling."""
