@@ -20,6 +20,7 @@ from agentloop import workspace as ws
 from agentloop.context import RunContext, ToolSettings
 from agentloop.errors import ConfigError
 from agentloop.events import EventSink, Observer
+from agentloop.export import live_sinks
 from agentloop.protocols import ModelClient, Tool
 from agentloop.runner import Runner, RunResult
 from agentloop.script import ScriptTurn
@@ -147,7 +148,8 @@ async def run_task(task: Task | str | Path, *, tier: str | Tier | None = None,
                    client: ModelClient | None = None, tools: dict[str, Tool] | None = None,
                    observer: Observer | None = None, keep_workspace: bool = False,
                    script: list[ScriptTurn] | None = None,
-                   events: EventSink | None = None) -> RunResult:
+                   events: EventSink | None = None, otlp: str | None = None,
+                   ) -> RunResult:
     """Run one task to its end and return how it ended; the trace goes under ``trace_dir``.
 
     ``script`` replaces the task's scripted turns (replay); ``{workspace}`` in either becomes the
@@ -160,7 +162,8 @@ async def run_task(task: Task | str | Path, *, tier: str | Tier | None = None,
     plan = plan_run(task, tier=tier, tiers_file=tiers_file, trace_dir=trace_dir,
                     max_steps=max_steps, timeout_s=timeout_s)
     return await execute(plan, client=client, tools=tools, observer=observer,
-                         keep_workspace=keep_workspace, script=script, events=events)
+                         keep_workspace=keep_workspace, script=script, events=events,
+                         otlp=otlp)
 
 
 async def execute(plan: RunPlan, **kwargs: Any) -> RunResult:
@@ -178,7 +181,8 @@ async def _execute_in_env(plan: RunPlan, *, client: ModelClient | None = None,
                           tools: dict[str, Tool] | None = None,
                           observer: Observer | None = None, keep_workspace: bool = False,
                           script: list[ScriptTurn] | None = None,
-                          events: EventSink | None = None) -> RunResult:
+                          events: EventSink | None = None, otlp: str | None = None,
+                   ) -> RunResult:
     """Workspace and setup, client, trace, the loop, clean-up (the task env is active)."""
     task, the_tier, run_id, path = plan.task, plan.tier, plan.run_id, plan.trace_path
     registry = tool_registry() if tools is None else tools
@@ -202,7 +206,7 @@ async def _execute_in_env(plan: RunPlan, *, client: ModelClient | None = None,
                 model_client(the_tier, turns))
             # the trace and the run's clock start once the client is ready: simulator start-up
             # is not the run's time
-            sink = Pipeline([JsonlSink(path)],
+            sink = Pipeline([JsonlSink(path), *live_sinks(otlp)],  # otlp: issue 13
                             [redactor(secret_values()), truncator(MAX_TRACE_STRING)])
             stack.callback(sink.close)
             runner = Runner(task, the_client, registry, the_tier, Tracer(sink), ctx,

@@ -29,6 +29,8 @@ def register(sub: Any) -> None:
                    help="where the trace file goes (default: ./traces)")
     p.add_argument("--keep-workspace", action="store_true",
                    help="keep the run's working copy and print its path")
+    p.add_argument("--otlp", metavar="URL", help="also stream each span as it ends to this "
+                   "OTLP/HTTP collector (e.g. http://127.0.0.1:4318); never slows or fails the run")
     p.add_argument("-q", "--quiet", action="store_true", help="only the summary")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logs on stderr")
     p.set_defaults(func=main)
@@ -70,7 +72,7 @@ async def main(args: argparse.Namespace) -> int:
     result = await cancellable_on_sigterm(api.run_task(
         task, tier=tier, trace_dir=args.trace_dir, max_steps=args.max_steps,
         timeout_s=args.timeout, observer=Progress(out, args.quiet),
-        keep_workspace=args.keep_workspace))
+        keep_workspace=args.keep_workspace, otlp=args.otlp))
     if result is None:
         print("agentloop: terminated; the trace was closed with status cancelled",
               file=sys.stderr)
