@@ -255,6 +255,7 @@ class BwrapJail(Jail):
     def argv(self, bwrap: str, fd: int) -> list[str]:
         ws = str(self.spec.workspace)
         args = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--as-pid-1",
+                "--cap-drop", "ALL",
                 "--unshare-ipc", "--unshare-uts", "--hostname", "agentloop-jail"]
         if not self.spec.allow_network:
             args.append("--unshare-net")

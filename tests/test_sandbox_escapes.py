@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import socket
+import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -289,3 +293,165 @@ async def test_websocket_to_other_host_is_blocked(ctx: RunContext) -> None:
     r = await call(ctx, "browser_wait_for_text", text="closed", timeout_s=5)
     assert r.ok, r.output
     assert "ws://evil.test:9/x" in (await session(ctx)).blocked
+
+
+# -- hardlinks, special files, races, regex: the file tools ------------------------------------
+
+HARDLINK_CALLS: dict[str, dict[str, Any]] = {
+    "read_file": {"path": "hl"},
+    "write_file": {"path": "hl", "content": "pwned"},
+    "edit_file": {"path": "hl", "old_text": SECRET, "new_text": "pwned"},
+    "apply_patch": {"patch": f"--- a/hl\n+++ b/hl\n@@ -1 +1 @@\n-{SECRET}\n+pwned\n"},
+    "search": {"pattern": "SECRET", "path": "hl"},
+}
+
+
+@pytest.mark.parametrize("tool", sorted(HARDLINK_CALLS))
+async def test_hardlink_to_outside_is_refused(ctx: RunContext, tool: str) -> None:
+    """A hardlink in the workspace to a file outside is neither read nor written through."""
+    root = Path(ctx.workspace).parent
+    os.link(root / "outside.txt", Path(ctx.workspace) / "hl")
+    r = await call(ctx, tool, **HARDLINK_CALLS[tool])
+    assert SECRET not in r.output
+    assert tool == "search" or r.ok is False, r.output
+    assert (root / "outside.txt").read_text() == SECRET + "\n"
+
+
+FIFO_CALLS: dict[str, dict[str, Any]] = {
+    "read_file": {"path": "fifo"},
+    "write_file": {"path": "fifo", "content": "x"},
+    "edit_file": {"path": "fifo", "old_text": "a", "new_text": "b"},
+    "search": {"pattern": "x"},
+}
+
+
+@pytest.mark.parametrize("tool", sorted(FIFO_CALLS))
+async def test_fifo_never_blocks_a_file_tool(ctx: RunContext, tool: str) -> None:
+    """A FIFO in the workspace is refused (or skipped by search) at once; nothing blocks."""
+    os.mkfifo(Path(ctx.workspace) / "fifo")
+    started = time.monotonic()
+    r = await call(ctx, tool, **FIFO_CALLS[tool])
+    assert time.monotonic() - started < 2
+    assert (tool == "search") == r.ok, r.output
+    assert tool == "search" or "FIFO" in r.output
+
+
+async def test_catastrophic_regex_is_stopped(ctx: RunContext) -> None:
+    """A pattern that backtracks catastrophically elsewhere runs in linear time here."""
+    (Path(ctx.workspace) / "x.txt").write_text(("x" * 5000 + "\n") * 20)
+    started = time.monotonic()
+    r = await call(ctx, "search", pattern="(x+x+)+y")
+    assert time.monotonic() - started < 2
+    assert (True, True) == (r.ok, "no matches" in r.output)
+
+
+async def test_backreference_pattern_is_refused_not_run(ctx: RunContext) -> None:
+    """A pattern the linear-time engine cannot run is an error saying why, not a hang."""
+    (Path(ctx.workspace) / "a.txt").write_text("a" * 40 + "\n")
+    r = await call(ctx, "search", pattern=r"(a*)*\1b")
+    assert (False, True) == (r.ok, "RE2" in r.output)
+
+
+RACE_CALLS: dict[str, Callable[[int], dict[str, Any]]] = {
+    "read_file": lambda i: {"path": "sw/secret.txt"},
+    "write_file": lambda i: {"path": f"sw/pwned{i}.txt", "content": "x"},
+    "edit_file": lambda i: {"path": "sw/secret.txt", "old_text": SECRET, "new_text": "gone"},
+    "apply_patch": lambda i: {"patch": f"--- /dev/null\n+++ b/sw/pwned{i}.txt\n@@ -0,0 +1 @@\n+x\n"},
+    "search": lambda i: {"pattern": "SECRET", "path": "sw"},
+    "list_files": lambda i: {"path": "sw"},
+}
+
+
+@pytest.mark.parametrize("tool", sorted(RACE_CALLS))
+async def test_symlink_swap_race_never_wins(ctx: RunContext, tool: str) -> None:
+    """A folder swapped for a symlink out, over and over while the tool runs, never leads out."""
+    ws, root = Path(ctx.workspace), Path(ctx.workspace).parent
+    real = ws / "sw"
+    real.mkdir()
+    (real / "secret.txt").write_text("decoy " + "SECRET-looking " + "\n")
+    swapper = await asyncio.create_subprocess_exec(
+        sys.executable, "-c",
+        "import os, sys\nws, out = sys.argv[1], sys.argv[2]\n"
+        "def swap(a, b):\n"
+        "    try:\n        os.rename(ws + a, ws + b)\n    except OSError:\n        pass\n"
+        "os.symlink(out, ws + '/link')\n"
+        "while True:\n"
+        "    swap('/sw', '/real'); swap('/link', '/sw')\n"
+        "    swap('/sw', '/link'); swap('/real', '/sw')\n",
+        str(ws), str(root / "outside"))
+    try:
+        outputs = [(await call(ctx, tool, **RACE_CALLS[tool](i))).output for i in range(150)]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            swapper.kill()
+        await swapper.wait()
+    assert [] == [o for o in outputs if SECRET in o]
+    assert ["secret.txt"] == sorted(p.name for p in (root / "outside").iterdir())
+    assert (root / "outside" / "secret.txt").read_text() == SECRET + "\n"
+    assert not list(root.glob("pwned*")) and not list((root / "outside").glob("pwned*"))
+
+
+# -- the jail: processes, files, network, the agent itself --------------------------------------
+
+JAIL_REFUSALS = {
+    "read_only_root": "touch /usr/pwned-by-agent && echo ESCAPED",
+    "read_only_etc": "echo x >> /etc/hosts && echo ESCAPED",
+    "outside_workspace": "echo x > {root}/outside/pwned.txt && echo ESCAPED",
+    "outside_secret_dir": "ls {root}/outside >/dev/null && echo ESCAPED",
+    "internet": "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), 2)' "
+                "&& echo ESCAPED",
+    "host_address": "python3 -c 'import socket; socket.create_connection((\"{host_ip}\", 22), 2)' "
+                    "&& echo ESCAPED",
+    "host_loopback": "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", "
+                     "{host_port}), 2)' && echo ESCAPED",
+    "parent_environ": "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -q {secret} "
+                      "&& echo ESCAPED",
+    "parent_listed": "ps -eo args 2>/dev/null | grep -v grep | grep -q pytest && echo ESCAPED",
+    "stop_the_agent": "kill -STOP $PPID 1; kill -9 $PPID 1; kill -STOP -1; echo tried",
+    "raise_limits": "ulimit -u unlimited 2>/dev/null; ulimit -f unlimited && echo ESCAPED",
+    "mount_tmpfs": "mount -t tmpfs x /usr 2>/dev/null && echo ESCAPED",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(JAIL_REFUSALS))
+async def test_jail_holds(ctx: RunContext, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """A command cannot write the host, reach the network, see agentloop or stop it."""
+    jail = await ctx.the_jail()
+    assert jail.confined, jail.summary_line()
+    secret = "agentloop-planted-" + os.urandom(6).hex()
+    monkeypatch.setenv("OPENAI_API_KEY", secret)  # what a command would hunt in the parent
+    (Path(ctx.workspace).parent / "planted.env").write_text(secret)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    root = Path(ctx.workspace).parent
+    try:
+        command = JAIL_REFUSALS[kind].format(root=root, host_ip=_host_ip(), secret=secret,
+                                             host_port=listener.getsockname()[1])
+        r = await call(ctx, "run", command=command, timeout_s=10)
+    finally:
+        listener.close()
+    assert "ESCAPED" not in r.output, r.output
+    assert secret not in r.output
+    untouched_but(root, {"planted.env"})
+    after = await call(ctx, "run", command="echo alive")
+    assert (True, True) == (after.ok, "alive" in after.output)
+
+
+def _host_ip() -> str:
+    """A non-loopback address of this machine (the route to the outside), else a TEST-NET one."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))
+        return str(probe.getsockname()[0])
+    except OSError:
+        return "192.0.2.1"
+    finally:
+        probe.close()
+
+
+def untouched_but(root: Path, extra: set[str]) -> None:
+    """Like :func:`untouched`, allowing the named files the test itself put beside the workspace."""
+    assert sorted({"outside", "outside.txt", "ws"} | extra) == sorted(p.name for p in root.iterdir())
+    assert (root / "outside.txt").read_text() == SECRET + "\n"
+    assert ["secret.txt"] == sorted(p.name for p in (root / "outside").iterdir())

@@ -6,10 +6,9 @@ import asyncio
 import fnmatch
 import os
 import re
-import time
 from pathlib import Path
 
-import regex
+import re2
 
 from agentloop.errors import ToolError
 from agentloop.protocols import ToolContext
@@ -23,7 +22,6 @@ NOISE_DIRS = frozenset({".git", "__pycache__", "node_modules", ".venv", ".mypy_c
 MAX_READ_BYTES = 10_000_000  # beyond this read_file refuses: use search or a line range tool
 MAX_SEARCH_FILE_BYTES = 2_000_000
 MAX_LINE_CHARS = 500
-SEARCH_TIME_S = 10.0  # a pattern that needs longer (catastrophic backtracking) is stopped
 
 
 def _is_binary(head: bytes) -> bool:
@@ -183,9 +181,23 @@ async def list_files(ctx: ToolContext, path: str = ".", pattern: str | None = No
                       data={"path": relative(ctx, root), "entries": matched})
 
 
-def _search(ctx: ToolContext, rx: regex.Pattern[str], root: Path, glob: str | None,
+def compile_pattern(pattern: str, ignore_case: bool) -> re2._Regexp:
+    """``pattern`` for RE2: linear time in the text, so no pattern can hang a search."""
+    opts = re2.Options()
+    opts.log_errors = False  # a bad pattern is the model's error, reported in the result
+    opts.case_sensitive = not ignore_case
+    try:
+        return re2.compile(pattern, opts)
+    except re2.error as exc:
+        why = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(
+            exc.args[0], bytes) else str(exc)
+        raise ToolError(f"pattern {pattern!r} is not a valid regular expression for the "
+                        f"linear-time engine (RE2: no backreferences or lookaround): "
+                        f"{why}") from None
+
+
+def _search(ctx: ToolContext, rx: re2._Regexp, root: Path, glob: str | None,
             max_results: int) -> tuple[list[str], int, int, int]:
-    deadline = time.monotonic() + SEARCH_TIME_S
     ws = workspace(ctx)
     files = [root] if root.is_file() else [p for p in _walk(root, True)[0] if p.is_file()]
     hits: list[str] = []
@@ -210,13 +222,7 @@ def _search(ctx: ToolContext, rx: regex.Pattern[str], root: Path, glob: str | No
             continue
         scanned += 1
         for n, line in enumerate(raw.decode("utf-8", "replace").splitlines(), 1):
-            try:
-                found = rx.search(line, concurrent=True,
-                                  timeout=max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                raise ToolError(f"the pattern took more than {SEARCH_TIME_S:g} s (catastrophic "
-                                f"backtracking?); simplify it") from None
-            if found:
+            if rx.search(line):
                 total += 1
                 if len(hits) < max_results:
                     text = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " [...]"
@@ -229,16 +235,14 @@ async def search(ctx: ToolContext, pattern: str, path: str = ".", glob: str | No
     """Search workspace files for a regular expression; prints file:line: text for each match.
 
     Args:
-        pattern: regular expression (Python syntax), matched against each line.
+        pattern: regular expression (RE2 syntax: Python's without backreferences or
+            lookaround), matched against each line.
         path: file or folder to search, relative to the workspace.
         glob: only search files whose name or relative path matches this glob, e.g. '*.py'.
         ignore_case: match case-insensitively.
         max_results: stop listing after this many matches (all are still counted).
     """
-    try:
-        rx = regex.compile(pattern, regex.IGNORECASE if ignore_case else 0)
-    except (regex.error, ValueError, OverflowError) as exc:
-        raise ToolError(f"pattern {pattern!r} is not a valid regular expression: {exc}") from None
+    rx = compile_pattern(pattern, ignore_case)
     root = resolve_path(ctx, path)
     if not root.exists():
         raise ToolError(f"no such file or folder: {path!r}")
