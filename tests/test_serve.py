@@ -188,13 +188,14 @@ async def test_an_inline_task_runs(server: Server) -> None:
     ({"task": "no-such-task"}, "task"),
     ({"task": "../outside.yaml"}, "task"),
     ({"task": str(Path("/etc/passwd"))}, "task"),
-    ({"task": "quick", "limits": {"max_steps": 0}}, "limits.max_steps"),
-    ({"task": "quick", "limits": {"max_stepz": 3}}, "limits.max_stepz"),
-    ({"task": "quick", "tier": "no-such-tier"}, "tier"),
+    ({"task": "tasks/quick.yaml", "limits": {"max_steps": 0}}, "limits.max_steps"),
+    ({"task": "tasks/quick.yaml", "limits": {"max_stepz": 3}}, "limits.max_stepz"),
+    ({"task": "tasks/quick.yaml", "tier": "no-such-tier"}, "tier"),
+    ({"task": "tasks/missing.yaml"}, "task"),
     ({"task": {"name": "x"}}, "task.prompt"),
     ({"task": {"name": "x", "prompt": "p", "tools": ["rm_rf"]}}, "task.tools[0]"),
     ({"tier": "sim-fast"}, "task"),
-    ({"task": "quick", "colour": "red"}, "colour"),
+    ({"task": "tasks/quick.yaml", "colour": "red"}, "colour"),
 ])
 async def test_bad_requests_get_400_naming_the_field(server: Server, body: dict[str, Any],
                                                      field: str) -> None:
@@ -202,6 +203,16 @@ async def test_bad_requests_get_400_naming_the_field(server: Server, body: dict[
     r = await server.client.post("/v1/runs", json=body)
     assert 400 == r.status_code, r.text
     assert field == r.json()["error"]["field"]
+
+
+async def test_a_shipped_task_by_name_and_limits(server: Server) -> None:
+    """A shipped task is found by its name; limits in the request apply to the run."""
+    run_id = await server.submit({"task": "disk-full", "tier": "sim-ultrafast",
+                                  "limits": {"max_steps": 1}})
+    events = await server.all_events(run_id)
+    end = events[-1][1]["data"]
+    assert ("disk-full", "budget", 1) == ((await server.status(run_id))["task"], end["status"],
+                                          end["steps"])
 
 
 async def test_malformed_json_and_unknown_runs(server: Server) -> None:
@@ -233,9 +244,9 @@ async def test_queueing_at_the_limit_and_cancel(root: Path) -> None:
     cancelled and lets the second run to its end."""
     s = _start(root, "--concurrency", "1")
     try:
-        slow = await s.submit({"task": "slow"})
+        slow = await s.submit({"task": "tasks/slow.yaml"})
         await _wait_for(s, slow, "model_start")
-        quick = await s.submit({"task": "quick"})
+        quick = await s.submit({"task": "tasks/quick.yaml"})
         assert "queued" == (await s.status(quick))["status"]
         assert "running" == (await s.status(slow))["status"]
 
@@ -257,7 +268,7 @@ async def test_sigterm_cancels_runs_in_flight_and_closes_their_traces(root: Path
     """SIGTERM with a run in flight: the run is cancelled, its trace ends, the server exits 0."""
     s = _start(root)
     try:
-        slow = await s.submit({"task": "slow"})
+        slow = await s.submit({"task": "tasks/slow.yaml"})
         await _wait_for(s, slow, "model_start")
         trace = root / str((await s.status(slow))["trace"])
         s.proc.send_signal(signal.SIGTERM)

@@ -86,7 +86,7 @@ async def main(args: argparse.Namespace) -> int:
     book = RunBook(start_run, trace_dir=args.trace_dir, concurrency=args.concurrency,
                    tiers_file=tiers_file)
     service = Service(book, tasks_dir=args.tasks_dir, known_tools=set(api.tool_registry()),
-                      shipped=[], tiers_file=tiers_file,
+                      tiers_file=tiers_file,
                       check_tier=check_tier)
     app = build_app(service, token)
     sock = _bind(args.host, args.port)

@@ -70,9 +70,9 @@ class Service:
     """The request handlers, bound to one RunBook and the server's settings."""
 
     def __init__(self, book: RunBook, *, tasks_dir: Path, known_tools: set[str],
-                 shipped: list[Path], tiers_file: Path | None, check_tier: Any) -> None:
+                 tiers_file: Path | None, check_tier: Any) -> None:
         self.book, self.tasks_dir, self.known_tools = book, tasks_dir, known_tools
-        self.shipped, self.tiers_file, self.check_tier = shipped, tiers_file, check_tier
+        self.tiers_file, self.check_tier = tiers_file, check_tier
 
     def _run(self, request: Request) -> Run:
         run = self.book.runs.get(request.path_params["id"])
@@ -94,7 +94,7 @@ class Service:
         except orjson.JSONDecodeError as exc:
             return error(400, f"the body is not JSON: {exc}", field="")
         task, tier = task_from_request(body, tasks_dir=self.tasks_dir,
-                                       known_tools=self.known_tools, shipped=self.shipped)
+                                       known_tools=self.known_tools)
         self.check_tier(task, tier)
         run = self.book.submit(task, tier)
         return JSONResponse({"id": run.id, "status": run.status}, status_code=202,

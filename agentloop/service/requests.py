@@ -1,7 +1,7 @@
 """What a client may ask the service for: a run request parsed into a Task, or a 4xx naming the field.
 
 The task is a path (relative to the server's working directory, and inside its tasks folder),
-a shipped task's name, or an inline task object; an inline task and any ``limits`` go through
+a shipped task's name (:mod:`agentloop.shipped`), or an inline task object; an inline task and any ``limits`` go through
 the same validation as a task file, so an error names the field the same way.
 """
 
@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agentloop.errors import FileLocatedError, RequestError
+from agentloop.errors import FileLocatedError, RequestError, TaskFileError
+from agentloop.shipped import find_task, looks_like_name
 from agentloop.tasks import Limits, LimitsModel, Task, parse_task
 
 
@@ -33,26 +34,12 @@ def _first_error(exc: ValidationError, prefix: str = "") -> RequestError:
     return RequestError(f"field '{prefix}{loc}': {msg}", field=f"{prefix}{loc}")
 
 
-def _is_path(text: str) -> bool:
-    return "/" in text or text.endswith((".yaml", ".yml"))
-
-
 def _inside(path: Path, folder: Path) -> bool:
     return path.resolve().is_relative_to(folder.resolve())
 
 
-def find_named(name: str, tasks_dir: Path, shipped: list[Path]) -> Path | None:
-    """A task file by its name: first in the tasks folder, then among the shipped tasks."""
-    for folder_files in (sorted(tasks_dir.rglob("*.y*ml")) if tasks_dir.is_dir() else [],
-                         shipped):
-        for f in folder_files:
-            if f.stem == name:
-                return f
-    return None
-
-
-def task_from_request(body: Any, *, tasks_dir: Path, known_tools: set[str],
-                      shipped: list[Path]) -> tuple[Task, str | None]:
+def task_from_request(body: Any, *, tasks_dir: Path,
+                      known_tools: set[str]) -> tuple[Task, str | None]:
     """Validate a ``POST /v1/runs`` body; (the task with its limits applied, the tier asked for)."""
     if not isinstance(body, dict):
         raise RequestError("the body must be a JSON object: {\"task\": ..., \"tier\": ...}",
@@ -63,18 +50,19 @@ def task_from_request(body: Any, *, tasks_dir: Path, known_tools: set[str],
         raise _first_error(exc) from None
     if isinstance(req.task, dict):
         task = _inline(req.task, tasks_dir, known_tools)
-    elif _is_path(req.task):
+    elif not looks_like_name(req.task):
         path = Path(req.task)
         if path.is_absolute() or not _inside(Path.cwd() / path, tasks_dir):
             raise RequestError(f"field 'task': {req.task!r} is not inside the tasks folder "
                                f"{tasks_dir}", field="task")
         task = _load(Path.cwd() / path, known_tools)
     else:
-        found = find_named(req.task, tasks_dir, shipped)
-        if found is None:
-            raise RequestError(f"field 'task': no task named {req.task!r} (a path inside "
-                               f"{tasks_dir}, a shipped task's name, or an inline task object)",
-                               field="task")
+        try:
+            found = find_task(req.task)
+        except TaskFileError:
+            raise RequestError(f"field 'task': no shipped task named {req.task!r} (give a "
+                               f"shipped task's name, a path inside {tasks_dir}, or an inline "
+                               "task object)", field="task") from None
         task = _load(found, known_tools)
     return _with_limits(task, req.limits), req.tier
 

@@ -150,9 +150,13 @@ class RunBook:
         await run.started.wait()
         if run.handle is not None:
             async for ev in run.handle.events():
-                yield ev.kind, event_json(ev)
                 if ev.kind == "run_end":
+                    # the book's summary is final before a client sees the end, so a GET
+                    # right after run_end never says "running"
+                    await run.ended.wait()
+                    yield ev.kind, event_json(ev)
                     return
+                yield ev.kind, event_json(ev)
         # the run ended without a run_end event of its own (it never started, or crashed):
         # the stream still ends the way every stream does
         await run.ended.wait()
