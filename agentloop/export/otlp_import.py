@@ -1,0 +1,344 @@
+"""Another framework's OpenTelemetry GenAI spans (OTLP JSON) as an agentloop trace.
+
+The file is an ``ExportTraceServiceRequest`` in OTLP/JSON (one object, or one per line as a
+collector's file exporter writes them), parsed by protobuf's own JSON mapping into the OTLP
+message, so a malformed file is refused with the field at fault. Then, for one trace id:
+
+- the run is the ``invoke_agent`` span (``gen_ai.operation.name`` or the name), else the root;
+- model calls are ``chat`` spans (operation ``chat`` / ``text_completion`` /
+  ``generate_content``, or a name starting with ``chat ``): tokens from ``gen_ai.usage.*``,
+  models from ``gen_ai.request.model`` / ``gen_ai.response.model``, and the first chunk from
+  ``gen_ai.response.time_to_first_chunk`` when the framework recorded it;
+- tool calls are ``execute_tool`` spans; every other span is dropped and its children hang from
+  the nearest kept ancestor;
+- each model call opens a step, holding it and the tool calls that start before the next model
+  call (agentloop's own shape);
+- dependency edges are inferred: a span waits for the latest sibling (same kept parent) that
+  ended before it started; a step waits for the previous step. The header says so under
+  ``inferred``.
+
+What the spans do not say stays unknown (``unknown`` in the header and on each model span):
+the split of a call between queueing/prefill, hidden reasoning and visible decode when no
+first-token instant is recorded, and reasoning tokens when not reported. The analysis then books
+a model call's whole time before its end as base (nothing is invented to split it), so a what-if
+on a tier's profile re-times it fully while ``--speedup K`` leaves it as measured.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as GA
+
+from agentloop import __version__
+from agentloop.errors import TraceFileError
+from agentloop.trace import attrs as A
+from agentloop.trace.schema import end_record, end_span_record, header_record, start_record
+
+MODEL_OPS = frozenset({"chat", "text_completion", "generate_content"})
+# other spellings of the same counts (pydantic-ai's ``gen_ai.usage.details.*``, semconv's
+# ``cache_read``): the first one present is taken
+_ALIASES = ((A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, "gen_ai.usage.details.reasoning_tokens"),
+            (A.GEN_AI_USAGE_CACHED_INPUT_TOKENS, "gen_ai.usage.cache_read.input_tokens"))
+UNKNOWN_MODEL = ("timing.t_first_visible", "timing.t_last", "reasoning split")
+INFERRED = ("edges: a span waits for the latest sibling (same parent) that ended before it "
+            "started; a step waits for the previous step; steps: one per model call, with the "
+            "tool calls that start before the next")
+
+
+@dataclass(slots=True)
+class OtelSpan:
+    """One span of the file, decoded: ids as hex, times as epoch ns, attributes as values."""
+
+    trace_id: str
+    span_id: str
+    parent: str | None
+    name: str
+    t0: int
+    t1: int
+    attrs: dict[str, Any]
+    error: bool
+    status_message: str
+    resource: dict[str, Any]
+    children: list[OtelSpan] = field(default_factory=list)
+
+    @property
+    def operation(self) -> str:
+        op = self.attrs.get(GA.GEN_AI_OPERATION_NAME)
+        if isinstance(op, str) and op:
+            return op
+        return self.name.split(" ", 1)[0]
+
+
+def _value(v: Any) -> Any:
+    """An OTLP ``AnyValue`` (as parsed to a protobuf message) as a plain Python value."""
+    kind = v.WhichOneof("value")
+    if kind is None:
+        return None
+    x = getattr(v, kind)
+    if kind == "array_value":
+        return [_value(e) for e in x.values]
+    if kind == "kvlist_value":
+        return {kv.key: _value(kv.value) for kv in x.values}
+    if kind == "bytes_value":
+        return x.hex()
+    return x
+
+
+def _hex_ids_to_b64(obj: Any) -> None:
+    """OTLP/JSON spells ids in hex; protobuf's JSON mapping reads bytes as base64."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k in ("traceId", "spanId", "parentSpanId") and isinstance(v, str):
+                # not hex: already base64 (protobuf's own mapping), left as it is
+                with contextlib.suppress(ValueError):
+                    obj[k] = base64.b64encode(bytes.fromhex(v)).decode() if v else v
+            else:
+                _hex_ids_to_b64(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            _hex_ids_to_b64(v)
+
+
+def _requests(path: Path) -> Iterator[tuple[int, Any]]:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TraceFileError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        yield 1, orjson.loads(data)
+        return
+    except orjson.JSONDecodeError:
+        pass
+    for lineno, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise TraceFileError(f"{path}, line {lineno}: not JSON ({exc}); expected an OTLP "
+                                 f"ExportTraceServiceRequest per line or one for the file") from None
+
+
+def read_otlp_json(path: str | Path) -> list[OtelSpan]:
+    """Every span of an OTLP/JSON file, decoded; bad input names the file, line and field."""
+    from google.protobuf.json_format import ParseDict, ParseError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    p = Path(path)
+    out: list[OtelSpan] = []
+    for lineno, obj in _requests(p):
+        if not isinstance(obj, dict) or "resourceSpans" not in obj:
+            raise TraceFileError(f"{p}, line {lineno}: field 'resourceSpans' missing: not an "
+                                 f"OTLP ExportTraceServiceRequest in JSON")
+        _hex_ids_to_b64(obj)
+        try:
+            req = ParseDict(obj, ExportTraceServiceRequest())
+        except (ParseError, binascii.Error) as exc:
+            raise TraceFileError(f"{p}, line {lineno}: not a valid OTLP trace request: "
+                                 f"{exc}") from None
+        for rs in req.resource_spans:
+            res = {kv.key: _value(kv.value) for kv in rs.resource.attributes}
+            for ss in rs.scope_spans:
+                for s in ss.spans:
+                    out.append(OtelSpan(
+                        s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex() or None,
+                        s.name, int(s.start_time_unix_nano), int(s.end_time_unix_nano),
+                        {kv.key: _value(kv.value) for kv in s.attributes},
+                        s.status.code == 2, s.status.message, res))
+    if not out:
+        raise TraceFileError(f"{p}: no spans in the file")
+    return out
+
+
+def _kind(s: OtelSpan) -> str | None:
+    op = s.operation
+    if op == "invoke_agent" or s.name.startswith("invoke_agent") or s.name == "agent run":
+        return "run"
+    if op in MODEL_OPS or s.name.startswith("chat "):
+        return "model"
+    if op == "execute_tool" or s.name.startswith("execute_tool "):
+        return "tool"
+    return None
+
+
+def _int(v: Any) -> int | None:
+    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+class _Builder:
+    """Writes the agentloop records of one imported run, in start order."""
+
+    def __init__(self, t_origin: int) -> None:
+        self.t_origin = t_origin
+        self.records: list[tuple[int, int, dict[str, Any]]] = []  # (t, order, record)
+        self.n = 0
+
+    def rel(self, t: int) -> int:
+        return max(0, t - self.t_origin)
+
+    def span(self, sid: str, parent: str | None, kind: str, name: str, t0: int, t1: int,
+             after: list[str], start_attrs: dict[str, Any], end_attrs: dict[str, Any],
+             status: str) -> None:
+        self.n += 1
+        self.records.append((self.rel(t0), 2 * self.n,
+                             start_record(sid, parent, kind, name, self.rel(t0), after,
+                                          start_attrs)))
+        self.records.append((self.rel(t1), 2 * self.n + 1,
+                             end_span_record(sid, self.rel(t1), status, end_attrs)))
+
+
+def _model_attrs(s: OtelSpan, step: int, rel: Any) -> dict[str, Any]:
+    a = s.attrs
+    out: dict[str, Any] = {A.STEP: step, "unknown": list(UNKNOWN_MODEL)}
+    for k in (A.GEN_AI_REQUEST_MODEL, A.GEN_AI_RESPONSE_MODEL, A.GEN_AI_USAGE_INPUT_TOKENS,
+              A.GEN_AI_USAGE_OUTPUT_TOKENS, A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+              A.GEN_AI_USAGE_CACHED_INPUT_TOKENS, A.GEN_AI_RESPONSE_FINISH_REASONS,
+              GA.GEN_AI_PROVIDER_NAME, GA.GEN_AI_SYSTEM):
+        if a.get(k) is not None:
+            out[k] = a[k]
+    for ours, theirs in _ALIASES:
+        if ours not in out and a.get(theirs) is not None:
+            out[ours] = a[theirs]
+    for k in (A.GEN_AI_USAGE_INPUT_TOKENS, A.GEN_AI_USAGE_OUTPUT_TOKENS,
+              A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS):
+        if _int(out.get(k)) is None:  # the schema wants counts; a missing one is said unknown
+            out.pop(k, None)
+            out["unknown"].append(k)
+    timing: dict[str, Any] = {"t_send": rel(s.t0), "t_end": rel(s.t1)}
+    ttfc = a.get(A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK)
+    if isinstance(ttfc, int | float) and ttfc >= 0:
+        out[A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
+        timing["t_first"] = rel(min(s.t1, s.t0 + round(ttfc * 1e9)))
+    else:
+        out["unknown"].append(A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK)
+    out[A.TIMING] = timing
+    out[A.CALL_S] = (s.t1 - s.t0) / 1e9
+    return out
+
+
+def _tool_attrs(s: OtelSpan, step: int) -> dict[str, Any]:
+    a = s.attrs
+    name = a.get(A.GEN_AI_TOOL_NAME) or s.name.removeprefix("execute_tool ").strip() or "?"
+    out: dict[str, Any] = {A.STEP: step, A.GEN_AI_TOOL_NAME: str(name), A.OK: not s.error}
+    if a.get(A.GEN_AI_TOOL_CALL_ID) is not None:
+        out[A.GEN_AI_TOOL_CALL_ID] = str(a[A.GEN_AI_TOOL_CALL_ID])
+    args = a.get(GA.GEN_AI_TOOL_CALL_ARGUMENTS, a.get("tool_arguments"))
+    if args is not None:
+        out[A.ARGUMENTS] = args if isinstance(args, str) else orjson.dumps(args).decode()
+    res = a.get(GA.GEN_AI_TOOL_CALL_RESULT, a.get("tool_response"))
+    if res is not None:
+        out[A.OUTPUT] = res if isinstance(res, str) else orjson.dumps(res).decode()
+    return out
+
+
+def _pick_trace(spans: list[OtelSpan]) -> tuple[list[OtelSpan], list[str]]:
+    by_trace: dict[str, list[OtelSpan]] = {}
+    for s in spans:
+        by_trace.setdefault(s.trace_id, []).append(s)
+    ranked = sorted(by_trace.values(), key=lambda ss: (not any(_kind(s) == "run" for s in ss),
+                                                      min(s.t0 for s in ss)))
+    notes = [f"the file holds {len(ranked)} traces; imported the first agent run "
+             f"(trace {ranked[0][0].trace_id})"] if len(ranked) > 1 else []
+    return ranked[0], notes
+
+
+def import_otlp(path: str | Path, tier: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The agentloop trace records (header, spans, end) of the first agent run in an OTLP/JSON
+    file. ``tier``: the tier the spans ran on, if the caller knows it (its summary, with the
+    speed profile); else the tier is named after the model and its profile is unknown."""
+    spans, notes = _pick_trace(read_otlp_json(path))
+    by_id = {s.span_id: s for s in spans}
+    for s in spans:
+        if s.parent in by_id:
+            by_id[s.parent].children.append(s)
+    roots = [s for s in spans if s.parent not in by_id]
+    run = next((s for s in sorted(spans, key=lambda s: s.t0) if _kind(s) == "run"),
+               min(roots, key=lambda s: s.t0))
+    kept: list[tuple[OtelSpan, str]] = []  # (span, kind) under the run, in start order
+
+    def walk(s: OtelSpan) -> None:
+        for c in sorted(s.children, key=lambda c: c.t0):
+            k = _kind(c)
+            if k in ("model", "tool"):
+                kept.append((c, k))
+            if k != "tool":
+                walk(c)
+
+    walk(run)
+    kept.sort(key=lambda x: x[0].t0)
+    b = _Builder(run.t0)
+    models = [s for s, k in kept if k == "model"]
+    model_name = next((str(s.attrs.get(A.GEN_AI_RESPONSE_MODEL) or s.attrs.get(
+        A.GEN_AI_REQUEST_MODEL)) for s in models), "?")
+    agent = str(run.attrs.get(GA.GEN_AI_AGENT_NAME) or
+                run.name.removeprefix("invoke_agent").strip() or "agent")
+    the_tier = tier or {"name": model_name, "base_url": "", "model": model_name, "api": "",
+                        "api_key_env": None, "options": {}, "profile": None}
+    header = header_record(
+        clock={"wall": datetime.fromtimestamp(run.t0 / 1e9, UTC).isoformat(), "unit": "ns"},
+        run_id=f"otlp-{run.trace_id[:12]}", agentloop=__version__,
+        task={"name": agent, "prompt": "", "system": "", "source": str(path)},
+        tier=the_tier, tools=[], limits={},
+        imported={"format": "otlp-json", "trace_id": run.trace_id,
+                  "service": run.resource.get("service.name"), "spans": len(spans),
+                  "notes": notes},
+        inferred={"edges": INFERRED},
+        unknown=["per model call: " + ", ".join(UNKNOWN_MODEL) + " (no first-token instant)"])
+    b.span("s1", None, "run", f"invoke_agent {agent}", run.t0, run.t1, [], {},
+           {GA.GEN_AI_AGENT_NAME: agent}, "error" if run.error else "ok")
+    # steps: each model call opens one, holding the tools that start before the next call
+    steps: list[tuple[OtelSpan, list[OtelSpan]]] = []
+    for s, k in kept:
+        if k == "model":
+            steps.append((s, []))
+        elif steps:
+            steps[-1][1].append(s)
+    next_id = itertools.count(2)
+    prev_step: list[str] = []
+    done: list[tuple[int, str]] = []  # (end, agentloop id) of model/tool spans placed so far
+    for n, (m, tools) in enumerate(steps, start=1):
+        sid = f"s{next(next_id)}"
+        t_end = max([m.t1, *(t.t1 for t in tools)])
+        b.span(sid, "s1", "step", f"step {n}", m.t0, t_end, prev_step, {A.STEP: n}, {A.STEP: n},
+               "ok")
+        prev_step = [sid]
+        for s in (m, *tools):
+            aid = f"s{next(next_id)}"
+            before = [(e, x) for e, x in done if e <= s.t0]
+            after = [max(before)[1]] if before else []
+            kind = "model" if s is m else "tool"
+            attrs = _model_attrs(s, n, b.rel) if s is m else _tool_attrs(s, n)
+            if s.error:
+                attrs[A.ERROR] = s.status_message or "error"
+            name = s.name if s.name.startswith(("chat", "execute_tool")) else \
+                (f"chat {model_name}" if kind == "model" else f"execute_tool {attrs[A.GEN_AI_TOOL_NAME]}")
+            b.span(aid, sid, kind, name, s.t0, s.t1, after, {A.STEP: n}, attrs,
+                   "error" if s.error else "ok")
+            done.append((s.t1, aid))
+    out_tokens = sum(_int(m.attrs.get(A.GEN_AI_USAGE_OUTPUT_TOKENS)) or 0 for m, _ in steps)
+    end = end_record("error" if run.error else "ok", b.rel(run.t1),
+                     reason=f"imported from {Path(path).name}", steps=len(steps),
+                     totals={"output_tokens": out_tokens, "elapsed_s": (run.t1 - run.t0) / 1e9},
+                     success=None)
+    body = [r for _, _, r in sorted(b.records, key=lambda x: (x[0], x[1]))]
+    return [header, *body, end]
+
+
+def write_trace(records: list[dict[str, Any]], out: str | Path) -> Path:
+    """Write records as an agentloop JSONL trace file."""
+    p = Path(out)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    return p

@@ -1,0 +1,166 @@
+"""`agentloop import`: a real pydantic-ai agent's own OTel GenAI spans become an agentloop trace."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from agentloop.export.otlp import otlp_json, trace_spans
+from agentloop.trace.reader import load_trace
+from tests._venvs import venv
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests/data/otel"
+STANDARD = ROOT / "traces/reference/checkout-timeouts-sim-standard.jsonl"
+
+
+def agentloop(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agentloop.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def as_json(*args: str) -> Any:
+    r = agentloop(*args)
+    assert 0 == r.returncode, r.stderr
+    return json.loads(r.stdout)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pydantic_ai_spans(tier: str, out: Path) -> Path:
+    """Run the pydantic-ai agent against ``agentloop sim serve`` on ``tier``; its OTLP JSON."""
+    port = free_port()
+    sim = subprocess.Popen([sys.executable, "-m", "agentloop.cli", "sim", "serve", "--port",
+                            str(port), "--tier", tier, "--script",
+                            str(DATA / "incident_agent.yaml")], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}/v1"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{base}/models", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.1)
+        python = venv("pydantic-ai", "PYDANTIC_AI_VERSION") / "bin/python"
+        r = subprocess.run([str(python), str(DATA / "pydantic_ai_agent.py"), base, tier,
+                            str(out)], capture_output=True, text=True, timeout=120,
+                           env={"PATH": os.environ["PATH"], "HOME": str(out.parent)})
+        assert 0 == r.returncode, r.stderr
+    finally:
+        os.killpg(sim.pid, signal.SIGTERM)
+        sim.wait(10)
+    return out
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """The agent's spans on sim-standard and sim-ultrafast, imported as agentloop traces."""
+    d = tmp_path_factory.mktemp("pydantic-ai")
+    out = {}
+    for tier in ("sim-standard", "sim-ultrafast"):
+        spans = pydantic_ai_spans(tier, d / f"{tier}.otlp.json")
+        r = agentloop("import", str(spans), "-o", str(d / f"{tier}.jsonl"), "--tier", tier)
+        assert 0 == r.returncode, r.stderr
+        out[tier] = d / f"{tier}.jsonl"
+    yield out
+
+
+def test_spans_become_steps_of_model_and_tool_calls(imported: dict[str, Path]) -> None:
+    """Three chat spans open three steps; the tools follow their call, tokens come along."""
+    trace = load_trace(imported["sim-standard"])
+    steps = [[c.name for c in sorted(trace.children(s.id), key=lambda c: c.t0)]
+             for s in sorted(trace.of_kind("step"), key=lambda s: s.t0)]
+    first = min(trace.of_kind("model"), key=lambda s: s.t0).attrs
+    assert [["chat sim-standard", "execute_tool read_runbook"],
+            ["chat sim-standard", "execute_tool check_latency", "execute_tool check_latency"],
+            ["chat sim-standard"]] == steps
+    assert (33, 134, 120) == (first["gen_ai.usage.input_tokens"],
+                              first["gen_ai.usage.output_tokens"],
+                              first["gen_ai.usage.reasoning.output_tokens"])
+
+
+def test_edges_are_inferred_and_unknowns_said(imported: dict[str, Path]) -> None:
+    """Each call waits for the latest span that ended before it; the header says what is guessed."""
+    trace = load_trace(imported["sim-standard"])
+    spans = sorted(trace.spans.values(), key=lambda s: s.t0)
+    second_chat = [s for s in spans if s.kind == "model"][1]
+    read = next(s for s in spans if s.name == "execute_tool read_runbook")
+    latencies = [s for s in spans if s.name == "execute_tool check_latency"]
+    third_chat = [s for s in spans if s.kind == "model"][2]
+    latest = max(latencies, key=lambda s: s.t1 or 0)
+    assert [read.id] == second_chat.after
+    assert [second_chat.id] * 2 == [s.after[0] for s in latencies]
+    assert [latest.id] == third_chat.after
+    assert "edges" in trace.header["inferred"]
+    assert {"gen_ai.response.time_to_first_chunk", "timing.t_first_visible"} <= set(
+        second_chat.attrs["unknown"])
+
+
+def test_report_and_whatif_on_the_imported_run(imported: dict[str, Path]) -> None:
+    """report: 3 steps, one of the two parallel probes on the path; whatif: faster, > 3x."""
+    report = as_json("report", str(imported["sim-standard"]), "--json")
+    whatif = as_json("whatif", str(imported["sim-standard"]), "--tier", "sim-ultrafast",
+                     "--json")
+    probes = report["categories"]["tool:check_latency"]
+    assert 3 == len(report["steps"])
+    assert 2 == round(probes["busy_s"] / probes["critical_s"])
+    assert whatif["speedup"] > 3
+    assert whatif["predicted_s"] < report["measured_s"]
+
+
+def test_compare_predicts_the_real_ultrafast_run(imported: dict[str, Path]) -> None:
+    """The prediction from the imported standard run lands within 25% of the real ultrafast one."""
+    c = as_json("compare", str(imported["sim-standard"]), str(imported["sim-ultrafast"]),
+                "--json")
+    assert abs(c["error_pct"]) < 25, c
+    assert c["measured_speedup"] > 2.5
+
+
+def test_own_export_round_trips_to_the_same_figures(tmp_path: Path) -> None:
+    """agentloop's own OTLP JSON (hex ids), imported, gives the recorded run's what-if figure."""
+    spans = tmp_path / "ref.otlp.json"
+    spans.write_bytes(orjson.dumps(otlp_json(trace_spans(load_trace(STANDARD)))))
+    back = tmp_path / "ref.jsonl"
+    r = agentloop("import", str(spans), "-o", str(back), "--tier", "sim-standard")
+    original = as_json("whatif", str(STANDARD), "--tier", "sim-ultrafast", "--json")
+    imported = as_json("whatif", str(back), "--tier", "sim-ultrafast", "--json")
+    assert 0 == r.returncode, r.stderr
+    assert round(original["measured_s"], 3) == round(imported["measured_s"], 3)
+    assert abs(original["predicted_s"] - imported["predicted_s"]) < 0.05
+
+
+def test_bad_input_names_the_file_and_field(tmp_path: Path) -> None:
+    """A file that is not OTLP JSON, or a span with a bad field, is exit 2 with a located message."""
+    not_otlp = tmp_path / "other.json"
+    not_otlp.write_text('{"traceEvents": []}')
+    bad_field = tmp_path / "bad.json"
+    bad_field.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [
+        {"traceId": "00" * 16, "spanId": "11" * 8, "name": "chat x",
+         "startTimeUnixNano": "soon"}]}]}]}))
+    r1 = agentloop("import", str(not_otlp), "-o", str(tmp_path / "t1.jsonl"))
+    r2 = agentloop("import", str(bad_field), "-o", str(tmp_path / "t2.jsonl"))
+    assert (2, True, True) == (r1.returncode, str(not_otlp) in r1.stderr,
+                               "resourceSpans" in r1.stderr)
+    assert (2, True, True) == (r2.returncode, str(bad_field) in r2.stderr,
+                               "startTimeUnixNano" in r2.stderr)
+    assert "Traceback" not in r1.stderr + r2.stderr
