@@ -28,7 +28,8 @@ RUNBOOK = "checkout-api: every upstream timeout must cover that upstream's p99 l
 P99_MS = {"payment": 870, "inventory": 140}
 
 
-async def main(base_url: str, model: str, out: str) -> None:
+async def main(base_url: str, model: str) -> str:
+    """Run the agent once; the OTLP JSON of its spans."""
     spans = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "incident-agent"}))
     provider.add_span_processor(SimpleSpanProcessor(spans))
@@ -52,10 +53,10 @@ async def main(base_url: str, model: str, out: str) -> None:
 
     result = await agent.run("PAGE: checkout 5xx since the last config change. Find out why.")
     provider.force_flush()
-    with open(out, "w") as f:
-        f.write(MessageToJson(encode_spans(spans.get_finished_spans())))
     print(result.output)
+    return MessageToJson(encode_spans(spans.get_finished_spans()))
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:4]))
+    with open(sys.argv[3], "w") as f:
+        f.write(asyncio.run(main(sys.argv[1], sys.argv[2])))
