@@ -12,6 +12,7 @@ from typing import Any, TextIO, TypeVar
 
 from agentloop import api
 from agentloop.log import configure
+from agentloop.trace.redact import redactor
 
 T = TypeVar("T")
 
@@ -41,6 +42,7 @@ class Progress:
 
     def __init__(self, out: TextIO, quiet: bool = False) -> None:
         self.out, self.quiet = out, quiet
+        self.redact = redactor()  # the trace's redactor: a secret a tool printed stays hidden
 
     def __call__(self, event: str, data: dict[str, Any]) -> None:
         if self.quiet:
@@ -58,7 +60,7 @@ class Progress:
             self.line(f"          {data['name']:<21} {data['seconds']:7.3f} s  {mark}  {first}")
 
     def line(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        print(self.redact.text(text), file=self.out, flush=True)
 
 
 async def main(args: argparse.Namespace) -> int:

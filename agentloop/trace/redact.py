@@ -1,11 +1,22 @@
-"""Record processors run before any sink: secrets out, oversized strings cut."""
+"""The one redactor for everything shown or written (trace, logs, terminal), and the truncator.
+
+:class:`Redactor` knows the secret values it holds (the values of environment variables named
+like secrets) in the forms a command can turn them into: verbatim, base64 (standard and URL-safe,
+at any of the three byte alignments, so a secret inside a longer encoded text is found too),
+hex (either case), reversed, and URL-encoded. Besides those it hides bearer tokens, ``sk-``
+keys, the password of a URL (``scheme://user:PASSWORD@host``) and the value of any
+``NAME=value`` / ``NAME: value`` whose name looks secret. One instance serves the trace pipeline,
+the log processor and the terminal's progress lines (:meth:`Redactor.text`).
+"""
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 Processor = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -13,21 +24,69 @@ SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{8,}")
 _SK = re.compile(r"\bsk-[A-Za-z0-9_\-]{12,}")
 REDACTED = "[REDACTED]"
+MIN_SECRET = 6  # shorter values are not worth hiding (and would blot out ordinary words)
 
 
 def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     """Values of environment variables whose names look secret (long enough to be worth hiding)."""
     env = os.environ if environ is None else environ
-    return sorted({v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= 6},
+    return sorted({v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= MIN_SECRET},
                   key=len, reverse=True)
 
 
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s:/?#@]*:)([^\s@/?#]+)(@)")
+# NAME=value where NAME ends in a secret word (max_tokens=... is not one: plural)
+_NAMED_VALUE = re.compile(r"(?i)\b([A-Z0-9_.\-]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)"
+                          r"\b[\"']?\s*[=:]\s*[\"']?)([^\s\"',;&]{6,})")
+
+
+def _base64_cores(raw: bytes) -> list[str]:
+    """The base64 text that encodes ``raw`` at each of the three alignments, whatever surrounds it."""
+    out = []
+    for shift in range(3):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            enc = encode(b"\0" * shift + raw).decode("ascii")
+            start = -(-8 * shift // 6)  # first char made of the secret's bits only
+            end = (8 * (shift + len(raw))) // 6  # one past the last such char
+            core = enc[start:end]
+            if len(core) >= MIN_SECRET:
+                out.append(core)
+    return out
+
+
+def variants(secret: str) -> set[str]:
+    """Every form of ``secret`` the redactor hides."""
+    raw = secret.encode("utf-8")
+    found = {secret, secret[::-1], raw.hex(), raw.hex().upper(), quote(secret, safe=""),
+             quote_plus(secret), *_base64_cores(raw)}
+    return {v for v in found if len(v) >= MIN_SECRET}
+
+
+class Redactor:
+    """Hides known secret values (in their common encodings) and secret-shaped text."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        needles = sorted({v for s in secrets if len(s) >= MIN_SECRET for v in variants(s)},
+                         key=len, reverse=True)  # longest first: a value inside another
+        self._known = re.compile("|".join(map(re.escape, needles))) if needles else None
+
+    def text(self, text: str) -> str:
+        """``text`` with every secret in it replaced by ``[REDACTED]``."""
+        if self._known is not None:
+            text = self._known.sub(REDACTED, text)
+        text = _URL_PASSWORD.sub(r"\1" + REDACTED + r"\3", text)
+        text = _NAMED_VALUE.sub(r"\1" + REDACTED, text)
+        text = _BEARER.sub(r"\1" + REDACTED, text)
+        return _SK.sub(REDACTED, text)
+
+    def __call__(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A trace record with every string in it redacted (a pipeline processor)."""
+        return _map_strings(record, self.text, ("authorization", "api_key"))
+
+
 def scrub_text(text: str, secrets: Iterable[str]) -> str:
-    for s in secrets:
-        if s in text:
-            text = text.replace(s, REDACTED)
-    text = _BEARER.sub(r"\1" + REDACTED, text)
-    return _SK.sub(REDACTED, text)
+    """``text`` redacted against ``secrets`` (build a :class:`Redactor` once for many texts)."""
+    return Redactor(secrets).text(text)
 
 
 def _map_strings(obj: Any, fn: Callable[[str], str], hide_keys: tuple[str, ...] = ()) -> Any:
@@ -42,14 +101,9 @@ def _map_strings(obj: Any, fn: Callable[[str], str], hide_keys: tuple[str, ...] 
     return obj
 
 
-def redactor(secrets: Iterable[str]) -> Processor:
-    """Replace known secret values, bearer tokens and sk- keys anywhere in a record."""
-    values = list(secrets)
-
-    def process(record: dict[str, Any]) -> dict[str, Any]:
-        return _map_strings(record, lambda s: scrub_text(s, values), ("authorization", "api_key"))
-
-    return process
+def redactor(secrets: Iterable[str] | None = None) -> Redactor:
+    """The redactor for ``secrets`` (default: this process's secret-named environment values)."""
+    return Redactor(secret_values() if secrets is None else secrets)
 
 
 def truncator(max_chars: int) -> Processor:
