@@ -1,7 +1,6 @@
-from pathlib import Path
+import tomllib
 
 from ops.disk_budget import ROOT, daily_mb, parse_conf, problems
-import tomllib
 
 
 def budget():

@@ -5,7 +5,6 @@ import subprocess
 import sys
 import tempfile
 from html.parser import HTMLParser
-from pathlib import Path
 
 from probes.collect import ROOT, results
 
