@@ -5,6 +5,10 @@ first step whose tool result differs from the recording in a way that would chan
 request. Workspace paths and durations printed by test runners are normalised before comparing,
 so a replay in a new working folder does not diverge on those alone. ``offline`` feeds the
 recorded tool outputs instead: no side effects, nothing to diverge.
+
+A replay always talks to the embedded simulator, whatever tier the trace (or ``--tier``) names: a
+real endpoint's tier is replayed as a simulated tier with its speed profile, so no model request
+ever leaves the machine (the recorded conversation is not sent anywhere).
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ import orjson
 
 from agentloop import api
 from agentloop.errors import TraceFileError
+from agentloop.events import EventSink
 from agentloop.protocols import Tool
 from agentloop.runner import Observer, RunResult
 from agentloop.script import ScriptTurn
 from agentloop.tasks import Task, load_task
-from agentloop.tiers import Tier
+from agentloop.tiers import SIM, SpeedProfile, Tier
 from agentloop.trace.reader import SpanRecord, Trace, load_trace
 from agentloop.types import ToolResult, ToolSpec
 
@@ -160,10 +165,24 @@ def task_of(trace: Trace) -> Task:
     return replace(task, tools=tools, finish_tool=finish)
 
 
+def simulated(tier: Tier, trace: Trace) -> Tier:
+    """``tier`` as served by the embedded simulator (its profile, else the recording's)."""
+    if tier.simulated:
+        return tier
+    profile = tier.profile
+    recorded = (trace.header.get("tier") or {}).get("profile") or {}
+    if profile is None and recorded:
+        profile = SpeedProfile(base_latency_s=float(recorded["base_latency_s"]),
+                               prefill_tps=float(recorded["prefill_tps"]),
+                               output_tps=float(recorded["output_tps"]))
+    return replace(tier, base_url=SIM, api_key_env=None, profile=profile)
+
+
 async def replay(trace_path: str | Path, *, tier: str | Tier | None = None,
                  tiers_file: str | Path | None = None, offline: bool = False,
                  until_step: int | None = None, trace_dir: str | Path = "traces",
-                 observer: Observer | None = None) -> ReplayResult:
+                 observer: Observer | None = None,
+                 events: EventSink | None = None) -> ReplayResult:
     """Re-run a recorded trace's model turns at ``tier`` (default: the recorded tier)."""
     trace = load_trace(trace_path)
     turns = recorded_turns(trace)
@@ -176,8 +195,9 @@ async def replay(trace_path: str | Path, *, tier: str | Tier | None = None,
         task = replace(task, workspace=None, setup=(), success_command=None)
     task = replace(task, limits=replace(task.limits, max_steps=len(turns)))
     tier = tier or (trace.header.get("tier") or {}).get("name")
+    the_tier = simulated(api.resolve_tier(task, tier, tiers_file), trace)
     tools: dict[str, Tool] | None = dict(recorded_tools(trace)) if offline else None
-    result = await api.run_task(task, tier=tier, tiers_file=tiers_file, trace_dir=trace_dir,
-                                tools=tools, observer=observer, script=turns)
+    result = await api.run_task(task, tier=the_tier, trace_dir=trace_dir,
+                                tools=tools, observer=observer, script=turns, events=events)
     found = [] if offline else divergences(trace, load_trace(result.trace_path or ""))
     return ReplayResult(result, found)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import orjson
@@ -95,3 +96,53 @@ def test_replay_of_a_non_trace_is_a_clear_error(tmp_path: Path,
     bad.write_text("hello\n")
     assert 2 == main(["replay", str(bad)])
     assert "bad.jsonl, line 1" in capsys.readouterr().err
+
+
+class LoggingEndpoint:
+    """A real HTTP server on loopback that records every request it gets (and answers 500)."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        self.server: asyncio.Server | None = None
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            self.requests.append(head.split(b"\r\n")[0].decode())
+            writer.write(b"HTTP/1.1 500 Oops\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+
+@pytest.mark.parametrize("offline", [True, False])
+async def test_replay_never_contacts_the_traced_endpoint(recorded: Path, tmp_path: Path,
+                                                         offline: bool) -> None:
+    """A trace whose tier names a real endpoint replays on the simulator: the endpoint gets
+    no request, offline or not."""
+    endpoint = LoggingEndpoint()
+    async with endpoint as url:
+        lines = recorded.read_bytes().splitlines()
+        header = orjson.loads(lines[0])
+        header["tier"].update(name="remote-logged", base_url=url, api_key_env="REMOTE_KEY")
+        trace = tmp_path / "remote.jsonl"
+        trace.write_bytes(b"\n".join([orjson.dumps(header), *lines[1:]]) + b"\n")
+        tiers = tmp_path / "tiers.toml"
+        tiers.write_text(f'[tiers.remote-logged]\nbase_url = "{url}"\nmodel = "m"\n'
+                         f'api = "responses"\napi_key_env = "REMOTE_KEY"\n'
+                         f"profile = {{ base_latency_s = 0.01, prefill_tps = 100000, "
+                         f"output_tps = 2000 }}\n")
+        res = await replay(trace, tiers_file=tiers, offline=offline, trace_dir=tmp_path / "out")
+    assert ([], "ok") == (endpoint.requests, res.run.status)
+    assert "sim" == load_trace(res.run.trace_path or "").header["tier"]["base_url"]
