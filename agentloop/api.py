@@ -91,6 +91,9 @@ async def model_client(tier: Tier, script: list[ScriptTurn] | None = None,
     from agentloop.sim import SimServer
     from agentloop.sim.server import SHARED
 
+    if tier.profile is None:  # tier files refuse this; a Tier built in code may still lack it
+        raise ConfigError(f"tier '{tier.name}' is simulated (base_url \"sim\") but has no "
+                          "speed profile to pace its answers: give it a profile")
     shared = SHARED.get()  # a suite's one simulator (agentloop.suite): this run takes a route
     async with (SimServer(profile=tier.profile, script=script or None) if shared is None
                 else shared.route(tier.profile, script or None)) as sim:

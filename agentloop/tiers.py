@@ -7,13 +7,19 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agentloop.clients._wire import RESERVED_BODY_KEYS
 from agentloop.cost import Prices
-from agentloop.errors import TierFileError
+from agentloop.errors import ConfigError, TierFileError
 
 SIM = "sim"  # base_url of the embedded simulator
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_KEY_PREFIX = re.compile(r"(?i)^(sk|gsk|csk|xai|hf|ghp|github_pat|pk|rk|key)[-_]|^AIza")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+REDACTED = "***"  # what a header value becomes in a trace header or listing
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +35,15 @@ class SpeedProfile:
         return self.base_latency_s + prefill + output_tokens / self.output_tps
 
 
+def looks_like_key(value: str) -> bool:
+    """Whether ``value`` (meant to name an environment variable) looks like an API key itself."""
+    v = value.strip()
+    if _KEY_PREFIX.search(v):
+        return True
+    return (len(v) >= 20 and re.search(r"[a-z]", v) is not None and re.search(r"\d", v) is not None
+            and not re.fullmatch(r"[A-Z0-9_]+", v))
+
+
 @dataclass(frozen=True, slots=True)
 class Tier:
     """One model tier. ``api_key_env`` names an environment variable; the key is never stored."""
@@ -37,7 +52,7 @@ class Tier:
     base_url: str
     model: str
     api: Literal["responses", "chat"]
-    profile: SpeedProfile
+    profile: SpeedProfile | None  # None: not measured yet (`agentloop probe --tier NAME --write`)
     api_key_env: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
     stall_timeout_s: float = 30.0  # longest silence in a stream before the attempt is retried
@@ -52,28 +67,59 @@ class Tier:
         """The tier as written into a trace header (no secrets: only the variable's name)."""
         return {
             "name": self.name, "base_url": self.base_url, "model": self.model, "api": self.api,
-            "api_key_env": self.api_key_env, "options": dict(self.options),
+            "api_key_env": self.api_key_env, "options": public_options(self.options),
             "stall_timeout_s": self.stall_timeout_s, "max_attempts": self.max_attempts,
-            "profile": {"base_latency_s": self.profile.base_latency_s,
-                        "prefill_tps": self.profile.prefill_tps,
-                        "output_tps": self.profile.output_tps},
+            "profile": None if self.profile is None else {
+                "base_latency_s": self.profile.base_latency_s,
+                "prefill_tps": self.profile.prefill_tps,
+                "output_tps": self.profile.output_tps},
             "prices": self.prices.summary() if self.prices is not None else None,
         }
 
 
+def public_options(options: dict[str, Any]) -> dict[str, Any]:
+    """A tier's options as traces and listings show them: extra header values redacted."""
+    out = dict(options)
+    if out.get("extra_headers"):
+        out["extra_headers"] = dict.fromkeys(out["extra_headers"], REDACTED)
+    return out
+
+
 class _Profile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    base_latency_s: float = Field(ge=0)
-    prefill_tps: float = Field(ge=0)
-    output_tps: float = Field(gt=0)
+    # finite and bounded: a duration computed from these (what-if, pacing) stays finite in ns
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    base_latency_s: float = Field(ge=0, le=86400)
+    prefill_tps: float = Field(ge=0, le=1e12)
+    output_tps: float = Field(ge=1e-3, le=1e9)
 
 
 class _Options(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    reasoning_summary: Literal["auto", "concise", "detailed"] | None = None  # Responses only
     service_tier: str | None = None
     max_output_tokens: int | None = Field(default=None, gt=0)
     temperature: float | None = Field(default=None, ge=0, le=2)
+    extra_body: dict[str, Any] | None = None  # merged into every request body
+    extra_headers: dict[str, str] | None = None  # sent with every request; values redacted
+
+    @field_validator("extra_body")
+    @classmethod
+    def _body_keys(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        bad = sorted(set(v or ()) & RESERVED_BODY_KEYS)
+        if bad:
+            raise ValueError(f"extra_body may not set {', '.join(bad)} (agentloop sets them)")
+        return v
+
+    @field_validator("extra_headers")
+    @classmethod
+    def _headers(cls, v: dict[str, str] | None) -> dict[str, str] | None:
+        for name, value in (v or {}).items():
+            if not _HEADER_NAME.fullmatch(name):
+                raise ValueError(f"extra_headers: {name!r} is not a valid HTTP header name")
+            if "\r" in value or "\n" in value:
+                raise ValueError(f"extra_headers: the value of {name!r} holds a line break")
+        return v
 
 
 class _Prices(BaseModel):
@@ -85,16 +131,50 @@ class _Prices(BaseModel):
 
 
 class _TierModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     base_url: str
     model: str
     api: Literal["responses", "chat"] = "responses"
     api_key_env: str | None = None
     options: _Options = _Options()
-    profile: _Profile
+    profile: _Profile | None = None  # optional: `agentloop probe --tier NAME --write` measures it
     stall_timeout_s: float = Field(default=30.0, gt=0)
     max_attempts: int = Field(default=4, ge=1, le=20)
     prices: _Prices | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if v == SIM:
+            return v
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            got = f"scheme '{parts.scheme}'" if parts.scheme else "no scheme"
+            raise ValueError(f'base_url must be "{SIM}" or an http:// or https:// URL with a '
+                             f"host, such as https://api.openai.com/v1 ({got})")
+        return v
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_name(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if looks_like_key(v):  # never echo it: it is probably the key itself
+            raise ValueError("this looks like an API key, not the name of an environment "
+                             "variable (its value is not shown): put the key in a variable, "
+                             "e.g. export OPENAI_API_KEY=..., and write that variable's name here")
+        if not _ENV_NAME.fullmatch(v):
+            raise ValueError("must be the name of an environment variable (letters, digits, "
+                             "underscores; not starting with a digit)")
+        return v
+
+    @model_validator(mode="after")
+    def _sim_needs_profile(self) -> _TierModel:
+        if self.base_url == SIM and self.profile is None:
+            raise ValueError('a simulated tier (base_url = "sim") needs a profile to pace its '
+                             "answers, e.g. profile = { base_latency_s = 0.3, prefill_tps = "
+                             "20000, output_tps = 60 }")
+        return self
 
 
 def _line_of(text: str, tier: str, key: str | None) -> int | None:
@@ -135,7 +215,7 @@ def parse_tiers(data: dict[str, Any], source: str | Path, text: str = "") -> dic
             api_key_env=m.api_key_env, stall_timeout_s=m.stall_timeout_s,
             max_attempts=m.max_attempts,
             options={k: v for k, v in m.options.model_dump().items() if v is not None},
-            profile=SpeedProfile(**m.profile.model_dump()),
+            profile=None if m.profile is None else SpeedProfile(**m.profile.model_dump()),
             prices=None if m.prices is None else Prices(
                 m.prices.input, m.prices.input if m.prices.cached_input is None
                 else m.prices.cached_input, m.prices.output, m.prices.placeholder),
@@ -143,12 +223,24 @@ def parse_tiers(data: dict[str, Any], source: str | Path, text: str = "") -> dic
     return out
 
 
-def load_tiers_file(path: Path) -> dict[str, Tier]:
-    """Read one tiers TOML file."""
+def read_text(path: Path) -> str:
+    """A tiers file's text; unreadable or not UTF-8 is a TierFileError naming file and line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise TierFileError(path, f"cannot read: {exc.strerror}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise TierFileError(path, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column "
+                            f"{col}); save the file as UTF-8", line=line) from None
+
+
+def load_tiers_file(path: Path) -> dict[str, Tier]:
+    """Read one tiers TOML file."""
+    text = read_text(path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -242,7 +334,7 @@ def write_profile(path: Path, name: str, profile: SpeedProfile) -> None:
     Handles the inline form (``profile = { ... }`` inside ``[tiers.NAME]``) and the sub-table
     form (``[tiers.NAME.profile]``); the result is validated before the file is replaced.
     """
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     lines = text.splitlines(keepends=True)
     start = _line_of(text, name, None)
     if start is None:

@@ -237,3 +237,54 @@ async def test_the_tier_sets_stall_timeout_and_attempts() -> None:
     attempts = info.value.attempts  # type: ignore[attr-defined]
     assert 2 == len(attempts)
     assert all((a.t_end - a.t_start) / 1e9 < 2.0 for a in attempts)
+
+
+async def test_retry_after_as_an_http_date_is_honoured() -> None:
+    """Retry-After given as an HTTP date (RFC 9110) is waited out, not replaced by back-off."""
+    r = await run([Fault("429", on_request=1, retry_after_s=2.0, retry_after_date=True)])
+    waited = r.attempts[0].wait_ns / 1e9
+    assert [429, 200] == [a.status for a in r.attempts]
+    assert 1.0 <= waited <= 2.1  # the date has whole-second resolution
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_a_gzip_body_that_does_not_decompress_is_a_retried_attempt(api: str) -> None:
+    """Content-Encoding: gzip over bytes that are not gzip: one failed attempt, then success."""
+    r = await run([Fault("badgzip", on_request=1)], api)
+    assert 2 == len(r.attempts) and "undecodable response body (gzip)" in (r.attempts[0].error or "")
+    assert (None, 20) == (r.attempts[1].error, r.usage.output_tokens)
+
+
+async def test_a_body_that_never_decompresses_ends_in_a_clear_error_not_a_traceback() -> None:
+    """Every reply undecodable: ModelRetryError naming the cause after the attempt budget."""
+    with pytest.raises(ModelRetryError) as info:
+        await run([Fault("badgzip", every=True)], max_attempts=2)
+    assert "2 attempts" in info.value.message and "undecodable" in info.value.message
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_a_stream_that_never_ends_is_capped_in_what_one_call_buffers(api: str) -> None:
+    """An endless stream ends the attempt once the call holds max_response_chars, with a clear
+    error, not retried; memory stays within a small multiple of the cap meanwhile."""
+    import tracemalloc
+
+    profile = SpeedProfile(base_latency_s=0.0, prefill_tps=0, output_tps=200_000)
+    cap = 200_000
+    tracemalloc.start()
+    try:
+        async with SimServer(profile=profile, filler_tokens=20, tokens_per_chunk=200,
+                             faults=[Fault("endless", on_request=1, after_tokens=5)]) as sim:
+            client = OpenAIClient(tier(api), base_url=sim.base_url, max_response_chars=cap)
+            try:
+                with pytest.raises(ModelAPIError) as info:
+                    await client.complete(REQUEST)
+            finally:
+                await client.aclose()
+            requests = sim.requests
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert 1 == requests  # not retried: an endless answer would only repeat
+    assert f"more than {cap} characters in one response" in info.value.message
+    assert "max_response_chars" in info.value.message
+    assert peak < 20 * cap  # ~4 MB: bounded by the cap, not by how long the stream runs

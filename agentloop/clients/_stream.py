@@ -3,6 +3,13 @@
 Reads the response body as bytes, frames SSE itself and parses each ``data:`` payload with
 orjson; no pydantic model is built per event. One clock reading per network read: every event
 that arrived in the same read arrived at the same instant.
+
+What one call may buffer is capped (``max_chars``: text, tool arguments and reasoning text kept,
+and any unfinished event): a stream that never ends raises :class:`StreamTooLarge` instead of
+growing memory until a wall-time limit. Chat servers differ (see ``agentloop.sim._chat``):
+``reasoning_content`` / ``reasoning`` deltas are kept as hidden reasoning text, a ``timings``
+object (llama.cpp) is kept as the server's own timing, and a stream without ``[DONE]`` ends well
+at the body's end once a ``finish_reason`` came.
 """
 
 from __future__ import annotations
@@ -18,6 +25,13 @@ from agentloop.types import ToolCall, Usage
 
 class StreamBroken(Exception):
     """The stream ended or turned unreadable before its terminal event (retryable)."""
+
+
+class StreamTooLarge(Exception):
+    """One call buffered more than its cap without a terminal event (an endless stream)."""
+
+
+DEFAULT_MAX_CHARS = 32 * 1024 * 1024  # per call: far above any real answer, far below trouble
 
 
 class StreamErrorEvent(Exception):
@@ -52,8 +66,14 @@ def _error_event(err: Any, fallback: str) -> StreamErrorEvent:
 class Turn:
     """Accumulates one streamed turn: text, tool calls, usage and the instants of its events."""
 
-    def __init__(self, api: str) -> None:
+    def __init__(self, api: str, max_chars: int = DEFAULT_MAX_CHARS) -> None:
         self.api = api
+        self.max_chars = max_chars
+        self.size = 0  # characters kept so far (text, arguments, reasoning)
+        self.reasoning: list[dict[str, Any]] = []  # Responses reasoning items, as sent
+        self.reasoning_text: list[str] = []  # Chat reasoning_content deltas
+        self.server_timings: dict[str, Any] | None = None
+        self.usage_seen = False
         self.on_event = self._responses if api == "responses" else self._chat
         self.text: list[str] = []
         self.calls: dict[Any, _Call] = {}
@@ -74,7 +94,11 @@ class Turn:
 
     # -- event handlers: return True on the terminal event --------------------------------------
 
-    def _mark(self, now: int, visible: bool) -> None:
+    def _mark(self, now: int, visible: bool, size: int = 0) -> None:
+        self.size += size
+        if self.size > self.max_chars:
+            raise StreamTooLarge(f"more than {self.max_chars} characters in one response "
+                                 "without its end")
         if self.t_first is None:
             self.t_first = now
         if visible and self.t_first_visible is None:
@@ -87,20 +111,23 @@ class Turn:
         if t == "response.output_text.delta":
             if ev.get("delta"):
                 self.text.append(ev["delta"])
-                self._mark(now, True)
+                self._mark(now, True, len(ev["delta"]))
         elif t == "response.function_call_arguments.delta":
             if ev.get("delta"):
                 call = self.calls.get(ev.get("item_id")) or self.calls.get(ev.get("output_index"))
                 if call is None:
                     call = self.calls[ev.get("item_id")] = _Call("", "", "")
                 call.args.append(ev["delta"])
-                self._mark(now, True)
+                self._mark(now, True, len(ev["delta"]))
         elif t in _HIDDEN:
             if ev.get("delta"):
-                self._mark(now, False)
+                self._mark(now, False, len(ev["delta"]))
         elif t == "response.output_item.added" or t == "response.output_item.done":
             item = ev.get("item") or {}
-            if item.get("type") == "function_call":
+            if item.get("type") == "reasoning":
+                if t == "response.output_item.done":  # the final item: encrypted content whole
+                    self.reasoning.append(item)
+            elif item.get("type") == "function_call":
                 key = item.get("id") or ev.get("output_index")
                 call = self.calls.get(key)
                 if call is None:
@@ -129,6 +156,10 @@ class Turn:
             cached_input_tokens=(u.get("input_tokens_details") or {}).get("cached_tokens") or 0)
         self.model = r.get("model") or ""
         self.service_tier = r.get("service_tier")
+        self.usage_seen = bool(u)
+        if not self.reasoning:  # a server that sent its reasoning items only in the final object
+            self.reasoning = [it for it in r.get("output") or () if isinstance(it, dict)
+                              and it.get("type") == "reasoning"]
         if t == "response.incomplete":
             self.finish_reason = (r.get("incomplete_details") or {}).get("reason") or "incomplete"
         else:
@@ -144,15 +175,20 @@ class Turn:
             if delta:
                 if delta.get("content"):
                     self.text.append(delta["content"])
-                    self._mark(now, True)
+                    self._mark(now, True, len(delta["content"]))
                 if delta.get("tool_calls"):
                     self._chat_tools(delta["tool_calls"], now)
-                if delta.get("reasoning_content") or delta.get("reasoning"):
-                    self._mark(now, False)
+                thought = delta.get("reasoning_content") or delta.get("reasoning")
+                if thought and isinstance(thought, str):
+                    self.reasoning_text.append(thought)
+                    self._mark(now, False, len(thought))
             if ch.get("finish_reason"):
                 self.finish_reason = ch["finish_reason"]
+        if ev.get("timings") and isinstance(ev["timings"], dict):
+            self.server_timings = ev["timings"]
         u = ev.get("usage")
         if u:
+            self.usage_seen = True
             self.usage = Usage(
                 input_tokens=u.get("prompt_tokens") or 0,
                 output_tokens=u.get("completion_tokens") or 0,
@@ -179,7 +215,7 @@ class Turn:
                 call.name = fn["name"]
             if fn.get("arguments"):
                 call.args.append(fn["arguments"])
-                self._mark(now, True)
+                self._mark(now, True, len(fn["arguments"]))
 
 
 async def read_sse(chunks: AsyncIterator[bytes], turn: Turn) -> None:
@@ -191,20 +227,28 @@ async def read_sse(chunks: AsyncIterator[bytes], turn: Turn) -> None:
     loads = orjson.loads
     buf = b""
     pending: list[bytes] = []
+    pending_size = 0
+    cap = turn.max_chars
     async for chunk in chunks:
         now = perf_counter_ns()
         if buf:
             chunk = buf + chunk
         lines = chunk.split(b"\n")
         buf = lines.pop()
+        if len(buf) > cap:
+            raise StreamTooLarge(f"an event of more than {cap} bytes without its end")
         for line in lines:
             if line[:5] == b"data:":
                 pending.append(line[6:] if line[5:6] == b" " else line[5:])
+                pending_size += len(line)
+                if pending_size > cap:
+                    raise StreamTooLarge(f"an event of more than {cap} bytes without its end")
                 continue
             if (line and line != b"\r") or not pending:
                 continue  # event:, id:, comments; or a blank line with nothing to dispatch
             data = pending[0] if len(pending) == 1 else b"\n".join(pending)
             pending.clear()
+            pending_size = 0
             if data[-1:] == b"\r":
                 data = data[:-1]
             if data == b"[DONE]":
@@ -218,7 +262,7 @@ async def read_sse(chunks: AsyncIterator[bytes], turn: Turn) -> None:
                 raise StreamBroken(f"malformed event: {data[:80]!r}")
             if on_event(ev, now):
                 return
-    if turn.finish_reason and turn.usage.output_tokens and turn.api == "chat":
+    if turn.finish_reason and turn.api == "chat":
         turn.t_end = perf_counter_ns()  # a chat server that ends without [DONE] but said it all
         return
     raise StreamBroken("stream ended before its terminal event")

@@ -3,6 +3,12 @@
 The SDK's typed ``create()`` walks the whole conversation through its parameter transform on
 every call (milliseconds for a long agent run); here each message is encoded once and the
 encoded prefix of the previous request is reused, so a step costs the new messages plus a join.
+
+OpenAI's reasoning contract (Responses, ``store: false``): with reasoning on, every request asks
+for ``include: ["reasoning.encrypted_content"]``, and an assistant turn is re-sent with the
+reasoning items the model returned for it, verbatim and first (the order the model produced
+them); an item without encrypted content cannot be resolved statelessly and is not re-sent.
+A tier's ``extra_body`` is merged last into the per-tier part of every request.
 """
 
 from __future__ import annotations
@@ -16,13 +22,18 @@ from agentloop.types import Message, ToolSpec
 Api = Literal["responses", "chat"]
 
 
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
+RESERVED_BODY_KEYS = frozenset({"model", "stream", "input", "messages", "tools", "store",
+                                "include"})  # set by agentloop: extra_body may not override
+
+
 def responses_items(m: Message) -> list[dict[str, Any]]:
     """One neutral message as Responses API input items (stateless: full history each call)."""
     if m.role == "tool":
         return [{"type": "function_call_output", "call_id": m.tool_call_id or "",
                  "output": m.content}]
     if m.role == "assistant":
-        items: list[dict[str, Any]] = []
+        items: list[dict[str, Any]] = [orjson.loads(r.raw) for r in m.reasoning if r.encrypted]
         if m.content or not m.tool_calls:
             items.append({"role": "assistant", "content": m.content})
         items.extend({"type": "function_call", "call_id": c.id, "name": c.name,
@@ -58,6 +69,10 @@ def static_params(api: Api, model: str, options: dict[str, Any]) -> dict[str, An
         body["store"] = False
         if effort is not None:
             body["reasoning"] = {"effort": effort}
+            if options.get("reasoning_summary") is not None:
+                body["reasoning"]["summary"] = options["reasoning_summary"]
+            if effort != "none":  # stateless reasoning: ask for the items to pass back
+                body["include"] = [ENCRYPTED_REASONING]
         if options.get("max_output_tokens") is not None:
             body["max_output_tokens"] = options["max_output_tokens"]
     else:
@@ -69,6 +84,9 @@ def static_params(api: Api, model: str, options: dict[str, Any]) -> dict[str, An
     for key in ("service_tier", "temperature"):
         if options.get(key) is not None:
             body[key] = options[key]
+    for key, value in (options.get("extra_body") or {}).items():
+        if key not in RESERVED_BODY_KEYS:  # the tier file refuses these; never clobber them
+            body[key] = value
     return body
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import os
 import random
+import time
 from dataclasses import replace
 from time import perf_counter_ns
 from typing import Any
@@ -21,13 +23,21 @@ import openai
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
-from agentloop.clients._stream import StreamBroken, StreamErrorEvent, Turn, read_sse
+from agentloop.clients._stream import (
+    DEFAULT_MAX_CHARS,
+    StreamBroken,
+    StreamErrorEvent,
+    StreamTooLarge,
+    Turn,
+    read_sse,
+)
 from agentloop.clients._wire import BodyBuilder
 from agentloop.errors import ConfigError, ModelAPIError, ModelRetryError
 from agentloop.events import watch_stream
 from agentloop.log import get_logger
-from agentloop.tiers import Tier
-from agentloop.types import Attempt, CallTiming, ModelRequest, ModelResponse
+from agentloop.sim.tokens import chat_input_tokens, count_tokens, responses_input_tokens
+from agentloop.tiers import Tier, looks_like_key
+from agentloop.types import Attempt, CallTiming, ModelRequest, ModelResponse, ReasoningItem, Usage
 
 SIM_PLACEHOLDER_KEY = "sim-no-key"  # the simulator and key-less local servers need no secret
 _RETRY_STATUS = frozenset({408, 409, 429})
@@ -49,6 +59,10 @@ def make_sdk_client(tier: Tier, *, base_url: str | None = None, timeout: float =
     if url == "sim":
         raise ConfigError(f"tier '{tier.name}' is simulated: start a SimServer and pass its "
                           "base_url (or use a tier with a real endpoint)")
+    if tier.api_key_env and looks_like_key(tier.api_key_env):
+        raise ConfigError(f"tier '{tier.name}': api_key_env holds what looks like an API key, "
+                          "not the name of an environment variable (the value is not shown): "
+                          "put the key in a variable and name that variable here")
     if tier.api_key_env:
         key = os.environ.get(tier.api_key_env)
         if not key:
@@ -73,14 +87,34 @@ def _server_message(exc: openai.APIStatusError) -> str:
 
 
 def _retry_after(headers: httpx2.Headers) -> float | None:
+    """The wait a server asked for: retry-after-ms, or Retry-After in seconds or as an HTTP date."""
     for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
         value = headers.get(name)
-        if value is not None:
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) * scale)
+        except ValueError:
+            pass
+        if name == "retry-after":  # RFC 9110: an HTTP-date is allowed too
             try:
-                return max(0.0, float(value) * scale)
-            except ValueError:
-                continue  # an HTTP date: fall back to our own back-off
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError, IndexError):
+                continue
+            if when.tzinfo is not None:
+                return max(0.0, when.timestamp() - time.time())
     return None
+
+
+def _reasoning_items(raw: list[dict[str, Any]]) -> tuple[ReasoningItem, ...]:
+    """Reasoning items as received, kept verbatim (their JSON) for the next requests."""
+    out = []
+    for item in raw:
+        summary = tuple(str(p.get("text") or "") for p in item.get("summary") or ()
+                        if isinstance(p, dict))
+        out.append(ReasoningItem(id=str(item.get("id") or ""), raw=orjson.dumps(item).decode(),
+                                 summary=summary, encrypted=bool(item.get("encrypted_content"))))
+    return tuple(out)
 
 
 class OpenAIClient:
@@ -100,7 +134,8 @@ class OpenAIClient:
                  stall_timeout_s: float | None = None, max_attempts: int | None = None,
                  connect_timeout_s: float = 10.0, backoff_initial_s: float = 0.5,
                  backoff_max_s: float = 8.0, retry_after_cap_s: float = 60.0,
-                 base_url: str | None = None) -> None:
+                 base_url: str | None = None, max_response_chars: int = DEFAULT_MAX_CHARS
+                 ) -> None:
         self.tier = tier
         # the tier's own settings unless the caller overrides them
         stall_timeout_s = tier.stall_timeout_s if stall_timeout_s is None else stall_timeout_s
@@ -112,6 +147,7 @@ class OpenAIClient:
         self.backoff_initial_s, self.backoff_max_s = backoff_initial_s, backoff_max_s
         self.retry_after_cap_s = retry_after_cap_s
         self.stall_timeout_s = stall_timeout_s
+        self.max_response_chars = max_response_chars  # what one call may buffer
         self._builder = BodyBuilder(tier.api, tier.model, tier.options)
         self._path = "responses" if tier.api == "responses" else "chat/completions"
         self.endpoint = f"{str(self._client.base_url).rstrip('/')}/{self._path}"
@@ -119,6 +155,8 @@ class OpenAIClient:
             "security": {"bearer_auth": True},
             "timeout": httpx2.Timeout(stall_timeout_s, connect=connect_timeout_s),
         }
+        if tier.options.get("extra_headers"):
+            self._options["headers"] = dict(tier.options["extra_headers"])
 
     async def aclose(self) -> None:
         if self._owns:
@@ -141,7 +179,7 @@ class OpenAIClient:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._attempt(body, build_ns, attempts)
+                    return await self._attempt(body, build_ns, attempts, request)
         except _Retryable as exc:
             raise ModelRetryError(
                 f"tier '{self.tier.name}': {self.endpoint} still failing after "
@@ -183,12 +221,13 @@ class OpenAIClient:
         elif exc.body is not None:
             exc.body = orjson.loads(self._scrub(orjson.dumps(exc.body).decode()))
 
-    async def _attempt(self, body: bytes, build_ns: int, attempts: list[Attempt]) -> ModelResponse:
+    async def _attempt(self, body: bytes, build_ns: int, attempts: list[Attempt],
+                       request: ModelRequest) -> ModelResponse:
         t_send = perf_counter_ns()
         try:
             resp = await self._send(body)
             t_hdr = perf_counter_ns()
-            turn = Turn(self.tier.api)
+            turn = Turn(self.tier.api, self.max_response_chars)
             watch_stream(turn)  # live token progress for the run's events (read by a ticker)
             try:
                 await self._read(resp, turn)
@@ -204,10 +243,13 @@ class OpenAIClient:
         timing = CallTiming(t_send=t_send, t_hdr=t_hdr, t_first=turn.t_first,
                             t_first_visible=turn.t_first_visible, t_last=turn.t_last,
                             t_end=turn.t_end, chunks=turn.chunks, build_ns=build_ns)
+        text, calls, thought = "".join(turn.text), turn.tool_calls(), "".join(turn.reasoning_text)
         return ModelResponse(
-            text="".join(turn.text), tool_calls=turn.tool_calls(), usage=turn.usage,
+            text=text, tool_calls=calls, usage=_usage(turn, body, text, calls, thought),
             timing=timing, attempts=tuple(attempts), model=turn.model or self.tier.model,
-            service_tier=turn.service_tier, finish_reason=turn.finish_reason)
+            service_tier=turn.service_tier, finish_reason=turn.finish_reason,
+            reasoning=_reasoning_items(turn.reasoning), reasoning_text=thought,
+            server_timings=turn.server_timings)
 
     async def _send(self, body: bytes) -> httpx2.Response:
         """POST the prebuilt body; returns the open streaming response once headers are in."""
@@ -226,6 +268,8 @@ class OpenAIClient:
         except openai.APITimeoutError as exc:
             raise _Retryable(f"timeout: no response headers within {self.stall_timeout_s} s"
                              ) from exc
+        except httpx2.DecodingError as exc:  # e.g. a gzip body that does not decompress
+            raise _Retryable(f"undecodable response body: {exc}") from exc
         except openai.APIConnectionError as exc:
             cause = exc.__cause__
             raise _Retryable(f"connection error: {type(cause).__name__ if cause else exc}"
@@ -239,6 +283,14 @@ class OpenAIClient:
                              ) from exc
         except httpx2.TransportError as exc:
             raise _Retryable(f"stream broken: {type(exc).__name__}", resp.status_code) from exc
+        except httpx2.DecodingError as exc:  # e.g. a gzip body that does not decompress
+            raise _Retryable(f"undecodable response body ({resp.headers.get('content-encoding')}"
+                             f"): {exc}", resp.status_code) from exc
+        except StreamTooLarge as exc:
+            raise ModelAPIError(f"tier '{self.tier.name}': {self.endpoint} sent {exc}; the "
+                                "attempt was ended there (max_response_chars "
+                                f"{self.max_response_chars}) and is not retried",
+                                status=resp.status_code) from exc
         except StreamBroken as exc:
             raise _Retryable(f"stream broken: {exc}", resp.status_code) from exc
         except StreamErrorEvent as exc:
@@ -248,3 +300,24 @@ class OpenAIClient:
                                  ) from exc
             raise ModelAPIError(f"tier '{self.tier.name}': {self.endpoint} failed the response "
                                 f"({exc.code}): {message}", status=resp.status_code) from exc
+
+
+def _usage(turn: Turn, body: bytes, text: str, calls: tuple[Any, ...], thought: str) -> Usage:
+    """The server's usage, completed by agentloop's tokenizer (``agentloop.sim.tokens``) where the
+    server said nothing: no usage at all, or reasoning text without a reasoning count. Estimated
+    counts are flagged (``Usage.estimated``), never passed off as the server's."""
+    u = turn.usage
+    if turn.usage_seen and (u.reasoning_tokens or not thought):
+        return u
+    reasoning = count_tokens(thought)
+    if turn.usage_seen:  # reported output (it includes reasoning), reasoning not itemised
+        return replace(u, reasoning_tokens=min(reasoning, u.output_tokens), estimated=True)
+    req = orjson.loads(body)
+    if turn.api == "chat":
+        inputs = chat_input_tokens(req.get("messages") or [], count_tokens)
+    else:
+        inputs = responses_input_tokens(req.get("instructions"), req.get("input") or [],
+                                        count_tokens)
+    visible = count_tokens(text) + sum(count_tokens(c.arguments) for c in calls)
+    return Usage(input_tokens=inputs, output_tokens=reasoning + visible,
+                 reasoning_tokens=reasoning, estimated=True)

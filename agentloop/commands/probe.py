@@ -23,7 +23,14 @@ import orjson
 
 from agentloop.errors import ModelError
 from agentloop.log import configure
-from agentloop.tiers import SpeedProfile, Tier, default_tiers_path, get_tier, load_tiers
+from agentloop.tiers import (
+    SpeedProfile,
+    Tier,
+    default_tiers_path,
+    get_tier,
+    load_tiers,
+    require_profile,
+)
 from agentloop.types import Message, ModelRequest, ModelResponse
 
 _FILLER = ("The probe reads this background paragraph about harbours, tides, ledgers and the "
@@ -100,11 +107,12 @@ async def probe(tier: Tier, n: int = 5, tokens: int | None = None,
     """Measure ``tier`` with ``n`` rounds; a simulated tier gets its own simulator."""
     from agentloop.clients.openai_client import OpenAIClient
 
-    tokens = tokens or int(min(1000, max(64, tier.profile.output_tps)))
+    tokens = tokens or (int(min(1000, max(64, tier.profile.output_tps))) if tier.profile else 256)
     if tier.simulated:
         from agentloop.sim import SimServer
 
-        async with SimServer(profile=tier.profile, filler_tokens=tokens) as sim:
+        async with SimServer(profile=require_profile(tier, "to pace its simulator"),
+                             filler_tokens=tokens) as sim:
             client = OpenAIClient(tier, base_url=sim.base_url)
             try:
                 return await _rounds(client, tier, n, tokens, long_tokens)
@@ -154,6 +162,9 @@ def _print(res: dict[str, Any]) -> None:
     print(f"  output speed         {res['output_tps']:8.1f} tok/s")
     print(f"  prefill              {prefill}")
     print(f"  base latency         {res['base_latency_s']:8.3f} s")
+    if c is None:
+        print("  configured profile:  none yet (--write stores the measured one)")
+        return
     print(f"  configured profile:  base {c['base_latency_s']:g} s, prefill {c['prefill_tps']:g} "
           f"tok/s, output {c['output_tps']:g} tok/s")
 
@@ -171,7 +182,8 @@ async def main(args: argparse.Namespace) -> int:
         from agentloop.tiers import write_profile
 
         profile = SpeedProfile(base_latency_s=res["base_latency_s"],
-                               prefill_tps=res["prefill_tps"] or tier.profile.prefill_tps,
+                               prefill_tps=res["prefill_tps"] or (
+                                   tier.profile.prefill_tps if tier.profile else 0.0),
                                output_tps=res["output_tps"])
         write_profile(path, tier.name, profile)
         print(f"wrote the measured profile of {tier.name} to {path}", file=sys.stderr)

@@ -62,10 +62,10 @@ def _script(args: argparse.Namespace) -> list[ScriptTurn] | None:
 
 async def main(args: argparse.Namespace) -> int:
     from agentloop.sim import SimServer
-    from agentloop.tiers import get_tier, load_tiers
+    from agentloop.tiers import get_tier, load_tiers, require_profile
 
     tier = get_tier(load_tiers(args.tiers_file), args.tier, args.tiers_file or "tiers")
-    profile = tier.profile
+    profile = require_profile(tier, "to pace the simulator")
     if args.output_tps is not None:
         if args.output_tps <= 0:
             raise ConfigError("--output-tps must be > 0")

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from agentloop.log import configure
-from agentloop.tiers import Tier, load_tiers, tier_sources
+from agentloop.tiers import Tier, load_tiers, public_options, require_profile, tier_sources
 
 
 def register(sub: Any) -> None:
@@ -42,7 +42,8 @@ async def check_tier(tier: Tier, timeout_s: float = 5.0) -> dict[str, Any]:
     if tier.simulated:
         from agentloop.sim import SimServer
 
-        async with SimServer(profile=tier.profile, profiles={tier.model: tier.profile}) as sim:
+        profile = require_profile(tier, "to pace its simulator")
+        async with SimServer(profile=profile, profiles={tier.model: profile}) as sim:
             return await _ask(tier, sim.base_url, SIM_PLACEHOLDER_KEY, timeout_s)
     if tier.api_key_env and not os.environ.get(tier.api_key_env):
         return {"ok": False, "status": f"no key: environment variable {tier.api_key_env} not set"}
@@ -77,11 +78,13 @@ async def _ask(tier: Tier, base_url: str, key: str, timeout_s: float) -> dict[st
 
 
 def _options(tier: Tier) -> str:
-    return ", ".join(f"{k}={v}" for k, v in tier.options.items()) or "-"
+    return ", ".join(f"{k}={v}" for k, v in public_options(tier.options).items()) or "-"
 
 
 def _profile(tier: Tier) -> str:
     p = tier.profile
+    if p is None:
+        return f"not measured (agentloop probe --tier {tier.name} --write)"
     return f"base {p.base_latency_s:g} s, prefill {p.prefill_tps:g} tok/s, out {p.output_tps:g} tok/s"
 
 

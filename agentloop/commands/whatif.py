@@ -7,11 +7,11 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from agentloop.analysis.graph import build_graph, load_quickly
+from agentloop.analysis.graph import build_graph
 from agentloop.analysis.whatif import Scenario, render_whatif, whatif, whatif_json
-from agentloop.commands.report import emit_json
+from agentloop.commands.report import emit_json, load_for_analysis
 from agentloop.errors import ConfigError
-from agentloop.tiers import get_tier, load_tiers
+from agentloop.tiers import get_tier, load_tiers, require_profile
 
 
 def register(sub: Any) -> None:
@@ -42,10 +42,10 @@ async def main(args: argparse.Namespace) -> int:
                               "says its prefill speed")
         tiers = await asyncio.to_thread(load_tiers, args.tiers)
         tier = get_tier(tiers, args.tier, args.tiers or "tiers.toml")
-        scenario = Scenario.tier(tier.name, tier.profile)
+        scenario = Scenario.tier(tier.name, require_profile(tier))
     else:
         scenario = Scenario.multipliers(args.speedup, args.prefill_speedup)
-    trace = await asyncio.to_thread(load_quickly, args.trace)
+    trace = await asyncio.to_thread(load_for_analysis, args.trace)
     result = whatif(build_graph(trace), scenario)
     if args.json:
         emit_json(whatif_json(result))

@@ -36,6 +36,7 @@ class Segment:
     tokens: tuple[str, ...]
     delta: tuple[bytes, bytes, bytes]  # before + seq + middle + json(text) + after
     close: list[Tpl]
+    whole: bool = False  # sent in one delta when its last token is due (llama.cpp tool calls)
 
 
 @dataclass(slots=True)
@@ -48,6 +49,7 @@ class StreamPlan:
     segments: list[Segment]
     tail: list[Tpl]  # sent right after the last visible token
     seq: int = 0
+    thinking: Segment | None = None  # reasoning streamed as text (Chat reasoning_content)
 
     def render(self, tpls: list[Tpl]) -> bytes:
         if not self.numbered:
@@ -112,7 +114,7 @@ class StreamFault:
     """A fault inside a stream, applied once ``after`` visible tokens have been written."""
 
     after: int
-    kind: str  # cut | stall | malformed
+    kind: str  # cut | stall | malformed | endless
     stall_s: float = 0.0
 
 
@@ -145,6 +147,11 @@ async def emit(write: Callable[[bytes], None], plan: StreamPlan, sched: Schedule
                 await sleep(f.stall_s)
             elif f.kind == "malformed":
                 write(MALFORMED)
+            elif f.kind == "endless":
+                await _endless(write, plan, seg_now[0] if seg_now else None, sched.inv_tps,
+                               k, is_closing, min_interval)
+
+    seg_now: list[Segment] = [plan.segments[0]] if plan.segments else []
 
     write(plan.render(plan.head))
     await apply(0)
@@ -153,6 +160,8 @@ async def emit(write: Callable[[bytes], None], plan: StreamPlan, sched: Schedule
         if delay > 0:
             await sleep(delay)
         write(plan.render(plan.reasoning))
+    if plan.thinking is not None:
+        await _think(write, plan, plan.thinking, sched, k, is_closing, min_interval)
     if total == 0:
         delay = sched.t_first - clock()
         if delay > 0:
@@ -161,8 +170,17 @@ async def emit(write: Callable[[bytes], None], plan: StreamPlan, sched: Schedule
     last_write = 0.0
     buf = b""
     for seg in plan.segments:
+        seg_now[:] = [seg]
         buf += plan.render(seg.open)
         tokens, i, n_seg = seg.tokens, 0, len(seg.tokens)
+        if seg.whole and n_seg:
+            delay = sched.due(g + n_seg - 1) - clock()
+            if delay > 0:
+                await sleep(delay)
+            if is_closing():
+                return
+            write(buf + plan.render_delta(seg, "".join(tokens)))
+            buf, g, i = b"", g + n_seg, n_seg
         while i < n_seg:
             cap = n_seg - i
             if pending and pending[0].after > g:
@@ -190,3 +208,38 @@ async def emit(write: Callable[[bytes], None], plan: StreamPlan, sched: Schedule
             write(buf)
             buf = b""
     write(buf + plan.render(plan.tail))
+
+
+async def _think(write: Callable[[bytes], None], plan: StreamPlan, seg: Segment, sched: Schedule,
+                 k: int, is_closing: Callable[[], bool], min_interval: Callable[[], float]) -> None:
+    """Stream hidden reasoning as text between its start and the first visible token: reasoning
+    token ``j`` is due at ``t_reason + (j + 1) * (t_first - t_reason) / R``."""
+    clock = asyncio.get_running_loop().time
+    n = len(seg.tokens)
+    step = (sched.t_first - sched.t_reason) / n if n else 0.0
+    i, last = 0, 0.0
+    while i < n:
+        stop = min(n, i + k)
+        delay = max(sched.t_reason + stop * step, last + min_interval()) - clock()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if is_closing():
+            return
+        due = int((clock() - sched.t_reason) / step) if step > 0 else n
+        stop = max(stop, min(n, due))
+        last = clock()
+        write(plan.render_delta(seg, "".join(seg.tokens[i:stop])))
+        i = stop
+
+
+async def _endless(write: Callable[[bytes], None], plan: StreamPlan, seg: Segment | None,
+                   inv_tps: float, k: int, is_closing: Callable[[], bool],
+                   min_interval: Callable[[], float]) -> None:
+    """The ``endless`` fault: filler deltas at the stream's pace until the client hangs up."""
+    if seg is None:
+        return
+    piece = " again" * k
+    interval = max(k * inv_tps, min_interval(), 0.001)
+    while not is_closing():
+        write(plan.render_delta(seg, piece))
+        await asyncio.sleep(interval)

@@ -30,6 +30,7 @@ class PriorTurn:
 
     text: str
     calls: tuple[tuple[str, str], ...]
+    reasoning: tuple[dict[str, Any], ...] = ()  # Responses: the turn's reasoning items, as sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,7 @@ def responses_priors(items: str | list[dict[str, Any]]) -> list[PriorTurn]:
     out: list[PriorTurn] = []
     texts: list[str] = []
     calls: list[tuple[str, str]] = []
+    reasoning: list[dict[str, Any]] = []
     in_turn = False
     for it in items:
         kind = it.get("type", "message")
@@ -130,6 +132,8 @@ def responses_priors(items: str | list[dict[str, Any]]) -> list[PriorTurn]:
             in_turn = True
             if kind == "function_call":
                 calls.append((it.get("name") or "", it.get("arguments") or ""))
+            elif kind == "reasoning":
+                reasoning.append(it)
             elif kind == "message":
                 content = it.get("content")
                 if isinstance(content, str):
@@ -137,10 +141,10 @@ def responses_priors(items: str | list[dict[str, Any]]) -> list[PriorTurn]:
                 else:
                     texts += [p.get("text", "") for p in content or () if isinstance(p, dict)]
         elif in_turn:
-            out.append(PriorTurn("".join(texts), tuple(calls)))
-            texts, calls, in_turn = [], [], False
+            out.append(PriorTurn("".join(texts), tuple(calls), tuple(reasoning)))
+            texts, calls, reasoning, in_turn = [], [], [], False
     if in_turn:
-        out.append(PriorTurn("".join(texts), tuple(calls)))
+        out.append(PriorTurn("".join(texts), tuple(calls), tuple(reasoning)))
     return out
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import email.utils
 import random
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -50,7 +51,7 @@ from agentloop.sim.conversation import (
 from agentloop.sim.tokens import TokenCache, chat_input_tokens, responses_input_tokens
 from agentloop.tiers import SpeedProfile
 
-FAULT_KINDS = ("429", "500", "503", "reset", "cut", "stall", "malformed")
+FAULT_KINDS = ("429", "500", "503", "reset", "cut", "stall", "malformed", "endless", "badgzip")
 _STATUS_FAULTS = {"429": (429, "rate_limit_exceeded", "Rate limit reached (simulated)."),
                   "500": (500, "server_error", "The server had an error (simulated)."),
                   "503": (503, "server_error", "The engine is overloaded (simulated).")}
@@ -80,7 +81,9 @@ class Fault:
     connection is reset before any header. In a stream, after ``after_tokens`` visible tokens:
     ``cut`` closes the connection with no terminal event, ``stall`` sends nothing for
     ``stall_s`` seconds then goes on (the rest keeps its pace), ``malformed`` sends an SSE event
-    whose data is not JSON.
+    whose data is not JSON, ``endless`` never ends the stream (filler deltas at pace until the
+    client hangs up). ``badgzip``: the body says ``Content-Encoding: gzip`` but is not gzip.
+    ``retry_after_date``: a 429's Retry-After is an HTTP date (RFC 9110), without retry-after-ms.
     """
 
     kind: str
@@ -89,6 +92,7 @@ class Fault:
     retry_after_s: float = 1.0
     after_tokens: int = 0
     stall_s: float = 5.0
+    retry_after_date: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -108,7 +112,8 @@ class SimServer:
                  profiles: dict[str, SpeedProfile] | None = None, faults: Iterable[Fault] = (),
                  tokens_per_chunk: int = 1, jitter: float = 0.0, seed: int = 0,
                  host: str = "127.0.0.1", port: int = 0, models: Sequence[str] = (),
-                 min_chunk_interval_s: float = MIN_CHUNK_INTERVAL_S) -> None:
+                 min_chunk_interval_s: float = MIN_CHUNK_INTERVAL_S,
+                 dialect: str | Iterable[str] = (), require_reasoning: bool = False) -> None:
         if profile.output_tps <= 0:
             raise ConfigError("simulator profile: output_tps must be > 0")
         self.profile = profile
@@ -129,6 +134,10 @@ class SimServer:
         self._requests = 0
         self._streaming = 0  # streams being written now
         self._tokens = TokenCache()
+        self.dialect = _chat.parse_dialect(dialect)  # Chat quirks of real servers (see _chat)
+        self.require_reasoning = require_reasoning  # strict: 400 when reasoning is not passed back
+        self.reasoning_received = 0  # reasoning items clients passed back (and we recognised)
+        self.reasoning_missing = 0  # requests that dropped an earlier turn's reasoning item
         self._routes: dict[str, _Routed] = {}  # route key -> that run's view (route())
         self._route_seq = 0
 
@@ -293,6 +302,22 @@ class SimServer:
 
     # ---- model calls -------------------------------------------------------------------------
 
+    def _check_reasoning(self, body: dict[str, Any]) -> tuple[int, str, str | None] | None:
+        """Count the reasoning items a Responses request passed back; the refusal, if any."""
+        items = body.get("input")
+        if not isinstance(items, list):
+            return None
+        try:
+            priors = responses_priors(items)
+        except (AttributeError, TypeError):
+            return None  # _turn_for answers a malformed body
+        check = _responses.check_reasoning(priors, body.get("store", True), self._plans,
+                                           self.require_reasoning)
+        self.reasoning_received += check.received
+        if check.missing:
+            self.reasoning_missing += 1
+        return check.error
+
     def _turn_for(self, api: str, body: dict[str, Any]) -> tuple[TurnPlan, int]:
         """The turn answering ``body`` and the request's input tokens."""
         if api == "chat":
@@ -323,7 +348,10 @@ class SimServer:
             if f.kind in _STATUS_FAULTS:
                 status, code, msg = _STATUS_FAULTS[f.kind]
                 extra = rid.copy()
-                if f.kind == "429":
+                if f.kind == "429" and f.retry_after_date:
+                    extra.append(("retry-after", email.utils.formatdate(
+                        time.time() + f.retry_after_s, usegmt=True)))
+                elif f.kind == "429":
                     extra += [("retry-after", f"{f.retry_after_s:g}"),
                               ("retry-after-ms", f"{f.retry_after_s * 1000:g}")]
                 kind = "requests" if status == 429 else "server_error"
@@ -339,6 +367,11 @@ class SimServer:
             return self._error(writer, req, 400, (
                 "agentloop sim is stateless: it cannot follow previous_response_id; send the "
                 "whole conversation in 'input'"), "unsupported_parameter", extra=rid)
+        if api == "responses":
+            error = self._check_reasoning(body)
+            if error is not None:
+                refusal, message, why = error
+                return self._error(writer, req, refusal, message, why or "", extra=rid)
         try:
             plan, input_tokens = self._turn_for(api, body)
         except ScriptMismatch as exc:
@@ -361,8 +394,10 @@ class SimServer:
         sched = make_schedule(t0, prefill, plan.turn.reasoning_tokens * inv, inv,
                               plan.visible_tokens, self.jitter, rng)
         in_stream = [StreamFault(f.after_tokens, f.kind, f.stall_s) for f in faults
-                     if f.kind in ("cut", "stall", "malformed")]
+                     if f.kind in ("cut", "stall", "malformed", "endless")]
         mod = _chat if api == "chat" else _responses
+        if any(f.kind == "badgzip" for f in faults):
+            return self._bad_gzip(writer, req, bool(body.get("stream")), rid)
         if not body.get("stream"):
             return await self._whole(writer, req, mod.final_json(call, body), sched,
                                      plan.visible_tokens, in_stream, rid)
@@ -376,7 +411,14 @@ class SimServer:
 
         self._streaming += 1
         try:
-            await emit(send, mod.stream_plan(call, body), sched,
+            v = plan.visible_tokens
+            timings = (_chat.llama_timings(
+                input_tokens, 0, prefill, plan.turn.reasoning_tokens + v,
+                (plan.turn.reasoning_tokens + max(0, v - 1)) * inv)
+                if "timings" in self.dialect else None)
+            plan_ = (_chat.stream_plan(call, body, self.dialect, timings) if api == "chat" else
+                     _responses.stream_plan(call, body))
+            await emit(send, plan_, sched,
                        self.tokens_per_chunk, in_stream, writer.transport.is_closing,
                        self._chunk_interval)
         except StreamCut:
@@ -387,6 +429,18 @@ class SimServer:
             return False
         writer.write(_http.LAST_CHUNK)
         return True
+
+    def _bad_gzip(self, writer: asyncio.StreamWriter, req: _http.Request, stream: bool,
+                  extra: list[tuple[str, str]]) -> bool:
+        """A reply whose body claims gzip but is not: the client's decoder must fail cleanly."""
+        junk = b"this is not gzip data \x00\x01\x02" * 4
+        gz = [("Content-Encoding", "gzip")]
+        if stream:
+            writer.write(_http.sse_head(req.keep_alive, [*extra, *gz]) + _http.chunk(junk)
+                         + _http.LAST_CHUNK)
+        else:
+            writer.write(_http.json_response(200, junk, req.keep_alive, [*extra, *gz]))
+        return False
 
     async def _whole(self, writer: asyncio.StreamWriter, req: _http.Request, body: bytes,
                      sched: Schedule, visible: int, faults: list[StreamFault],
