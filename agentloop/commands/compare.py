@@ -21,6 +21,8 @@ def register(sub: Any) -> None:
     p.add_argument("a", type=Path, help="trace of run A (the baseline), or a suite folder")
     p.add_argument("b", type=Path, help="trace of run B (the faster tier), or a suite folder")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML "
+                   "page: both waterfalls on one time axis, measured vs predicted speedup")
     p.set_defaults(func=main)
 
 
@@ -36,6 +38,9 @@ async def main(args: argparse.Namespace) -> int:
     a = await asyncio.to_thread(load_quickly, args.a)
     b = await asyncio.to_thread(load_quickly, args.b)
     result = compare(build_graph(a), build_graph(b))
+    if args.html is not None:  # issue 13: the comparison as one HTML file
+        from agentloop.export.html import compare_html, write_html
+        await asyncio.to_thread(write_html, args.html, compare_html, a, b)
     if args.json:
         emit_json(compare_json(result))
     else:

@@ -21,6 +21,8 @@ def register(sub: Any) -> None:
         "recorded dependency edges. Incomplete traces are analysed as far as they go."))
     p.add_argument("trace", type=Path, help="trace file (JSONL)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML "
+                   "report: waterfall, categories, steps, speedup curve")
     p.set_defaults(func=main)
 
 
@@ -31,6 +33,9 @@ def emit_json(data: dict[str, Any]) -> None:
 async def main(args: argparse.Namespace) -> int:
     trace = await asyncio.to_thread(load_quickly, args.trace)
     report = build_report(build_graph(trace))
+    if args.html is not None:  # issue 13: the same analysis as one HTML file
+        from agentloop.export.html import report_html, write_html
+        await asyncio.to_thread(write_html, args.html, report_html, trace)
     if args.json:
         emit_json(report_json(report))
     else:
