@@ -211,8 +211,8 @@ def test_recorded_gaps_survive_re_timing():
     dur = g.durations()
     starts, ends, total = retime(g, [d // 3 for d in dur])
     for i in range(len(g)):
-        anchor = max([starts[g.par[i]] if g.par[i] >= 0 else 0] + [ends[a] for a in g.aft[i]])
-        assert starts[i] - anchor == g.gap0[i]
+        anchor = max([starts[g.parent[i]] if g.parent[i] >= 0 else 0] + [ends[a] for a in g.after[i]])
+        assert starts[i] - anchor == g.start_gap[i]
     segs = critical_path(g, starts, ends, total)
     assert sum(ns for _, ns, _ in segs) == total
 

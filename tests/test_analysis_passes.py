@@ -57,27 +57,27 @@ def lockstep(g: Graph, dur0: list[int], dur1: list[int]) -> tuple[int, int] | No
     n = len(g)
     SA, SB, EA, EB = [0] * n, [0] * n, [0] * n, [0] * n
     for i in range(n):
-        p = g.par[i]
+        p = g.parent[i]
         sa, sb = (SA[p], SB[p]) if p >= 0 else (0, 0)
-        for a in g.aft[i]:
+        for a in g.after[i]:
             ea, eb = EA[a], EB[a]
             if (ea > sa and eb < sb) or (ea < sa and eb > sb):
                 return None
             sa, sb = max(sa, ea), max(sb, eb)
-        SA[i], SB[i] = sa + g.gap0[i], sb + g.gap0[i]
+        SA[i], SB[i] = sa + g.start_gap[i], sb + g.start_gap[i]
         EA[i], EB[i] = SA[i] + dur0[i], SB[i] + dur1[i]
-        for q in g.fin.get(i, []):
-            ks = g.kids[q]
+        for q in g.closes.get(i, []):
+            ks = g.children[q]
             ma, mb = max(EA[c] for c in ks), max(EB[c] for c in ks)
             if not any(EA[c] == ma and EB[c] == mb for c in ks):
                 return None
-            EA[q], EB[q] = ma + g.gap1[q], mb + g.gap1[q]
+            EA[q], EB[q] = ma + g.close_gap[q], mb + g.close_gap[q]
     if not g.roots:
         return g.end_ns, g.end_ns
     ma, mb = max(EA[r] for r in g.roots), max(EB[r] for r in g.roots)
     if not any(EA[r] == ma and EB[r] == mb for r in g.roots):
         return None
-    return ma + g.end_gap, mb + g.end_gap
+    return ma + g.run_end_gap, mb + g.run_end_gap
 
 
 @pytest.mark.parametrize("name", list(GRAPHS))

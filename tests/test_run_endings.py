@@ -89,3 +89,17 @@ async def test_a_cancelled_success_check_still_writes_the_end_record(tmp_path: P
     await asyncio.gather(task, return_exceptions=True)
     trace = records_to_trace(sink.records)
     assert "cancelled" == (trace.end["status"] if trace.end else None)
+
+
+async def test_tool_queue_time_is_its_own_category(tmp_path: Path) -> None:
+    """Two 0.3 s tools under max_parallel_tools=1: the second one's wait for the bound is booked
+    as tool queue time on the critical path, not as framework time."""
+    turns = [ScriptTurn(tool_calls=(ScriptToolCall("sleep", '{"seconds": 0.3}'),
+                                    ScriptToolCall("sleep", '{"seconds": 0.3}'))),
+             ScriptTurn(text="done")]
+    runner, sink = runner_for(ScriptedClient(turns), tmp_path, {"sleep": SleepTool()},
+                              max_parallel_tools=1)
+    await runner.run()
+    report = build_report(build_graph(records_to_trace(sink.records)))
+    assert 0.25e9 < report.critical.get("tool_queue", 0) < 0.4e9
+    assert report.critical.get("framework", 0) < 0.05e9

@@ -13,16 +13,27 @@ up exactly to its duration:
 - ``overhead`` = the rest of the span (request building, client bookkeeping).
 
 A span without timing (the call failed for good, or the trace was cut inside it) books its
-failed attempts as ``retry``/``wait`` and the rest as ``overhead``.
+failed attempts as ``retry``/``wait`` and the rest as ``overhead``. The split of a timed call
+is :func:`agentloop.timing.split_ns`; this module books its parts.
+
+Tool time is booked as ``tool:<name>``; the wait for the ``max_parallel_tools`` bound before a
+tool span opens (its ``queued_ns``) as ``tool_queue``, not as framework time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
+
+from agentloop.timing import split_ns
+from agentloop.trace.attrs import GEN_AI_TOOL_NAME
+from agentloop.trace.schema import ModelAttrs, ToolAttrs, Where, model_attrs
 
 MODEL_PARTS = ("base", "reasoning", "decode", "tail", "wait", "retry", "overhead")
 FRAMEWORK = "framework"  # run time on the critical path outside model and tool spans
+TOOL_QUEUE = "tool_queue"  # a tool call waiting for the max_parallel_tools bound (queued_ns)
 IN_FLIGHT = "in_flight"  # spans still open when a killed run's trace stops
+_UNTYPED = Where("<span attributes>", 0)
 
 
 class ModelParts(NamedTuple):
@@ -44,6 +55,7 @@ class ModelParts(NamedTuple):
     visible_tokens: int
     output_tps: float  # measured, or the fallback when fewer than two visible tokens
     timed: bool  # a successful attempt's timing was recorded (else nothing to re-time)
+    cached_tokens: int = 0  # input tokens the server served from its prompt cache
 
     @property
     def total(self) -> int:
@@ -56,59 +68,46 @@ class ModelParts(NamedTuple):
                 "overhead": self.overhead}
 
 
-def _int(v: Any) -> int:
-    return int(v) if isinstance(v, int | float) else 0
-
-
-def model_parts(attrs: dict[str, Any], duration_ns: int, fallback_tps: float,
+def model_parts(m: ModelAttrs | Mapping[str, Any] | None, duration_ns: int, fallback_tps: float,
                 failed: bool = False) -> ModelParts:
-    """Attribute a finished model span of ``duration_ns`` from its end attributes.
+    """Attribute a finished model span of ``duration_ns`` from its typed end attributes
+    (``SpanRecord.model``; raw attributes are typed first).
 
     ``failed``: the span ended in error; without a successful attempt's timing its time (less
-    any recorded back-off) is booked as ``retry``, the service time of failed attempts.
+    the recorded back-off, booked as ``wait``) is the ``retry`` service time of failed attempts.
     """
-    get = attrs.get
-    n_in = _int(get("gen_ai.usage.input_tokens"))
-    n_r = _int(get("gen_ai.usage.reasoning.output_tokens"))
-    n_v = max(0, _int(get("gen_ai.usage.output_tokens")) - n_r)
+    if m is None:
+        m = model_attrs({}, _UNTYPED)
+    elif not isinstance(m, ModelAttrs):
+        m = model_attrs(m, _UNTYPED)
     wait = retry = 0
-    attempts = get("attempts")
-    if attempts:
-        for a in attempts:
-            wait += a.get("wait_ns") or 0
-            if a.get("error") is not None and a.get("t_end") is not None:
-                retry += a["t_end"] - (a.get("t_start") or 0)
+    if m.attempts:
+        for a in m.attempts:
+            wait += a.wait_ns
+            if a.error is not None and a.t_end is not None:
+                retry += a.t_end - (a.t_start or 0)
     else:
-        wait = _int(get("wait_ns"))
-    tm = get("timing") or {}
-    t_send = tm.get("t_send")
-    base = reasoning = decode = tail = 0
-    tps = fallback_tps
-    if t_send is not None:
-        t_last, t_end = tm.get("t_last"), tm.get("t_end")
-        first_vis = tm.get("t_first_visible")
-        if first_vis is None:  # no visible output: everything up to the last event is pre-output
-            first_vis = t_last if t_last is not None else t_end
-        if first_vis is not None:
-            ttv = max(0, first_vis - t_send)
-            if t_last is not None:
-                decode = max(0, t_last - first_vis)
-            if n_v >= 2 and decode > 0:
-                tps = (n_v - 1) * 1e9 / decode
-            reasoning = min(ttv, round(n_r * 1e9 / tps)) if tps > 0 else 0
-            base = ttv - reasoning
-            if t_end is not None:
-                tail = max(0, t_end - (t_last if t_last is not None else first_vis))
-    if failed and t_send is None and retry == 0:
-        retry = duration_ns - wait
+        wait = m.wait_ns
+    n_r, n_v = m.reasoning_tokens, m.visible_tokens
+    tm = m.timing
+    if tm is not None:
+        base, reasoning, decode, tail, tps = split_ns(tm.t_send, tm.t_first_visible, tm.t_last,
+                                                      tm.t_end, n_r, n_v, fallback_tps)
+    else:
+        base = reasoning = decode = tail = 0
+        tps = fallback_tps
+        if failed and retry == 0:
+            retry = duration_ns - wait
     overhead = duration_ns - (base + reasoning + decode + tail + wait + retry)
-    return ModelParts(base, reasoning, decode, tail, wait, retry, overhead, n_in, n_r, n_v, tps,
-                      t_send is not None)
+    return ModelParts(base, reasoning, decode, tail, wait, retry, overhead, m.input_tokens, n_r,
+                      n_v, tps, tm is not None, m.cached_input_tokens)
 
 
-def tool_category(name: str, attrs: dict[str, Any]) -> str:
+def tool_category(name: str, tool: ToolAttrs | Mapping[str, Any] | None) -> str:
     """The category a tool span's time is booked under: ``tool:<name>``."""
-    tool = attrs.get("gen_ai.tool.name")
-    if not tool:
-        tool = name.removeprefix("execute_tool ").strip() or "?"
-    return f"tool:{tool}"
+    if isinstance(tool, ToolAttrs):
+        return f"tool:{tool.name}"
+    label = (tool or {}).get(GEN_AI_TOOL_NAME)
+    if not label or type(label) is not str:
+        label = name.removeprefix("execute_tool ").strip() or "?"
+    return f"tool:{label}"

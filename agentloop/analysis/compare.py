@@ -12,16 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentloop.analysis._table import elide, pct, ratio, secs, table
-from agentloop.analysis.graph import Graph, critical_path
-from agentloop.analysis.whatif import (
-    Scenario,
-    WhatIf,
-    category_order,
-    path_breakdown,
-    ratio_of,
-    step_label,
-    whatif,
-)
+from agentloop.analysis.breakdown import category_order, path_breakdown, ratio_of, step_label
+from agentloop.analysis.flat import Graph
+from agentloop.analysis.passes import critical_path
+from agentloop.analysis.whatif import Scenario, WhatIf, whatif
 from agentloop.errors import TraceFileError
 from agentloop.tiers import SpeedProfile
 
@@ -67,19 +61,16 @@ class Comparison:
 
 
 def _profile(g: Graph) -> tuple[str, SpeedProfile]:
-    tier = g.trace.header.get("tier") or {}
-    try:
-        p = tier["profile"]
-        prof = SpeedProfile(float(p["base_latency_s"]), float(p["prefill_tps"]),
-                            float(p["output_tps"]))
-    except (KeyError, TypeError, ValueError):
+    tier = g.trace.run.tier
+    if tier.profile is None:
         raise TraceFileError(f"{g.trace.path or '<trace>'}: the run header has no tier speed "
-                             f"profile (tier.profile) to predict with") from None
-    return str(tier.get("name", "?")), prof
+                             f"profile (tier.profile) to predict with")
+    p = tier.profile
+    return tier.name, SpeedProfile(p.base_latency_s, p.prefill_tps, p.output_tps)
 
 
 def _task(g: Graph) -> str:
-    return str((g.trace.header.get("task") or {}).get("name", "?"))
+    return g.trace.run.task.name
 
 
 def compare(a: Graph, b: Graph) -> Comparison:
@@ -88,7 +79,7 @@ def compare(a: Graph, b: Graph) -> Comparison:
     if _task(a) != _task(b):
         raise TraceFileError(f"{a.trace.path} is task '{_task(a)}' but {b.trace.path} is task "
                              f"'{_task(b)}': compare needs two runs of the same task")
-    tier_a = str((a.trace.header.get("tier") or {}).get("name", "?"))
+    tier_a = a.trace.run.tier.name
     tier_b, prof_b = _profile(b)
     warnings = []
     na, nb = a.kinds.count("step"), b.kinds.count("step")
@@ -129,11 +120,20 @@ def compare_json(c: Comparison) -> dict[str, Any]:
             "steps": _rows_json(c.steps), "categories": _rows_json(c.categories)}
 
 
+# a relative error of a near-zero time is noise (0.1 ms against 0.04 ms is "+150%"): below this
+# measured time the error column says "-" and the seconds column tells the story
+MIN_PCT_NS = 10_000_000
+
+
+def _error_pct(r: Row) -> str:
+    return pct(r.predicted_ns - r.b_ns, r.b_ns) if abs(r.b_ns) >= MIN_PCT_NS else "-"
+
+
 def _rows_text(rows: tuple[Row, ...], head: str) -> str:
     return table([head, "A s", "predicted B s", "B s", "error s", "error"],
                  [r if isinstance(r, str) else
                   [r.name, secs(r.a_ns), secs(r.predicted_ns), secs(r.b_ns),
-                   secs(r.predicted_ns - r.b_ns), pct(r.predicted_ns - r.b_ns, r.b_ns)]
+                   secs(r.predicted_ns - r.b_ns), _error_pct(r)]
                   for r in elide(rows)])
 
 

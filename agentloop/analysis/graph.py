@@ -1,14 +1,10 @@
-"""The recorded dependency graph as flat arrays, precomputed once for the re-timing passes.
+"""Builds the flat dependency Graph (:mod:`agentloop.analysis.flat`) from a loaded trace.
 
-Spans are indexed in recorded start order (the order of their ``span_start`` records), which is
-a topological order: a span's parent and every span in its ``after`` list started before it.
-A span depends on its parent's *start* and on the *end* of each span in ``after``; its recorded
-``gap0`` is how long after the latest of those (as recorded) it started: framework time that a
-faster model does not shrink. A span with children ends ``gap1`` after its last child ends
-(step and run bookkeeping); a leaf ends ``duration`` after it starts. Instants are integer ns.
-
-The re-timing passes and the critical path walk live in :mod:`agentloop.analysis.passes`
-(re-exported here); the Graph precomputes what they need per span.
+Flattening precomputes, once, what every pass needs per span: its recorded start gap after its
+latest dependency, its parent's close gap, the positions a pass compares, the recorded
+critical-path links, the attribution of each model span, and each tool span's queue time.
+The passes live in :mod:`agentloop.analysis.passes`; ``Graph``, ``critical_path``, ``retime``
+and ``retime_pair`` are re-exported here for callers.
 """
 
 from __future__ import annotations
@@ -17,77 +13,16 @@ import contextlib
 import gc
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
 from operator import sub
 from pathlib import Path
 
-from agentloop.analysis.attribution import ModelParts, model_parts
-from agentloop.analysis.passes import (
-    critical_path,
-    interleave,
-    link_roots,
-    retime,
-    retime_pair,
-)
-from agentloop.trace.reader import SpanRecord, Trace, load_trace
+from agentloop.analysis.attribution import model_parts
+from agentloop.analysis.flat import Closing, Graph, interleave, link_roots
+from agentloop.analysis.passes import critical_path, retime, retime_pair
+from agentloop.trace.reader import Trace, load_trace
 
-__all__ = ["Graph", "build_graph", "critical_path", "gc_paused", "load_quickly", "retime",
-           "retime_pair"]
-
-
-@dataclass(frozen=True, slots=True)
-class Graph:
-    """A trace's spans as parallel lists (index = recorded start order) plus model attribution.
-
-    Built once by :func:`build_graph` and only read afterwards.
-    """
-
-    trace: Trace
-    ids: list[str]
-    kinds: list[str]
-    names: list[str]
-    par: list[int]  # parent index, -1 for a root
-    aft: list[tuple[int, ...]]  # indices of the spans this one waited for
-    t0: list[int]
-    t1: list[int]  # spans in flight end at the trace's last instant
-    gap0: list[int]
-    kids: dict[int, list[int]]  # children of spans that have any
-    gap1: dict[int, int]  # end gap of spans with children
-    fin: dict[int, list[int]]  # after index i is placed, these parents' ends are known
-    roots: list[int]
-    end_ns: int  # the trace's own end instant (end record, else last instant seen)
-    start_ns: int  # the run span's start: setup before it (simulator, workspace) is not run time
-    end_gap: int  # end instant minus the latest root end
-    in_flight: list[bool]
-    step_of: list[int]  # enclosing step span (itself for a step), -1 outside steps
-    models: dict[int, ModelParts]  # finished model spans without children
-    problems: list[str]
-    # precomputed for the passes (positions in V, see the module docstring)
-    spans: list[SpanRecord]  # the trace's spans in index order
-    dur0: list[int]  # recorded durations
-    p0: list[int]  # position of the parent's start (of V[2n] for a root)
-    af: list[tuple[int, ...]]  # positions of the after spans' ends, in recorded order
-    ends: list[tuple[int, ...] | None]  # positions of the children's ends, last child first
-    finl: list[tuple[tuple[int, tuple[int, ...], int], ...] | None]  # per i: (end position,
-                                      # children's ends, gap1) of parents whose end is now known
-    sop: list[int]  # per position in V: the step span owning it, -1 at run level
-    back: list[int]  # per position: the critical path's next position back, as recorded
-    leaf_end: list[bool]  # per position: the end of a leaf (its own time on the path)
-
-    @property
-    def measured_ns(self) -> int:
-        """The run's end-to-end time: from the run span's start to the end record."""
-        return self.end_ns - self.start_ns
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def is_leaf(self, i: int) -> bool:
-        return i not in self.kids
-
-    def durations(self) -> list[int]:
-        """Recorded durations (the identity re-timing)."""
-        return list(self.dur0)
+__all__ = ["Graph", "build_graph", "critical_path", "fallback_tps", "gc_paused", "load_quickly",
+           "retime", "retime_pair"]
 
 
 @contextlib.contextmanager
@@ -108,19 +43,14 @@ def gc_paused() -> Iterator[None]:
 
 
 def load_quickly(path: str | Path) -> Trace:
-    """:func:`agentloop.trace.reader.load_trace` with the cyclic collector kept off the trace.
+    """:func:`agentloop.trace.reader.load_trace` with the cyclic collector paused while loading.
 
-    The collector is paused while loading, and the loaded objects are then frozen
-    (``gc.freeze``: moved out of the collector's sight; reference counting still frees them).
-    Without this, the first collection after loading a million spans rescans the whole trace
-    (seconds), and every later full collection again. Garbage is collected first so nothing
-    collectable gets frozen; loading itself makes no reference cycles.
+    Freezing the loaded objects out of the collector's sight (``gc.freeze``) is left to the
+    program: the CLI does it after loading (:func:`agentloop.commands.report.load_for_analysis`),
+    a library call must not change the process's collector.
     """
-    gc.collect()
     with gc_paused():
-        trace = load_trace(path)
-        gc.freeze()
-    return trace
+        return load_trace(path)
 
 
 def build_graph(trace: Trace) -> Graph:
@@ -195,7 +125,7 @@ def _build(trace: Trace) -> Graph:
     last_desc: dict[int, int] = {}
     fin: dict[int, list[int]] = {}
     ends: list[tuple[int, ...] | None] = [None] * n
-    finl: list[tuple[tuple[int, tuple[int, ...], int], ...] | None] = [None] * n
+    finl: list[tuple[Closing, ...] | None] = [None] * n
     for p in sorted(kids, reverse=True):  # children have larger indices than their parent;
         ks = kids[p]                       # at one trigger, deeper parents come first
         ends[p] = kend = tuple([2 * c + 1 for c in reversed(ks)])
@@ -213,17 +143,22 @@ def _build(trace: Trace) -> Graph:
     leaf_end[1::2] = [e is None for e in ends]
     end_gap = end_ns - max((t1[r] for r in roots), default=end_ns)
     tps = fallback_tps(trace)
-    models = {i: model_parts(spans[i].attrs, t1[i] - t0[i], tps, spans[i].status == "error")
+    models = {i: model_parts(spans[i].model, t1[i] - t0[i], tps, spans[i].status == "error")
               for i, k in enumerate(kinds) if k == "model" and not in_flight[i] and i not in kids}
-    return Graph(trace, ids, kinds, names, par, aft, t0, t1, gap0, kids, gap1, fin, roots,
-                 end_ns, start_ns, end_gap, in_flight, step_of, models, problems,
-                 spans, list(map(sub, t1, t0)), p0, af, ends, finl, sop, back, leaf_end)
+    # a tool span opens once the max_parallel_tools bound lets it: that wait is in its start gap
+    queue = [0 if s.tool is None else max(0, min(s.tool.queued_ns, g)) for s, g in
+             zip(spans, gap0, strict=True)]
+    return Graph(trace=trace, ids=ids, kinds=kinds, names=names, parent=par, after=aft, t0=t0,
+                 t1=t1, start_gap=gap0, children=kids, close_gap=gap1, closes=fin, roots=roots,
+                 end_ns=end_ns, start_ns=start_ns, run_end_gap=end_gap, in_flight=in_flight,
+                 step_of=step_of, models=models, queue=queue, problems=problems, spans=spans,
+                 recorded_dur=list(map(sub, t1, t0)), parent_start=p0, after_ends=af,
+                 child_ends=ends, closes_at=finl, step_at=sop, back_link=back,
+                 is_leaf_end=leaf_end)
 
 
 def fallback_tps(trace: Trace) -> float:
-    """The recorded tier's profile ``output_tps`` (for spans with fewer than two visible tokens)."""
-    try:
-        v = float(trace.header["tier"]["profile"]["output_tps"])
-    except (KeyError, TypeError, ValueError):
-        return 0.0
-    return v if v > 0 else 0.0
+    """The recorded tier's profile ``output_tps`` (for spans with fewer than two visible tokens);
+    0 when the header has no profile (the schema refuses a profile with ``output_tps <= 0``)."""
+    profile = trace.run.tier.profile
+    return 0.0 if profile is None else profile.output_tps

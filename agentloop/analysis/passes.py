@@ -1,9 +1,9 @@
 """The passes over a Graph: forward re-timing, the lockstep pair check, the critical path walk.
 
 They run over one flat list of instants ``V``: ``V[2i]`` is span i's start, ``V[2i + 1]`` its
-end, ``V[2n]`` the run's start (0 while re-timing, so a root starts its ``gap0`` after 0 or its
-``after`` spans). The Graph holds each span's candidate positions (``p0``, ``af``, ``ends``,
-``finl``), so a pass is one plain loop with inline comparisons: at a million spans a function
+end, ``V[2n]`` the run's start (0 while re-timing, so a root starts its ``start_gap`` after 0 or its
+``after`` spans). The Graph holds each span's candidate positions
+(``parent_start``, ``after_ends``, ``child_ends``, ``closes_at``), so a pass is one plain loop with inline comparisons: at a million spans a function
 call per span (``max(map(...))``, a key function) costs about as much as the rest of the loop.
 """
 
@@ -11,25 +11,15 @@ from __future__ import annotations
 
 import itertools
 from operator import rshift, sub
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from agentloop.analysis.graph import Graph
-
-
-def interleave(starts: list[int], ends: list[int], run_start: int) -> list[int]:
-    """The flat instant list V: ``starts[i]`` at 2i, ``ends[i]`` at 2i + 1, ``run_start`` last."""
-    v = [run_start] * (2 * len(starts) + 1)
-    v[0:-1:2] = starts
-    v[1::2] = ends
-    return v
+from agentloop.analysis.flat import Graph, interleave, link_roots
 
 
 def retime(g: Graph, dur: list[int]) -> tuple[list[int], list[int], int]:
     """Forward pass: new starts and ends for leaf durations ``dur``, and the run's new end.
 
-    Each span starts ``gap0`` after the latest of its parent's new start and its ``after`` spans'
-    new ends; a leaf ends ``dur`` later; a parent ends ``gap1`` after its latest child's new end.
+    Each span starts ``start_gap`` after the latest of its parent's new start and its ``after`` spans'
+    new ends; a leaf ends ``dur`` later; a parent ends ``close_gap`` after its latest child's new end.
     """
     V, end = retime_flat(g, dur)
     return V[0:-1:2], V[1::2], end
@@ -40,7 +30,8 @@ def retime_flat(g: Graph, dur: list[int]) -> tuple[list[int], int]:
     n = len(g.ids)
     V = [0] * (2 * n + 1)
     vget = V.__getitem__
-    for i2, p, af, gp, d, f in zip(range(0, 2 * n, 2), g.p0, g.af, g.gap0, dur, g.finl,
+    for i2, p, af, gp, d, f in zip(range(0, 2 * n, 2), g.parent_start, g.after_ends,
+                                   g.start_gap, dur, g.closes_at,
                                    strict=True):
         s = V[p]
         for x in af:
@@ -55,7 +46,7 @@ def retime_flat(g: Graph, dur: list[int]) -> tuple[list[int], int]:
                 V[q] = max(map(vget, ks)) + g1
     if not g.roots:
         return V, g.end_ns
-    return V, max(V[2 * r + 1] for r in g.roots) + g.end_gap
+    return V, max(V[2 * r + 1] for r in g.roots) + g.run_end_gap
 
 
 def retime_path(g: Graph, dur: list[int]) -> tuple[list[int], list[int], int]:
@@ -79,14 +70,15 @@ def retime_with_pair(g: Graph, dur: list[int], dur0: list[int] | None, dur1: lis
     A = [0] * (2 * n + 1)
     if dur0 is None or dur1 is None:
         ok, B, end_b, dur0 = False, A, 0, dur
-    elif dur1 == g.dur0:
+    elif dur1 == g.recorded_dur:
         ok, B, end_b = True, interleave(g.t0, g.t1, 0), g.end_ns
     else:
         ok, (B, end_b) = True, retime_flat(g, dur1)
-    back = list(g.back)  # a leaf's end links to its own start already
+    back = list(g.back_link)  # a leaf's end links to its own start already
     vget, aget = V.__getitem__, A.__getitem__
-    for i2, p, af, gp, d, da, f in zip(range(0, 2 * n, 2), g.p0, g.af, g.gap0, dur, dur0,
-                                       g.finl, strict=True):
+    for i2, p, af, gp, d, da, f in zip(range(0, 2 * n, 2), g.parent_start, g.after_ends,
+                                       g.start_gap, dur, dur0,
+                                       g.closes_at, strict=True):
         s, sa = V[p], A[p]
         if af:
             w, sb = p, B[p]
@@ -126,22 +118,10 @@ def retime_with_pair(g: Graph, dur: list[int], dur0: list[int] | None, dur1: lis
         ends = [2 * r + 1 for r in g.roots]
         ma, mb = max(map(aget, ends)), max(map(B.__getitem__, ends))
         if (ma, mb) in zip(map(aget, ends), map(B.__getitem__, ends), strict=True):
-            pair = ma + g.end_gap, end_b
+            pair = ma + g.run_end_gap, end_b
     V[-1] = g.start_ns  # as the path sees the run's start
-    link_roots(g.roots, g.af, V, back)
-    return V, back, max(V[2 * r + 1] for r in g.roots) + g.end_gap, pair
-
-
-def link_roots(roots: list[int], af: list[tuple[int, ...]], V: list[int], back: list[int]
-               ) -> None:
-    """Link the roots' starts: to an after span ending at or after the run's start ``V[2n]``,
-    else to the run's start (the passes compare roots with 0 instead)."""
-    for r in roots:
-        best, w = V[-1], len(V) - 1
-        for x in af[r]:
-            if V[x] >= best:
-                best, w = V[x], x
-        back[2 * r] = w
+    link_roots(g.roots, g.after_ends, V, back)
+    return V, back, max(V[2 * r + 1] for r in g.roots) + g.run_end_gap, pair
 
 
 def chase(g: Graph, V: list[int], back: list[int], total: int
@@ -155,7 +135,7 @@ def chase(g: Graph, V: list[int], back: list[int], total: int
     read, and no per-segment list is built (a path can have a million segments).
     """
     sent = len(V) - 1
-    sop, leaf_end = g.sop, g.leaf_end
+    sop, leaf_end = g.step_at, g.is_leaf_end
     owners, marks = [-1], [total]  # segment 0, from the end record back, is run level
     leaves: list[int] = []
     lapp = leaves.append
@@ -197,7 +177,7 @@ def walk(g: Graph, V: list[int]) -> tuple[list[int], list[int]]:
     """
     vget = V.__getitem__
     sent = len(V) - 1
-    p0, af, ends = g.p0, g.af, g.ends
+    p0, af, ends = g.parent_start, g.after_ends, g.child_ends
     vs: list[int] = []
     leaves: list[int] = []
     app, lapp = vs.append, leaves.append
@@ -238,6 +218,6 @@ def critical_path(g: Graph, S: list[int], E: list[int], total: int) -> list[tupl
     vals = [total, *map(V.__getitem__, vs), g.start_ns]
     ns = map(sub, vals, itertools.islice(vals, 1, None))
     idx = [-1, *map(rshift, vs, itertools.repeat(1))]
-    ends = g.ends
+    ends = g.child_ends
     gaps = [True, *[not v & 1 or ends[v >> 1] is not None for v in vs]]  # a leaf's own time
     return list(zip(idx, ns, gaps, strict=True))

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentloop.analysis._table import elide, pct, secs, table
-from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, tool_category
-from agentloop.analysis.graph import Graph, critical_path
-from agentloop.analysis.whatif import MODEL_CATS, category_order, path_breakdown, step_label
+from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, TOOL_QUEUE, tool_category
+from agentloop.analysis.breakdown import MODEL_CATS, category_order, path_breakdown, step_label
+from agentloop.analysis.flat import Graph
+from agentloop.analysis.passes import critical_path
 
 MAX_PATH_ROWS = 60
 
@@ -61,7 +62,7 @@ def _leaf_category(g: Graph, i: int) -> str:
     if g.in_flight[i]:
         return IN_FLIGHT
     if g.kinds[i] == "tool":
-        return tool_category(g.names[i], g.trace.spans[g.ids[i]].attrs)
+        return tool_category(g.names[i], g.spans[i].tool)
     return FRAMEWORK
 
 
@@ -82,6 +83,9 @@ def build_report(g: Graph) -> Report:
             c = _leaf_category(g, i)
             busy[c] = busy.get(c, 0) + g.t1[i] - g.t0[i]
     busy[FRAMEWORK] = busy.get(FRAMEWORK, 0) + critical.get(FRAMEWORK, 0)
+    queued = sum(g.queue)
+    if queued:
+        busy[TOOL_QUEUE] = queued
     steps = []
     for i in range(len(g)):
         if g.kinds[i] == "step":
@@ -97,11 +101,9 @@ def build_report(g: Graph) -> Report:
                 path.append((step, "gap", FRAMEWORK, ns))
         else:
             path.append((step_label(g, g.step_of[i]), g.kinds[i], g.names[i], ns))
-    tier = tr.header.get("tier") or {}
     return Report(
-        task=str((tr.header.get("task") or {}).get("name", "?")),
-        tier=str(tier.get("name", "?")),
-        status=str(tr.end.get("status", "?")) if tr.end else "incomplete",
+        task=tr.run.task.name, tier=tr.run.tier.name,
+        status=tr.end_record.status if tr.end_record else "incomplete",
         complete=tr.complete, problems=tuple(tr.problems + g.problems),
         in_flight=tuple(f"{s.id} {s.kind} '{s.name}', open since {secs(s.t0 - g.start_ns)} s "
                         "into the run"
@@ -114,7 +116,7 @@ def _step_row(g: Graph, i: int) -> StepRow:
     model = {"base": 0, "reasoning": 0, "decode": 0, "other": 0}
     tools: list[tuple[str, int]] = []
     n_in = n_out = n_r = 0
-    for c in g.kids.get(i, ()):
+    for c in g.children.get(i, ()):
         m = g.models.get(c)
         if m is not None:
             model["base"] += m.base

@@ -44,26 +44,30 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
-from operator import not_
 from typing import Any
 
 from agentloop.analysis._table import elide, pct, ratio, secs, table
-from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, MODEL_PARTS, tool_category
-from agentloop.analysis.graph import Graph, gc_paused
-from agentloop.analysis.passes import (
-    chase,
-    critical_path,
-    interleave,
-    retime,
-    retime_with_pair,
+from agentloop.analysis.breakdown import (  # category_order ... re-exported for callers
+    MODEL_CATS,
+    category_order,
+    path_breakdown,
+    path_tally,
+    ratio_of,
+    step_label,
+    step_labels,
 )
+from agentloop.analysis.flat import Graph, interleave
+from agentloop.analysis.graph import gc_paused
+from agentloop.analysis.passes import retime, retime_with_pair
 from agentloop.errors import ConfigError
 from agentloop.tiers import SpeedProfile
 
 CURVE_K = (1, 2, 3, 5, 8, 11, 20, 50, 100)
-MODEL_CATS = frozenset(MODEL_PARTS)
+
+__all__ = ["CURVE_K", "MODEL_CATS", "Contribution", "Scenario", "WhatIf", "category_order",
+           "durations", "new_parts", "path_breakdown", "predict_ns", "ratio_of", "render_whatif",
+           "step_label", "step_labels", "whatif", "whatif_json"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,13 +130,6 @@ class WhatIf:
         return ratio_of(self.measured_ns, self.ceiling_ns)
 
 
-def ratio_of(measured: int, predicted: int) -> float:
-    """``measured / predicted``; 1 for an empty run, infinity when nothing is left."""
-    if predicted > 0:
-        return measured / predicted
-    return math.inf if measured > 0 else 1.0
-
-
 def new_parts(g: Graph, sc: Scenario) -> dict[int, tuple[int, int, int]]:
     """New (base, reasoning, decode) ns of every finished model span under ``sc``."""
     out: dict[int, tuple[int, int, int]] = {}
@@ -186,101 +183,6 @@ def _k_durations(g: Graph, p: float, k: float) -> list[int]:
     return dur
 
 
-def path_breakdown(g: Graph, segments: list[tuple[int, int, bool]],
-                   parts: dict[int, tuple[int, int, int]] | None
-                   ) -> tuple[dict[str, int], dict[int, int]]:
-    """Critical-path ns per category and per step (step span index, -1 for run level).
-
-    ``parts`` are the re-timed (base, reasoning, decode) of model spans; None: as measured.
-    """
-    if not segments:
-        return {}, {}
-    idx, nss, gaps = zip(*segments, strict=True)
-    step_of = g.step_of
-    owners = [step_of[i] if i >= 0 else -1 for i in idx]
-    leaves = list(itertools.compress(zip(idx, nss, strict=True), map(not_, gaps)))
-    return _tally(g, zip(owners, nss, strict=True), [i for i, _ in leaves],
-                  [ns for _, ns in leaves], sum(itertools.compress(nss, gaps)), parts)
-
-
-def _path_tally(g: Graph, V: list[int], back: list[int], dur: list[int], total: int,
-                parts: dict[int, tuple[int, int, int]] | None
-                ) -> tuple[dict[str, int], dict[int, int]]:
-    """:func:`path_breakdown` of the critical path of instants V (with their links ``back``,
-    :func:`retime_path`) that the durations ``dur`` gave, without building its segments: a
-    path can have a million.
-
-    A leaf's segment is its duration; every other segment is framework time, so their sum is
-    what the leaves leave of the path's total; per step the segments telescope.
-    """
-    if not g.roots:
-        return path_breakdown(g, critical_path(g, [], [], total), parts)
-    groups, leaves = chase(g, V, back, total)
-    leaf_ns = list(map(dur.__getitem__, leaves))
-    return _tally(g, groups, leaves, leaf_ns, total - g.start_ns - sum(leaf_ns), parts)
-
-
-def _tally(g: Graph, owned: Iterable[tuple[int, int]], leaves: list[int], leaf_ns: list[int],
-           gap_ns: int, parts: dict[int, tuple[int, int, int]] | None
-           ) -> tuple[dict[str, int], dict[int, int]]:
-    """Categories and steps from (step, ns) pairs, the leaves on the path with their ns, and
-    the framework time of the path's other segments."""
-    owned = list(owned)
-    if len(owned) > 1 and owned[0][0] == owned[-1][0]:  # run level at both ends of the path
-        owned = [(owned[0][0], owned[0][1] + owned[-1][1]), *owned[1:-1]]
-    steps = dict(owned)
-    if len(steps) < len(owned):  # a step owns several runs of segments: add them up
-        steps = {}
-        for st, ns in owned:
-            steps[st] = steps.get(st, 0) + ns
-    cats: dict[str, int] = {}
-    models = g.models
-    is_model = list(map(models.__contains__, leaves))
-    on_path = list(itertools.compress(leaves, is_model))
-    others = list(itertools.compress(leaves, map(not_, is_model)))
-    other_ns = list(itertools.compress(leaf_ns, map(not_, is_model)))
-    in_flight, kinds, names = g.in_flight, g.kinds, g.names
-    if not any(map(in_flight.__getitem__, others)) and \
-            set(map(kinds.__getitem__, others)) <= {"tool"}:
-        # finished tools only (the usual case): sum per tool name in whole-list passes
-        tools = list(map(names.__getitem__, others))
-        first = dict(zip(reversed(tools), reversed(others), strict=True))  # first span of a name
-        for nm in dict.fromkeys(tools):
-            cat = tool_category(nm, g.spans[first[nm]].attrs)
-            ns = sum(itertools.compress(other_ns, map(nm.__eq__, tools))) if len(first) > 1 \
-                else sum(other_ns)
-            cats[cat] = cats.get(cat, 0) + ns
-    else:
-        cache: dict[str, str] = {}
-        for i, ns in zip(others, other_ns, strict=True):
-            if in_flight[i]:
-                cat = IN_FLIGHT
-            elif kinds[i] == "tool":
-                cat = cache.get(names[i]) or cache.setdefault(
-                    names[i], tool_category(names[i], g.spans[i].attrs))
-            else:  # a finished model span that had children, or a childless step: bookkeeping
-                cat = FRAMEWORK
-            cats[cat] = cats.get(cat, 0) + ns
-    if on_path:
-        ms = list(map(models.__getitem__, on_path))
-        new = [(m.base, m.reasoning, m.decode) for m in ms] if parts is None else \
-            list(map(parts.__getitem__, on_path))
-        for name, col in zip(("base", "reasoning", "decode"), zip(*new, strict=True),
-                             strict=True):
-            cats[name] = sum(col)
-        cols = list(zip(*ms, strict=True))
-        for k, name in ((3, "tail"), (4, "wait"), (5, "retry"), (6, "overhead")):
-            cats[name] = sum(cols[k])
-    cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + gap_ns
-    return cats, steps
-
-
-def category_order(names: set[str]) -> list[str]:
-    """Categories in display order: model parts, framework, in flight, then tools by name."""
-    fixed = [*MODEL_PARTS, FRAMEWORK, IN_FLIGHT]
-    return [c for c in fixed if c in names] + sorted(n for n in names if n not in fixed)
-
-
 def predict_ns(g: Graph, sc: Scenario) -> int:
     """End-to-end time (ns) of the run re-timed under ``sc`` (one forward pass)."""
     with gc_paused():
@@ -313,8 +215,8 @@ def _whatif(g: Graph, sc: Scenario, curve: tuple[float, ...]) -> WhatIf:
     # the scenario's pass and the curve's pair of passes (K = infinity, K = 1) in one loop
     V, back, end, ends = retime_with_pair(g, dur, _k_durations(g, p, math.inf),
                                           _k_durations(g, p, 1))
-    new_cats, new_steps = _path_tally(g, V, back, dur, end, parts)
-    old_cats, old_steps = _path_tally(g, interleave(g.t0, g.t1, g.start_ns), g.back, g.dur0,
+    new_cats, new_steps = path_tally(g, V, back, dur, end, parts)
+    old_cats, old_steps = path_tally(g, interleave(g.t0, g.t1, g.start_ns), g.back_link, g.recorded_dur,
                                       g.end_ns, None)
     ceiling, points = _curve(g, p, curve, ends)
     cats = tuple(Contribution(c, old_cats.get(c, 0), new_cats.get(c, 0))
@@ -324,18 +226,6 @@ def _whatif(g: Graph, sc: Scenario, curve: tuple[float, ...]) -> WhatIf:
                       map(old_steps.get, step_ids, itertools.repeat(0)),
                       map(new_steps.get, step_ids, itertools.repeat(0))))
     return WhatIf(sc, g.measured_ns, end - g.start_ns, ceiling, cats, steps, points, g.trace.complete)
-
-
-def step_label(g: Graph, i: int) -> str:
-    """A step span's number as text (its ``step`` start attribute, else its name); -1: "run"."""
-    return step_labels(g, [i])[0]
-
-
-def step_labels(g: Graph, ids: list[int]) -> list[str]:
-    """:func:`step_label` of each of ``ids``, in one comprehension (a run can have 200,000)."""
-    spans, names = g.spans, g.names
-    return ["run" if i < 0 else str(n) if (n := spans[i].start_attrs.get("step")) is not None
-            else names[i] for i in ids]
 
 
 def whatif_json(w: WhatIf) -> dict[str, Any]:

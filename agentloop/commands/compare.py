@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.analysis.compare import compare, compare_json, render_compare
-from agentloop.analysis.graph import build_graph, load_quickly
-from agentloop.commands.report import emit_json
+from agentloop.analysis.graph import build_graph
+from agentloop.commands.report import emit_json, load_for_analysis
 
 
 def register(sub: Any) -> None:
@@ -35,8 +35,8 @@ async def main(args: argparse.Namespace) -> int:
         else:
             print(render_suite_compare(sc))
         return 0
-    a = await asyncio.to_thread(load_quickly, args.a)
-    b = await asyncio.to_thread(load_quickly, args.b)
+    a = await asyncio.to_thread(load_for_analysis, args.a)
+    b = await asyncio.to_thread(load_for_analysis, args.b)
     result = compare(build_graph(a), build_graph(b))
     if args.html is not None:  # issue 13: the comparison as one HTML file
         from agentloop.export.html import compare_html, write_html

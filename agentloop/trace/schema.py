@@ -14,7 +14,10 @@ Instants are integer ns on the run's clock, ``0 <= t <= MAX_INSTANT_NS``.
 The checks are plain functions rather than pydantic models on purpose: a trace can hold millions
 of span records, and pydantic's per-record validation measured 3x the cost of the JSON parse
 itself (12 us against 3.7 us per reference record); the header, parsed once, goes through the
-same helpers for one set of messages.
+same helpers for one set of messages. For the same reason the per-span types are NamedTuples
+(a frozen dataclass's ``__init__`` costs several times more per instance); the header and the
+end record, one each, are frozen dataclasses. The union is discriminated by class
+(``isinstance``), each class standing for one value of the ``type`` field.
 
 ``SCHEMA_VERSION`` is what the writer writes; ``READABLE_SCHEMAS`` what this reader accepts.
 Records are built as dicts for the sinks by :func:`header_record`, :func:`start_record`,
@@ -27,7 +30,7 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, NoReturn
+from typing import Any, ClassVar, Literal, NamedTuple, NoReturn
 
 from agentloop.errors import TraceFileError
 from agentloop.trace import attrs as A
@@ -228,9 +231,9 @@ def header_record(**fields: Any) -> dict[str, Any]:
 # -- span records --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class SpanStart:
-    type: ClassVar[Literal["span_start"]] = "span_start"
+class SpanStart(NamedTuple):
+    """A span opens (``type: "span_start"``)."""
+
     id: str
     parent: str | None
     kind: str
@@ -240,9 +243,9 @@ class SpanStart:
     attrs: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class SpanEnd:
-    type: ClassVar[Literal["span_end"]] = "span_end"
+class SpanEnd(NamedTuple):
+    """A span closes (``type: "span_end"``)."""
+
     id: str
     t: int
     status: str
@@ -284,14 +287,18 @@ def end_record(status: str, t: int, **fields: Any) -> dict[str, Any]:
     return {"type": "end", "status": status, "t": t, **fields}
 
 
+_is_str = str.__instancecheck__
+
+
 def _after(w: Where, v: object) -> list[str]:
     if not v:
         return []
     if type(v) is not list:
         w.fail("after", f"must be an array of span ids, not {_kind(v)}")
-    for k, a in enumerate(v):
-        if type(a) is not str:
-            w.fail(f"after[{k}]", f"must be a span id (string), not {_kind(a)}")
+    if not all(map(_is_str, v)):  # the check in C; the loop only to name the culprit
+        for k, a in enumerate(v):
+            if type(a) is not str:
+                w.fail(f"after[{k}]", f"must be a span id (string), not {_kind(a)}")
     return v
 
 
@@ -336,8 +343,7 @@ def parse_record(rec: object, w: Where) -> SpanStart | SpanEnd | EndRecord | Non
 # -- typed span attributes -------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Timing:
+class Timing(NamedTuple):
     """Run-clock ns of a model call's successful attempt (``attrs.timing``)."""
 
     t_send: int
@@ -350,8 +356,7 @@ class Timing:
     build_ns: int
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
+class Attempt(NamedTuple):
     """One try of a model call, run-clock ns (``attrs.attempts[i]``)."""
 
     t_start: int | None
@@ -361,15 +366,13 @@ class Attempt:
     wait_ns: int
 
 
-@dataclass(frozen=True, slots=True)
-class OutputToolCall:
+class OutputToolCall(NamedTuple):
     id: str
     name: str
     arguments: str  # JSON text
 
 
-@dataclass(frozen=True, slots=True)
-class ModelOutput:
+class ModelOutput(NamedTuple):
     """What the model said (``attrs.output``): enough to replay the turn."""
 
     text: str
@@ -377,8 +380,7 @@ class ModelOutput:
     tool_calls: tuple[OutputToolCall, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ModelAttrs:
+class ModelAttrs(NamedTuple):
     """A finished model span's end attributes, typed."""
 
     step: int | None
@@ -467,11 +469,14 @@ def model_attrs(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
     timing = _timing(w, attrs.get(A.TIMING))
     if timing is not None:
         # one clock: send <= first payload <= first visible <= last <= terminal event
-        seq = [(k, getattr(timing, k)) for k in A.TIMING_KEYS[:6] if k != "t_hdr"]
-        known = [(k, t) for k, t in seq if t is not None]
-        for (k0, a), (k1, b) in itertools.pairwise(known):
-            if b < a:
-                w.fail(f"attrs.{A.TIMING}.{k1}", f"({b}) is before {k0} ({a})")
+        t = timing
+        if not (t.t_send <= (t.t_first or t.t_send) <= (t.t_first_visible or t.t_send)
+                <= (t.t_last or t.t_send) <= (t.t_end or t.t_send)):
+            seq = [(k, getattr(t, k)) for k in A.TIMING_KEYS[:6] if k != "t_hdr"]
+            known = [(k, v) for k, v in seq if v is not None]
+            for (k0, a), (k1, b) in itertools.pairwise(known):
+                if b < a:
+                    w.fail(f"attrs.{A.TIMING}.{k1}", f"({b}) is before {k0} ({a})")
     return ModelAttrs(
         step, _int(w, attrs, A.GEN_AI_USAGE_INPUT_TOKENS, f"attrs.{A.GEN_AI_USAGE_INPUT_TOKENS}"),
         n_out, n_r, _int(w, attrs, A.GEN_AI_USAGE_CACHED_INPUT_TOKENS,
@@ -480,8 +485,7 @@ def model_attrs(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
         _int(w, attrs, A.WAIT_NS, f"attrs.{A.WAIT_NS}"), _output(w, attrs.get(A.OUTPUT)))
 
 
-@dataclass(frozen=True, slots=True)
-class ToolAttrs:
+class ToolAttrs(NamedTuple):
     """A finished tool span's end attributes, typed."""
 
     name: str
