@@ -53,8 +53,10 @@ async def test_reasoning_content_deltas_are_hidden_reasoning() -> None:
                                r.usage.estimated)
     ttft = seconds(r.timing.t_send, r.timing.t_first)
     ttft_visible = seconds(r.timing.t_send, r.timing.t_first_visible)
-    assert ttft >= 0.05 and ttft_visible - ttft >= 0.04  # 50 reasoning tokens take 0.1 s
-    assert ttft_visible == pytest.approx(0.05 + 50 / 500, rel=0.3)
+    # deadlines are absolute, so load can only delay them: the first reasoning delta comes after
+    # the base latency, the first visible one not before base + 50 reasoning tokens at 500 tok/s
+    assert (True, True, True) == (ttft >= 0.05, ttft_visible >= 0.05 + 50 / 500 - 0.002,
+                                  ttft < ttft_visible)
 
 
 async def test_llama_cpp_reasoning_is_counted_by_the_tokenizer_and_marked_estimated() -> None:

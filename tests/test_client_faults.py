@@ -244,7 +244,7 @@ async def test_retry_after_as_an_http_date_is_honoured() -> None:
     r = await run([Fault("429", on_request=1, retry_after_s=2.0, retry_after_date=True)])
     waited = r.attempts[0].wait_ns / 1e9
     assert [429, 200] == [a.status for a in r.attempts]
-    assert 1.0 <= waited <= 2.1  # the date has whole-second resolution
+    assert 1.0 <= waited <= 2.3  # whole-second resolution, and a sleep may overshoot
 
 
 @pytest.mark.parametrize("api", ["responses", "chat"])

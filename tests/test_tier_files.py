@@ -4,6 +4,8 @@ where they are read (exit 2, naming file, line and field), never a traceback or 
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +198,39 @@ cache_prompt = true }}, extra_headers = {{ "X-Org" = "org-1" }} }}
     assert (False, 0.5, True, 0) == (body["parallel_tool_calls"], body["top_p"],
                                      body["cache_prompt"], body["temperature"])
     assert "org-1" == headers["x-org"]
+
+
+async def _agentloop(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentloop.cli", *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_a_minimal_tier_is_probed_written_and_then_predicted_on(tmp_path: Path) -> None:
+    """The README's flow: a minimal tier on an endpoint (here `agentloop sim serve` at 750 tok/s),
+    `probe --write` stores its measured profile in the file, then `whatif --tier` uses it."""
+    sim = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentloop.cli", "sim", "serve", "--port", "0", "--tier",
+        "sim-ultrafast", "--filler", "64", stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    try:
+        assert sim.stdout is not None
+        line = (await asyncio.wait_for(sim.stdout.readline(), 30)).decode()
+        base_url = line.split("serving ", 1)[1].split(" ", 1)[0]
+        path = write(tmp_path, f'[tiers.new-endpoint]\nbase_url = "{base_url}"\nmodel = "m"\n')
+        before = await _agentloop("whatif", str(STANDARD), "--tier", "new-endpoint",
+                                  "--tiers", str(path))
+        probed = await _agentloop("probe", "--tier", "new-endpoint", "--tiers", str(path),
+                                  "-n", "1", "--tokens", "64", "--write")
+        after = await _agentloop("whatif", str(STANDARD), "--tier", "new-endpoint",
+                                 "--tiers", str(path))
+    finally:
+        sim.send_signal(signal.SIGINT)
+        await asyncio.wait_for(sim.communicate(), 30)
+    assert 2 == before[0] and "agentloop probe --tier new-endpoint --write" in before[2]
+    assert 0 == probed[0] and f"wrote the measured profile of new-endpoint to {path}" in probed[2]
+    profile = load_tiers_file(path)["new-endpoint"].profile
+    assert profile is not None and profile.output_tps == pytest.approx(750, rel=0.15)
+    assert 0 == after[0] and "tier new-endpoint" in after[1]

@@ -38,6 +38,12 @@ def register(sub: Any) -> None:
     s.add_argument("--jitter", type=float, default=0.0,
                    help="scale each token interval by 1 ± this fraction (seeded)")
     s.add_argument("--seed", type=int, default=0, help="seed for jitter and filler text")
+    s.add_argument("--dialect", default="", metavar="NAME[,FLAG...]", help=(
+        "speak Chat Completions as a real server does: llama.cpp, vllm, deepseek, bare, or "
+        "flags (reasoning_content, usage_without_reasoning, no_usage, no_done, "
+        "whole_tool_args, timings)"))
+    s.add_argument("--require-reasoning", action="store_true", help=(
+        "refuse (400) a Responses request that does not pass back earlier reasoning items"))
     s.set_defaults(func=main)
 
 
@@ -75,7 +81,8 @@ async def main(args: argparse.Namespace) -> int:
         raise ConfigError("--filler must be >= 0")
     sim = SimServer(profile=profile, script=script, filler_tokens=args.filler,
                     tokens_per_chunk=args.tokens_per_chunk, jitter=args.jitter, seed=args.seed,
-                    host=args.host, port=args.port, models=[tier.model])
+                    host=args.host, port=args.port, models=[tier.model],
+                    dialect=args.dialect, require_reasoning=args.require_reasoning)
     async with sim:
         what = (f"{len(script)} scripted turn{'' if len(script) == 1 else 's'}"
                 if script is not None else
