@@ -14,25 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentloop.clients._wire import RESERVED_BODY_KEYS
 from agentloop.cost import Prices
 from agentloop.errors import ConfigError, TierFileError
+from agentloop.speed import SpeedProfile  # THE speed model lives in agentloop.speed
 
 SIM = "sim"  # base_url of the embedded simulator
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KEY_PREFIX = re.compile(r"(?i)^(sk|gsk|csk|xai|hf|ghp|github_pat|pk|rk|key)[-_]|^AIza")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 REDACTED = "***"  # what a header value becomes in a trace header or listing
-
-
-@dataclass(frozen=True, slots=True)
-class SpeedProfile:
-    """How fast a tier answers: ``base + input/prefill_tps + output/output_tps`` seconds."""
-
-    base_latency_s: float
-    prefill_tps: float
-    output_tps: float
-
-    def call_seconds(self, input_tokens: int, output_tokens: int) -> float:
-        prefill = input_tokens / self.prefill_tps if self.prefill_tps > 0 else 0.0
-        return self.base_latency_s + prefill + output_tokens / self.output_tps
 
 
 def looks_like_key(value: str) -> bool:
@@ -69,10 +57,7 @@ class Tier:
             "name": self.name, "base_url": self.base_url, "model": self.model, "api": self.api,
             "api_key_env": self.api_key_env, "options": public_options(self.options),
             "stall_timeout_s": self.stall_timeout_s, "max_attempts": self.max_attempts,
-            "profile": None if self.profile is None else {
-                "base_latency_s": self.profile.base_latency_s,
-                "prefill_tps": self.profile.prefill_tps,
-                "output_tps": self.profile.output_tps},
+            "profile": profile_dict(self.profile) if self.profile is not None else None,
             "prices": self.prices.summary() if self.prices is not None else None,
         }
 
@@ -91,6 +76,8 @@ class _Profile(BaseModel):
     base_latency_s: float = Field(ge=0, le=86400)
     prefill_tps: float = Field(ge=0, le=1e12)
     output_tps: float = Field(ge=1e-3, le=1e9)
+    cached_prefill_tps: float | None = Field(default=None, gt=0)  # agentloop.speed
+    tpot_ms_per_1k: float = Field(default=0.0, ge=0)
 
 
 class _Options(BaseModel):
@@ -321,11 +308,28 @@ def _fmt_number(x: float) -> str:
     return f"{x:.4g}" if "e" not in f"{x:.4g}" else f"{x:.6f}"
 
 
+def profile_dict(profile: SpeedProfile) -> dict[str, float]:
+    """The profile as a trace header / JSON writes it; the optional speed-model fields only
+    when set, so old readers see the three fields they know."""
+    out = {"base_latency_s": profile.base_latency_s, "prefill_tps": profile.prefill_tps,
+           "output_tps": profile.output_tps}
+    if profile.cached_prefill_tps is not None:
+        out["cached_prefill_tps"] = profile.cached_prefill_tps
+    if profile.tpot_ms_per_1k:
+        out["tpot_ms_per_1k"] = profile.tpot_ms_per_1k
+    return out
+
+
 def profile_line(profile: SpeedProfile) -> str:
     """The inline ``profile = {...}`` line of a tiers file for ``profile``."""
+    extra = ""
+    if profile.cached_prefill_tps is not None:
+        extra += f", cached_prefill_tps = {_fmt_number(round(profile.cached_prefill_tps))}"
+    if profile.tpot_ms_per_1k:
+        extra += f", tpot_ms_per_1k = {_fmt_number(round(profile.tpot_ms_per_1k, 3))}"
     return (f"profile = {{ base_latency_s = {_fmt_number(round(profile.base_latency_s, 3))}, "
             f"prefill_tps = {_fmt_number(round(profile.prefill_tps))}, "
-            f"output_tps = {_fmt_number(round(profile.output_tps, 1))} }}")
+            f"output_tps = {_fmt_number(round(profile.output_tps, 1))}{extra} }}")
 
 
 def write_profile(path: Path, name: str, profile: SpeedProfile) -> None:

@@ -75,7 +75,7 @@ def usage(call: Call) -> dict[str, Any]:
     out = reasoning + call.plan.visible_tokens
     return {"prompt_tokens": call.input_tokens, "completion_tokens": out,
             "total_tokens": call.input_tokens + out,
-            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "prompt_tokens_details": {"cached_tokens": call.cached_tokens, "audio_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": reasoning, "audio_tokens": 0,
                                           "accepted_prediction_tokens": 0,
                                           "rejected_prediction_tokens": 0}}

@@ -46,7 +46,7 @@ def usage(call: Call) -> dict[str, Any]:
     reasoning = call.plan.turn.reasoning_tokens
     out = reasoning + call.plan.visible_tokens
     return {"input_tokens": call.input_tokens,
-            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "input_tokens_details": {"cached_tokens": call.cached_tokens, "cache_write_tokens": 0},
             "output_tokens": out, "output_tokens_details": {"reasoning_tokens": reasoning},
             "total_tokens": call.input_tokens + out}
 

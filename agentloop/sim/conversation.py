@@ -194,3 +194,4 @@ class Call:
     plan: TurnPlan
     input_tokens: int
     created: int  # unix seconds
+    cached_tokens: int = 0  # input tokens of a prefix sent before (agentloop.sim.cache)

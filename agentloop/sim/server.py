@@ -37,6 +37,7 @@ from agentloop.errors import ConfigError, SimulatorError
 from agentloop.script import ScriptTurn
 from agentloop.sim import _chat, _http, _responses
 from agentloop.sim._stream import Schedule, StreamCut, StreamFault, emit, make_schedule
+from agentloop.sim.cache import PrefixCache, request_items
 from agentloop.sim.conversation import (
     Call,
     ScriptMismatch,
@@ -48,7 +49,7 @@ from agentloop.sim.conversation import (
     responses_priors,
     truncate,
 )
-from agentloop.sim.tokens import TokenCache, chat_input_tokens, responses_input_tokens
+from agentloop.sim.tokens import TokenCache, chat_item_tokens, responses_item_tokens
 from agentloop.tiers import SpeedProfile
 
 FAULT_KINDS = ("429", "500", "503", "reset", "cut", "stall", "malformed", "endless", "badgzip")
@@ -134,6 +135,7 @@ class SimServer:
         self._requests = 0
         self._streaming = 0  # streams being written now
         self._tokens = TokenCache()
+        self._prefixes = PrefixCache()  # cached_tokens of repeated conversation prefixes
         self.dialect = _chat.parse_dialect(dialect)  # Chat quirks of real servers (see _chat)
         self.require_reasoning = require_reasoning  # strict: 400 when reasoning is not passed back
         self.reasoning_received = 0  # reasoning items clients passed back (and we recognised)
@@ -318,20 +320,21 @@ class SimServer:
             self.reasoning_missing += 1
         return check.error
 
-    def _turn_for(self, api: str, body: dict[str, Any]) -> tuple[TurnPlan, int]:
-        """The turn answering ``body`` and the request's input tokens."""
+    def _turn_for(self, api: str, body: dict[str, Any]) -> tuple[TurnPlan, int, list[int]]:
+        """The turn answering ``body``, the request's input tokens and each item's tokens."""
         if api == "chat":
             messages = body.get("messages") or []
             priors = chat_priors(messages)
-            tokens = chat_input_tokens(messages, self._tokens.count)
+            per_item = chat_item_tokens(messages, self._tokens.count)
         else:
             items = body.get("input") or []
             priors = responses_priors(items)
-            tokens = responses_input_tokens(body.get("instructions"), items, self._tokens.count)
+            per_item = responses_item_tokens(body.get("instructions"), items, self._tokens.count)
+        tokens = sum(per_item)
         if self._plans is None:
             assert self._filler is not None
-            return self._filler, tokens
-        return pick_turn(self._plans, priors), tokens
+            return self._filler, tokens, per_item
+        return pick_turn(self._plans, priors), tokens, per_item
 
     async def _model_call(self, req: _http.Request, writer: asyncio.StreamWriter,
                           api: str) -> bool:
@@ -373,7 +376,7 @@ class SimServer:
                 refusal, message, why = error
                 return self._error(writer, req, refusal, message, why or "", extra=rid)
         try:
-            plan, input_tokens = self._turn_for(api, body)
+            plan, input_tokens, per_item = self._turn_for(api, body)
         except ScriptMismatch as exc:
             return self._error(writer, req, 400, f"agentloop sim: {exc}", "script_mismatch",
                                extra=rid)
@@ -386,12 +389,17 @@ class SimServer:
         model = str(body.get("model") or DEFAULT_MODEL)
         profile = self.profiles.get(model, self.profile)
         tier = body.get("service_tier") or "default"
-        call = Call(number, model, tier, plan, input_tokens, int(time.time()))
-        prefill = profile.base_latency_s + (input_tokens / profile.prefill_tps
-                                            if profile.prefill_tps > 0 else 0.0)
-        inv = 1.0 / profile.output_tps
+        cached = self._prefixes.lookup_and_store(model, request_items(api, body), per_item)
+        call = Call(number, model, tier, plan, input_tokens, int(time.time()), cached)
+        # THE speed model paces the stream: base + prefill (cached prefix at its own rate),
+        # reasoning, then the visible tokens at the call's mean context-dependent interval
+        parts = profile.parts(input_tokens, plan.turn.reasoning_tokens, plan.visible_tokens,
+                              cached)
+        v = plan.visible_tokens
+        inv = (parts.decode_s / (v - 1) if v > 1 else
+               profile.tpot_s(input_tokens + plan.turn.reasoning_tokens))
         rng = random.Random(self.seed * 1_000_003 + number) if self.jitter > 0 else None
-        sched = make_schedule(t0, prefill, plan.turn.reasoning_tokens * inv, inv,
+        sched = make_schedule(t0, parts.base_s, parts.reasoning_s, inv,
                               plan.visible_tokens, self.jitter, rng)
         in_stream = [StreamFault(f.after_tokens, f.kind, f.stall_s) for f in faults
                      if f.kind in ("cut", "stall", "malformed", "endless")]
@@ -411,11 +419,9 @@ class SimServer:
 
         self._streaming += 1
         try:
-            v = plan.visible_tokens
             timings = (_chat.llama_timings(
-                input_tokens, 0, prefill, plan.turn.reasoning_tokens + v,
-                (plan.turn.reasoning_tokens + max(0, v - 1)) * inv)
-                if "timings" in self.dialect else None)
+                input_tokens, cached, parts.base_s, plan.turn.reasoning_tokens + v,
+                parts.reasoning_s + parts.decode_s) if "timings" in self.dialect else None)
             plan_ = (_chat.stream_plan(call, body, self.dialect, timings) if api == "chat" else
                      _responses.stream_plan(call, body))
             await emit(send, plan_, sched,

@@ -82,33 +82,49 @@ def _content_text(content: Any) -> str:
     return ""
 
 
+def chat_item_tokens(messages: list[dict[str, Any]],
+                     count: Callable[[str], int] = count_tokens) -> list[int]:
+    """Input tokens of each message of a Chat Completions ``messages`` list."""
+    out = []
+    for m in messages:
+        n = MESSAGE_OVERHEAD + count(_content_text(m.get("content")))
+        for call in m.get("tool_calls") or ():
+            fn = call.get("function") or {}
+            n += count(fn.get("name") or "") + count(fn.get("arguments") or "")
+        out.append(n)
+    return out
+
+
 def chat_input_tokens(messages: list[dict[str, Any]],
                       count: Callable[[str], int] = count_tokens) -> int:
     """Input tokens of a Chat Completions ``messages`` list."""
-    total = 0
-    for m in messages:
-        total += MESSAGE_OVERHEAD + count(_content_text(m.get("content")))
-        for call in m.get("tool_calls") or ():
-            fn = call.get("function") or {}
-            total += count(fn.get("name") or "") + count(fn.get("arguments") or "")
-    return total
+    return sum(chat_item_tokens(messages, count))
+
+
+def responses_item_tokens(instructions: str | None, items: str | list[dict[str, Any]],
+                          count: Callable[[str], int] = count_tokens) -> list[int]:
+    """Input tokens of each part of a Responses request: ``instructions`` (when given) first,
+    then each ``input`` item (a string input is one item; reasoning items cost nothing)."""
+    out = [MESSAGE_OVERHEAD + count(instructions)] if instructions else []
+    if isinstance(items, str):
+        return [*out, MESSAGE_OVERHEAD + count(items)]
+    for it in items:
+        kind = it.get("type", "message")
+        if kind == "reasoning":
+            out.append(0)
+            continue
+        n = MESSAGE_OVERHEAD
+        if kind == "message":
+            n += count(_content_text(it.get("content")))
+        elif kind == "function_call":
+            n += count(it.get("name") or "") + count(it.get("arguments") or "")
+        elif kind == "function_call_output":
+            n += count(_content_text(it.get("output")))
+        out.append(n)
+    return out
 
 
 def responses_input_tokens(instructions: str | None, items: str | list[dict[str, Any]],
                            count: Callable[[str], int] = count_tokens) -> int:
     """Input tokens of a Responses request: ``instructions`` plus its ``input`` items."""
-    total = MESSAGE_OVERHEAD + count(instructions) if instructions else 0
-    if isinstance(items, str):
-        return total + MESSAGE_OVERHEAD + count(items)
-    for it in items:
-        kind = it.get("type", "message")
-        if kind == "reasoning":
-            continue
-        total += MESSAGE_OVERHEAD
-        if kind == "message":
-            total += count(_content_text(it.get("content")))
-        elif kind == "function_call":
-            total += count(it.get("name") or "") + count(it.get("arguments") or "")
-        elif kind == "function_call_output":
-            total += count(_content_text(it.get("output")))
-    return total
+    return sum(responses_item_tokens(instructions, items, count))

@@ -1,0 +1,101 @@
+"""The speed model (agentloop.speed) and the simulator's prompt cache that it paces."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from agentloop.sim import SimServer
+from agentloop.sim.cache import PrefixCache
+from agentloop.speed import SpeedProfile, fit_decode
+from agentloop.tiers import parse_tiers, profile_line
+
+
+def test_decode_sum_matches_token_by_token():
+    """decode_s is the closed form of summing tpot over each generated token's context."""
+    p = SpeedProfile(0.1, 1000, 80, tpot_ms_per_1k=7.5)
+    expected = sum(p.tpot_s(1800 + i) for i in range(250))
+    assert expected == pytest.approx(p.decode_s(1800, 250), rel=1e-12)
+
+
+def test_old_profile_keeps_its_formula():
+    """A three-field profile times a call as base + input/prefill + output/output_tps."""
+    p = SpeedProfile(0.3, 20000, 60)
+    assert 0.3 + 5000 / 20000 + 120 / 60 == pytest.approx(p.call_seconds(5000, 120))
+
+
+def test_cached_input_is_charged_at_its_own_rate():
+    """Only uncached input pays prefill_tps; cached input is free unless a cached rate is set."""
+    free = SpeedProfile(0.0, 1000, 50)
+    priced = SpeedProfile(0.0, 1000, 50, cached_prefill_tps=100_000)
+    assert (0.2, 0.2 + 0.008) == (pytest.approx(free.prefill_s(1000, 800)),
+                                  pytest.approx(priced.prefill_s(1000, 800)))
+
+
+def test_parts_split_reasoning_and_visible_decode_by_context():
+    """Reasoning is the first R token times from the input on, decode the V - 1 after them."""
+    p = SpeedProfile(0.0, 0, 100, tpot_ms_per_1k=10)
+    parts = p.parts(input_tokens=1000, reasoning_tokens=10, visible_tokens=21)
+    assert (p.decode_s(1000, 10), p.decode_s(1010, 20)) == (parts.reasoning_s, parts.decode_s)
+
+
+def test_fit_decode_recovers_a_linear_slowdown():
+    """Speeds measured at two contexts give back output_tps at 0 and the tpot slope."""
+    truth = SpeedProfile(0.0, 0, 80, tpot_ms_per_1k=12)
+    tps0, slope = fit_decode([(100, truth.tps_at(100)), (1900, truth.tps_at(1900))])
+    assert (80, 12) == (pytest.approx(tps0), pytest.approx(slope))
+
+
+def test_fit_decode_never_fits_a_speedup():
+    """Noise that makes the long context look faster yields no slope, not a negative one."""
+    assert 0.0 == fit_decode([(100, 50.0), (2000, 55.0)])[1]
+
+
+def test_tier_file_profile_extras_round_trip():
+    """The optional speed-model fields are read from a tier file and written back by --write."""
+    text = ("[tiers.t]\nbase_url = \"sim\"\nmodel = \"m\"\nprofile = { base_latency_s = 0.2, "
+            "prefill_tps = 900, output_tps = 78, cached_prefill_tps = 50000, "
+            "tpot_ms_per_1k = 6.5 }\n")
+    import tomllib
+
+    tier = parse_tiers(tomllib.loads(text), "t.toml", text)["t"]
+    again = parse_tiers(tomllib.loads("[tiers.t]\nbase_url = \"sim\"\nmodel = \"m\"\n"
+                                      + profile_line(tier.profile) + "\n"), "t.toml")["t"]
+    assert SpeedProfile(0.2, 900, 78, 50000, 6.5) == again.profile
+
+
+def test_prefix_cache_counts_leading_items_seen_before():
+    """A request repeating an earlier one's items and adding more gets the repeated ones cached."""
+    cache = PrefixCache()
+    first = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    second = [*first, {"role": "assistant", "content": "a"}, {"role": "tool", "content": "t"}]
+    edited = [{"role": "system", "content": "s"}, {"role": "user", "content": "changed"}]
+    got = [cache.lookup_and_store("m", first, [10, 20]),
+           cache.lookup_and_store("m", second, [10, 20, 30, 40]),
+           cache.lookup_and_store("other-model", second, [10, 20, 30, 40]),
+           cache.lookup_and_store("m", edited, [10, 25])]
+    assert [0, 30, 0, 10] == got
+
+
+async def _chat(client: httpx.AsyncClient, url: str, messages: list[dict]) -> tuple[dict, float]:
+    t0 = time.perf_counter()
+    r = await client.post(f"{url}/chat/completions", json={
+        "model": "m", "messages": messages, "stream": False})
+    return r.json()["usage"], time.perf_counter() - t0
+
+
+async def test_sim_reports_and_paces_a_cached_prefix():
+    """The simulator reports a repeated prefix as cached_tokens and does not prefill it again."""
+    profile = SpeedProfile(base_latency_s=0.0, prefill_tps=2000, output_tps=5000)
+    long_text = "word " * 1500
+    first = [{"role": "user", "content": long_text}]
+    second = [*first, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "go"}]
+    async with SimServer(profile=profile, filler_tokens=4) as sim, httpx.AsyncClient() as c:
+        u1, t1 = await _chat(c, sim.base_url, first)
+        u2, t2 = await _chat(c, sim.base_url, second)
+    assert (0, u1["prompt_tokens"]) == (u1["prompt_tokens_details"]["cached_tokens"],
+                                        u2["prompt_tokens_details"]["cached_tokens"])
+    # the first pays 0.75 s of prefill; the second only its 12 fresh tokens (6 ms)
+    assert (True, True) == (t1 >= u1["prompt_tokens"] / 2000, t1 - t2 > 0.6)
