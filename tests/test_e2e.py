@@ -32,7 +32,7 @@ def test_demo_playbook_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFix
     assert 0 == code, out
     assert "status   ok" in out and "check    passed" in out
     assert "by category (critical path):" in out and "reasoning" in out
-    assert "what-if  output 11x faster" in out and "ceiling at infinite output speed" in out
+    assert "what-if  on sim-ultrafast (750 tok/s)" in out and "ceiling at infinite output speed" in out
     [path] = list(tmp_path.glob("*.jsonl"))
     trace = load_trace(path)
     assert trace.complete and "ok" == trace.end["status"] and [] == trace.problems

@@ -12,7 +12,7 @@ import pytest
 
 from agentloop import run_task
 from agentloop.clients.scripted import ScriptedClient
-from agentloop.commands.run import Progress
+from agentloop.progress import Progress
 from agentloop.script import ScriptToolCall, ScriptTurn
 from agentloop.tasks import Task
 
@@ -76,7 +76,7 @@ async def test_encoded_secret_is_redacted_in_trace_and_terminal(
                  "run", orjson.dumps({"command": "V=$(cat v); " + ENCODED[form]}).decode()),)),
              ScriptTurn(text="done")]
     result = await run_task(task, client=ScriptedClient(turns), trace_dir=tmp_path,
-                            observer=Progress(sys.stdout))
+                            events=Progress(sys.stdout))
     assert "ok" == result.status
     shown = capsys.readouterr().out
     text = Path(result.trace_path or "").read_text()

@@ -7,8 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentloop.commands.run import Progress, cancellable_on_sigterm, print_summary
+from agentloop.commands._args import positive_int
+from agentloop.commands.run import cancellable_on_sigterm, print_summary
 from agentloop.log import configure
+from agentloop.progress import Progress
+from agentloop.tiers import load_tiers
 
 
 def register(sub: Any) -> None:
@@ -18,12 +21,16 @@ def register(sub: Any) -> None:
         "recording; --offline feeds the recorded tool outputs instead."))
     p.add_argument("trace", type=Path, help="trace file (JSONL)")
     p.add_argument("--tier", help="tier to replay at (default: the recorded tier)")
-    p.add_argument("--tiers", dest="tiers_file", type=Path, help="tiers file")
-    p.add_argument("--offline", action="store_true", help="feed recorded tool outputs")
-    p.add_argument("--until-step", type=int, help="stop after this step")
-    p.add_argument("--trace-dir", type=Path, default=Path("traces"))
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.add_argument("-v", "--verbose", action="count", default=0)
+    p.add_argument("--tiers", dest="tiers_file", type=Path, help="a tiers file layered on top "
+                   "of the built-in tiers and ./tiers.toml")
+    p.add_argument("--offline", action="store_true",
+                   help="feed the recorded tool outputs instead of running the tools again")
+    p.add_argument("--until-step", type=positive_int, metavar="N",
+                   help="replay the first N steps only (>= 1)")
+    p.add_argument("--trace-dir", type=Path, default=Path("traces"),
+                   help="where the replay's own trace goes (default: ./traces)")
+    p.add_argument("-q", "--quiet", action="store_true", help="only the summary")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logs on stderr")
     p.set_defaults(func=main)
 
 
@@ -35,15 +42,17 @@ async def main(args: argparse.Namespace) -> int:
     res = await cancellable_on_sigterm(replay(
         args.trace, tier=args.tier, tiers_file=args.tiers_file, offline=args.offline,
         until_step=args.until_step, trace_dir=args.trace_dir,
-        observer=Progress(out, args.quiet)))
+        events=Progress(out, args.quiet)))
     if res is None:
         print("agentloop: terminated; the trace was closed with status cancelled",
               file=sys.stderr)
         return 143
-    print_summary(res.run, out)
+    print_summary(res.run, out, load_tiers(args.tiers_file))
     if res.divergences:
         print(f"diverged {len(res.divergences)} time(s); first at "
               f"{res.divergences[0].describe()}", file=out)
     elif not args.offline:
         print("diverged  no: every tool result matched the recording", file=out)
+    if res.run.success is False:  # a failed success check fails the replay, as it fails a run
+        return 1
     return 0 if res.run.status in ("ok", "budget") else 1
