@@ -5,17 +5,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 import agentloop_tools as tools
+from agentloop import run_task, workspace
+from agentloop.clients.scripted import ScriptedClient
 from agentloop.context import RunContext, scrubbed_env
+from agentloop.script import ScriptToolCall, ScriptTurn
+from agentloop.tasks import Limits, Task
+from agentloop.trace.reader import load_trace
 from agentloop.types import ToolResult
 from tests.conftest import jail_survivors, namespace_survivors, pid_namespace
 from agentloop_tools.browser import session
@@ -455,3 +463,160 @@ def untouched_but(root: Path, extra: set[str]) -> None:
     assert sorted({"outside", "outside.txt", "ws"} | extra) == sorted(p.name for p in root.iterdir())
     assert (root / "outside.txt").read_text() == SECRET + "\n"
     assert ["secret.txt"] == sorted(p.name for p in (root / "outside").iterdir())
+
+
+# -- the run always ends on time; a killed run leaves nothing ---------------------------------
+
+HUNG_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "fifo_read": ("read_file", {"path": "fifo"}),
+    "fifo_cat": ("run", {"command": "cat fifo"}),
+    "regex": ("search", {"pattern": "(x+x+)+y"}),
+    "stopped_child": ("run", {"command": "sleep 300 & kill -STOP $!; wait"}),
+    "stopped_self": ("run", {"command": "kill -STOP $$"}),
+    "ignores_term": ("run", {"command": "trap '' TERM INT HUP; sleep 300"}),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HUNG_TOOLS))
+async def test_run_ends_on_time_whatever_a_tool_does(tmp_path: Path, kind: str) -> None:
+    """A hung tool of any kind cannot hold the run past its wall-time limit."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "x.txt").write_text("x" * 5000 + "\n")
+    name, args = HUNG_TOOLS[kind]
+    task = Task(name="hung", prompt="p", system="s", tools=(name,), finish_tool=True,
+                workspace=ws, setup=("mkfifo fifo",),
+                limits=Limits(max_steps=3, timeout_s=3, tool_timeout_s=60))
+    turns = [ScriptTurn(tool_calls=(ScriptToolCall(name, orjson.dumps(args).decode()),)),
+             ScriptTurn(tool_calls=(ScriptToolCall("finish", '{"summary": "done"}'),))]
+    started = time.monotonic()
+    result = await run_task(task, client=ScriptedClient(turns), trace_dir=tmp_path / "traces")
+    assert time.monotonic() - started < 3 + 3
+    assert result.status in ("ok", "budget"), result.reason
+    assert load_trace(result.trace_path or "").complete
+
+
+def _run_cli(task: Path, trace_dir: Path, tmpdir: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import sys; from agentloop.cli import main; "
+                             "sys.exit(main(sys.argv[1:]))", "run", str(task), "--trace-dir",
+                             str(trace_dir), "--tier", "sim-ultrafast"],
+                            env={**os.environ, "TMPDIR": str(tmpdir)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _hung_task(tmp_path: Path, token: str) -> Path:
+    (tmp_path / "ws").mkdir(exist_ok=True)
+    spec = {"name": "hung-cli", "prompt": "p", "workspace": "ws", "tools": ["run"],
+            "setup": [f"sleep 300.{token} > /dev/null 2>&1 &"],
+            "limits": {"timeout_s": 60, "tool_timeout_s": 60},
+            "script": [{"tool_calls": [{"name": "run", "arguments": {
+                "command": f"trap '' TERM; setsid sleep 301.{token} & sleep 302.{token}"}}]}]}
+    path = tmp_path / "hung.yaml"
+    path.write_bytes(orjson.dumps(spec))
+    return path
+
+
+async def _wait_for_tool_start(trace_dir: Path) -> Path:
+    for _ in range(300):
+        for path in trace_dir.glob("*.jsonl"):
+            if b'"kind":"tool"' in path.read_bytes():
+                return path
+        await asyncio.sleep(0.05)
+    raise AssertionError("the run never started its tool")
+
+
+def _host_pids_with(token: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{name}/cmdline", "rb") as fh:
+                if token.encode() in fh.read():
+                    found.append(int(name))
+    return found
+
+
+async def _wait_pids(token: str, n: int, within_s: float = 5.0) -> int:
+    deadline = time.monotonic() + within_s
+    while len(_host_pids_with(token)) < n and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return len(_host_pids_with(token))
+
+
+async def _no_pids_with(token: str, within_s: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + within_s
+    while (left := _host_pids_with(token)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return left
+
+
+async def test_sigterm_ends_a_run_with_a_hung_tool(tmp_path: Path) -> None:
+    """SIGTERM during a tool that ignores SIGTERM ends the run at once: exit 143, trace closed,
+    no process of the run left."""
+    token = str(int.from_bytes(os.urandom(4)))  # digits: sleep 300.<token> is a valid time
+    proc = _run_cli(_hung_task(tmp_path, token), tmp_path / "traces", tmp_path)
+    trace = await _wait_for_tool_start(tmp_path / "traces")
+    assert 4 == await _wait_pids(token, 4)  # setup service; the tool: its bash, two sleeps
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = await asyncio.to_thread(proc.wait, 10)
+    assert 143 == code
+    assert time.monotonic() - started < 5
+    assert "cancelled" == load_trace(trace).end["status"]
+    assert [] == await _no_pids_with(token)
+    assert [] == list((tmp_path / "agentloop-work").glob("hung-cli-*"))
+
+
+async def test_sigkilled_run_leaves_no_process_and_its_copy_is_swept(tmp_path: Path) -> None:
+    """A run killed with SIGKILL leaves no process (the jail dies with it), and the next run's
+    start deletes its working copy."""
+    token = str(int.from_bytes(os.urandom(4)))
+    task = _hung_task(tmp_path, token)
+    proc = _run_cli(task, tmp_path / "traces", tmp_path)
+    await _wait_for_tool_start(tmp_path / "traces")
+    assert 4 == await _wait_pids(token, 4)  # setup service; the tool: its bash, two sleeps
+    proc.kill()
+    await asyncio.to_thread(proc.wait, 10)
+    assert [] == await _no_pids_with(token)
+    left = list((tmp_path / "agentloop-work").glob("hung-cli-*"))
+    assert 2 == len(left)  # the copy and its owner mark, until the next start
+    t = Task(name="next", prompt="p", system="s")
+    work = await asyncio.to_thread(workspace.make_copy, t, tmp_path / "agentloop-work")
+    assert [] == list((tmp_path / "agentloop-work").glob("hung-cli-*"))
+    workspace.remove(work)
+
+
+@pytest.mark.parametrize("where", ["data_url", "workspace_file"])
+async def test_webrtc_cannot_reach_a_non_allowed_address(ctx: RunContext, where: str) -> None:
+    """A page's WebRTC STUN requests (UDP, past the HTTP proxy rule) never leave the browser."""
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("0.0.0.0", 0))
+    udp.setblocking(False)
+    try:
+        html = (f"<p id=s>start</p><script>const pc = new RTCPeerConnection({{iceServers: "
+                f"[{{urls: 'stun:{_host_ip()}:{udp.getsockname()[1]}'}}]}});"
+                f"pc.createDataChannel('x'); pc.createOffer().then(o => pc.setLocalDescription(o))"
+                f".then(() => {{ document.getElementById('s').textContent = 'offered'; }});"
+                f"</script>")
+        if where == "data_url":
+            url = "data:text/html," + html
+        else:
+            (Path(ctx.workspace) / "rtc.html").write_text(html)
+            url = (Path(ctx.workspace) / "rtc.html").as_uri()
+        assert (await call(ctx, "browser_open", url=url)).ok
+        assert (await call(ctx, "browser_wait_for_text", text="offered", timeout_s=5)).ok
+        await asyncio.sleep(2)  # ICE gathering sends its STUN requests within this
+        got = []
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                got.append(udp.recvfrom(2048)[1])
+    finally:
+        udp.close()
+    assert [] == got
+
+
+async def test_orphans_are_reaped_inside_the_jail(ctx: RunContext) -> None:
+    """A child whose parent exits without waiting is reaped by the jail's init: no zombie stays."""
+    r = await call(ctx, "run", command=(
+        "python3 -c 'import os, time\nif os.fork() == 0: os._exit(0)\ntime.sleep(0.3)' & "
+        "(sleep 0.2 &); sleep 1; ps -eo stat= | grep -c ^Z; true"))
+    assert (True, "0") == (r.ok, r.output.split("--- stdout ---\n")[1].strip())

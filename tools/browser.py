@@ -32,10 +32,10 @@ from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult
 
 # WebRTC's UDP (STUN, ICE) bypasses the HTTP proxy rule: only proxied (TCP) WebRTC is left,
-# and the proxy is the dead port, so WebRTC reaches nothing
+# and the proxy is the dead port, so WebRTC reaches nothing. (This Chromium reads
+# --webrtc-ip-handling-policy; the --force-... spelling some guides give does nothing.)
 CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
                  "--webrtc-ip-handling-policy=disable_non_proxied_udp")
 SYSTEM_CHROMIUM = "/usr/bin/chromium"
 INSTALL_HINT = ("no Chromium found: install one with `apt-get install -y chromium` (Debian/Ubuntu) "
