@@ -13,6 +13,7 @@ from agentloop import run_task
 from agentloop.cli import main
 from agentloop.taskenv import cache_root, env_key, requirements_of
 from agentloop.tasks import load_task
+from agentloop.trace.reader import load_trace
 from tests.conftest import ROOT
 
 PKG = "agentloop_probe_pkg"
@@ -67,8 +68,11 @@ name: own-env
 prompt: nothing to do
 workspace: ws
 setup: ["pip install -q --no-index ./{wheel.name}"]
+tools: [run]
 success: {{command: "{check}"}}
 script:
+  - tool_calls:
+      - {{name: run, arguments: {{command: "python -c 'import sys; print(sys.prefix)'; command -v pip"}}}}
   - text: done
 """)
     before = _freeze()
@@ -80,6 +84,9 @@ script:
     venv = own_cache / "agentloop" / "taskenvs" / env_key(load_task(task))
     assert (venv / "lib").is_dir()
     assert [f"{PKG}.py"] == [p.name for p in venv.rglob(f"{PKG}.py")]
+    [tool] = load_trace(result.trace_path or "").of_kind("tool")
+    shown = tool.attrs["output"].splitlines()
+    assert [str(venv), str(venv / "bin" / "pip")] == [li for li in shown if li.startswith("/")]
 
 
 def test_a_task_venv_always_has_pytest_and_its_declared_requirements(tmp_path: Path) -> None:
