@@ -108,3 +108,27 @@ def check_limit(max_cost_usd: float | None, spent_usd: float) -> Ending | None:
         return Ending.limit_reached("cost", f"cost limit of ${max_cost_usd:g} reached "
                                     f"(${spent_usd:.6f} spent at the tier's prices)")
     return None
+
+
+def of_trace(trace: Any) -> CostBreakdown:
+    """A loaded trace's cost: its model spans at the prices its header's tier recorded."""
+    prices = Prices.from_summary((trace.header.get("tier") or {}).get("prices"))
+    return breakdown((s.attrs for s in trace.of_kind("model")), prices)
+
+
+def render(b: CostBreakdown) -> str:
+    """The cost lines of a report ("" when the run's tier had no prices)."""
+    if not b.priced:
+        return ""
+    label = " (placeholder prices: not a real price list)" if b.placeholder else ""
+    return "\n".join([
+        f"Cost at the tier's prices: ${b.total_usd:.6f}{label}",
+        "  by category: " + ", ".join(f"{k} ${v:.6f}" for k, v in b.by_category.items()),
+        "  by step:     " + ", ".join(f"{k}: ${v:.6f}" for k, v in sorted(b.by_step.items()))])
+
+
+def as_json(b: CostBreakdown) -> dict[str, Any]:
+    """The cost of a report as JSON (``priced`` False: the tier had no prices)."""
+    return {"priced": b.priced, "placeholder": b.placeholder, "total_usd": b.total_usd,
+            "by_category": b.by_category, "by_step": {str(k): v for k, v in
+                                                     sorted(b.by_step.items())}}

@@ -169,3 +169,20 @@ async def test_one_simulator_serves_each_route_its_own_script_and_pace() -> None
     texts = [r.json()["output"][0]["content"][0]["text"] for r in (ra, rb)]
     assert ["one two three", "four five"] == texts
     assert (404, "unknown_route") == (gone.status_code, gone.json()["error"]["code"])
+
+
+def test_report_shows_cost_by_category_and_step(tmp_path: Path, capsys) -> None:
+    """`agentloop report` of a priced run adds its cost, split by category and by step."""
+    task = task_file(tmp_path, "priced", extra=PRICED)
+    assert 0 == main(["run", str(task), "--tier", "sim-priced", "--trace-dir",
+                      str(tmp_path / "traces"), "-q"])
+    (trace,) = (tmp_path / "traces").glob("*.jsonl")
+    capsys.readouterr()
+    assert 0 == main(["report", str(trace), "--json"])
+    cost = json.loads(capsys.readouterr().out)["cost"]
+    spans = load_trace(trace).of_kind("model")
+    assert cost["total_usd"] == pytest.approx(sum(s.attrs["cost_usd"] for s in spans))
+    assert ["1", "2"] == list(cost["by_step"])
+    assert cost["total_usd"] == pytest.approx(sum(cost["by_category"].values()))
+    assert 0 == main(["report", str(trace)])
+    assert "by category: input $" in capsys.readouterr().out

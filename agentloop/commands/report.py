@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from agentloop import cost
 from agentloop.analysis.graph import build_graph, load_quickly
 from agentloop.analysis.report import build_report, render_report, report_json
 from agentloop.trace.reader import Trace
@@ -52,8 +53,11 @@ async def main(args: argparse.Namespace) -> int:
     if args.html is not None:  # issue 13: the same analysis as one HTML file
         from agentloop.export.html import report_html, write_html
         await asyncio.to_thread(write_html, args.html, report_html, trace)
+    spent = cost.of_trace(trace)  # issue 14: cost by category and step at the tier's prices
     if args.json:
-        emit_json(report_json(report))
+        emit_json({**report_json(report), "cost": cost.as_json(spent)})
     else:
         print(render_report(report))
+        if spent.priced:
+            print("\n" + cost.render(spent))
     return 0

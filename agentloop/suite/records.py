@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from agentloop.cost import COST_ATTR, Prices, breakdown
+from agentloop.cost import COST_ATTR, of_trace
 from agentloop.errors import ConfigError
 from agentloop.suite.stats import spread
 from agentloop.trace.reader import Trace
@@ -73,8 +73,7 @@ def trace_figures(trace: Trace) -> dict[str, Any]:
         c = a.get(COST_ATTR)
         if isinstance(c, int | float):
             cost = (cost or 0.0) + float(c)
-    prices = Prices.from_summary((trace.header.get("tier") or {}).get("prices"))
-    split = breakdown((s.attrs for s in trace.of_kind("model")), prices)
+    split = of_trace(trace)
     return {"input_tokens": tin, "cached_input_tokens": cached, "output_tokens": out,
             "reasoning_tokens": reasoning, "cost_usd": cost,
             "cost_by_category": split.by_category if split.priced else None,

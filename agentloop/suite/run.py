@@ -143,11 +143,12 @@ async def run_suite(paths: Sequence[str | Path], out: str | Path, *, tier: str |
                     repeat: int = 1, max_steps: int | None = None,
                     timeout_s: float | None = None, ray: str | None = None,
                     progress: ProgressCallback | None = None,
-                    progress_interval_s: float = 1.0) -> Suite:
+                    progress_interval_s: float = 1.0, share_simulator: bool = True) -> Suite:
     """Run every task ``repeat`` times, at most ``concurrency`` at once; write ``out/suite.json``.
 
     ``ray``: a Ray cluster address (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``, or ``local``
-    to start one in-process) to run each run as a Ray task on.
+    to start one in-process) to run each run as a Ray task on. ``share_simulator=False`` gives
+    every simulated run its own simulator, as a single run has (the benchmark's baseline).
     """
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be at least 1 (got {concurrency})")
@@ -202,7 +203,7 @@ async def run_suite(paths: Sequence[str | Path], out: str | Path, *, tier: str |
 
     suite_t0 = state.started = time.perf_counter()
     try:
-        async with shared_simulator(jobs if remote is None else []), \
+        async with shared_simulator(jobs if remote is None and share_simulator else []), \
                 asyncio.TaskGroup() as tg:
             tick = tg.create_task(ticker())
             work = [tg.create_task(one(i, j)) for i, j in enumerate(jobs)]
