@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from agentloop import api
-from agentloop.errors import TraceFileError
+from agentloop.errors import TaskFileError, TraceFileError
 from agentloop.events import EventSink
 from agentloop.protocols import Tool
 from agentloop.runner import Observer, RunResult
@@ -67,7 +67,7 @@ def recorded_turns(trace: Trace) -> list[ScriptTurn]:
     """The model turns of a trace, in step order, with its workspace path made ``{workspace}``."""
     from agentloop.sim import script_from_trace
 
-    old = trace.header.get("workspace")
+    old = trace.run.workspace
     turns = script_from_trace(trace)
     if not old:
         return turns
@@ -80,14 +80,15 @@ def _tool_spans_by_step(trace: Trace) -> dict[int, list[SpanRecord]]:
     """Tool spans per step, in the order the model asked for them (its tool_calls order)."""
     order: dict[str, int] = {}
     for m in trace.of_kind("model"):
-        for i, call in enumerate((m.attrs.get("output") or {}).get("tool_calls", [])):
-            order[call["id"]] = i
+        if m.model is not None and m.model.output is not None:
+            for i, call in enumerate(m.model.output.tool_calls):
+                order[call.id] = i
     steps: dict[int, list[SpanRecord]] = defaultdict(list)
     for t in trace.of_kind("tool"):
-        if t.t1 is not None:
-            steps[int(t.start_attrs.get("step", 0))].append(t)
+        if t.tool is not None:
+            steps[t.step or 0].append(t)
     for spans in steps.values():
-        spans.sort(key=lambda s: order.get(s.attrs.get("gen_ai.tool.call.id", ""), 0))
+        spans.sort(key=lambda s: order.get(s.tool.call_id if s.tool else "", 0))
     return steps
 
 
@@ -100,13 +101,15 @@ def _normal(text: str, workspace: str | None) -> str:
 def divergences(recorded: Trace, replayed: Trace) -> list[Divergence]:
     """Steps whose tool results differ (after normalising paths and durations)."""
     a, b = _tool_spans_by_step(recorded), _tool_spans_by_step(replayed)
-    wa, wb = recorded.header.get("workspace"), replayed.header.get("workspace")
+    wa, wb = recorded.run.workspace, replayed.run.workspace
     found = []
     for step in sorted(b):
         for old, new in zip(a.get(step, []), b[step], strict=False):
-            ra, rb = _normal(old.attrs.get("output", ""), wa), _normal(new.attrs.get("output", ""), wb)
-            if ra != rb or old.attrs.get("ok") != new.attrs.get("ok"):
-                found.append(Divergence(step, new.attrs.get("gen_ai.tool.name", new.name), ra, rb))
+            if old.tool is None or new.tool is None:  # only finished spans are grouped
+                continue
+            ra, rb = _normal(old.tool.output, wa), _normal(new.tool.output, wb)
+            if ra != rb or old.tool.ok != new.tool.ok:
+                found.append(Divergence(step, new.tool.name, ra, rb))
     return found
 
 
@@ -133,35 +136,41 @@ def _args_key(arguments: Any, workspace: str | None) -> str:
 
 def recorded_tools(trace: Trace) -> dict[str, RecordedTool]:
     """Offline stand-ins for every tool in the trace header, fed from its tool spans."""
-    wa = trace.header.get("workspace")
+    wa = trace.run.workspace
     by_tool: dict[str, dict[str, deque[ToolResult]]] = defaultdict(lambda: defaultdict(deque))
     for span in sorted(trace.of_kind("tool"), key=lambda s: s.t0):
-        if span.t1 is None:
+        tool = span.tool
+        if tool is None:  # still in flight when the run stopped
             continue
-        name = span.attrs.get("gen_ai.tool.name", "")
         try:
-            args = orjson.loads(span.attrs.get("arguments") or "{}")
+            args = orjson.loads(tool.arguments or "{}")
         except orjson.JSONDecodeError:
             continue
-        by_tool[name][_args_key(args, wa)].append(ToolResult(
-            ok=bool(span.attrs.get("ok")), output=span.attrs.get("output", ""),
-            data=span.attrs.get("data") or {}))
-    return {t["name"]: RecordedTool(ToolSpec(t["name"], t.get("description", ""),
-                                             t.get("parameters", {})), by_tool[t["name"]])
-            for t in trace.header.get("tools", []) if t["name"] != "finish"}
+        by_tool[tool.name][_args_key(args, wa)].append(ToolResult(
+            ok=tool.ok, output=tool.output, data=tool.data))
+    return {t.name: RecordedTool(ToolSpec(t.name, t.description, t.parameters), by_tool[t.name])
+            for t in trace.run.tools if t.name != "finish"}
 
 
 def task_of(trace: Trace) -> Task:
-    """The recorded task: its file when still there (for workspace and setup), else the header."""
-    info = trace.header.get("task") or {}
-    tools = tuple(t["name"] for t in trace.header.get("tools", []) if t["name"] != "finish")
-    finish = any(t["name"] == "finish" for t in trace.header.get("tools", []))
-    source = info.get("source")
-    if source and Path(source).is_file():
-        task = load_task(source)
-    else:
-        task = Task(name=info.get("name", "replay"), prompt=info.get("prompt", ""),
-                    system=info.get("system", ""))
+    """The recorded task: its file when still there (for workspace and setup), else the header.
+
+    The header's ``task.source`` is untrusted: only a YAML file that loads as a task is used.
+    Anything else (``/etc/shadow``, a file that has since broken) is not read into a message:
+    the replay goes on from the header's task.
+    """
+    info = trace.run.task
+    tools = tuple(t.name for t in trace.run.tools if t.name != "finish")
+    finish = any(t.name == "finish" for t in trace.run.tools)
+    task = None
+    source = Path(info.source) if info.source else None
+    if source is not None and source.suffix in (".yaml", ".yml") and source.is_file():
+        try:
+            task = load_task(source)
+        except TaskFileError:
+            task = None
+    if task is None:
+        task = Task(name=info.name, prompt=info.prompt, system=info.system)
     return replace(task, tools=tools, finish_tool=finish)
 
 
@@ -170,11 +179,10 @@ def simulated(tier: Tier, trace: Trace) -> Tier:
     if tier.simulated:
         return tier
     profile = tier.profile
-    recorded = (trace.header.get("tier") or {}).get("profile") or {}
-    if profile is None and recorded:
-        profile = SpeedProfile(base_latency_s=float(recorded["base_latency_s"]),
-                               prefill_tps=float(recorded["prefill_tps"]),
-                               output_tps=float(recorded["output_tps"]))
+    recorded = trace.run.tier.profile
+    if profile is None and recorded is not None:
+        profile = SpeedProfile(base_latency_s=recorded.base_latency_s,
+                               prefill_tps=recorded.prefill_tps, output_tps=recorded.output_tps)
     return replace(tier, base_url=SIM, api_key_env=None, profile=profile)
 
 
@@ -194,7 +202,7 @@ async def replay(trace_path: str | Path, *, tier: str | Tier | None = None,
     if offline:
         task = replace(task, workspace=None, setup=(), success_command=None)
     task = replace(task, limits=replace(task.limits, max_steps=len(turns)))
-    tier = tier or (trace.header.get("tier") or {}).get("name")
+    tier = tier or trace.run.tier.name
     the_tier = simulated(api.resolve_tier(task, tier, tiers_file), trace)
     tools: dict[str, Tool] | None = dict(recorded_tools(trace)) if offline else None
     result = await api.run_task(task, tier=the_tier, trace_dir=trace_dir,
