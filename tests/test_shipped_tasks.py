@@ -83,7 +83,8 @@ def test_playbooks_cover_a_background_service_the_browser_and_git() -> None:
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.relative_to(ROOT).as_posix() for p in SHIPPED])
 async def test_shipped_task_succeeds_offline(path: Path, tmp_path: Path) -> None:
-    """The task's script runs to 'finish' on sim-ultrafast, its check passes, nothing survives."""
+    """The script runs to 'finish' on sim-ultrafast, the check passes, the incident was real,
+    and nothing the run started survives it."""
     task = open_task(path)
     assert task.script, "a shipped task carries a script so it runs offline"
     result = await run_task(task, tier="sim-ultrafast", trace_dir=tmp_path, keep_workspace=True)
@@ -106,14 +107,8 @@ async def test_shipped_task_succeeds_offline(path: Path, tmp_path: Path) -> None
         tool, seen = BROKEN_BEFORE[task.name]
         assert any(seen in t.attrs["output"] for t in tools
                    if t.attrs["gen_ai.tool.name"] == tool), f"{tool} never saw {seen!r}"
-
-
-async def test_intrusion_answer_names_every_planted_indicator(tmp_path: Path) -> None:
-    """The intrusion playbook's final answer lists every indicator of compromise setup planted."""
-    result = await run_task(ROOT / "tasks" / "incident" / "intrusion.yaml", tier="sim-ultrafast",
-                            trace_dir=tmp_path)
-    assert True is result.success, result.success_detail
-    assert [] == [ioc for ioc in PLANTED_IOCS if ioc not in result.final_text]
+    if task.name == "intrusion":  # its answer names every indicator of compromise it planted
+        assert [] == [ioc for ioc in PLANTED_IOCS if ioc not in result.final_text]
 
 
 def test_webfix_uses_read_edit_tests_and_browser(tmp_path: Path) -> None:
