@@ -14,6 +14,7 @@ from agentloop import api
 from agentloop.commands._args import positive_float, positive_int
 from agentloop.log import configure
 from agentloop.progress import Progress
+from agentloop.runner import RunResult
 from agentloop.tiers import Tier, load_tiers
 from agentloop.trace.redact import Redactor, redactor
 
@@ -90,7 +91,7 @@ async def cancellable_on_sigterm(job: Awaitable[T]) -> T | None:
         loop.remove_signal_handler(signal.SIGTERM)
 
 
-def print_summary(result: api.RunResult, out: TextIO, tiers: dict[str, Tier] | None = None,
+def print_summary(result: RunResult, out: TextIO, tiers: dict[str, Tier] | None = None,
                   redact: Redactor | None = None) -> None:
     """The run's ending, time by category and the what-if hint; every line redacted."""
     from agentloop.trace.reader import load_trace
