@@ -14,6 +14,7 @@ import pytest
 
 from agentloop import run_task
 from agentloop.api import open_task
+from agentloop.script import ScriptTurn
 from agentloop.trace.reader import load_trace
 from tests.conftest import ROOT
 
@@ -109,6 +110,23 @@ async def test_shipped_task_succeeds_offline(path: Path, tmp_path: Path) -> None
                    if t.attrs["gen_ai.tool.name"] == tool), f"{tool} never saw {seen!r}"
     if task.name == "intrusion":  # its answer names every indicator of compromise it planted
         assert [] == [ioc for ioc in PLANTED_IOCS if ioc not in result.final_text]
+
+
+@pytest.mark.parametrize("path", PLAYBOOKS, ids=[p.stem for p in PLAYBOOKS])
+async def test_playbook_check_fails_while_the_incident_lasts(path: Path, tmp_path: Path) -> None:
+    """A model that finishes at once with the right words fails the check: the fix is verified."""
+    task = open_task(path)
+    give_up = ScriptTurn.from_dict({"tool_calls": [
+        {"name": "finish", "arguments": {"summary": f"{task.success_text}: nothing to do."}}]})
+    result = await run_task(task, tier="sim-ultrafast", trace_dir=tmp_path, script=[give_up],
+                            keep_workspace=True)
+    work = Path(result.workspace or "")
+    try:
+        left = processes_in(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert ("ok", False) == (result.status, result.success), result.success_detail
+    assert [] == left, "a process setup started outlived the run"
 
 
 def test_webfix_uses_read_edit_tests_and_browser(tmp_path: Path) -> None:
