@@ -33,6 +33,7 @@ import signal
 import socket
 import sys
 import time
+from typing import Any
 
 MARK_VAR = "AGENTLOOP_CMD"  # every command's processes inherit it: how orphans are found
 MAX_FDS = 3
@@ -144,7 +145,7 @@ _LIMITS = {"nproc": resource.RLIMIT_NPROC, "fsize": resource.RLIMIT_FSIZE,
            "nofile": resource.RLIMIT_NOFILE}
 
 
-def spawn(msg: dict, fds: list[int]) -> int:
+def spawn(msg: dict[str, Any], fds: list[int]) -> int:
     """Fork and exec one command in a new session with its limits; its pid."""
     argv, cwd, env = msg["argv"], msg["cwd"], msg["env"]
     limits = msg.get("rlimits") or {}

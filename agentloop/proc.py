@@ -133,8 +133,9 @@ async def run(jail: Jail, command: str, *, cwd: Path, env: dict[str, str], timeo
             os.close(w)
     timed_out = lingering = False
     try:
-        for (r, _w), cap_, fut in zip(pipes, (out, err), closed, strict=True):
-            t, _ = await loop.connect_read_pipe(lambda c=cap_, f=fut: _Reader(c, f),
+        for (r, _w), capture, fut in zip(pipes, (out, err), closed, strict=True):
+            reader = _Reader(capture, fut)
+            t, _ = await loop.connect_read_pipe(lambda reader=reader: reader,  # type: ignore[misc]
                                                 os.fdopen(r, "rb", 0))
             transports.append(t)
         try:

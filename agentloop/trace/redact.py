@@ -81,7 +81,8 @@ class Redactor:
 
     def __call__(self, record: dict[str, Any]) -> dict[str, Any]:
         """A trace record with every string in it redacted (a pipeline processor)."""
-        return _map_strings(record, self.text, ("authorization", "api_key"))
+        out: dict[str, Any] = _map_strings(record, self.text, ("authorization", "api_key"))
+        return out
 
 
 def scrub_text(text: str, secrets: Iterable[str]) -> str:
@@ -115,6 +116,7 @@ def truncator(max_chars: int) -> Processor:
         return s[:max_chars] + f"... [cut {len(s) - max_chars} chars]"
 
     def process(record: dict[str, Any]) -> dict[str, Any]:
-        return _map_strings(record, cut)
+        out: dict[str, Any] = _map_strings(record, cut)
+        return out
 
     return process
