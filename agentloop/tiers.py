@@ -283,11 +283,16 @@ def tier_sources(path: Path | None = None, extra: dict[str, Tier] | None = None,
     return {name: where for where, layer in tier_layers(path, extra) for name in layer}
 
 
+def no_profile(name: str, why: str = "to predict with") -> ConfigError:
+    """The error for a tier without a speed profile: it says how to measure one."""
+    return ConfigError(f"tier '{name}' has no speed profile {why}: measure one with "
+                       f"`agentloop probe --tier {name} --write`")
+
+
 def require_profile(tier: Tier, why: str = "to predict with") -> SpeedProfile:
     """The tier's speed profile; a tier without one is a ConfigError saying how to measure it."""
     if tier.profile is None:
-        raise ConfigError(f"tier '{tier.name}' has no speed profile {why}: measure one with "
-                          f"`agentloop probe --tier {tier.name} --write`")
+        raise no_profile(tier.name, why)
     return tier.profile
 
 

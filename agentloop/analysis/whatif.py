@@ -61,7 +61,7 @@ from agentloop.analysis.flat import Graph, interleave
 from agentloop.analysis.graph import gc_paused
 from agentloop.analysis.passes import retime, retime_with_pair
 from agentloop.errors import ConfigError
-from agentloop.tiers import SpeedProfile
+from agentloop.tiers import SpeedProfile, no_profile
 
 CURVE_K = (1, 2, 3, 5, 8, 11, 20, 50, 100)
 
@@ -80,7 +80,9 @@ class Scenario:
     prefill_speedup: float = 1.0
 
     @classmethod
-    def tier(cls, name: str, profile: SpeedProfile) -> Scenario:
+    def tier(cls, name: str, profile: SpeedProfile | None) -> Scenario:
+        if profile is None:  # a minimal tier, not probed yet (issue 10b)
+            raise no_profile(name)
         if profile.output_tps <= 0:
             raise ConfigError(f"tier '{name}': output_tps must be > 0")
         return cls(f"tier {name}", profile=profile)
