@@ -12,6 +12,7 @@ from agentloop.commands.run import cancellable_on_sigterm, print_summary
 from agentloop.log import configure
 from agentloop.progress import Progress
 from agentloop.tiers import load_tiers
+from agentloop.trace.redact import redactor
 
 
 def register(sub: Any) -> None:
@@ -49,8 +50,9 @@ async def main(args: argparse.Namespace) -> int:
         return 143
     print_summary(res.run, out, load_tiers(args.tiers_file))
     if res.divergences:
-        print(f"diverged {len(res.divergences)} time(s); first at "
-              f"{res.divergences[0].describe()}", file=out)
+        # the differing text is tool output: hostile, so it is redacted like every other line
+        print(redactor().text(f"diverged {len(res.divergences)} time(s); first at "
+                              f"{res.divergences[0].describe()}"), file=out)
     elif not args.offline:
         print("diverged  no: every tool result matched the recording", file=out)
     if res.run.success is False:  # a failed success check fails the replay, as it fails a run

@@ -51,8 +51,8 @@ async def main(args: argparse.Namespace) -> int:
     tier = api.resolve_tier(task, args.tier, args.tiers_file)
     where = "embedded simulator" if tier.simulated else tier.base_url
     speed = f"{tier.profile.output_tps:g} tok/s" if tier.profile else "speed not profiled"
-    print(f"agentloop run {task.name}  tier {tier.name} ({tier.model} via {where}, "
-          f"{speed})", file=out, flush=True)
+    print(redactor().text(f"agentloop run {task.name}  tier {tier.name} ({tier.model} via "
+                          f"{where}, {speed})"), file=out, flush=True)
     result = await cancellable_on_sigterm(api.run_task(
         task, tier=tier, trace_dir=args.trace_dir, max_steps=args.max_steps,
         timeout_s=args.timeout, events=Progress(out, args.quiet),
