@@ -28,8 +28,8 @@ from agentloop.events import EventSink
 from agentloop.protocols import Tool
 from agentloop.runner import Observer, RunResult
 from agentloop.script import ScriptTurn
-from agentloop.tasks import Task, load_task
 from agentloop.speed import SpeedProfile
+from agentloop.tasks import Task, load_task
 from agentloop.tiers import SIM, Tier
 from agentloop.trace.reader import SpanRecord, Trace, load_trace
 from agentloop.types import ToolResult, ToolSpec

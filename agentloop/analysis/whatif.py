@@ -61,7 +61,8 @@ from agentloop.analysis.flat import Graph, interleave
 from agentloop.analysis.graph import gc_paused
 from agentloop.analysis.passes import retime, retime_with_pair
 from agentloop.errors import ConfigError
-from agentloop.tiers import SpeedProfile, no_profile
+from agentloop.speed import SpeedProfile
+from agentloop.tiers import no_profile
 
 CURVE_K = (1, 2, 3, 5, 8, 11, 20, 50, 100)
 
@@ -137,13 +138,17 @@ def new_parts(g: Graph, sc: Scenario) -> dict[int, tuple[int, int, int]]:
     out: dict[int, tuple[int, int, int]] = {}
     prof = sc.profile
     if prof is not None:
-        inv = 1e9 / prof.output_tps
-        pre = 1e9 / prof.prefill_tps if prof.prefill_tps > 0 else 0.0
-        b0 = prof.base_latency_s * 1e9
-        # the call never answered (not timed): it would fail the same way
-        return {i: (round(b0 + m.input_tokens * pre), round(m.reasoning_tokens * inv),
-                    round(max(0, m.visible_tokens - 1) * inv)) if m.timed else
-                (m.base, m.reasoning, m.decode) for i, m in g.models.items()}
+        # THE speed model (agentloop.speed): prefill only for uncached input, decode at the
+        # context-dependent speed; a call that never answered (not timed) would fail the same way
+        parts = prof.parts
+        for i, m in g.models.items():
+            if m.timed:
+                b_s, r_s, d_s = parts(m.input_tokens, m.reasoning_tokens, m.visible_tokens,
+                                      m.cached_tokens)
+                out[i] = (round(b_s * 1e9), round(r_s * 1e9), round(d_s * 1e9))
+            else:
+                out[i] = (m.base, m.reasoning, m.decode)
+        return out
     k, p = sc.speedup, sc.prefill_speedup
     if math.isinf(k):
         for i, m in g.models.items():
