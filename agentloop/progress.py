@@ -56,6 +56,12 @@ class Progress:
     def __call__(self, event: RunEvent) -> None:
         if self.quiet:
             return
+        try:
+            self._show(event)
+        except BrokenPipeError:  # the reader went away (`| head`): the run goes on, unshown
+            self.quiet = True
+
+    def _show(self, event: RunEvent) -> None:
         kind, data = event.kind, event.data
         if kind == "model_start":
             self._next_plain = PLAIN_EVERY_S

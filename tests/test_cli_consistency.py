@@ -64,6 +64,19 @@ def test_output_piped_into_a_closed_reader_ends_without_a_traceback() -> None:
     assert ("", "rc=141") == (done.stderr, done.stdout.strip())
 
 
+def test_a_run_piped_into_head_ends_quietly(tmp_path) -> None:
+    """`agentloop run TASK | head -1`: no traceback and no sink warnings, exit 141."""
+    task = tmp_path / "task.yaml"
+    task.write_text("name: piped\nprompt: p\ntools: [think]\nscript:\n"
+                    + "  - tool_calls: [{name: think, arguments: {thought: hmm}}]\n" * 3
+                    + "  - text: done\n")
+    done = subprocess.run(["bash", "-c", f"{sys.executable} -m agentloop.cli run {task} "
+                           f"--tier sim-ultrafast --trace-dir {tmp_path} | head -1; "
+                           "echo \"rc=${PIPESTATUS[0]}\""],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert ("", "rc=141") == (done.stderr, done.stdout.splitlines()[-1])
+
+
 def test_every_option_of_every_command_has_help_text() -> None:
     """No option is left without a help line, in any subcommand."""
     missing = []
