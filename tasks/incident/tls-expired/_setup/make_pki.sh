@@ -8,8 +8,8 @@ openssl req -x509 "${ec[@]}" -keyout pki/ca.key -out pki/ca.pem -days 3650 -sha2
 openssl req "${ec[@]}" -keyout pki/server.key -out pki/server.csr -sha256 \
   -subj "/O=Shop/CN=api.internal" 2>/dev/null
 chmod 0600 pki/ca.key pki/server.key
-mkdir -p .incident/ca && : > .incident/ca/index.txt && echo 1001 > .incident/ca/serial
-openssl ca -batch -notext -config .incident/ca.cnf -in pki/server.csr -out pki/server.pem \
+mkdir -p _setup/ca && : > _setup/ca/index.txt && echo 1001 > _setup/ca/serial
+openssl ca -batch -notext -config _setup/ca.cnf -in pki/server.csr -out pki/server.pem \
   -extfile pki/server.ext \
   -startdate "$(date -u -d '-91 days' +%Y%m%d%H%M%SZ)" \
   -enddate "$(date -u -d '-1 day' +%Y%m%d%H%M%SZ)" 2>/dev/null

@@ -21,6 +21,20 @@ def write(path: str, text: str, mode: int = 0o644, append: bool = False) -> None
     os.utime(p, (NIGHT, NIGHT))
 
 
+# the host's own dot-files (a wheel's package data leaves dot-files out, so setup writes them)
+for path, text in {
+    "home/deploy/.ssh/authorized_keys":
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAICvYBsl/DgCvGh/DMo+nY6kmlyPI24+sT5OvcdsYbW6Q "
+        "alice@laptop-7\n"
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBsViDn4qjOeibtQsWA+kOxo4P1VZf4Qp8sycp/d9wcK "
+        "ci@deploy-runner\n",
+    "home/deploy/.bash_history": "cd /srv/shop && ./deploy.sh 1.4.2\nsudo systemctl status shop-web\n",
+    "home/alice/.bash_history":
+        "ls -la /srv/shop\ngit -C /srv/shop log -n 3\nsudo systemctl restart shop-web\n",
+}.items():
+    (HOST / path).parent.mkdir(parents=True, exist_ok=True)
+    (HOST / path).write_text(text)
+    (HOST / path).chmod(0o600)
 for p in sorted(HOST.rglob("*"), reverse=True):
     os.utime(p, (BEFORE, BEFORE), follow_symlinks=False)
 wants = HOST / "etc/systemd/system/multi-user.target.wants"
