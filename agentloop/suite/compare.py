@@ -163,7 +163,9 @@ def _ratio_ci(xs: list[float], ys: list[float], groups: list[tuple[list[int], li
               paired: bool) -> tuple[float, float, float]:
     """sum(xs) / sum(ys) and a 95% bootstrap interval, resampling within each group (index
     lists into xs and ys); ``paired`` resamples one index set for both."""
-    point = sum(xs) / sum(ys) if sum(ys) > 0 else math.inf
+    px = sum(xs[i] for ia, _ in groups for i in ia)
+    py = sum(ys[j] for ia, ib in groups for j in (ia if paired else ib))
+    point = px / py if py > 0 else math.inf
     rng = random.Random(BOOTSTRAP_SEED)
     vals = []
     for _ in range(BOOTSTRAP_ROUNDS):
