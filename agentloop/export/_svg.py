@@ -167,10 +167,10 @@ def curve(points: list[tuple[float, float]], ceiling: float, *,
         out.append(f'<line x1="{left}" y1="{y(s):.1f}" x2="{left + pw}" y2="{y(s):.1f}" '
                    f'class="grid"/><text x="{left - 6}" y="{y(s) + 4:.1f}" class="tick" '
                    f'text-anchor="end">{s:g}x</text>')
-    for k in (1, 2, 5, 10, 20, 50, 100):
-        if k <= kmax:
-            out.append(f'<text x="{x(k):.1f}" y="{top + ph + 16}" class="tick" '
-                       f'text-anchor="middle">{k}</text>')
+    for tick in (1, 2, 5, 10, 20, 50, 100):
+        if tick <= kmax:
+            out.append(f'<text x="{x(tick):.1f}" y="{top + ph + 16}" class="tick" '
+                       f'text-anchor="middle">{tick}</text>')
     out.append(f'<text x="{left + pw / 2}" y="{height - 4}" class="axis" text-anchor="middle">'
                f'output speed × K (log scale)</text>')
     out.append(f'<line id="{element_id}-ceiling" class="ceiling" x1="{left}" y1="{y(ceil_y):.1f}" '

@@ -39,7 +39,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as GA
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from agentloop import __version__
+from agentloop._version import __version__
 from agentloop.errors import ConfigError, ExportError
 from agentloop.trace import attrs as A
 from agentloop.trace.reader import SpanRecord, Trace
@@ -211,7 +211,7 @@ def otlp_json(spans: Iterable[ReadableSpan]) -> dict[str, Any]:
     from google.protobuf.json_format import MessageToDict
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-    data = MessageToDict(encode_spans(list(spans)), use_integers_for_enums=True)
+    data: dict[str, Any] = MessageToDict(encode_spans(list(spans)), use_integers_for_enums=True)
     _ids_to_hex(data)
     return data
 

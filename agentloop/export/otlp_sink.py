@@ -91,4 +91,4 @@ class OtlpSink:
         """Send what is queued (bounded by ``close_timeout_s``) and stop the worker."""
         if not self._exporter.dead:
             self._processor.force_flush(self._close_ms)
-        self._processor.shutdown()
+        self._processor.shutdown()  # type: ignore[no-untyped-call]  # the SDK leaves it unannotated
