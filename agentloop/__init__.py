@@ -1,14 +1,14 @@
 """agentloop: run agent tasks, trace where their time goes, predict what a faster tier buys."""
 
-__version__ = "0.1.0"
-
+from agentloop._version import __version__
 from agentloop.api import open_task, resolve_tier, run_task
 from agentloop.errors import AgentloopError, ConfigError, ModelError, TaskFileError
 from agentloop.events import RunEvent
 from agentloop.handle import RunHandle, start_run
 from agentloop.runner import Runner, RunResult
+from agentloop.speed import SpeedProfile
 from agentloop.tasks import Limits, Task, load_task
-from agentloop.tiers import SpeedProfile, Tier, load_tiers
+from agentloop.tiers import Tier, load_tiers
 from agentloop.trace.reader import Trace, load_trace
 
 __all__ = [

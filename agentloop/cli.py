@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from agentloop import __version__
+from agentloop._version import __version__
 from agentloop.errors import AgentloopError
 
 # one module per subcommand under agentloop/commands/, each exposing register(subparsers)

@@ -28,7 +28,8 @@ from typing import Any
 
 import orjson
 
-from agentloop import __version__, cost
+from agentloop import cost
+from agentloop._version import __version__
 from agentloop.context import RunContext
 from agentloop.ending import CANCELLED, Ending
 from agentloop.errors import AgentloopError, ModelError

@@ -30,6 +30,7 @@ import base64
 import binascii
 import contextlib
 import itertools
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,10 +40,16 @@ from typing import Any
 import orjson
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as GA
 
-from agentloop import __version__
+from agentloop._version import __version__
 from agentloop.errors import TraceFileError
 from agentloop.trace import attrs as A
-from agentloop.trace.schema import end_record, end_span_record, header_record, start_record
+from agentloop.trace.schema import (
+    MAX_INSTANT_NS,
+    end_record,
+    end_span_record,
+    header_record,
+    start_record,
+)
 
 MODEL_OPS = frozenset({"chat", "text_completion", "generate_content"})
 # other spellings of the same counts (pydantic-ai's ``gen_ai.usage.details.*``, semconv's
@@ -154,7 +161,8 @@ def read_otlp_json(path: str | Path) -> list[OtelSpan]:
                 for s in ss.spans:
                     out.append(OtelSpan(
                         s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex() or None,
-                        s.name, int(s.start_time_unix_nano), int(s.end_time_unix_nano),
+                        s.name, int(s.start_time_unix_nano),
+                        max(int(s.start_time_unix_nano), int(s.end_time_unix_nano)),
                         {kv.key: _value(kv.value) for kv in s.attributes},
                         s.status.code == 2, s.status.message, res))
     if not out:
@@ -174,7 +182,10 @@ def _kind(s: OtelSpan) -> str | None:
 
 
 def _int(v: Any) -> int | None:
-    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+    """A token count as the schema holds it: a whole number >= 0 (spans are hostile input)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return None
+    return int(v) if v >= 0 and v == int(v) else None
 
 
 class _Builder:
@@ -212,13 +223,16 @@ def _model_attrs(s: OtelSpan, step: int, rel: Any) -> dict[str, Any]:
         if ours not in out and a.get(theirs) is not None:
             out[ours] = a[theirs]
     for k in (A.GEN_AI_USAGE_INPUT_TOKENS, A.GEN_AI_USAGE_OUTPUT_TOKENS,
-              A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS):
-        if _int(out.get(k)) is None:  # the schema wants counts; a missing one is said unknown
-            out.pop(k, None)
+              A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, A.GEN_AI_USAGE_CACHED_INPUT_TOKENS):
+        n = _int(out.pop(k, None))
+        if n is None:  # missing or not a count: said unknown, never guessed
             out["unknown"].append(k)
+        else:
+            out[k] = n
     timing: dict[str, Any] = {"t_send": rel(s.t0), "t_end": rel(s.t1)}
     ttfc = a.get(A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK)
-    if isinstance(ttfc, int | float) and ttfc >= 0:
+    if isinstance(ttfc, int | float) and not isinstance(ttfc, bool) and math.isfinite(ttfc) \
+            and ttfc >= 0:
         out[A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
         timing["t_first"] = rel(min(s.t1, s.t0 + round(ttfc * 1e9)))
     else:
@@ -278,6 +292,11 @@ def import_otlp(path: str | Path, tier: dict[str, Any] | None = None) -> list[di
 
     walk(run)
     kept.sort(key=lambda x: x[0].t0)
+    for s, _ in kept:
+        if not 0 <= s.t0 - run.t0 and s.t1 - run.t0 <= MAX_INSTANT_NS:
+            raise TraceFileError(f"{path}: span {s.span_id} ('{s.name}') lies outside its agent "
+                                 f"run ({run.name}) by more than a trace can hold; "
+                                 f"startTimeUnixNano / endTimeUnixNano look damaged")
     b = _Builder(run.t0)
     models = [s for s, k in kept if k == "model"]
     model_name = next((str(s.attrs.get(A.GEN_AI_RESPONSE_MODEL) or s.attrs.get(

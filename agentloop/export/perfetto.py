@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentloop import __version__
+from agentloop._version import __version__
 from agentloop.export._layout import Bar, Timeline, layout
 from agentloop.trace.reader import Trace
 
