@@ -164,3 +164,37 @@ def test_bad_input_names_the_file_and_field(tmp_path: Path) -> None:
     assert (2, True, True) == (r2.returncode, str(bad_field) in r2.stderr,
                                "startTimeUnixNano" in r2.stderr)
     assert "Traceback" not in r1.stderr + r2.stderr
+
+
+def test_hostile_span_values_are_marked_unknown_not_trusted(tmp_path: Path) -> None:
+    """Negative or fractional token counts and a NaN first-chunk time import as unknown."""
+    t = 1_700_000_000_000_000_000
+
+    def span(sid: str, parent: str | None, name: str, t0: int, t1: int,
+             attrs: dict[str, Any]) -> dict[str, Any]:
+        kv = [{"key": k, "value": {"doubleValue": v} if isinstance(v, float) else
+               {"intValue": str(v)} if isinstance(v, int) else {"stringValue": v}}
+              for k, v in attrs.items()]
+        return {"traceId": "ab" * 16, "spanId": sid * 8, "name": name, "attributes": kv,
+                **({"parentSpanId": parent * 8} if parent else {}),
+                "startTimeUnixNano": str(t + t0), "endTimeUnixNano": str(t + t1)}
+
+    doc = {"resourceSpans": [{"scopeSpans": [{"spans": [
+        span("01", None, "invoke_agent x", 0, 3_000_000_000, {"gen_ai.operation.name": "invoke_agent"}),
+        span("02", "01", "chat m", 1_000, 2_000_000_000,
+             {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": -5,
+              "gen_ai.usage.output_tokens": 12.5,
+              "gen_ai.response.time_to_first_chunk": float("nan")}),
+        span("03", "01", "execute_tool probe", 2_100_000_000, 2_000_000_000, {})]}]}]}
+    src = tmp_path / "hostile.json"
+    src.write_text(json.dumps(doc).replace("NaN", '"NaN"'))  # protobuf's JSON spelling
+    out = tmp_path / "hostile.jsonl"
+    r = agentloop("import", str(src), "-o", str(out))
+    trace = load_trace(out)
+    [chat] = trace.of_kind("model")
+    [tool] = trace.of_kind("tool")
+    assert 0 == r.returncode, r.stderr
+    assert {"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+            "gen_ai.response.time_to_first_chunk"} <= set(chat.attrs["unknown"])
+    assert ("gen_ai.usage.input_tokens" in chat.attrs, tool.t0) == (False, tool.t1)
+    assert 0 == agentloop("report", str(out)).returncode

@@ -292,8 +292,8 @@ def import_otlp(path: str | Path, tier: dict[str, Any] | None = None) -> list[di
 
     walk(run)
     kept.sort(key=lambda x: x[0].t0)
-    for s, _ in kept:
-        if not 0 <= s.t0 - run.t0 and s.t1 - run.t0 <= MAX_INSTANT_NS:
+    for s in [run, *(k for k, _ in kept)]:  # before the run's start is clamped to it
+        if s.t1 - run.t0 > MAX_INSTANT_NS:
             raise TraceFileError(f"{path}: span {s.span_id} ('{s.name}') lies outside its agent "
                                  f"run ({run.name}) by more than a trace can hold; "
                                  f"startTimeUnixNano / endTimeUnixNano look damaged")
