@@ -10,6 +10,7 @@ from typing import Any
 from agentloop.analysis.compare import compare, compare_json, render_compare
 from agentloop.analysis.graph import build_graph
 from agentloop.commands.report import emit_json, load_for_analysis
+from agentloop.errors import ConfigError
 
 
 def register(sub: Any) -> None:
@@ -28,6 +29,9 @@ def register(sub: Any) -> None:
 
 async def main(args: argparse.Namespace) -> int:
     if args.a.is_dir() or args.b.is_dir():  # two suite folders (agentloop suite)
+        if args.html is not None:  # issue 13: the page draws two runs, not two suites
+            raise ConfigError("--html draws two traces; for suite folders use --json or the "
+                              "tables (or give --html two of their traces)")
         from agentloop.suite.compare import compare_suites, render_suite_compare, suite_compare_json
         sc = await asyncio.to_thread(compare_suites, args.a, args.b)
         if args.json:
