@@ -9,11 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
-from agentloop import run_task
+from agentloop import RunEvent, run_task
 from agentloop.analysis import build_graph, whatif
 from agentloop.analysis.whatif import Scenario
 from agentloop.cli import main
@@ -74,19 +77,35 @@ def test_whatif_predicts_the_ultrafast_run_within_3_percent(tmp_path: Path) -> N
     assert predicted.speedup > 2.5  # the model dominated the standard run
 
 
+def wait_for_records(folder: Path, done: Callable[[list[dict[str, Any]]], bool],
+                     within_s: float = 60) -> None:
+    """Wait until the one trace being written in ``folder`` holds records for which ``done``
+    is true (the trace is the run's event log: each record is flushed as it happens)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        for path in folder.glob("*.jsonl"):
+            data = path.read_bytes()
+            lines = data.splitlines() if data.endswith(b"\n") else data.splitlines()[:-1]
+            if done([orjson.loads(x) for x in lines]):  # a last line still mid-write waits
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"no trace in {folder} reached the awaited state in {within_s} s")
+
+
+def second_model_call_open(records: list[dict[str, Any]]) -> bool:
+    """The second model call has started and not ended."""
+    starts = [r["id"] for r in records if r.get("type") == "span_start" and r["kind"] == "model"]
+    ended = {r["id"] for r in records if r.get("type") == "span_end"}
+    return len(starts) >= 2 and starts[1] not in ended
+
+
 def test_killed_run_leaves_a_loadable_partial_trace(tmp_path: Path) -> None:
     """SIGKILL mid-run leaves a trace that loads as incomplete, with the spans in flight."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "agentloop.cli", "run", str(DEMO), "--trace-dir", str(tmp_path),
          "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            files = list(tmp_path.glob("*.jsonl"))
-            if files and b'"execute_tool' in files[0].read_bytes():
-                break
-            time.sleep(0.05)
-        time.sleep(0.5)  # well into the next model call
+        wait_for_records(tmp_path, second_model_call_open)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -103,10 +122,7 @@ def test_sigterm_cancels_cleanly_with_a_closed_trace(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "agentloop.cli", "run", str(DEMO), "--trace-dir", str(tmp_path),
          "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list(tmp_path.glob("*.jsonl")):
-        time.sleep(0.05)
-    time.sleep(1.0)
+    wait_for_records(tmp_path, lambda rs: any(r.get("kind") == "tool" for r in rs))
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
     assert b"Traceback" not in err
@@ -118,8 +134,14 @@ def test_sigterm_cancels_cleanly_with_a_closed_trace(tmp_path: Path) -> None:
 
 async def test_cancelling_the_caller_cancels_the_run(tmp_path: Path) -> None:
     """Embedding: cancelling the task awaiting run_task closes the trace as cancelled."""
-    job = asyncio.create_task(run_task(DEMO, trace_dir=tmp_path))
-    await asyncio.sleep(1.5)
+    tool_started = asyncio.Event()
+
+    def on_event(event: RunEvent) -> None:
+        if event.kind == "tool_start":
+            tool_started.set()
+
+    job = asyncio.create_task(run_task(DEMO, trace_dir=tmp_path, events=on_event))
+    await tool_started.wait()
     job.cancel()
     with pytest.raises(asyncio.CancelledError):
         await job
