@@ -79,6 +79,16 @@ async def model_client(tier: Tier, script: list[ScriptTurn] | None = None,
     """A client for ``tier``; a simulated tier starts the embedded simulator for the duration."""
     from agentloop.clients.openai_client import OpenAIClient
 
+    if tier.local is not None:  # a llama-server agentloop starts for the run (issue 10a)
+        from agentloop.local import serve
+
+        async with serve(tier.local) as server:
+            client = OpenAIClient(tier, base_url=server.base_url)
+            try:
+                yield client
+            finally:
+                await client.aclose()
+        return
     if not tier.simulated:
         client = OpenAIClient(tier)
         try:
@@ -169,12 +179,26 @@ async def run_task(task: Task | str | Path, *, tier: str | Tier | None = None,
                          otlp=otlp)
 
 
+def _refuse_unscripted(plan: RunPlan, client: ModelClient | None,
+                       script: list[ScriptTurn] | None) -> None:
+    """A task without ``script:`` on a simulated tier would get filler text and report ``ok``:
+    refused before the run (issue 10a)."""
+    if client is None and plan.tier.simulated and not plan.task.script and not script:
+        raise ConfigError(
+            f"task '{plan.task.name}' has no script, and tier '{plan.tier.name}' is the "
+            "simulator, which plays only scripted turns (it would answer with filler text). "
+            "Run it on a real tier (--tier openai-standard, or any OpenAI-compatible endpoint "
+            "in tiers.toml), on the local model (--tier local-smollm2: llama.cpp on this "
+            "machine, offline), or give the task a script: of turns for the simulator to play.")
+
+
 async def execute(plan: RunPlan, **kwargs: Any) -> RunResult:
     """Run a planned task in its own Python environment (:mod:`agentloop.taskenv`).
 
     Keywords as :func:`run_task` takes them (client, tools, observer, keep_workspace, script,
     events). Every task command of the run (setup, tools, success check) gets the task's venv.
     """
+    _refuse_unscripted(plan, kwargs.get("client"), kwargs.get("script"))
     task_env = await taskenv.ensure(plan.task)
     with taskenv.activate(task_env):
         return await _execute_in_env(plan, **kwargs)

@@ -31,6 +31,7 @@ import orjson
 from agentloop import cost
 from agentloop._version import __version__
 from agentloop.context import RunContext
+from agentloop.context_window import ESTIMATE_ATTR, TRIM_ATTR, Window
 from agentloop.ending import CANCELLED, Ending
 from agentloop.errors import AgentloopError, ModelError
 from agentloop.events import EventSink, Observer, RunEvent, call_progress, fan_out, observer_sink
@@ -179,6 +180,7 @@ class Runner:
         self.check = check
         self.steps = 0
         self._sem = asyncio.Semaphore(task.limits.max_parallel_tools)
+        self.window = Window.for_tier(tier, self.specs)  # context budget (context_window.py)
 
     def _emit(self, kind: str, span_id: str | None = None, **data: Any) -> None:
         if self.events is not None:
@@ -337,10 +339,18 @@ class Runner:
                           ) -> tuple[ModelResponse, str] | Ending:
         """One model call in its span; the answer joins the conversation. A call that failed
         for good ends the run: its span keeps every attempt (and the waits between them)."""
+        fit = self.window.fit(conv.messages) if self.window is not None else None
+        if fit is not None and not fit.fits:  # every tool output trimmed, still too big
+            return Ending.limit_reached("context", f"the request needs about {fit.estimated} "
+                                        f"input tokens, over the {fit.budget} the context "
+                                        "window leaves beside room for the answer")
         request = ModelRequest(messages=tuple(conv.messages), tools=self.specs, step=step)
         async with self.tracer.span("model", f"chat {self.tier.model}", after=conv.after,
                                     step=step) as span:
             self._emit("model_start", span.id, step=step)
+            if fit is not None:
+                span.set(**{ESTIMATE_ATTR: fit.estimated,
+                            TRIM_ATTR: [t.as_dict() for t in fit.trims]})
 
             def progress(tokens: int, elapsed_s: float) -> None:
                 self._emit("model_progress", span.id, step=step, output_tokens=tokens,
@@ -360,6 +370,8 @@ class Runner:
             self._emit("model_end", span.id, step=step, seconds=((span.t1 or 0) - span.t0) / 1e9,
                        attempts=len(failed.attempts), error=failed.message)
             return Ending.failed(failed.message)
+        if self.window is not None:
+            self.window.observe(resp.usage.input_tokens)
         conv.messages.append(resp.as_message())
         if resp.text:
             self.final_text = resp.text

