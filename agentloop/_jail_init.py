@@ -5,14 +5,15 @@ Started by :mod:`agentloop.jail` as ``python -I -S _jail_init.py FD`` inside bub
 ``SOCK_SEQPACKET`` socket pair; the other end stays with agentloop. Messages are JSON, one per
 packet:
 
-- agentloop -> init: ``{"op": "spawn", "id", "argv", "cwd", "env", "rlimits"}`` with three file
+- agentloop -> init: ``{"op": "spawn", "id", "argv", "cwd", "env", "rlimits", "uid"}`` (``uid``:
+  the unprivileged uid to run as when no cgroup limits processes, else null) with three file
   descriptors attached (stdin, stdout, stderr); ``{"op": "kill", "id"}``: SIGKILL the command and
   everything it started that can still be told apart (its group, its session, its descendants,
   every process carrying its mark in the environment), repeated until none is left;
   ``{"op": "alive", "id"}``: whether any of those is still alive.
 - init -> agentloop: ``{"ev": "started", "id", "pid"}`` (or ``{"ev": "failed", "id", "error"}``),
   ``{"ev": "exit", "id", "code"}`` (negative: killed by that signal), ``{"ev": "alive", "id",
-  "alive"}``, ``{"ev": "killed", "id", "left"}``.
+  "alive"}``, ``{"ev": "killed", "id", "left", "peak"}`` (``peak``: most processes found alive).
 
 As PID 1 it reaps every orphan (no zombies), and signals from inside the namespace that it does
 not handle never reach it (``kill -STOP 1`` / ``kill -9 1`` from a command do nothing). When the
@@ -102,27 +103,30 @@ def members(leader: int, mark: str | None, leader_alive: bool) -> set[int]:
     return found
 
 
-def kill_members(leader: int, mark: str | None, leader_alive: bool, rounds: int = 60) -> int:
+def kill_members(leader: int, mark: str | None, leader_alive: bool,
+                 rounds: int = 60) -> tuple[int, int]:
     """SIGKILL the command's processes until none is left (a fork loop keeps making more).
 
-    Returns how many were still found after the last round (0: all gone).
+    Returns (how many were still found after the last round: 0 when all are gone, the most
+    found in one round).
     """
-    left = 0
+    left = peak = 0
     for _ in range(rounds):
         if leader_alive:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(leader, signal.SIGKILL)
         found = members(leader, mark, leader_alive)
         left = len(found)
+        peak = max(peak, left)
         if not found:
-            return 0
+            return 0, peak
         for pid in found:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.01)
         leader_alive = False  # after the first SIGKILL the group id is only trusted via /proc
         reap()
-    return left
+    return left, peak
 
 
 _exits: dict[int, int] = {}
@@ -158,6 +162,11 @@ def spawn(msg: dict[str, Any], fds: list[int]) -> int:
             os.closerange(3, 65536)
             for name, value in limits.items():
                 resource.setrlimit(_LIMITS[name], (value, value))
+            uid = msg.get("uid")
+            if uid is not None:  # last: RLIMIT_NPROC now binds, and every capability is gone
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
             for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, [])
@@ -231,9 +240,9 @@ def main() -> None:
                 report_exits()
             elif msg["op"] == "kill" and rid in by_id:
                 pid, mark = by_id[rid]
-                left = kill_members(pid, mark, pid in leaders)
+                left, peak = kill_members(pid, mark, pid in leaders)
                 report_exits()
-                send(ev="killed", id=rid, left=left)
+                send(ev="killed", id=rid, left=left, peak=peak)
             elif msg["op"] == "alive" and rid in by_id:
                 pid, mark = by_id[rid]
                 reap()

@@ -46,6 +46,11 @@ MARK_VAR = _jail_init.MARK_VAR
 INIT_SCRIPT = Path(_jail_init.__file__)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_DIR = "agentloop"  # the one cgroup folder agentloop owns under each hierarchy
+# without a pids cgroup, commands run as an unprivileged uid of their own so RLIMIT_NPROC binds
+# (the kernel never applies it to uid 0): one uid per run, from a range no account uses
+RUN_UID_BASE, RUN_UID_SPAN = 200_000, 800_000
+FORK_REFUSED = "fork: retry: Resource temporarily unavailable"  # bash, on EAGAIN from fork
+NPROC_MARGIN = 16  # processes of the run outside the command (setup services, the init)
 READY_TIMEOUT_S = 10.0
 
 
@@ -80,6 +85,7 @@ class JailSpec:
     allow_network: bool = False  # the task allows hosts: share the host's network
     path_prefix: tuple[str, ...] = ()  # folders put first on PATH (the task venv's bin/)
     limits: JailLimits = field(default_factory=JailLimits)
+    use_cgroups: bool = True  # False: as where /sys/fs/cgroup is not writable (tests)
 
 
 class Command:
@@ -142,6 +148,11 @@ class Jail:
     def process_limit_hits(self) -> int:
         """How many forks the jail's process ceiling has refused so far (0 without one)."""
         return 0
+
+    def refused_forks_in(self, stderr: str) -> bool:
+        """Whether a command's stderr shows forks refused by an RLIMIT_NPROC ceiling (which,
+        unlike a cgroup, keeps no count): the shells' EAGAIN message."""
+        return False
 
     def summary_line(self) -> str:
         """One line for the terminal: what is confined and what is not."""
@@ -227,6 +238,17 @@ def sweep_cgroups() -> None:
                         child.rmdir()
 
 
+def give_to(uid: int, folders: Sequence[Path]) -> None:
+    """Make ``folders`` (the working copy, the task's venv) the run uid's (blocking)."""
+    for top in folders:
+        os.chown(top, uid, uid, follow_symlinks=False)
+        os.chmod(top, os.stat(top).st_mode | 0o711)  # the init (root, no capabilities) enters it
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in (*dirnames, *filenames):
+                with contextlib.suppress(OSError):
+                    os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+
+
 def _child_of(pid: int) -> int | None:
     """The first child of ``pid`` (bwrap's sandboxed child: the jail's init, as the host sees it)."""
     try:
@@ -250,19 +272,34 @@ class BwrapJail(Jail):
         self._waiters: dict[tuple[str, int], asyncio.Future[dict[str, Any]]] = {}
         self._lock = asyncio.Lock()
         self._dead: str | None = None
+        self.holds: dict[str, str] = {}
+        self.run_uid: int | None = None  # commands' uid when no pids cgroup holds
+        self._nproc_hits = 0
         self.log = get_logger("agentloop.jail")
 
     def argv(self, bwrap: str, fd: int) -> list[str]:
-        ws = str(self.spec.workspace)
+        ws = str(self.spec.workspace)  # the init starts there
+        # no capabilities inside (a root with CAP_SYS_ADMIN could remount the host writable);
+        # when commands drop to the run's uid (losing every capability on setuid), the init
+        # keeps what it needs to do that and to kill and inspect their processes
+        keep = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SYS_PTRACE")
+        caps = ["--cap-drop", "ALL"] + [a for c in keep for a in ("--cap-add", c)
+                                        if self.run_uid is not None]
         args = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--as-pid-1",
-                "--cap-drop", "ALL",
-                "--unshare-ipc", "--unshare-uts", "--hostname", "agentloop-jail"]
+                *caps, "--unshare-ipc", "--unshare-uts", "--hostname", "agentloop-jail"]
         if not self.spec.allow_network:
             args.append("--unshare-net")
-        args += ["--ro-bind", "/", "/", "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev",
-                 "--tmpfs", "/dev/shm", "--bind", ws, ws]
-        for extra in self.spec.writable:
-            args += ["--bind", str(extra), str(extra)]
+        args += ["--ro-bind", "/", "/", "--perms", "1777", "--tmpfs", "/tmp", "--proc", "/proc",
+                 "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
+        binds = [self.spec.workspace, *self.spec.writable]
+        made: list[Path] = []  # folders on the private /tmp leading to a bind: traversable
+        for target in binds:
+            for up in reversed(target.parents):
+                if up.is_relative_to("/tmp") and up != Path("/tmp") and up not in made:
+                    made.append(up)
+                    args += ["--perms", "0711", "--dir", str(up)]
+        for target in binds:
+            args += ["--bind", str(target), str(target)]
         args += ["--clearenv", "--setenv", "PATH", os.defpath, "--chdir", ws,
                  sys.executable, "-I", "-S", str(INIT_SCRIPT), str(fd)]
         return args
@@ -270,8 +307,13 @@ class BwrapJail(Jail):
     async def start(self, bwrap: str) -> None:
         """Start bwrap and its init; raises JailError when either fails."""
         name = f"r-{os.getpid()}-{self.run_mark}"
-        self.cgroups, holds = await asyncio.to_thread(make_cgroups, name, self.spec.limits)
-        self.holds = holds
+        if self.spec.use_cgroups:
+            self.cgroups, self.holds = await asyncio.to_thread(make_cgroups, name,
+                                                               self.spec.limits)
+        if "pids" not in self.holds:  # RLIMIT_NPROC binds only a uid other than 0
+            self.run_uid = RUN_UID_BASE + int.from_bytes(os.urandom(4)) % RUN_UID_SPAN
+            await asyncio.to_thread(give_to, self.run_uid,
+                                    (self.spec.workspace, *self.spec.writable))
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = self.argv(bwrap, child.fileno())
         if self.cgroups:  # the shell moves itself into the cgroups, then becomes bwrap
@@ -362,14 +404,20 @@ class BwrapJail(Jail):
         self.commands[cid] = cmd
         env = {**self.env_for(env, cid), "HOME": "/tmp", "TMPDIR": "/tmp"}
         msg = {"op": "spawn", "id": cid, "argv": list(argv), "cwd": str(cwd), "env": env,
-               "rlimits": self.spec.limits.rlimits(with_memory="memory" not in self.holds)}
+               "rlimits": self.spec.limits.rlimits(with_memory="memory" not in self.holds),
+               "uid": self.run_uid}
         ev = await self._request(msg, "started", fds)
         if ev.get("ev") == "failed":
             self.commands.pop(cid, None)
             raise JailError(f"the jail refused a new process: {ev.get('error')}")
         return cmd
 
+    def refused_forks_in(self, stderr: str) -> bool:
+        return self.run_uid is not None and FORK_REFUSED in stderr
+
     def process_limit_hits(self) -> int:
+        if self.run_uid is not None:
+            return self._nproc_hits
         for folder in self.cgroups:
             try:
                 text = (folder / "pids.events").read_text()
@@ -384,7 +432,12 @@ class BwrapJail(Jail):
     async def _kill(self, cmd: Command) -> None:
         if self._dead is None:
             with contextlib.suppress(JailError, TimeoutError):
-                await self._request({"op": "kill", "id": cmd.id}, "killed", None)
+                ev = await self._request({"op": "kill", "id": cmd.id}, "killed", None)
+                # RLIMIT_NPROC leaves no count of refused forks: a command killed while it held
+                # (nearly) all the run's processes ran into the limit
+                if self.run_uid is not None and int(ev.get("peak", 0)) >= \
+                        self.spec.limits.max_procs - NPROC_MARGIN:
+                    self._nproc_hits += 1
 
     async def _alive(self, cmd: Command) -> bool:
         if self._dead is not None:
@@ -478,8 +531,8 @@ def _describe(jail: BwrapJail) -> dict[str, Any]:
                   + ("" if "memory" in holds else f" as={spec.limits.memory_bytes}"))
     not_confined = []
     if "pids" not in holds:
-        not_confined.append("process count (no writable cgroup with pids.max; RLIMIT_NPROC "
-                            "does not bind root)")
+        limits.append(f"commands run as uid {jail.run_uid} with RLIMIT_NPROC="
+                      f"{spec.limits.max_procs} (no writable cgroup with pids.max)")
     if spec.allow_network:
         not_confined.append("network (the task allows hosts: commands share the host's "
                             "network; only the browser is held to allow_hosts)")
@@ -491,7 +544,7 @@ def _describe(jail: BwrapJail) -> dict[str, Any]:
                      + "".join(f", {p}" for p in spec.writable) + " and a private /tmp; "
                      + "; ".join(limits)),
         "not_confined": "; ".join(not_confined),
-        "limits": {"max_procs": spec.limits.max_procs if "pids" in holds else None,
+        "limits": {"max_procs": spec.limits.max_procs,
                    "memory_bytes": spec.limits.memory_bytes,
                    "file_bytes": spec.limits.file_bytes, "cpu_s": spec.limits.cpu_s},
         "network": "host" if spec.allow_network else "loopback only",

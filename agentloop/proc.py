@@ -160,7 +160,7 @@ async def run(jail: Jail, command: str, *, cwd: Path, env: dict[str, str], timeo
     return Outcome(exit_code=code, stdout=out, stderr=err, timed_out=timed_out,
                    timeout_s=timeout_s, duration_s=time.perf_counter() - started,
                    killed_lingering=lingering, still_running=alive,
-                   process_limit_hits=jail.process_limit_hits() - hits)
+                   process_limit_hits=_limit_hits(jail, hits, err))
 
 
 async def _run_to_files(jail: Jail, command: str, cwd: Path, env: dict[str, str],
@@ -192,7 +192,13 @@ async def _run_to_files(jail: Jail, command: str, cwd: Path, env: dict[str, str]
     return Outcome(exit_code=TIMEOUT_EXIT if timed_out else code, stdout=out, stderr=err,
                    timed_out=timed_out, timeout_s=timeout_s,
                    duration_s=time.perf_counter() - started, killed_lingering=False,
-                   still_running=alive, process_limit_hits=jail.process_limit_hits() - hits)
+                   still_running=alive, process_limit_hits=_limit_hits(jail, hits, err))
+
+
+def _limit_hits(jail: Jail, before: int, err: Capture) -> int:
+    """Forks the jail's process ceiling refused during a command (at least 1 if it saw any)."""
+    hits = jail.process_limit_hits() - before
+    return hits if hits or not jail.refused_forks_in(err.text()) else 1
 
 
 def _read_capped(fh: object, capture: Capture) -> None:

@@ -71,7 +71,9 @@ def sweep(root: Path) -> list[Path]:
 def make_copy(task: Task, root: Path | None) -> Path:
     """A new, owned, empty working folder (blocking), after sweeping abandoned ones."""
     base = root if root is not None else work_root()
-    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    base.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):  # traversable, not listable: a run's own uid (jail.py)
+        os.chmod(base, 0o711)
     sweep(base)
     made = Path(os.path.realpath(tempfile.mkdtemp(prefix=f"{task.name}-", dir=base)))
     # written aside and renamed: a concurrent run's sweep (another thread) must never read a
