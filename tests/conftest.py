@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from agentloop.context import RunContext
-from agentloop.trace.reader import Trace, parse_lines
+from agentloop.testing import trace_of
+from agentloop.trace.reader import Trace
 from agentloop.types import ToolResult, ToolSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +78,8 @@ async def wait_dead(pids: list[int], within_s: float = 5.0) -> list[int]:
 
 
 def records_to_trace(records: list[dict[str, Any]]) -> Trace:
-    return parse_lines([orjson.dumps(r) for r in records])
+    """A MemorySink's records as a trace (the public helper's one implementation)."""
+    return trace_of(records)
 
 
 @pytest.fixture
