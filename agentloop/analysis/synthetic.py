@@ -164,41 +164,37 @@ def agent_lines(steps: int, tools_per_step: int = 3, tps: float = 60.0,
     ids = itertools.count(1)
     t = 1000
     run = f"s{next(ids)}"
-    yield dumps({"type": "span_start", "id": run, "parent": None, "kind": "run",
-                 "name": f"invoke_agent {task}", "t": t, "after": []})
+    yield dumps(start_record(run, None, "run", f"invoke_agent {task}", t, (), {}))
     prev_step: list[str] = []
     prev_tools: list[str] = []
     for k in range(1, steps + 1):
         t += 20_000
         st = f"s{next(ids)}"
-        yield dumps({"type": "span_start", "id": st, "parent": run, "kind": "step",
-                     "name": f"step {k}", "t": t, "after": prev_step, "attrs": {"step": k}})
+        yield dumps(start_record(st, run, "step", f"step {k}", t, prev_step, {"step": k}))
         t += 50_000
         m = f"s{next(ids)}"
-        yield dumps({"type": "span_start", "id": m, "parent": st, "kind": "model",
-                     "name": "chat synthetic", "t": t, "after": prev_tools, "attrs": {"step": k}})
+        yield dumps(start_record(m, st, "model", "chat synthetic", t, prev_tools, {"step": k}))
         r, v = (k * 37) % 200, 20 + (k * 13) % 100
         attrs = model_attrs(t + 2_000_000, 300_000_000, r, v, tps, input_tokens=2000 + 10 * (k % 1000),
                             tail_ns=1_000_000, step=k)
         t = attrs["timing"]["t_end"] + 500_000
-        yield dumps({"type": "span_end", "id": m, "t": t, "status": "ok", "attrs": attrs})
+        yield dumps(end_span_record(m, t, "ok", attrs))
         tools = []
         ends = []
         for j in range(tools_per_step):
             tid = f"s{next(ids)}"
             tools.append(tid)
-            yield dumps({"type": "span_start", "id": tid, "parent": st, "kind": "tool",
-                         "name": "execute_tool shell", "t": t + 30_000 * (j + 1),
-                         "after": [m], "attrs": {"step": k}})
+            yield dumps(start_record(tid, st, "tool", "execute_tool shell", t + 30_000 * (j + 1),
+                                     [m], {"step": k}))
             ends.append((t + 30_000 * (j + 1) + 5_000_000 * (1 + (k + j) % 7), tid))
         for te, tid in sorted(ends):
-            yield dumps({"type": "span_end", "id": tid, "t": te, "status": "ok",
-                         "attrs": {"gen_ai.tool.name": "shell", "ok": True, "output": "",
-                                   "data": {}, "queued_ns": 0}})
+            yield dumps(end_span_record(tid, te, "ok", {"gen_ai.tool.name": "shell", "ok": True,
+                                                        "output": "", "data": {},
+                                                        "queued_ns": 0}))
         t = max(ends)[0] + 40_000
-        yield dumps({"type": "span_end", "id": st, "t": t, "status": "ok", "attrs": {}})
+        yield dumps(end_span_record(st, t, "ok", {}))
         prev_step, prev_tools = [st], tools
     t += 10_000
-    yield dumps({"type": "span_end", "id": run, "t": t, "status": "ok", "attrs": {}})
-    yield dumps({"type": "end", "status": "ok", "t": t + 5_000, "reason": "done",
-                 "steps": steps, "totals": {}, "success": None})
+    yield dumps(end_span_record(run, t, "ok", {}))
+    yield dumps(end_record("ok", t + 5_000, reason="done", steps=steps, totals={},
+                           success=None))
