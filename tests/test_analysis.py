@@ -60,7 +60,7 @@ def test_sequential_steps_categories_sum_to_end_to_end_time():
     assert r.measured_ns == 2_613 * MS
     assert r.critical["base"] == 600 * MS
     assert r.critical["decode"] == 1500 * MS
-    assert r.critical["reasoning"] == 0
+    assert 0 == r.critical["reasoning"]
     assert r.critical["tool:read"] == 500 * MS
     assert r.critical["overhead"] == 4 * MS  # request build + after t_end, per model call
     assert r.critical["framework"] == 9 * MS  # the nine 1 ms gaps
@@ -71,12 +71,12 @@ def test_sequential_steps_categories_sum_to_end_to_end_time():
 def test_sequential_steps_table_is_cumulative():
     """The step table gives each step's duration, split and tools, and run time at its end."""
     r = build_report(two_steps())
-    assert [s.step for s in r.steps] == ["1", "2"]
+    assert ["1", "2"] == [s.step for s in r.steps]
     assert [s.cumulative_ns for s in r.steps] == [1806 * MS, 2611 * MS]
     assert r.steps[0].duration_ns == 1805 * MS
     assert r.steps[0].tools == (("read", 500 * MS),)
     assert r.steps[0].model["decode"] == 1000 * MS
-    assert r.steps[1].output_tokens == 31
+    assert 31 == r.steps[1].output_tokens
     text = render_report(r)
     assert "2.613 s end to end" in text
     assert "read 0.50" in text
@@ -89,8 +89,8 @@ def test_speedup_on_sequential_steps_shrinks_only_model_output():
     assert w.predicted_ns == 2613 * MS - 750 * MS
     cats = {c.name: c for c in w.categories}
     assert cats["decode"].saved_ns == 750 * MS
-    assert cats["tool:read"].saved_ns == 0
-    assert cats["framework"].saved_ns == 0
+    assert 0 == cats["tool:read"].saved_ns
+    assert 0 == cats["framework"].saved_ns
     assert w.ceiling_ns == 2613 * MS - 1500 * MS
 
 
@@ -115,7 +115,7 @@ def test_parallel_tools_longest_branch_counts_once():
     assert r.busy["tool:a"] + r.busy["tool:b"] + r.busy["tool:c"] == 6 * S
     assert sum(r.critical.values()) == r.measured_ns
     tools_on_path = [n for _, k, n, _ in r.path if k == "tool"]
-    assert tools_on_path == ["execute_tool b"]
+    assert ["execute_tool b"] == tools_on_path
     w = whatif(g, Scenario.multipliers(4))
     saved = (1000 * MS + round(S / 60)) - (250 * MS + round(S / 60 / 4))
     assert w.measured_ns - w.predicted_ns == saved
@@ -127,7 +127,7 @@ def test_critical_path_moves_to_the_branch_that_becomes_longest():
     w = whatif(g, Scenario.multipliers(4))
     assert w.predicted_ns == 2 * S  # the tool is now the longer branch
     cats = {c.name: c for c in w.categories}
-    assert cats["tool:t"].measured_ns == 0 and cats["tool:t"].predicted_ns == 2 * S
+    assert 0 == cats["tool:t"].measured_ns and cats["tool:t"].predicted_ns == 2 * S
     assert sum(c.saved_ns for c in w.categories) == w.measured_ns - w.predicted_ns
 
 
@@ -180,8 +180,8 @@ def test_incomplete_trace_is_reported_with_spans_in_flight():
     """A killed run's trace is analysed as far as it goes and says what was in flight."""
     tr = incomplete()
     r = build_report(build_graph(tr))
-    assert not r.complete and r.status == "incomplete"
-    assert len(r.in_flight) == 3
+    assert not r.complete and "incomplete" == r.status
+    assert 3 == len(r.in_flight)
     assert any("model 'chat demo'" in s for s in r.in_flight)
     assert r.measured_ns == 1808 * MS
     assert sum(r.critical.values()) == r.measured_ns
@@ -256,7 +256,7 @@ def test_json_outputs_have_the_documented_keys():
             "curve"} <= set(w)
     assert w["measured_s"] == pytest.approx(2.613)
     assert w["predicted_s"] == pytest.approx(1.863)
-    assert [s["step"] for s in w["steps"]] == ["run", "1", "2"]
+    assert ["run", "1", "2"] == [s["step"] for s in w["steps"]]
     r = report_json(build_report(two_steps()))
     assert {"measured_s", "categories", "steps", "critical_path", "model_share",
             "complete", "in_flight"} <= set(r)
@@ -299,7 +299,7 @@ def test_model_call_that_failed_for_good_is_retry_time():
     b.finish(2 * S, status="error")
     g = build_graph(b.trace())
     r = build_report(g)
-    assert r.critical["retry"] == 2 * S and r.status == "error"
+    assert r.critical["retry"] == 2 * S and "error" == r.status
     w = whatif(g, Scenario.tier("ultra", ULTRA))
     assert w.predicted_ns == w.measured_ns == 2 * S
 
@@ -308,7 +308,7 @@ def test_empty_run_has_unit_speedup():
     """A trace with only its header loads, reports zero time and a speedup of 1."""
     g = build_graph(TraceBuilder().trace())
     w = whatif(g, Scenario.multipliers(5))
-    assert (w.measured_ns, w.predicted_ns, w.speedup) == (0, 0, 1.0)
+    assert (0, 0, 1.0) == (w.measured_ns, w.predicted_ns, w.speedup)
     assert "0.000 s end to end" in render_report(build_report(g))
 
 
@@ -318,5 +318,5 @@ def test_long_runs_print_first_and_last_steps_only():
     text = render_report(build_report(g))
     assert "... 60 more rows (--json lists all)" in text
     assert "\n     1 " in text and "\n   100 " in text and "\n    50 " not in text
-    assert len(report_json(build_report(g))["steps"]) == 100
+    assert 100 == len(report_json(build_report(g))["steps"])
     assert "more rows" in render_whatif(whatif(g, Scenario.multipliers(3)))

@@ -35,7 +35,7 @@ def run_on(profile: dict, tier: str, path: Path, *, task: str = "demo", steps: i
 def test_report_cli_prints_tables(tmp_path, capsys):
     """`agentloop report TRACE` exits 0 and prints categories, steps and the critical path."""
     trace = run_on(STD, "sim-standard", tmp_path / "a.jsonl")
-    assert main(["report", str(trace)]) == 0
+    assert 0 == main(["report", str(trace)])
     out = capsys.readouterr().out
     assert "task demo on tier sim-standard" in out
     assert "tool:shell" in out and "Critical path" in out
@@ -45,9 +45,9 @@ def test_report_cli_prints_tables(tmp_path, capsys):
 def test_report_cli_json(tmp_path, capsys):
     """`agentloop report --json` prints one JSON object with the step table."""
     trace = run_on(STD, "sim-standard", tmp_path / "a.jsonl")
-    assert main(["report", str(trace), "--json"]) == 0
+    assert 0 == main(["report", str(trace), "--json"])
     data = json.loads(capsys.readouterr().out)
-    assert len(data["steps"]) == 3
+    assert 3 == len(data["steps"])
     assert sum(c["critical_s"] for c in data["categories"].values()) == \
         pytest.approx(data["measured_s"])
 
@@ -59,19 +59,19 @@ def test_whatif_cli_with_tier_file_json(tmp_path, capsys):
     tiers.write_text('[tiers.fast]\nbase_url = "sim"\nmodel = "m"\n'
                      'profile = { base_latency_s = 0.2, prefill_tps = 100000, '
                      'output_tps = 750 }\n')
-    assert main(["whatif", str(trace), "--tier", "fast", "--tiers", str(tiers), "--json"]) == 0
+    assert 0 == main(["whatif", str(trace), "--tier", "fast", "--tiers", str(tiers), "--json"])
     data = json.loads(capsys.readouterr().out)
     assert {"measured_s", "predicted_s", "speedup", "ceiling", "categories", "steps",
             "curve"} <= set(data)
     assert data["predicted_s"] < data["measured_s"]
     assert data["speedup"] == pytest.approx(data["measured_s"] / data["predicted_s"])
-    assert [p["k"] for p in data["curve"]] == [1, 2, 3, 5, 8, 11, 20, 50, 100]
+    assert [1, 2, 3, 5, 8, 11, 20, 50, 100] == [p["k"] for p in data["curve"]]
 
 
 def test_whatif_cli_speedup_text(tmp_path, capsys):
     """`agentloop whatif --speedup 1` prints a prediction equal to the measured time."""
     trace = run_on(STD, "sim-standard", tmp_path / "a.jsonl")
-    assert main(["whatif", str(trace), "--speedup", "1"]) == 0
+    assert 0 == main(["whatif", str(trace), "--speedup", "1"])
     lines = capsys.readouterr().out.splitlines()
     measured = next(x for x in lines if x.strip().startswith("measured")).split()[1]
     predicted = next(x for x in lines if x.strip().startswith("predicted")).split()[1]
@@ -82,7 +82,7 @@ def test_whatif_cli_speedup_text(tmp_path, capsys):
 def test_whatif_cli_unknown_tier_exits_2(tmp_path, capsys):
     """An unknown tier name is a user error (exit 2) listing the known tiers."""
     trace = run_on(STD, "sim-standard", tmp_path / "a.jsonl")
-    assert main(["whatif", str(trace), "--tier", "nope"]) == 2
+    assert 2 == main(["whatif", str(trace), "--tier", "nope"])
     assert "unknown tier 'nope'" in capsys.readouterr().err
 
 
@@ -90,7 +90,7 @@ def test_whatif_cli_unknown_tier_exits_2(tmp_path, capsys):
 def test_missing_trace_exits_2_naming_the_file(tmp_path, capsys, command):
     """A trace path that does not exist gives exit code 2 and names the file, no traceback."""
     missing = tmp_path / "nowhere.jsonl"
-    assert main([command[0], str(missing), *command[1:]]) == 2
+    assert 2 == main([command[0], str(missing), *command[1:]])
     err = capsys.readouterr().err
     assert str(missing) in err and "Traceback" not in err
 
@@ -99,7 +99,7 @@ def test_non_trace_file_exits_2_naming_the_file(tmp_path, capsys):
     """A file that is not a trace gives exit code 2 and names the file and line."""
     bogus = tmp_path / "notes.txt"
     bogus.write_text("hello, world\n")
-    assert main(["report", str(bogus)]) == 2
+    assert 2 == main(["report", str(bogus)])
     err = capsys.readouterr().err
     assert f"{bogus}, line 1" in err
 
@@ -109,12 +109,12 @@ def test_compare_predicts_a_run_on_the_other_tier(tmp_path):
     a = build_graph(load_trace(run_on(STD, "sim-standard", tmp_path / "a.jsonl")))
     b = build_graph(load_trace(run_on(ULTRA, "sim-ultrafast", tmp_path / "b.jsonl")))
     c = compare(a, b)
-    assert c.tier_b == "sim-ultrafast"
+    assert "sim-ultrafast" == c.tier_b
     assert abs(c.error_pct) < 0.01
     assert c.measured_speedup == pytest.approx(c.predicted_speedup, rel=1e-4)
     assert c.measured_speedup > 2
     assert not c.warnings
-    assert [r.name for r in c.steps] == ["run", "1", "2", "3"]
+    assert ["run", "1", "2", "3"] == [r.name for r in c.steps]
     assert all(abs(r.predicted_ns - r.b_ns) < 1000 for r in c.steps)
 
 
@@ -122,12 +122,12 @@ def test_compare_cli_warns_on_step_count_and_prints_json(tmp_path, capsys):
     """compare warns when the runs took different numbers of steps; --json has the figures."""
     a = run_on(STD, "sim-standard", tmp_path / "a.jsonl", steps=3)
     b = run_on(ULTRA, "sim-ultrafast", tmp_path / "b.jsonl", steps=4)
-    assert main(["compare", str(a), str(b), "--json"]) == 0
+    assert 0 == main(["compare", str(a), str(b), "--json"])
     data = json.loads(capsys.readouterr().out)
     assert {"measured_speedup", "predicted_speedup", "error_pct", "steps",
             "categories", "warnings"} <= set(data)
     assert any("different numbers of steps" in w for w in data["warnings"])
-    assert main(["compare", str(a), str(b)]) == 0
+    assert 0 == main(["compare", str(a), str(b)])
     assert "warning: the runs took different numbers of steps" in capsys.readouterr().out
 
 
@@ -135,14 +135,14 @@ def test_compare_cli_refuses_different_tasks(tmp_path, capsys):
     """Traces of two different tasks are refused with exit code 2."""
     a = run_on(STD, "sim-standard", tmp_path / "a.jsonl", task="one")
     b = run_on(ULTRA, "sim-ultrafast", tmp_path / "b.jsonl", task="two")
-    assert main(["compare", str(a), str(b)]) == 2
+    assert 2 == main(["compare", str(a), str(b)])
     assert "same task" in capsys.readouterr().err
 
 
 def test_whatif_cli_rejects_a_zero_speedup(tmp_path, capsys):
     """--speedup 0 is a user error with exit code 2."""
     trace = run_on(STD, "sim-standard", tmp_path / "a.jsonl")
-    assert main(["whatif", str(trace), "--speedup", "0"]) == 2
+    assert 2 == main(["whatif", str(trace), "--speedup", "0"])
     assert "--speedup" in capsys.readouterr().err
 
 
@@ -160,5 +160,5 @@ def test_compare_warns_about_an_incomplete_trace(tmp_path):
 def test_whatif_cli_prefill_speedup_needs_speedup(tmp_path, capsys):
     """--prefill-speedup with --tier is refused (exit 2): the tier's profile has its prefill."""
     trace = run_on(STD, "sim-standard", tmp_path / "a.jsonl")
-    assert main(["whatif", str(trace), "--tier", "sim-ultrafast", "--prefill-speedup", "2"]) == 2
+    assert 2 == main(["whatif", str(trace), "--tier", "sim-ultrafast", "--prefill-speedup", "2"])
     assert "--prefill-speedup goes with --speedup" in capsys.readouterr().err

@@ -44,7 +44,7 @@ async def test_whatif_predicts_the_ultrafast_run_within_3_percent(tmp_path: Path
     for tier in ("sim-standard", "sim-ultrafast"):
         result = await run_task(task, tier=tier, tools={"sleep": SleepTool()},
                                 trace_dir=tmp_path / "traces")
-        assert result.status == "ok" and result.steps == 4
+        assert "ok" == result.status and 4 == result.steps
         traces[tier] = build_graph(load_quickly(result.trace_path))
     a, b = traces["sim-standard"], traces["sim-ultrafast"]
     ultra = get_tier(load_tiers(), "sim-ultrafast")

@@ -47,7 +47,7 @@ async def test_finish_tool_ends_the_run(tmp_path: Path) -> None:
     result = await runner.run()
     assert ("ok", 2, "all fixed") == (result.status, result.steps, result.final_text)
     trace = records_to_trace(sink.records)
-    assert trace.complete and trace.end["status"] == "ok"
+    assert trace.complete and "ok" == trace.end["status"]
 
 
 async def test_turn_without_tool_calls_ends_the_run(tmp_path: Path) -> None:
