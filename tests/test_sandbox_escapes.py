@@ -311,6 +311,7 @@ HARDLINK_CALLS: dict[str, dict[str, Any]] = {
     "edit_file": {"path": "hl", "old_text": SECRET, "new_text": "pwned"},
     "apply_patch": {"patch": f"--- a/hl\n+++ b/hl\n@@ -1 +1 @@\n-{SECRET}\n+pwned\n"},
     "search": {"pattern": "SECRET", "path": "hl"},
+    "browser_screenshot": {"path": "hl"},
 }
 
 

@@ -170,3 +170,15 @@ async def test_run_tests_non_pytest(ctx: RunContext) -> None:
     r = await call(ctx, "run_tests")
     assert r.ok and r.data["exit_code"] == 0 and r.data["passed"] is None
     assert "no pytest summary line" in r.output
+
+
+def test_tool_settings_are_typed_with_one_set_of_defaults() -> None:
+    """Settings come from a mapping of known names only; the output cap has one default."""
+    from agentloop.context import DEFAULT_OUTPUT_CAP, ToolSettings
+    from agentloop.errors import ConfigError
+
+    s = ToolSettings.of({"allow_hosts": "example.com", "tool_timeout_s": 5})
+    assert (("example.com",), 5.0, DEFAULT_OUTPUT_CAP) == (s.allow_hosts, s.tool_timeout_s,
+                                                           s.output_cap)
+    with pytest.raises(ConfigError, match="unknown tool setting.*output_kap"):
+        ToolSettings.of({"output_kap": 10})

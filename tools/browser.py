@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentloop_tools import _fs
 from agentloop_tools._sandbox import (
     allow_hosts,
     cap_text,
@@ -25,6 +26,7 @@ from agentloop_tools._sandbox import (
     resolve_path,
     tool_timeout,
     url_refusal,
+    workspace,
 )
 
 from agentloop.errors import ToolError
@@ -338,12 +340,12 @@ async def browser_screenshot(ctx: ToolContext, path: str = "screenshot.png",
     target = resolve_path(ctx, path)
     if target.is_dir():
         raise ToolError(f"{path!r} is a folder")
-    await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
 
-    async def shoot(page: Any) -> bytes:
-        return bytes(await page.screenshot(path=str(target), full_page=full_page))
+    async def shoot(page: Any) -> bytes:  # bytes back, written by us: race-free like write_file
+        return bytes(await page.screenshot(full_page=full_page))
 
     s, png, note = await _act(ctx, "taking a screenshot", shoot)
+    await asyncio.to_thread(_fs.write_bytes, workspace(ctx), target, png)
     rel = relative(ctx, target)
     return ToolResult(ok=True, output=f"Saved a screenshot of {await _where(s.page)} to {rel} "
                       f"({len(png):,} bytes).{note}", data={"path": rel, "bytes": len(png)})
