@@ -111,7 +111,7 @@ def command(spec: LocalSpec, port: int) -> list[str]:
             "--jinja", "--no-webui", *spec.args]
 
 
-async def _get(url: str, limit_s: float = 2.0) -> tuple[int, bytes]:
+async def http_get(url: str, limit_s: float = 2.0) -> tuple[int, bytes]:
     """A plain HTTP/1.0 GET on loopback: status and body (no client library needed)."""
     rest = url.removeprefix("http://")
     hostport, _, path = rest.partition("/")
@@ -160,7 +160,7 @@ async def _wait_ready(proc: asyncio.subprocess.Process, root: str, spec: LocalSp
             raise ModelError(f"local llama-server exited with code {proc.returncode} while "
                              f"starting (model {spec.model}); its last lines:\n{_log_tail(log)}")
         with contextlib.suppress(OSError, TimeoutError, ValueError, IndexError):
-            status, _ = await _get(f"{root}/health")
+            status, _ = await http_get(f"{root}/health")
             if status == 200:
                 return
         if time.monotonic() > deadline:
@@ -172,7 +172,7 @@ async def _wait_ready(proc: asyncio.subprocess.Process, root: str, spec: LocalSp
 
 async def _props(root: str) -> dict[str, Any]:
     with contextlib.suppress(OSError, TimeoutError, ValueError, IndexError, orjson.JSONDecodeError):
-        status, body = await _get(f"{root}/props")
+        status, body = await http_get(f"{root}/props")
         if status == 200:
             data = orjson.loads(body)
             return data if isinstance(data, dict) else {}
