@@ -34,6 +34,7 @@ class StepRow:
     reasoning_tokens: int
     cumulative_ns: int  # run time at the step's end (from the run span's start)
     in_flight: bool
+    cached_tokens: int = 0  # of input_tokens, served from the server's prompt cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,8 @@ class Report:
     busy: dict[str, int]  # category -> ns summed over all spans
     steps: tuple[StepRow, ...]
     path: tuple[tuple[str, str, str, int], ...]  # (step, kind, name, ns), chronological
+    input_tokens: int = 0  # over every model call
+    cached_tokens: int = 0  # of input_tokens, served from the server's prompt cache
 
     @property
     def model_share(self) -> float:
@@ -109,16 +112,19 @@ def build_report(g: Graph) -> Report:
                         "into the run"
                         for s in tr.in_flight),
         measured_ns=g.measured_ns, critical={k: critical[k] for k in category_order(set(critical))},
-        busy={k: busy[k] for k in category_order(set(busy))}, steps=tuple(steps), path=tuple(path))
+        busy={k: busy[k] for k in category_order(set(busy))}, steps=tuple(steps), path=tuple(path),
+        input_tokens=sum(m.input_tokens for m in g.models.values()),
+        cached_tokens=sum(m.cached_tokens for m in g.models.values()))
 
 
 def _step_row(g: Graph, i: int) -> StepRow:
     model = {"base": 0, "reasoning": 0, "decode": 0, "other": 0}
     tools: list[tuple[str, int]] = []
-    n_in = n_out = n_r = 0
+    n_in = n_out = n_r = n_c = 0
     for c in g.children.get(i, ()):
         m = g.models.get(c)
         if m is not None:
+            n_c += m.cached_tokens
             model["base"] += m.base
             model["reasoning"] += m.reasoning
             model["decode"] += m.decode
@@ -131,7 +137,7 @@ def _step_row(g: Graph, i: int) -> StepRow:
         elif g.kinds[c] == "model":  # in flight
             model["other"] += g.t1[c] - g.t0[c]
     return StepRow(step_label(g, i), g.t0[i] - g.start_ns, g.t1[i] - g.t0[i], model,
-                   tuple(tools), n_in, n_out, n_r, g.t1[i] - g.start_ns, g.in_flight[i])
+                   tuple(tools), n_in, n_out, n_r, g.t1[i] - g.start_ns, g.in_flight[i], n_c)
 
 
 def report_json(r: Report) -> dict[str, Any]:
@@ -140,6 +146,7 @@ def report_json(r: Report) -> dict[str, Any]:
         "task": r.task, "tier": r.tier, "status": r.status, "complete": r.complete,
         "problems": list(r.problems), "in_flight": list(r.in_flight),
         "measured_s": r.measured_ns / 1e9, "model_share": r.model_share,
+        "input_tokens": r.input_tokens, "cached_input_tokens": r.cached_tokens,
         "categories": {k: {"critical_s": r.critical.get(k, 0) / 1e9,
                            "busy_s": r.busy.get(k, 0) / 1e9}
                        for k in category_order(set(r.critical) | set(r.busy))},
@@ -147,12 +154,20 @@ def report_json(r: Report) -> dict[str, Any]:
                    "model_s": {k: v / 1e9 for k, v in s.model.items()},
                    "tools": [{"name": n, "seconds": v / 1e9} for n, v in s.tools],
                    "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
-                   "reasoning_tokens": s.reasoning_tokens,
+                   "reasoning_tokens": s.reasoning_tokens, "cached_tokens": s.cached_tokens,
                    "cumulative_s": s.cumulative_ns / 1e9, "in_flight": s.in_flight}
                   for s in r.steps],
         "critical_path": [{"step": s, "kind": k, "name": n, "seconds": v / 1e9}
                           for s, k, n, v in r.path],
     }
+
+
+def cache_line(input_tokens: int, cached_tokens: int) -> str:
+    """How much of the run's input the server's prompt cache served (prefill is paid only for
+    the rest: agentloop.speed)."""
+    share = f" ({100 * cached_tokens / input_tokens:.0f}%)" if input_tokens else ""
+    return (f"input tokens {input_tokens:,}, cached by the server {cached_tokens:,}{share}: "
+            f"prefill paid for {input_tokens - cached_tokens:,}")
 
 
 def render_report(r: Report) -> str:
@@ -172,6 +187,7 @@ def render_report(r: Report) -> str:
                      [[c, secs(r.critical.get(c, 0)), pct(r.critical.get(c, 0), r.measured_ns),
                        secs(r.busy.get(c, 0))] for c in cats]))
     out.append(f"  model share of the critical path: {100 * r.model_share:.1f}%")
+    out.append(f"  {cache_line(r.input_tokens, r.cached_tokens)}")
     out.append("")
     out.append("Steps (cumulative = run time at the step's end: how the steps compound):")
     rows: list[list[str] | str] = []

@@ -60,6 +60,7 @@ from agentloop.analysis.breakdown import (  # category_order ... re-exported for
 from agentloop.analysis.flat import Graph, interleave
 from agentloop.analysis.graph import gc_paused
 from agentloop.analysis.passes import retime, retime_with_pair
+from agentloop.analysis.report import cache_line
 from agentloop.errors import ConfigError
 from agentloop.speed import SpeedProfile
 from agentloop.tiers import no_profile
@@ -123,6 +124,8 @@ class WhatIf:
     steps: tuple[Contribution, ...]  # name = step number as text; "run" for run-level gaps
     curve: tuple[tuple[float, int], ...]  # (K, predicted ns)
     complete: bool
+    input_tokens: int = 0  # over every model call
+    cached_tokens: int = 0  # of input_tokens, cached: a profile charges them cached_prefill_tps
 
     @property
     def speedup(self) -> float:
@@ -232,7 +235,9 @@ def _whatif(g: Graph, sc: Scenario, curve: tuple[float, ...]) -> WhatIf:
     steps = tuple(map(Contribution, step_labels(g, step_ids),
                       map(old_steps.get, step_ids, itertools.repeat(0)),
                       map(new_steps.get, step_ids, itertools.repeat(0))))
-    return WhatIf(sc, g.measured_ns, end - g.start_ns, ceiling, cats, steps, points, g.trace.complete)
+    return WhatIf(sc, g.measured_ns, end - g.start_ns, ceiling, cats, steps, points,
+                  g.trace.complete, sum(m.input_tokens for m in g.models.values()),
+                  sum(m.cached_tokens for m in g.models.values()))
 
 
 def whatif_json(w: WhatIf) -> dict[str, Any]:
@@ -242,6 +247,7 @@ def whatif_json(w: WhatIf) -> dict[str, Any]:
         "measured_s": w.measured_ns / 1e9, "predicted_s": w.predicted_ns / 1e9,
         "speedup": w.speedup, "ceiling": w.ceiling, "ceiling_s": w.ceiling_ns / 1e9,
         "saved_s": (w.measured_ns - w.predicted_ns) / 1e9,
+        "input_tokens": w.input_tokens, "cached_input_tokens": w.cached_tokens,
         "categories": {c.name: {"measured_s": c.measured_ns / 1e9,
                                 "predicted_s": c.predicted_ns / 1e9,
                                 "saved_s": c.saved_ns / 1e9} for c in w.categories},
@@ -253,6 +259,14 @@ def whatif_json(w: WhatIf) -> dict[str, Any]:
     }
 
 
+def _cache_rule(sc: Scenario) -> str:
+    if sc.profile is None:
+        return " (measured prefill, cache hits included, scaled)"
+    rate = sc.profile.cached_prefill_tps
+    return (f" (the tier charges cached input at {rate:g} tok/s)" if rate else
+            " (the tier charges nothing for cached input)")
+
+
 def render_whatif(w: WhatIf) -> str:
     """The result as plain aligned text."""
     saved = w.measured_ns - w.predicted_ns
@@ -262,7 +276,8 @@ def render_whatif(w: WhatIf) -> str:
     out += [f"  measured   {secs(w.measured_ns)} s",
             f"  predicted  {secs(w.predicted_ns)} s   speedup {ratio(w.speedup)}",
             f"  ceiling    {secs(w.ceiling_ns)} s   speedup {ratio(w.ceiling)} "
-            f"(output speed -> infinity: reasoning and decode -> 0)", ""]
+            f"(output speed -> infinity: reasoning and decode -> 0)",
+            f"  {cache_line(w.input_tokens, w.cached_tokens)}{_cache_rule(w.scenario)}", ""]
     out.append("Where the time saved comes from (critical path, measured vs predicted):")
     out.append(table(["category", "measured s", "predicted s", "saved s", "of saved"],
                      [[c.name, secs(c.measured_ns), secs(c.predicted_ns), secs(c.saved_ns),
