@@ -8,12 +8,12 @@ import time
 import uuid
 from pathlib import Path
 
+import agentloop_tools as tools
 import orjson
 
-import agentloop_tools as tools
 from agentloop import run_task, workspace
-from agentloop.context import RunContext
 from agentloop._jail_init import proc_table
+from agentloop.context import RunContext
 from agentloop.jail import HostJail, JailSpec, open_jail
 from agentloop.tasks import Task
 from tests.conftest import namespace_survivors, pid_namespace

@@ -14,10 +14,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import agentloop_tools as tools
 import orjson
 import pytest
+from agentloop_tools.browser import session
 
-import agentloop_tools as tools
 from agentloop import run_task, workspace
 from agentloop.clients.scripted import ScriptedClient
 from agentloop.context import RunContext, scrubbed_env
@@ -26,7 +27,6 @@ from agentloop.tasks import Limits, Task
 from agentloop.trace.reader import load_trace
 from agentloop.types import ToolResult
 from tests.conftest import jail_survivors, namespace_survivors, pid_namespace
-from agentloop_tools.browser import session
 
 SECRET = "TOP-SECRET-CONTENT-7f3a"
 

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import agentloop_tools as tools
+import pytest
+from agentloop_tools.browser import _DOM_WALK, session
+
 from agentloop.context import RunContext
 from agentloop.types import ToolResult
-from agentloop_tools.browser import _DOM_WALK, session
 
 PAGE = """<!doctype html>
 <html><head><title>Greeter</title></head><body>

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import agentloop_tools as tools
 import pytest
 
-import agentloop_tools as tools
 from agentloop.context import RunContext
 from agentloop.types import ToolResult
 

@@ -7,14 +7,14 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-import pytest
-
 import agentloop_tools as tools
+import pytest
+from agentloop_tools._schema import FunctionTool, parse_docstring
+
 from agentloop.context import RunContext
 from agentloop.errors import ToolError
 from agentloop.protocols import Tool, ToolContext
 from agentloop.types import ToolResult
-from agentloop_tools._schema import FunctionTool, parse_docstring
 
 
 async def sample(ctx: ToolContext, name: str, count: int = 2, ratio: float | None = None,

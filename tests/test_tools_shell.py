@@ -180,5 +180,5 @@ def test_tool_settings_are_typed_with_one_set_of_defaults() -> None:
     s = ToolSettings.of({"allow_hosts": "example.com", "tool_timeout_s": 5})
     assert (("example.com",), 5.0, DEFAULT_OUTPUT_CAP) == (s.allow_hosts, s.tool_timeout_s,
                                                            s.output_cap)
-    with pytest.raises(ConfigError, match="unknown tool setting.*output_kap"):
+    with pytest.raises(ConfigError, match=r"unknown tool setting.*output_kap"):
         ToolSettings.of({"output_kap": 10})

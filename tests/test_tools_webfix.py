@@ -7,9 +7,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import agentloop_tools as tools
 import orjson
 
-import agentloop_tools as tools
 from agentloop.context import RunContext
 from agentloop.tasks import load_task
 

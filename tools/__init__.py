@@ -7,7 +7,6 @@ this package does no work; Playwright is imported only when a browser tool first
 
 from __future__ import annotations
 
-from agentloop.protocols import Tool
 from agentloop_tools._schema import FunctionTool
 from agentloop_tools.browser import (
     browser_click,
@@ -23,6 +22,8 @@ from agentloop_tools.files import edit_file, list_files, read_file, search, writ
 from agentloop_tools.patch import apply_patch
 from agentloop_tools.shell import run, run_tests
 from agentloop_tools.think import think
+
+from agentloop.protocols import Tool
 
 FUNCTIONS = (read_file, list_files, search, write_file, edit_file, apply_patch, run, run_tests,
              browser_open, browser_text, browser_snapshot, browser_click, browser_fill,

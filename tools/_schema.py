@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, Union
 
 import orjson
+from agentloop_tools._sandbox import cap_text, output_cap
 
 from agentloop.errors import ToolError
 from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult, ToolSpec
-from agentloop_tools._sandbox import cap_text, output_cap
 
 ToolFunction = Callable[..., Awaitable[ToolResult]]
 

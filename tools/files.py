@@ -9,12 +9,12 @@ import re
 from pathlib import Path
 
 import re2
+from agentloop_tools import _fs
+from agentloop_tools._sandbox import cap_text, output_cap, relative, resolve_path, workspace
 
 from agentloop.errors import ToolError
 from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult
-from agentloop_tools import _fs
-from agentloop_tools._sandbox import cap_text, output_cap, relative, resolve_path, workspace
 
 # folders nobody wants listed or searched; named in the output when skipped
 NOISE_DIRS = frozenset({".git", "__pycache__", "node_modules", ".venv", ".mypy_cache",

@@ -14,12 +14,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentloop.errors import ToolError
-from agentloop.protocols import ToolContext
-from agentloop.types import ToolResult
 from agentloop_tools import _fs
 from agentloop_tools._sandbox import relative, resolve_path, workspace
 from agentloop_tools.files import read_utf8, write_utf8
+
+from agentloop.errors import ToolError
+from agentloop.protocols import ToolContext
+from agentloop.types import ToolResult
 
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 DEV_NULL = "/dev/null"
