@@ -105,8 +105,17 @@ async def model_client(tier: Tier, script: list[ScriptTurn] | None = None,
         raise ConfigError(f"tier '{tier.name}' is simulated (base_url \"sim\") but has no "
                           "speed profile to pace its answers: give it a profile")
     shared = SHARED.get()  # a suite's one simulator (agentloop.suite): this run takes a route
-    async with (SimServer(profile=tier.profile, script=script or None) if shared is None
-                else shared.route(tier.profile, script or None)) as sim:
+    if shared is not None:
+        async with shared.sim.route(tier.profile, script or None) as route:
+            # the suite's one SDK client and connection pool: a new AsyncOpenAI blocks the event
+            # loop ~0.1 s (TLS set-up), a copy 0.5 ms; the suite closes it, not the run
+            client = OpenAIClient(tier, client=shared.sdk.with_options(base_url=route.base_url))
+            try:
+                yield client
+            finally:
+                await client.aclose()
+        return
+    async with SimServer(profile=tier.profile, script=script or None) as sim:
         sdk = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sim", max_retries=0)
         client = OpenAIClient(tier, client=sdk)
         try:

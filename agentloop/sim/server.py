@@ -470,3 +470,40 @@ class SimServer:
             return False
         writer.write(data)
         return True
+
+
+class _Routed(SimServer):
+    """A route's view of its simulator: its own script, profile and request count; the shared
+    server's stream count (so the write budget spans every route), tokenizer and chunking."""
+
+    def __init__(self, parent: SimServer, profile: SpeedProfile,
+                 script: Sequence[ScriptTurn] | None, filler_tokens: int | None) -> None:
+        self._parent = parent
+        streaming = parent._streaming
+        super().__init__(profile, script=script, filler_tokens=filler_tokens,
+                         tokens_per_chunk=parent.tokens_per_chunk,
+                         min_chunk_interval_s=parent.min_chunk_interval_s, seed=parent.seed,
+                         host=parent.host, port=parent.port)
+        parent._streaming = streaming  # __init__ zeroed the shared counter through the setter
+        self._tokens = parent._tokens
+
+    @property  # type: ignore[override]
+    def _streaming(self) -> int:
+        return self._parent._streaming
+
+    @_streaming.setter
+    def _streaming(self, value: int) -> None:
+        self._parent._streaming = value
+
+
+# The simulator a suite shares among its runs (agentloop.suite sets it around them); unset,
+# every simulated run starts its own (the single-run path).
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """A suite's one simulator and the one SDK client (one connection pool) its runs share."""
+
+    sim: SimServer
+    sdk: Any  # an openai.AsyncOpenAI, made by agentloop.suite: the simulator never imports openai
+
+
+SHARED: ContextVar[Shared | None] = ContextVar("agentloop_shared_sim", default=None)

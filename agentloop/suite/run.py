@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentloop.api import open_task, resolve_tier, run_task
+from agentloop.api import open_task, resolve_tier, run_task, tool_registry
 from agentloop.errors import AgentloopError, ConfigError
 from agentloop.runner import RunResult
 from agentloop.suite.records import (
@@ -97,19 +97,28 @@ def plan_jobs(paths: Sequence[str | Path], *, tier: str | None = None,
 
 @contextlib.asynccontextmanager
 async def shared_simulator(jobs: Sequence[Job]) -> AsyncIterator[None]:
-    """One simulator for every simulated run of the suite (runs take routes on it)."""
-    from agentloop.sim.server import SHARED, SimServer
+    """One simulator for every simulated run of the suite (runs take routes on it), and one SDK
+    client with an unbounded connection pool that every run's client is a copy of."""
+    import httpx2
+    import openai
+
+    from agentloop.sim.server import SHARED, Shared, SimServer
 
     profiles = [j.tier.profile for j in jobs if j.tier.simulated and j.tier.profile is not None]
     if not profiles or SHARED.get() is not None:
         yield
         return
     async with SimServer(profile=profiles[0]) as sim:  # each route brings its own profile
-        token = SHARED.set(sim)
+        http = httpx2.AsyncClient(limits=httpx2.Limits(max_connections=None,
+                                                       max_keepalive_connections=None))
+        sdk = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sim", max_retries=0,
+                                 http_client=http)
+        token = SHARED.set(Shared(sim, sdk))
         try:
             yield
         finally:
             SHARED.reset(token)
+            await sdk.close()
 
 
 def _record(job: Job, result: RunResult | None, error: str | None, folder: Path,
@@ -133,9 +142,10 @@ def _record(job: Job, result: RunResult | None, error: str | None, folder: Path,
 
 
 async def _local(job: Job, traces: Path, observer: Callable[[str, dict[str, Any]], None],
-                 max_steps: int | None, timeout_s: float | None) -> RunResult:
+                 max_steps: int | None, timeout_s: float | None,
+                 tools: dict[str, Any]) -> RunResult:
     return await run_task(job.task, tier=job.tier, trace_dir=traces, max_steps=max_steps,
-                          timeout_s=timeout_s, observer=observer)
+                          timeout_s=timeout_s, observer=observer, tools=tools)
 
 
 async def run_suite(paths: Sequence[str | Path], out: str | Path, *, tier: str | None = None,
@@ -157,6 +167,8 @@ async def run_suite(paths: Sequence[str | Path], out: str | Path, *, tier: str |
     traces = folder / TRACES
     await asyncio.to_thread(traces.mkdir, parents=True, exist_ok=True)
     state = Progress(len(jobs))
+    # built once: the registry derives every tool's schema from its signature (~30 ms a run)
+    tools = await asyncio.to_thread(tool_registry)
     records: list[RunRecord | None] = [None] * len(jobs)
     sem = asyncio.Semaphore(concurrency)
     remote: Any = None
@@ -181,7 +193,8 @@ async def run_suite(paths: Sequence[str | Path], out: str | Path, *, tier: str |
                     result = await remote.run(job, traces)
                     state.output_tokens += int(result.totals.get("output_tokens", 0) or 0)
                 else:
-                    result = await _local(job, traces, observe, max_steps, timeout_s)
+                    result = await _local(job, traces, observe, max_steps, timeout_s,
+                                          tools)
             except AgentloopError as exc:
                 error = exc.message
             except Exception as exc:  # one run's crash is its own record, never the suite's end
