@@ -303,7 +303,32 @@ def _after(w: Where, v: object) -> list[str]:
 
 
 def parse_record(rec: object, w: Where) -> SpanStart | SpanEnd | EndRecord | None:
-    """Type one record after line 1; None for a record type this reader does not know."""
+    """Type one record after line 1; None for a record type this reader does not know.
+
+    Span records, the millions of a big trace, take a fast path: one combined check, and the
+    detailed checks (which name the field at fault) only when it fails.
+    """
+    if type(rec) is dict:
+        typ = rec.get("type")
+        if typ == "span_start":
+            sid, t, parent = rec.get("id"), rec.get("t"), rec.get("parent")
+            kind, name = rec.get("kind"), rec.get("name")
+            after, attrs = rec.get("after") or [], rec.get("attrs")
+            if (type(sid) is str and sid and type(t) is int and 0 <= t <= MAX_INSTANT_NS
+                    and (parent is None or type(parent) is str) and type(kind) is str
+                    and type(name) is str and type(after) is list
+                    and (attrs is None or type(attrs) is dict) and all(map(_is_str, after))):
+                return SpanStart(sid, parent, kind, name, t, after, attrs or {})
+        elif typ == "span_end":
+            sid, t, status = rec.get("id"), rec.get("t"), rec.get("status", "ok")
+            attrs = rec.get("attrs")
+            if (type(sid) is str and type(t) is int and 0 <= t <= MAX_INSTANT_NS
+                    and type(status) is str and (attrs is None or type(attrs) is dict)):
+                return SpanEnd(sid, t, status, attrs or {})
+    return _parse_record_checked(rec, w)
+
+
+def _parse_record_checked(rec: object, w: Where) -> SpanStart | SpanEnd | EndRecord | None:
     if type(rec) is not dict:
         w.fail("type", f"a record must be a JSON object, not {_kind(rec)}")
     typ = rec.get("type")
@@ -458,8 +483,93 @@ def _output(w: Where, v: object) -> ModelOutput | None:
                        _int(w, v, "reasoning_tokens", f + ".reasoning_tokens"), tuple(out))
 
 
+_INT_OR_NONE = frozenset({int, type(None)})
+
+
+def _timing_fast(tm: object) -> Timing | bool | None:
+    """``_timing`` for well-formed input; False when something needs the detailed checks."""
+    if tm is None:
+        return None
+    if type(tm) is not dict:
+        return False
+    g = tm.get
+    s, h, f, fv, la, e = (g("t_send"), g("t_hdr"), g("t_first"), g("t_first_visible"),
+                          g("t_last"), g("t_end"))
+    if s is None:
+        return None
+    chunks, build = g("chunks", 0), g("build_ns", 0)
+    if not (set(map(type, (s, h, f, fv, la, e))) <= _INT_OR_NONE and type(chunks) is int
+            and type(build) is int and chunks >= 0 and build >= 0):
+        return False
+    prev = s
+    for v in (f, fv, la, e):  # one clock: each known instant at or after the previous one
+        if v is not None:
+            if v < prev:
+                return False
+            prev = v
+    if s < 0 or prev > MAX_INSTANT_NS or (h is not None and not 0 <= h <= MAX_INSTANT_NS):
+        return False
+    return Timing(s, h, f, fv, la, e, chunks, build)
+
+
+def _attempts_fast(v: object) -> tuple[Attempt, ...] | bool:
+    if not v:
+        return ()
+    if type(v) is not list:
+        return False
+    out = []
+    for a in v:
+        if type(a) is not dict:
+            return False
+        g = a.get
+        t0, t1, err, status, wait = g("t_start"), g("t_end"), g("error"), g("status"), \
+            g("wait_ns", 0)
+        if not (type(t0) is int and type(t1) is int and 0 <= t0 <= t1 <= MAX_INSTANT_NS
+                and (err is None or type(err) is str) and (status is None or type(status) is int)
+                and type(wait) is int and wait >= 0 and (status is None or status >= 0)):
+            return False
+        out.append(Attempt(t0, t1, err, status, wait))
+    return tuple(out)
+
+
+def _output_fast(v: object) -> ModelOutput | bool | None:
+    if v is None:
+        return None
+    if type(v) is not dict:
+        return False
+    text, rt, calls = v.get("text", ""), v.get("reasoning_tokens", 0), v.get("tool_calls") or []
+    if not (type(text) is str and type(rt) is int and rt >= 0 and type(calls) is list):
+        return False
+    out = []
+    for c in calls:
+        if type(c) is not dict:
+            return False
+        cid, name, args = c.get("id", ""), c.get("name"), c.get("arguments", "")
+        if not (type(cid) is str and type(name) is str and type(args) is str):
+            return False
+        out.append(OutputToolCall(cid, name, args))
+    return ModelOutput(text, rt, tuple(out))
+
+
 def model_attrs(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
     """Type a model span's end attributes; a damaged one names ``attrs.<key>``."""
+    g = attrs.get
+    step, n_in, n_out = g(A.STEP), g(A.GEN_AI_USAGE_INPUT_TOKENS, 0), \
+        g(A.GEN_AI_USAGE_OUTPUT_TOKENS, 0)
+    n_r, n_c, wait = g(A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, 0), \
+        g(A.GEN_AI_USAGE_CACHED_INPUT_TOKENS, 0), g(A.WAIT_NS, 0)
+    if (type(n_in) is int and type(n_out) is int and type(n_r) is int and type(n_c) is int
+            and type(wait) is int and min(n_in, n_out, n_r, n_c, wait) >= 0
+            and (step is None or type(step) is int)):
+        timing, attempts, output = (_timing_fast(g(A.TIMING)), _attempts_fast(g(A.ATTEMPTS)),
+                                    _output_fast(g(A.OUTPUT)))
+        if timing is not False and attempts is not False and output is not False:
+            return ModelAttrs(step, n_in, n_out, n_r, n_c, timing, attempts,  # type: ignore[arg-type]
+                              wait, output)  # type: ignore[arg-type]  # False ruled out above
+    return _model_attrs_checked(attrs, w)
+
+
+def _model_attrs_checked(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
     step = attrs.get(A.STEP)
     if step is not None and type(step) is not int:
         w.fail(f"attrs.{A.STEP}", f"must be an integer, not {_kind(step)}")
@@ -499,6 +609,18 @@ class ToolAttrs(NamedTuple):
 
 def tool_attrs(attrs: Mapping[str, Any], span_name: str, w: Where) -> ToolAttrs:
     """Type a tool span's end attributes; the tool's name falls back to the span's name."""
+    g = attrs.get
+    name, ok, args, cid = g(A.GEN_AI_TOOL_NAME), g(A.OK, False), g(A.ARGUMENTS, ""), \
+        g(A.GEN_AI_TOOL_CALL_ID, "")
+    out, data, queued = g(A.OUTPUT, ""), g(A.DATA), g(A.QUEUED_NS, 0)
+    if (type(name) is str and name and type(ok) is bool and type(args) is str
+            and type(cid) is str and type(out) is str and (data is None or type(data) is dict)
+            and type(queued) is int and queued >= 0):
+        return ToolAttrs(name, cid, args, ok, out, data or {}, queued)
+    return _tool_attrs_checked(attrs, span_name, w)
+
+
+def _tool_attrs_checked(attrs: Mapping[str, Any], span_name: str, w: Where) -> ToolAttrs:
     name = attrs.get(A.GEN_AI_TOOL_NAME) or span_name.removeprefix("execute_tool ").strip() \
         or "?"
     if type(name) is not str:
