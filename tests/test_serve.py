@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -233,9 +234,10 @@ async def test_openapi_document(server: Server) -> None:
 
 
 async def _wait_for(server: Server, run_id: str, kind: str) -> dict[str, Any]:
-    async for name, data in server.events(run_id):
-        if name == kind:
-            return data
+    async with contextlib.aclosing(server.events(run_id)) as events:
+        async for name, data in events:
+            if name == kind:
+                return data
     raise AssertionError(f"no {kind} event")
 
 
@@ -261,7 +263,8 @@ async def test_queueing_at_the_limit_and_cancel(root: Path) -> None:
         assert "ok" == events[-1][1]["data"]["status"]
     finally:
         await s.client.aclose()
-        _stop(s)
+        code, output = _stop(s)
+        assert "Traceback" not in output, output
 
 
 async def test_sigterm_cancels_runs_in_flight_and_closes_their_traces(root: Path) -> None:

@@ -43,6 +43,13 @@ def load_for_analysis(path: Path) -> Trace:
     return trace
 
 
+def report_document(trace: Trace, report: Any = None, spent: Any = None) -> dict[str, Any]:
+    """What ``report --json`` prints (and the service's ``/report`` serves) for ``trace``."""
+    report = report if report is not None else build_report(build_graph(trace))
+    spent = spent if spent is not None else cost.of_trace(trace)
+    return {**report_json(report), "cost": cost.as_json(spent)}
+
+
 def emit_json(data: dict[str, Any]) -> None:
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
 
@@ -55,7 +62,7 @@ async def main(args: argparse.Namespace) -> int:
         await asyncio.to_thread(write_html, args.html, report_html, trace)
     spent = cost.of_trace(trace)  # issue 14: cost by category and step at the tier's prices
     if args.json:
-        emit_json({**report_json(report), "cost": cost.as_json(spent)})
+        emit_json(report_document(trace, report, spent))
     else:
         print(render_report(report))
         if spent.priced:

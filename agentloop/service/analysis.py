@@ -6,23 +6,23 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.analysis.graph import build_graph
-from agentloop.analysis.report import build_report, report_json
 from agentloop.analysis.whatif import Scenario, whatif, whatif_json
-from agentloop.errors import RequestError, TierFileError
-from agentloop.tiers import get_tier, load_tiers
+from agentloop.commands.report import report_document
+from agentloop.errors import ConfigError, RequestError
+from agentloop.tiers import get_tier, load_tiers, require_profile
 from agentloop.trace.reader import load_trace
 
 
 def report_for(path: Path) -> dict[str, Any]:
     """``agentloop report TRACE --json`` of the trace at ``path``."""
-    return report_json(build_report(build_graph(load_trace(path))))
+    return report_document(load_trace(path))
 
 
 def whatif_for(path: Path, tier: str, tiers_file: Path | None = None) -> dict[str, Any]:
     """``agentloop whatif TRACE --tier NAME --json`` of the trace at ``path``."""
     try:
         the_tier = get_tier(load_tiers(tiers_file), tier, tiers_file or "tiers.toml")
-    except TierFileError as exc:
+        scenario = Scenario.tier(the_tier.name, require_profile(the_tier))
+    except ConfigError as exc:
         raise RequestError(exc.message, field="tier") from None
-    return whatif_json(whatif(build_graph(load_trace(path)), Scenario.tier(the_tier.name,
-                                                                            the_tier.profile)))
+    return whatif_json(whatif(build_graph(load_trace(path)), scenario))
