@@ -68,7 +68,9 @@ class RunHandle:
                     return
             if self.done:
                 return  # ended before the runner started (setup failed or was cancelled)
-            await self._wake
+            # shielded: a subscriber that stops waiting (cancelled, or its client went away)
+            # must not cancel the future every other subscriber waits on
+            await asyncio.shield(self._wake)
 
     def cancel(self) -> None:
         """Cancel the run: subprocesses killed, browser closed, trace ended as ``cancelled``."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +137,25 @@ async def test_start_run_refuses_a_zero_step_limit(tmp_path: Path) -> None:
     except agentloop.ConfigError as exc:
         message = exc.message
     assert "max_steps must be at least 1 (got 0)" == message
+
+
+async def test_a_subscriber_that_gives_up_does_not_break_the_others(tmp_path: Path) -> None:
+    """Cancelling one subscriber mid-wait leaves the live one and a later one whole."""
+    handle = await agentloop.start_run(_task(tmp_path, LONG_TURN), tier="sim-standard",
+                                       trace_dir=tmp_path)
+
+    async def until(kind: str) -> None:
+        async for event in handle.events():
+            if event.kind == kind:
+                return
+
+    live = asyncio.create_task(until("run_end"))
+    quitter = asyncio.create_task(until("run_end"))
+    await until("model_progress")
+    await asyncio.sleep(0.1)  # both wait for the next event now (progress comes every 0.25 s)
+    quitter.cancel()
+    await asyncio.wait([quitter])
+    late = [e.kind async for e in handle.events()]
+    await live
+    assert (True, "run_end") == (quitter.cancelled(), late[-1])
+    assert "ok" == (await handle).status
