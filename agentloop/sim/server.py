@@ -487,7 +487,7 @@ class _Routed(SimServer):
         parent._streaming = streaming  # __init__ zeroed the shared counter through the setter
         self._tokens = parent._tokens
 
-    @property  # type: ignore[override]
+    @property
     def _streaming(self) -> int:
         return self._parent._streaming
 
