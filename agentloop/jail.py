@@ -292,14 +292,21 @@ class BwrapJail(Jail):
         args += ["--ro-bind", "/", "/", "--perms", "1777", "--tmpfs", "/tmp", "--proc", "/proc",
                  "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
         binds = [self.spec.workspace, *self.spec.writable]
+        # what the init needs to start, read-only, when it lives on the host's /tmp (a checkout
+        # or a venv there, as CI's fresh clone may be): the private /tmp would hide it
+        ro = [p for p in (INIT_SCRIPT.resolve().parent, Path(sys.prefix).resolve(),
+                          Path(sys.executable).resolve().parent)
+              if p.is_relative_to("/tmp") and not any(p.is_relative_to(b) for b in binds)]
         made: list[Path] = []  # folders on the private /tmp leading to a bind: traversable
-        for target in binds:
+        for target in [*binds, *ro]:
             for up in reversed(target.parents):
                 if up.is_relative_to("/tmp") and up != Path("/tmp") and up not in made:
                     made.append(up)
                     args += ["--perms", "0711", "--dir", str(up)]
         for target in binds:
             args += ["--bind", str(target), str(target)]
+        for target in dict.fromkeys(ro):
+            args += ["--ro-bind", str(target), str(target)]
         args += ["--clearenv", "--setenv", "PATH", os.defpath, "--chdir", ws,
                  sys.executable, "-I", "-S", str(INIT_SCRIPT), str(fd)]
         return args
