@@ -91,6 +91,16 @@ def model_path(spec: LocalSpec) -> Path:
     return path
 
 
+def installed_status(spec: LocalSpec) -> dict[str, Any]:
+    """``{"ok", "status"}`` for ``agentloop tiers --check``: are the server and the model there?"""
+    try:
+        binary, model = server_binary(), model_path(spec)
+    except ConfigError as exc:
+        return {"ok": False, "status": exc.message}
+    return {"ok": True, "status": f"self-started: {binary.name} with {model.name} "
+                                  f"({model.stat().st_size / 1e6:.0f} MB)"}
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

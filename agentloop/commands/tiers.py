@@ -39,6 +39,10 @@ async def check_tier(tier: Tier, timeout_s: float = 5.0) -> dict[str, Any]:
     """``{"ok": bool, "status": text}`` for one tier; never raises for endpoint trouble."""
     from agentloop.clients.openai_client import SIM_PLACEHOLDER_KEY
 
+    if tier.local is not None:  # self-started (agentloop/local.py): installed is enough
+        from agentloop.local import installed_status
+
+        return installed_status(tier.local)
     if tier.simulated:
         from agentloop.sim import SimServer
 
