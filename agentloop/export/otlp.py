@@ -39,7 +39,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as GA
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from agentloop import __version__
+from agentloop._version import __version__
 from agentloop.errors import ConfigError, ExportError
 from agentloop.trace import attrs as A
 from agentloop.trace.reader import SpanRecord, Trace

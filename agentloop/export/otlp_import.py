@@ -40,7 +40,7 @@ from typing import Any
 import orjson
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as GA
 
-from agentloop import __version__
+from agentloop._version import __version__
 from agentloop.errors import TraceFileError
 from agentloop.trace import attrs as A
 from agentloop.trace.schema import (
