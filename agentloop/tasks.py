@@ -9,9 +9,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from agentloop.errors import TaskFileError
+from agentloop.errors import TaskFileError, TierFileError
 from agentloop.script import ScriptTurn
-from agentloop.tiers import Tier, TierFileError, parse_tiers
+from agentloop.tiers import Tier, parse_tiers
 
 
 class _ToolCallModel(BaseModel):

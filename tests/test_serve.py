@@ -122,7 +122,7 @@ async def server(root: Path) -> AsyncIterator[Server]:
         yield s
     finally:
         await s.client.aclose()
-        code, output = _stop(s)
+        _, output = _stop(s)
         assert TOKEN not in output  # the token is never printed or logged
 
 
@@ -263,7 +263,7 @@ async def test_queueing_at_the_limit_and_cancel(root: Path) -> None:
         assert "ok" == events[-1][1]["data"]["status"]
     finally:
         await s.client.aclose()
-        code, output = _stop(s)
+        _, output = _stop(s)
         assert "Traceback" not in output, output
 
 

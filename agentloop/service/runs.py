@@ -175,7 +175,7 @@ class RunBook:
         workers = [r.worker for r in live if r.worker is not None]
         if workers:
             deadline = time.monotonic() + grace_s
-            done, pending = await asyncio.wait(workers, timeout=max(0.0, deadline - time.monotonic()))
+            _, pending = await asyncio.wait(workers, timeout=max(0.0, deadline - time.monotonic()))
             for w in pending:
                 w.cancel()
             if pending:
