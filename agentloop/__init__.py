@@ -12,8 +12,25 @@ from agentloop.tiers import Tier, load_tiers
 from agentloop.trace.reader import Trace, load_trace
 
 __all__ = [
-    "AgentloopError", "ConfigError", "Limits", "ModelError", "RunEvent", "RunHandle", "RunResult",
-    "Runner", "SpeedProfile", "Task", "TaskFileError", "Tier", "Trace", "__version__",
-    "load_task", "load_tiers", "load_trace", "open_task", "resolve_tier", "run_task",
+    "AgentloopError",
+    "ConfigError",
+    "Limits",
+    "ModelError",
+    "RunEvent",
+    "RunHandle",
+    "RunResult",
+    "Runner",
+    "SpeedProfile",
+    "Task",
+    "TaskFileError",
+    "Tier",
+    "Trace",
+    "__version__",
+    "load_task",
+    "load_tiers",
+    "load_trace",
+    "open_task",
+    "resolve_tier",
+    "run_task",
     "start_run",
 ]

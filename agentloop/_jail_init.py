@@ -103,8 +103,9 @@ def members(leader: int, mark: str | None, leader_alive: bool) -> set[int]:
     return found
 
 
-def kill_members(leader: int, mark: str | None, leader_alive: bool,
-                 rounds: int = 60) -> tuple[int, int]:
+def kill_members(
+    leader: int, mark: str | None, leader_alive: bool, rounds: int = 60
+) -> tuple[int, int]:
     """SIGKILL the command's processes until none is left (a fork loop keeps making more).
 
     Returns (how many were still found after the last round: 0 when all are gone, the most
@@ -144,9 +145,14 @@ def reap() -> None:
         _exits[pid] = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-_LIMITS = {"nproc": resource.RLIMIT_NPROC, "fsize": resource.RLIMIT_FSIZE,
-           "cpu": resource.RLIMIT_CPU, "as": resource.RLIMIT_AS, "core": resource.RLIMIT_CORE,
-           "nofile": resource.RLIMIT_NOFILE}
+_LIMITS = {
+    "nproc": resource.RLIMIT_NPROC,
+    "fsize": resource.RLIMIT_FSIZE,
+    "cpu": resource.RLIMIT_CPU,
+    "as": resource.RLIMIT_AS,
+    "core": resource.RLIMIT_CORE,
+    "nofile": resource.RLIMIT_NOFILE,
+}
 
 
 def spawn(msg: dict[str, Any], fds: list[int]) -> int:

@@ -51,14 +51,14 @@ def open_task(path: str | Path) -> Task:
     return load_task(path, set(tool_registry()))
 
 
-def resolve_tier(task: Task, tier: str | Tier | None = None,
-                 tiers_file: str | Path | None = None) -> Tier:
+def resolve_tier(
+    task: Task, tier: str | Tier | None = None, tiers_file: str | Path | None = None
+) -> Tier:
     """The tier a run uses: the one asked for, else the task's default, else sim-standard."""
     if isinstance(tier, Tier):
         return tier
     tiers = load_tiers(Path(tiers_file) if tiers_file else None, extra=task.tiers)
-    return get_tier(tiers, tier or task.tier or DEFAULT_TIER,
-                    source=tiers_file or "tiers.toml")
+    return get_tier(tiers, tier or task.tier or DEFAULT_TIER, source=tiers_file or "tiers.toml")
 
 
 def _substitute(script: tuple[ScriptTurn, ...], work: Path) -> list[ScriptTurn]:
@@ -67,15 +67,19 @@ def _substitute(script: tuple[ScriptTurn, ...], work: Path) -> list[ScriptTurn]:
     quoted = path.replace("\\", "\\\\").replace('"', '\\"')  # inside JSON argument text
     out = []
     for turn in script:
-        calls = tuple(replace(c, arguments=c.arguments.replace("{workspace}", quoted))
-                      for c in turn.tool_calls)
+        calls = tuple(
+            replace(c, arguments=c.arguments.replace("{workspace}", quoted))
+            for c in turn.tool_calls
+        )
         out.append(replace(turn, text=turn.text.replace("{workspace}", path), tool_calls=calls))
     return out
 
 
 @contextlib.asynccontextmanager
-async def model_client(tier: Tier, script: list[ScriptTurn] | None = None,
-                       ) -> AsyncIterator[ModelClient]:
+async def model_client(
+    tier: Tier,
+    script: list[ScriptTurn] | None = None,
+) -> AsyncIterator[ModelClient]:
     """A client for ``tier``; a simulated tier starts the embedded simulator for the duration."""
     from agentloop.clients.openai_client import OpenAIClient
 
@@ -102,8 +106,10 @@ async def model_client(tier: Tier, script: list[ScriptTurn] | None = None,
     from agentloop.sim.server import SHARED
 
     if tier.profile is None:  # tier files refuse this; a Tier built in code may still lack it
-        raise ConfigError(f"tier '{tier.name}' is simulated (base_url \"sim\") but has no "
-                          "speed profile to pace its answers: give it a profile")
+        raise ConfigError(
+            f"tier '{tier.name}' is simulated (base_url \"sim\") but has no "
+            "speed profile to pace its answers: give it a profile"
+        )
     shared = SHARED.get()  # a suite's one simulator (agentloop.suite): this run takes a route
     if shared is not None:
         async with shared.sim.route(tier.profile, script or None) as route:
@@ -141,9 +147,15 @@ class RunPlan:
     trace_path: Path
 
 
-def plan_run(task: Task | str | Path, *, tier: str | Tier | None = None,
-             tiers_file: str | Path | None = None, trace_dir: str | Path = "traces",
-             max_steps: int | None = None, timeout_s: float | None = None) -> RunPlan:
+def plan_run(
+    task: Task | str | Path,
+    *,
+    tier: str | Tier | None = None,
+    tiers_file: str | Path | None = None,
+    trace_dir: str | Path = "traces",
+    max_steps: int | None = None,
+    timeout_s: float | None = None,
+) -> RunPlan:
     """Load the task, apply limit overrides, resolve the tier and name the run and its trace.
 
     Bad input (task or tier file, a limit below 1 step or 0 s) raises :class:`ConfigError`.
@@ -155,23 +167,35 @@ def plan_run(task: Task | str | Path, *, tier: str | Tier | None = None,
     if not isinstance(task, Task):
         task = open_task(task)
     if max_steps is not None or timeout_s is not None:
-        task = replace(task, limits=replace(
-            task.limits, max_steps=max_steps or task.limits.max_steps,
-            timeout_s=timeout_s or task.limits.timeout_s))
+        task = replace(
+            task,
+            limits=replace(
+                task.limits,
+                max_steps=max_steps or task.limits.max_steps,
+                timeout_s=timeout_s or task.limits.timeout_s,
+            ),
+        )
     the_tier = resolve_tier(task, tier, tiers_file)
     run_id = uuid.uuid4().hex[:12]
-    return RunPlan(task, the_tier, run_id,
-                   trace_path_for(Path(trace_dir), task, the_tier, run_id))
+    return RunPlan(task, the_tier, run_id, trace_path_for(Path(trace_dir), task, the_tier, run_id))
 
 
-async def run_task(task: Task | str | Path, *, tier: str | Tier | None = None,
-                   tiers_file: str | Path | None = None, trace_dir: str | Path = "traces",
-                   max_steps: int | None = None, timeout_s: float | None = None,
-                   client: ModelClient | None = None, tools: dict[str, Tool] | None = None,
-                   observer: Observer | None = None, keep_workspace: bool = False,
-                   script: list[ScriptTurn] | None = None,
-                   events: EventSink | None = None, otlp: str | None = None,
-                   ) -> RunResult:
+async def run_task(
+    task: Task | str | Path,
+    *,
+    tier: str | Tier | None = None,
+    tiers_file: str | Path | None = None,
+    trace_dir: str | Path = "traces",
+    max_steps: int | None = None,
+    timeout_s: float | None = None,
+    client: ModelClient | None = None,
+    tools: dict[str, Tool] | None = None,
+    observer: Observer | None = None,
+    keep_workspace: bool = False,
+    script: list[ScriptTurn] | None = None,
+    events: EventSink | None = None,
+    otlp: str | None = None,
+) -> RunResult:
     """Run one task to its end and return how it ended; the trace goes under ``trace_dir``.
 
     ``script`` replaces the task's scripted turns (replay); ``{workspace}`` in either becomes the
@@ -181,15 +205,29 @@ async def run_task(task: Task | str | Path, *, tier: str | Tier | None = None,
     closed with status ``cancelled`` before ``CancelledError`` propagates
     (:func:`agentloop.start_run` gives a handle whose cancel returns a result instead).
     """
-    plan = plan_run(task, tier=tier, tiers_file=tiers_file, trace_dir=trace_dir,
-                    max_steps=max_steps, timeout_s=timeout_s)
-    return await execute(plan, client=client, tools=tools, observer=observer,
-                         keep_workspace=keep_workspace, script=script, events=events,
-                         otlp=otlp)
+    plan = plan_run(
+        task,
+        tier=tier,
+        tiers_file=tiers_file,
+        trace_dir=trace_dir,
+        max_steps=max_steps,
+        timeout_s=timeout_s,
+    )
+    return await execute(
+        plan,
+        client=client,
+        tools=tools,
+        observer=observer,
+        keep_workspace=keep_workspace,
+        script=script,
+        events=events,
+        otlp=otlp,
+    )
 
 
-def _refuse_unscripted(plan: RunPlan, client: ModelClient | None,
-                       script: list[ScriptTurn] | None) -> None:
+def _refuse_unscripted(
+    plan: RunPlan, client: ModelClient | None, script: list[ScriptTurn] | None
+) -> None:
     """A task without ``script:`` on a simulated tier would get filler text and report ``ok``:
     refused before the run (issue 10a)."""
     if client is None and plan.tier.simulated and not plan.task.script and not script:
@@ -198,7 +236,8 @@ def _refuse_unscripted(plan: RunPlan, client: ModelClient | None,
             "simulator, which plays only scripted turns (it would answer with filler text). "
             "Run it on a real tier (--tier openai-standard, or any OpenAI-compatible endpoint "
             "in tiers.toml), on the local model (--tier local-smollm2: llama.cpp on this "
-            "machine, offline), or give the task a script: of turns for the simulator to play.")
+            "machine, offline), or give the task a script: of turns for the simulator to play."
+        )
 
 
 async def execute(plan: RunPlan, **kwargs: Any) -> RunResult:
@@ -213,23 +252,36 @@ async def execute(plan: RunPlan, **kwargs: Any) -> RunResult:
         return await _execute_in_env(plan, **kwargs)
 
 
-async def _execute_in_env(plan: RunPlan, *, client: ModelClient | None = None,
-                          tools: dict[str, Tool] | None = None,
-                          observer: Observer | None = None, keep_workspace: bool = False,
-                          script: list[ScriptTurn] | None = None,
-                          events: EventSink | None = None, otlp: str | None = None,
-                   ) -> RunResult:
+async def _execute_in_env(
+    plan: RunPlan,
+    *,
+    client: ModelClient | None = None,
+    tools: dict[str, Tool] | None = None,
+    observer: Observer | None = None,
+    keep_workspace: bool = False,
+    script: list[ScriptTurn] | None = None,
+    events: EventSink | None = None,
+    otlp: str | None = None,
+) -> RunResult:
     """Workspace and setup, client, trace, the loop, clean-up (the task env is active)."""
     task, the_tier, run_id, path = plan.task, plan.tier, plan.run_id, plan.trace_path
     registry = tool_registry() if tools is None else tools
     task_env = taskenv.current()  # the jail mounts the task's venv writable (setup's pip)
     place = await ws.prepare_run(  # the working copy, the run's jail, setup run in it
-        task, writable=task_env.writable if task_env else (),
-        path_prefix=task_env.path_prefix if task_env else ())
+        task,
+        writable=task_env.writable if task_env else (),
+        path_prefix=task_env.path_prefix if task_env else (),
+    )
     work = place.path
-    ctx = RunContext(workspace=work, jail=place.jail, settings=ToolSettings(
-        test_command=task.test_command, allow_hosts=task.allow_hosts,
-        tool_timeout_s=task.limits.tool_timeout_s))
+    ctx = RunContext(
+        workspace=work,
+        jail=place.jail,
+        settings=ToolSettings(
+            test_command=task.test_command,
+            allow_hosts=task.allow_hosts,
+            tool_timeout_s=task.limits.tool_timeout_s,
+        ),
+    )
     turns = _substitute(tuple(script) if script is not None else task.script, work)
 
     async def check(final_text: str) -> dict[str, Any]:
@@ -238,15 +290,30 @@ async def _execute_in_env(plan: RunPlan, *, client: ModelClient | None = None,
     try:
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(ctx.aclose)
-            the_client = client if client is not None else await stack.enter_async_context(
-                model_client(the_tier, turns))
+            the_client = (
+                client
+                if client is not None
+                else await stack.enter_async_context(model_client(the_tier, turns))
+            )
             # the trace and the run's clock start once the client is ready: simulator start-up
             # is not the run's time
-            sink = Pipeline([JsonlSink(path), *live_sinks(otlp)],  # otlp: issue 13
-                            [redactor(secret_values()), truncator(MAX_TRACE_STRING)])
+            sink = Pipeline(
+                [JsonlSink(path), *live_sinks(otlp)],  # otlp: issue 13
+                [redactor(secret_values()), truncator(MAX_TRACE_STRING)],
+            )
             stack.callback(sink.close)
-            runner = Runner(task, the_client, registry, the_tier, Tracer(sink), ctx,
-                            run_id=run_id, observer=observer, check=check, events=events)
+            runner = Runner(
+                task,
+                the_client,
+                registry,
+                the_tier,
+                Tracer(sink),
+                ctx,
+                run_id=run_id,
+                observer=observer,
+                check=check,
+                events=events,
+            )
             result = await runner.run()
     finally:  # the jail closes (nothing the run started survives), the copy goes unless kept
         await asyncio.shield(place.close(keep=keep_workspace))

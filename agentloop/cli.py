@@ -13,19 +13,34 @@ from agentloop._version import __version__
 from agentloop.errors import AgentloopError
 
 # one module per subcommand under agentloop/commands/, each exposing register(subparsers)
-COMMANDS: tuple[str, ...] = ("run", "replay", "sim", "report", "whatif", "compare", "tiers", "probe",
-                             "tasks",
-                             "suite",
-                             "serve",
-                             "export", "importer")
+COMMANDS: tuple[str, ...] = (
+    "run",
+    "replay",
+    "sim",
+    "report",
+    "whatif",
+    "compare",
+    "tiers",
+    "probe",
+    "tasks",
+    "suite",
+    "serve",
+    "export",
+    "importer",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentloop",
-        description="Run agent tasks, trace where their time goes, predict faster tiers.")
-    parser.add_argument("--version", action="version", version=f"agentloop {__version__}",
-                        help="print agentloop's version and exit")
+        description="Run agent tasks, trace where their time goes, predict faster tiers.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"agentloop {__version__}",
+        help="print agentloop's version and exit",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"agentloop.commands.{name}").register(sub)

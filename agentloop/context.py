@@ -21,8 +21,23 @@ MIN_OUTPUT_CAP = 200
 DEFAULT_TOOL_TIMEOUT_S = 120.0
 
 # variables a subprocess may inherit; anything else (and anything named like a secret) is dropped
-_PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ", "TMPDIR", "USER",
-             "LOGNAME", "SHELL", "PYTHONPATH", "VIRTUAL_ENV", "PYENV_ROOT", "PYENV_VERSION")
+_PASS_ENV = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "PYENV_ROOT",
+    "PYENV_VERSION",
+)
 
 
 def scrubbed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -72,8 +87,9 @@ class ToolSettings:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(value) - known)
         if unknown:
-            raise ConfigError(f"unknown tool setting(s) {', '.join(unknown)}; known: "
-                              f"{', '.join(sorted(known))}")
+            raise ConfigError(
+                f"unknown tool setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
         return cls(**{k: v for k, v in value.items() if v is not None})
 
 
@@ -99,6 +115,7 @@ class RunContext:
     async def the_jail(self) -> Jail:
         """The jail this run's commands execute in (opened here once if none was given)."""
         if self.jail is None:
+
             async def factory(stack: contextlib.AsyncExitStack) -> Jail:
                 jail = await open_jail(JailSpec(workspace=Path(self.workspace)))
                 stack.push_async_callback(jail.aclose)
@@ -107,8 +124,9 @@ class RunContext:
             self.jail = await self.resource("jail", factory)
         return self.jail
 
-    async def resource(self, key: str,
-                       factory: Callable[[contextlib.AsyncExitStack], Awaitable[Any]]) -> Any:
+    async def resource(
+        self, key: str, factory: Callable[[contextlib.AsyncExitStack], Awaitable[Any]]
+    ) -> Any:
         """The run-scoped resource ``key``, made once by ``await factory(stack)`` (lazily)."""
         if key in self._resources:
             return self._resources[key]

@@ -45,8 +45,12 @@ class Trim:
     tokens: int  # estimated tokens dropped
 
     def as_dict(self) -> dict[str, object]:
-        return {"index": self.index, "call_id": self.call_id, "tool": self.tool,
-                "tokens": self.tokens}
+        return {
+            "index": self.index,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "tokens": self.tokens,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +76,14 @@ def message_tokens(m: Message) -> int:
 
 def specs_tokens(specs: tuple[ToolSpec, ...]) -> int:
     """Estimated tokens of the tool definitions a request carries."""
-    return sum(count_tokens(orjson.dumps({"name": s.name, "description": s.description,
-                                          "parameters": s.parameters}).decode())
-               for s in specs)
+    return sum(
+        count_tokens(
+            orjson.dumps(
+                {"name": s.name, "description": s.description, "parameters": s.parameters}
+            ).decode()
+        )
+        for s in specs
+    )
 
 
 def window_of(tier: Tier) -> int | None:

@@ -37,31 +37,47 @@ class Prices:
 
     def summary(self) -> dict[str, Any]:
         """As written into a trace header's tier."""
-        return {"input": self.input, "cached_input": self.cached_input, "output": self.output,
-                "placeholder": self.placeholder}
+        return {
+            "input": self.input,
+            "cached_input": self.cached_input,
+            "output": self.output,
+            "placeholder": self.placeholder,
+        }
 
     @classmethod
     def from_summary(cls, data: Mapping[str, Any] | None) -> Prices | None:
         """Back from a trace header (None when the tier had no prices)."""
         if not data:
             return None
-        return cls(float(data["input"]), float(data["cached_input"]), float(data["output"]),
-                   bool(data.get("placeholder", False)))
+        return cls(
+            float(data["input"]),
+            float(data["cached_input"]),
+            float(data["output"]),
+            bool(data.get("placeholder", False)),
+        )
 
 
-def cost_parts(prices: Prices, input_tokens: int, cached_input_tokens: int,
-               reasoning_tokens: int, output_tokens: int) -> dict[str, float]:
+def cost_parts(
+    prices: Prices,
+    input_tokens: int,
+    cached_input_tokens: int,
+    reasoning_tokens: int,
+    output_tokens: int,
+) -> dict[str, float]:
     """One call's cost in USD by category; ``output_tokens`` includes the reasoning ones."""
     cached = min(max(0, cached_input_tokens), input_tokens)
     reasoning = min(max(0, reasoning_tokens), output_tokens)
-    return {"input": (input_tokens - cached) * prices.input / PER,
-            "cached_input": cached * prices.cached_input / PER,
-            "reasoning": reasoning * prices.output / PER,
-            "output": (output_tokens - reasoning) * prices.output / PER}
+    return {
+        "input": (input_tokens - cached) * prices.input / PER,
+        "cached_input": cached * prices.cached_input / PER,
+        "reasoning": reasoning * prices.output / PER,
+        "output": (output_tokens - reasoning) * prices.output / PER,
+    }
 
 
-def call_cost(prices: Prices | None, input_tokens: int, cached_input_tokens: int,
-              output_tokens: int) -> float | None:
+def call_cost(
+    prices: Prices | None, input_tokens: int, cached_input_tokens: int, output_tokens: int
+) -> float | None:
     """One call's cost in USD (None without prices): the sum of :func:`cost_parts`."""
     if prices is None:
         return None
@@ -91,10 +107,13 @@ def breakdown(model_attrs: Iterable[Mapping[str, Any]], prices: Prices | None) -
     if prices is None:
         return CostBreakdown(0.0, cats, steps, False, False)
     for a in model_attrs:
-        parts = cost_parts(prices, _tokens(a, "gen_ai.usage.input_tokens"),
-                           _tokens(a, "gen_ai.usage.cached_input_tokens"),
-                           _tokens(a, "gen_ai.usage.reasoning.output_tokens"),
-                           _tokens(a, "gen_ai.usage.output_tokens"))
+        parts = cost_parts(
+            prices,
+            _tokens(a, "gen_ai.usage.input_tokens"),
+            _tokens(a, "gen_ai.usage.cached_input_tokens"),
+            _tokens(a, "gen_ai.usage.reasoning.output_tokens"),
+            _tokens(a, "gen_ai.usage.output_tokens"),
+        )
         for k, v in parts.items():
             cats[k] += v
         step = _tokens(a, "step")
@@ -105,8 +124,11 @@ def breakdown(model_attrs: Iterable[Mapping[str, Any]], prices: Prices | None) -
 def check_limit(max_cost_usd: float | None, spent_usd: float) -> Ending | None:
     """The run's ending (status budget) once ``spent_usd`` is past the task's ``max_cost_usd``."""
     if max_cost_usd is not None and spent_usd > max_cost_usd:
-        return Ending.limit_reached("cost", f"cost limit of ${max_cost_usd:g} reached "
-                                    f"(${spent_usd:.6f} spent at the tier's prices)")
+        return Ending.limit_reached(
+            "cost",
+            f"cost limit of ${max_cost_usd:g} reached "
+            f"(${spent_usd:.6f} spent at the tier's prices)",
+        )
     return None
 
 
@@ -121,14 +143,21 @@ def render(b: CostBreakdown) -> str:
     if not b.priced:
         return ""
     label = " (placeholder prices: not a real price list)" if b.placeholder else ""
-    return "\n".join([
-        f"Cost at the tier's prices: ${b.total_usd:.6f}{label}",
-        "  by category: " + ", ".join(f"{k} ${v:.6f}" for k, v in b.by_category.items()),
-        "  by step:     " + ", ".join(f"{k}: ${v:.6f}" for k, v in sorted(b.by_step.items()))])
+    return "\n".join(
+        [
+            f"Cost at the tier's prices: ${b.total_usd:.6f}{label}",
+            "  by category: " + ", ".join(f"{k} ${v:.6f}" for k, v in b.by_category.items()),
+            "  by step:     " + ", ".join(f"{k}: ${v:.6f}" for k, v in sorted(b.by_step.items())),
+        ]
+    )
 
 
 def as_json(b: CostBreakdown) -> dict[str, Any]:
     """The cost of a report as JSON (``priced`` False: the tier had no prices)."""
-    return {"priced": b.priced, "placeholder": b.placeholder, "total_usd": b.total_usd,
-            "by_category": b.by_category, "by_step": {str(k): v for k, v in
-                                                     sorted(b.by_step.items())}}
+    return {
+        "priced": b.priced,
+        "placeholder": b.placeholder,
+        "total_usd": b.total_usd,
+        "by_category": b.by_category,
+        "by_step": {str(k): v for k, v in sorted(b.by_step.items())},
+    }

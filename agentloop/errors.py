@@ -50,8 +50,9 @@ class ConfigError(AgentloopError):
 class FileLocatedError(ConfigError):
     """Bad input in a file: the message starts with the file, then line and field when known."""
 
-    def __init__(self, path: object, message: str, line: int | None = None,
-                 field: str | None = None) -> None:
+    def __init__(
+        self, path: object, message: str, line: int | None = None, field: str | None = None
+    ) -> None:
         where = f"{path}"
         if line is not None:
             where += f", line {line}"
@@ -96,8 +97,9 @@ class ModelError(AgentloopError):
 class ModelAPIError(ModelError):
     """The endpoint refused the request (not retryable): bad key, bad request, unknown model."""
 
-    def __init__(self, message: str, status: int | None = None, *,
-                 attempts: tuple[Attempt, ...] = ()) -> None:
+    def __init__(
+        self, message: str, status: int | None = None, *, attempts: tuple[Attempt, ...] = ()
+    ) -> None:
         super().__init__(message, attempts=attempts)
         self.status = status
 

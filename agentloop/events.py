@@ -20,8 +20,17 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("run_start", "step_start", "step_end", "model_start", "model_progress", "model_end",
-         "tool_start", "tool_end", "run_end")
+KINDS = (
+    "run_start",
+    "step_start",
+    "step_end",
+    "model_start",
+    "model_progress",
+    "model_end",
+    "tool_start",
+    "tool_end",
+    "run_end",
+)
 PROGRESS_INTERVAL_S = 0.25  # model_progress is emitted at most this often during a call
 
 
@@ -100,8 +109,9 @@ def watch_stream(stream: Any) -> None:
 
 
 @contextlib.asynccontextmanager
-async def call_progress(report: Callable[[int, float], None] | None,
-                        interval_s: float = PROGRESS_INTERVAL_S) -> AsyncIterator[None]:
+async def call_progress(
+    report: Callable[[int, float], None] | None, interval_s: float = PROGRESS_INTERVAL_S
+) -> AsyncIterator[None]:
     """While the body runs, call ``report(output_tokens, elapsed_s)`` every ``interval_s``."""
     if report is None:
         yield

@@ -91,28 +91,52 @@ class RunHandle:
 
     def _cancelled_result(self) -> RunResult:
         end = next((e for e in reversed(self._history) if e.kind == "run_end"), None)
-        text = next((str(e.data.get("text") or "") for e in reversed(self._history)
-                     if e.kind == "model_end" and e.data.get("text")), "")
+        text = next(
+            (
+                str(e.data.get("text") or "")
+                for e in reversed(self._history)
+                if e.kind == "model_end" and e.data.get("text")
+            ),
+            "",
+        )
         if end is None:  # cancelled while the workspace was being set up: no trace was started
-            return RunResult(self.run_id, "cancelled", "cancelled before the run started", 0, "",
-                             0.0, trace_path=None)
-        return RunResult(self.run_id, "cancelled", str(end.data.get("reason", "")),
-                         int(end.data.get("steps", 0)), text,
-                         float(end.data.get("elapsed_s", 0.0)), trace_path=str(self.trace_path))
+            return RunResult(
+                self.run_id,
+                "cancelled",
+                "cancelled before the run started",
+                0,
+                "",
+                0.0,
+                trace_path=None,
+            )
+        return RunResult(
+            self.run_id,
+            "cancelled",
+            str(end.data.get("reason", "")),
+            int(end.data.get("steps", 0)),
+            text,
+            float(end.data.get("elapsed_s", 0.0)),
+            trace_path=str(self.trace_path),
+        )
 
 
-async def start_run(task: Any, *, events: EventSink | None = None,
-                    **kwargs: Any) -> RunHandle:
+async def start_run(task: Any, *, events: EventSink | None = None, **kwargs: Any) -> RunHandle:
     """Start a run in the background and return its handle at once.
 
     Takes the same keyword arguments as :func:`agentloop.run_task`; ``events`` (an extra sink)
     sees every event too. The run is a task on the running loop, owned by the handle.
     """
-    planning = {k: kwargs.pop(k) for k in ("tier", "tiers_file", "trace_dir", "max_steps",
-                                            "timeout_s") if k in kwargs}
+    planning = {
+        k: kwargs.pop(k)
+        for k in ("tier", "tiers_file", "trace_dir", "max_steps", "timeout_s")
+        if k in kwargs
+    }
     plan = api.plan_run(task, **planning)
     handle = RunHandle(plan)
     sink = fan_out(handle._push, events)
-    handle._start(asyncio.create_task(api.execute(plan, events=sink, **kwargs),
-                                      name=f"agentloop-run-{plan.run_id}"))
+    handle._start(
+        asyncio.create_task(
+            api.execute(plan, events=sink, **kwargs), name=f"agentloop-run-{plan.run_id}"
+        )
+    )
     return handle

@@ -69,8 +69,13 @@ class JailLimits:
     open_files: int = 4096
 
     def rlimits(self, *, with_memory: bool) -> dict[str, int]:
-        out = {"fsize": self.file_bytes, "cpu": self.cpu_s, "core": 0,
-               "nofile": self.open_files, "nproc": self.max_procs}
+        out = {
+            "fsize": self.file_bytes,
+            "cpu": self.cpu_s,
+            "core": 0,
+            "nofile": self.open_files,
+            "nproc": self.max_procs,
+        }
         if with_memory:
             out["as"] = self.memory_bytes
         return out
@@ -120,8 +125,11 @@ class Jail:
         """A command's environment: ``env``, the task's PATH head, and the command's mark."""
         out = dict(env)
         if self.spec.path_prefix:
-            rest = [p for p in out.get("PATH", os.defpath).split(os.pathsep)
-                    if p and p not in self.spec.path_prefix]
+            rest = [
+                p
+                for p in out.get("PATH", os.defpath).split(os.pathsep)
+                if p and p not in self.spec.path_prefix
+            ]
             out["PATH"] = os.pathsep.join([*self.spec.path_prefix, *rest])
         out[MARK_VAR] = f"{self.run_mark}.{cid}."  # trailing dot: '.1.' never prefixes '.12.'
         return out
@@ -130,8 +138,9 @@ class Jail:
         self._n += 1
         return self._n
 
-    async def spawn(self, argv: Sequence[str], cwd: Path, env: dict[str, str],
-                    fds: tuple[int, int, int]) -> Command:
+    async def spawn(
+        self, argv: Sequence[str], cwd: Path, env: dict[str, str], fds: tuple[int, int, int]
+    ) -> Command:
         """Start ``argv`` in ``cwd`` with ``env`` and (stdin, stdout, stderr) ``fds``."""
         raise NotImplementedError
 
@@ -158,10 +167,12 @@ class Jail:
         """One line for the terminal: what is confined and what is not."""
         c = self.confinement
         return f"sandbox  {c['kind']}: {c['confined']}" + (
-            f"; NOT confined: {c['not_confined']}" if c.get("not_confined") else "")
+            f"; NOT confined: {c['not_confined']}" if c.get("not_confined") else ""
+        )
 
 
 # -- bubblewrap --------------------------------------------------------------------------------
+
 
 def _own_cgroups() -> dict[str, str]:
     """This process's cgroup path per hierarchy: ``{"": v2 path, "pids": ..., "memory": ...}``."""
@@ -283,20 +294,52 @@ class BwrapJail(Jail):
         # when commands drop to the run's uid (losing every capability on setuid), the init
         # keeps what it needs to do that and to kill and inspect their processes
         keep = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SYS_PTRACE")
-        caps = ["--cap-drop", "ALL"] + [a for c in keep for a in ("--cap-add", c)
-                                        if self.run_uid is not None]
-        args = [bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--as-pid-1",
-                *caps, "--unshare-ipc", "--unshare-uts", "--hostname", "agentloop-jail"]
+        caps = ["--cap-drop", "ALL"] + [
+            a for c in keep for a in ("--cap-add", c) if self.run_uid is not None
+        ]
+        args = [
+            bwrap,
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-pid",
+            "--as-pid-1",
+            *caps,
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--hostname",
+            "agentloop-jail",
+        ]
         if not self.spec.allow_network:
             args.append("--unshare-net")
-        args += ["--ro-bind", "/", "/", "--perms", "1777", "--tmpfs", "/tmp", "--proc", "/proc",
-                 "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm"]
+        args += [
+            "--ro-bind",
+            "/",
+            "/",
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/tmp",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/dev/shm",
+        ]
         binds = [self.spec.workspace, *self.spec.writable]
         # what the init needs to start, read-only, when it lives on the host's /tmp (a checkout
         # or a venv there, as CI's fresh clone may be): the private /tmp would hide it
-        ro = [p for p in (INIT_SCRIPT.resolve().parent, Path(sys.prefix).resolve(),
-                          Path(sys.executable).resolve().parent)
-              if p.is_relative_to("/tmp") and not any(p.is_relative_to(b) for b in binds)]
+        ro = [
+            p
+            for p in (
+                INIT_SCRIPT.resolve().parent,
+                Path(sys.prefix).resolve(),
+                Path(sys.executable).resolve().parent,
+            )
+            if p.is_relative_to("/tmp") and not any(p.is_relative_to(b) for b in binds)
+        ]
         made: list[Path] = []  # folders on the private /tmp leading to a bind: traversable
         for target in [*binds, *ro]:
             for up in reversed(target.parents):
@@ -307,39 +350,64 @@ class BwrapJail(Jail):
             args += ["--bind", str(target), str(target)]
         for target in dict.fromkeys(ro):
             args += ["--ro-bind", str(target), str(target)]
-        args += ["--clearenv", "--setenv", "PATH", os.defpath, "--chdir", ws,
-                 sys.executable, "-I", "-S", str(INIT_SCRIPT), str(fd)]
+        args += [
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            os.defpath,
+            "--chdir",
+            ws,
+            sys.executable,
+            "-I",
+            "-S",
+            str(INIT_SCRIPT),
+            str(fd),
+        ]
         return args
 
     async def start(self, bwrap: str) -> None:
         """Start bwrap and its init; raises JailError when either fails."""
         name = f"r-{os.getpid()}-{self.run_mark}"
         if self.spec.use_cgroups:
-            self.cgroups, self.holds = await asyncio.to_thread(make_cgroups, name,
-                                                               self.spec.limits)
+            self.cgroups, self.holds = await asyncio.to_thread(make_cgroups, name, self.spec.limits)
         if "pids" not in self.holds:  # RLIMIT_NPROC binds only a uid other than 0
             self.run_uid = RUN_UID_BASE + int.from_bytes(os.urandom(4)) % RUN_UID_SPAN
-            await asyncio.to_thread(give_to, self.run_uid,
-                                    (self.spec.workspace, *self.spec.writable))
+            await asyncio.to_thread(
+                give_to, self.run_uid, (self.spec.workspace, *self.spec.writable)
+            )
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = self.argv(bwrap, child.fileno())
         if self.cgroups:  # the shell moves itself into the cgroups, then becomes bwrap
-            joins = " && ".join(f'echo $$ > "${i + 1}/cgroup.procs"'
-                                for i in range(len(self.cgroups)))
-            argv = ["/bin/sh", "-c", f'{joins} && shift {len(self.cgroups)} && exec "$@"',
-                    "sh", *map(str, self.cgroups), *argv]
+            joins = " && ".join(
+                f'echo $$ > "${i + 1}/cgroup.procs"' for i in range(len(self.cgroups))
+            )
+            argv = [
+                "/bin/sh",
+                "-c",
+                f'{joins} && shift {len(self.cgroups)} && exec "$@"',
+                "sh",
+                *map(str, self.cgroups),
+                *argv,
+            ]
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                *argv, pass_fds=[child.fileno()], stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-                env={"PATH": os.defpath})
+                *argv,
+                pass_fds=[child.fileno()],
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                env={"PATH": os.defpath},
+            )
         finally:
             child.close()
         self.sock = parent
         parent.setblocking(False)
         asyncio.get_running_loop().add_reader(parent.fileno(), self._on_readable)
-        probe = await self._request({"op": "spawn", "argv": ["true"], "cwd": "/",
-                                     "env": {"PATH": os.defpath}}, "started", fds=None)
+        probe = await self._request(
+            {"op": "spawn", "argv": ["true"], "cwd": "/", "env": {"PATH": os.defpath}},
+            "started",
+            fds=None,
+        )
         if probe.get("ev") != "started":
             raise JailError(f"the jail's init could not start a process: {probe}")
         self._forget_exit(probe["id"])
@@ -388,8 +456,9 @@ class BwrapJail(Jail):
                 cmd.exited.set_result(-9)  # the namespace died: every command with it
         self.commands.clear()
 
-    async def _request(self, msg: dict[str, Any], reply: str,
-                       fds: Sequence[int] | None) -> dict[str, Any]:
+    async def _request(
+        self, msg: dict[str, Any], reply: str, fds: Sequence[int] | None
+    ) -> dict[str, Any]:
         if self._dead is not None or self.sock is None:
             raise JailError(f"the run's jail is gone ({self._dead or 'not started'})")
         if "id" not in msg:
@@ -404,15 +473,22 @@ class BwrapJail(Jail):
         async with asyncio.timeout(READY_TIMEOUT_S if reply == "started" else 30.0):
             return await fut
 
-    async def spawn(self, argv: Sequence[str], cwd: Path, env: dict[str, str],
-                    fds: tuple[int, int, int]) -> Command:
+    async def spawn(
+        self, argv: Sequence[str], cwd: Path, env: dict[str, str], fds: tuple[int, int, int]
+    ) -> Command:
         cid = self._new_id()
         cmd = Command(self, cid)
         self.commands[cid] = cmd
         env = {**self.env_for(env, cid), "HOME": "/tmp", "TMPDIR": "/tmp"}
-        msg = {"op": "spawn", "id": cid, "argv": list(argv), "cwd": str(cwd), "env": env,
-               "rlimits": self.spec.limits.rlimits(with_memory="memory" not in self.holds),
-               "uid": self.run_uid}
+        msg = {
+            "op": "spawn",
+            "id": cid,
+            "argv": list(argv),
+            "cwd": str(cwd),
+            "env": env,
+            "rlimits": self.spec.limits.rlimits(with_memory="memory" not in self.holds),
+            "uid": self.run_uid,
+        }
         ev = await self._request(msg, "started", fds)
         if ev.get("ev") == "failed":
             self.commands.pop(cid, None)
@@ -442,8 +518,10 @@ class BwrapJail(Jail):
                 ev = await self._request({"op": "kill", "id": cmd.id}, "killed", None)
                 # RLIMIT_NPROC leaves no count of refused forks: a command killed while it held
                 # (nearly) all the run's processes ran into the limit
-                if self.run_uid is not None and int(ev.get("peak", 0)) >= \
-                        self.spec.limits.max_procs - NPROC_MARGIN:
+                if (
+                    self.run_uid is not None
+                    and int(ev.get("peak", 0)) >= self.spec.limits.max_procs - NPROC_MARGIN
+                ):
                     self._nproc_hits += 1
 
     async def _alive(self, cmd: Command) -> bool:
@@ -476,6 +554,7 @@ class BwrapJail(Jail):
 
 # -- no jail -----------------------------------------------------------------------------------
 
+
 class HostJail(Jail):
     """No confinement: commands run on the host in their own session (the fallback, stated)."""
 
@@ -484,21 +563,31 @@ class HostJail(Jail):
         self.why = why
         self.procs: dict[int, tuple[asyncio.subprocess.Process, str]] = {}
         self.confinement = {
-            "kind": "none", "jail": False, "reason": why,
+            "kind": "none",
+            "jail": False,
+            "reason": why,
             "confined": "secret-looking variables dropped from commands' environment; each "
-                        "command killed with its process group at timeout and run end",
+            "command killed with its process group at timeout and run end",
             "not_confined": "filesystem (commands can read and write what agentloop's user "
-                            "can), network, process count and memory, the parent process "
-                            "(visible and signalable), processes that leave their session and "
-                            "wipe their environment"}
+            "can), network, process count and memory, the parent process "
+            "(visible and signalable), processes that leave their session and "
+            "wipe their environment",
+        }
 
-    async def spawn(self, argv: Sequence[str], cwd: Path, env: dict[str, str],
-                    fds: tuple[int, int, int]) -> Command:
+    async def spawn(
+        self, argv: Sequence[str], cwd: Path, env: dict[str, str], fds: tuple[int, int, int]
+    ) -> Command:
         cid = self._new_id()
         env = self.env_for(env, cid)
         proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=cwd, env=env, stdin=fds[0], stdout=fds[1], stderr=fds[2],
-            start_new_session=True)
+            *argv,
+            cwd=cwd,
+            env=env,
+            stdin=fds[0],
+            stdout=fds[1],
+            stderr=fds[2],
+            start_new_session=True,
+        )
         cmd = Command(self, cid)
         self.procs[cid] = (proc, env[MARK_VAR])
         self.commands[cid] = cmd
@@ -517,8 +606,7 @@ class HostJail(Jail):
 
     async def _alive(self, cmd: Command) -> bool:
         proc, mark = self.procs[cmd.id]
-        found = await asyncio.to_thread(_jail_init.members, proc.pid, mark,
-                                        proc.returncode is None)
+        found = await asyncio.to_thread(_jail_init.members, proc.pid, mark, proc.returncode is None)
         return bool(found)
 
     async def aclose(self) -> None:
@@ -534,26 +622,39 @@ def _describe(jail: BwrapJail) -> dict[str, Any]:
     spec = jail.spec
     holds = jail.holds
     limits = [holds[k] for k in ("pids", "memory") if k in holds]
-    limits.append(f"rlimits fsize={spec.limits.file_bytes} cpu={spec.limits.cpu_s}s"
-                  + ("" if "memory" in holds else f" as={spec.limits.memory_bytes}"))
+    limits.append(
+        f"rlimits fsize={spec.limits.file_bytes} cpu={spec.limits.cpu_s}s"
+        + ("" if "memory" in holds else f" as={spec.limits.memory_bytes}")
+    )
     not_confined = []
     if "pids" not in holds:
-        limits.append(f"commands run as uid {jail.run_uid} with RLIMIT_NPROC="
-                      f"{spec.limits.max_procs} (no writable cgroup with pids.max)")
+        limits.append(
+            f"commands run as uid {jail.run_uid} with RLIMIT_NPROC="
+            f"{spec.limits.max_procs} (no writable cgroup with pids.max)"
+        )
     if spec.allow_network:
-        not_confined.append("network (the task allows hosts: commands share the host's "
-                            "network; only the browser is held to allow_hosts)")
+        not_confined.append(
+            "network (the task allows hosts: commands share the host's "
+            "network; only the browser is held to allow_hosts)"
+        )
     return {
-        "kind": "bubblewrap", "jail": True,
-        "confined": ("own PID namespace (agentloop invisible; everything dies with the run), "
-                     + ("own network namespace (loopback only), " if not spec.allow_network
-                        else "") + "host filesystem read-only except the workspace"
-                     + "".join(f", {p}" for p in spec.writable) + " and a private /tmp; "
-                     + "; ".join(limits)),
+        "kind": "bubblewrap",
+        "jail": True,
+        "confined": (
+            "own PID namespace (agentloop invisible; everything dies with the run), "
+            + ("own network namespace (loopback only), " if not spec.allow_network else "")
+            + "host filesystem read-only except the workspace"
+            + "".join(f", {p}" for p in spec.writable)
+            + " and a private /tmp; "
+            + "; ".join(limits)
+        ),
         "not_confined": "; ".join(not_confined),
-        "limits": {"max_procs": spec.limits.max_procs,
-                   "memory_bytes": spec.limits.memory_bytes,
-                   "file_bytes": spec.limits.file_bytes, "cpu_s": spec.limits.cpu_s},
+        "limits": {
+            "max_procs": spec.limits.max_procs,
+            "memory_bytes": spec.limits.memory_bytes,
+            "file_bytes": spec.limits.file_bytes,
+            "cpu_s": spec.limits.cpu_s,
+        },
         "network": "host" if spec.allow_network else "loopback only",
     }
 

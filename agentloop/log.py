@@ -31,10 +31,18 @@ def _processors(secrets: list[str]) -> list[Any]:
     def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         return {k: scrub_text(v, secrets) if isinstance(v, str) else v for k, v in event.items()}
 
-    renderer: Any = (structlog.dev.ConsoleRenderer(colors=False) if sys.stderr.isatty()
-                     else structlog.processors.JSONRenderer())
-    return [structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True), redact, renderer]
+    renderer: Any = (
+        structlog.dev.ConsoleRenderer(colors=False)
+        if sys.stderr.isatty()
+        else structlog.processors.JSONRenderer()
+    )
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        redact,
+        renderer,
+    ]
 
 
 def get_logger(name: str, **bound: Any) -> Any:
@@ -45,7 +53,8 @@ def get_logger(name: str, **bound: Any) -> Any:
         structlog.PrintLogger(_Stderr()),  # type: ignore[arg-type]
         processors=_processors(secret_values()),
         wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
-        logger_name=name).bind(**bound)
+        logger_name=name,
+    ).bind(**bound)
 
 
 def configure(verbosity: int = 0) -> None:

@@ -46,7 +46,7 @@ class Capture:
         if chunk:
             self.tail += chunk
             if len(self.tail) > self.limit:
-                del self.tail[:len(self.tail) - self.limit]
+                del self.tail[: len(self.tail) - self.limit]
 
     @property
     def complete(self) -> bool:
@@ -70,10 +70,12 @@ class Capture:
         keep_tail = budget - keep_head
         shown = head_t[:keep_head] + (tail_t[-keep_tail:] if keep_tail else "")
         cut = max(0, self.total - len(shown.encode("utf-8", "replace")))
-        return (head_t[:keep_head]
-                + f"\n[... about {cut:,} bytes cut from the middle of {name} ({self.total:,} "
-                  f"bytes in all); output capped at {cap:,} chars ...]\n"
-                + (tail_t[-keep_tail:] if keep_tail else ""))
+        return (
+            head_t[:keep_head]
+            + f"\n[... about {cut:,} bytes cut from the middle of {name} ({self.total:,} "
+            f"bytes in all); output capped at {cap:,} chars ...]\n"
+            + (tail_t[-keep_tail:] if keep_tail else "")
+        )
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,16 @@ async def _stop(cmd: Command) -> None:
         await asyncio.shield(cmd.kill())
 
 
-async def run(jail: Jail, command: str, *, cwd: Path, env: dict[str, str], timeout_s: float,
-              cap: int, background: Literal["kill", "keep"] = "kill") -> Outcome:
+async def run(
+    jail: Jail,
+    command: str,
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    timeout_s: float,
+    cap: int,
+    background: Literal["kill", "keep"] = "kill",
+) -> Outcome:
     """Run ``bash -c command`` in ``jail``; kill it and its processes on timeout or cancel."""
     if background == "keep":
         return await _run_to_files(jail, command, cwd, env, timeout_s, cap)
@@ -122,8 +132,12 @@ async def run(jail: Jail, command: str, *, cwd: Path, env: dict[str, str], timeo
     started = time.perf_counter()
     hits = jail.process_limit_hits()
     try:
-        cmd = await jail.spawn(["bash", "-c", command], cwd, env,
-                               (os.open(os.devnull, os.O_RDONLY), pipes[0][1], pipes[1][1]))
+        cmd = await jail.spawn(
+            ["bash", "-c", command],
+            cwd,
+            env,
+            (os.open(os.devnull, os.O_RDONLY), pipes[0][1], pipes[1][1]),
+        )
     except BaseException:
         for r, _w in pipes:
             os.close(r)
@@ -135,8 +149,10 @@ async def run(jail: Jail, command: str, *, cwd: Path, env: dict[str, str], timeo
     try:
         for (r, _w), capture, fut in zip(pipes, (out, err), closed, strict=True):
             reader = _Reader(capture, fut)
-            t, _ = await loop.connect_read_pipe(lambda reader=reader: reader,  # type: ignore[misc]
-                                                os.fdopen(r, "rb", 0))
+            t, _ = await loop.connect_read_pipe(
+                lambda reader=reader: reader,  # type: ignore[misc]
+                os.fdopen(r, "rb", 0),
+            )
             transports.append(t)
         try:
             async with asyncio.timeout(timeout_s):
@@ -157,22 +173,31 @@ async def run(jail: Jail, command: str, *, cwd: Path, env: dict[str, str], timeo
     finally:
         for t in transports:
             t.close()  # a holder that escaped the kill must not keep our pipes open
-    return Outcome(exit_code=code, stdout=out, stderr=err, timed_out=timed_out,
-                   timeout_s=timeout_s, duration_s=time.perf_counter() - started,
-                   killed_lingering=lingering, still_running=alive,
-                   process_limit_hits=_limit_hits(jail, hits, err))
+    return Outcome(
+        exit_code=code,
+        stdout=out,
+        stderr=err,
+        timed_out=timed_out,
+        timeout_s=timeout_s,
+        duration_s=time.perf_counter() - started,
+        killed_lingering=lingering,
+        still_running=alive,
+        process_limit_hits=_limit_hits(jail, hits, err),
+    )
 
 
-async def _run_to_files(jail: Jail, command: str, cwd: Path, env: dict[str, str],
-                        timeout_s: float, cap: int) -> Outcome:
+async def _run_to_files(
+    jail: Jail, command: str, cwd: Path, env: dict[str, str], timeout_s: float, cap: int
+) -> Outcome:
     out, err = Capture(cap), Capture(cap)
     started = time.perf_counter()
     hits = jail.process_limit_hits()
     with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
         null = os.open(os.devnull, os.O_RDONLY)
         try:
-            cmd = await jail.spawn(["bash", "-c", command], cwd, env,
-                                   (null, fo.fileno(), fe.fileno()))
+            cmd = await jail.spawn(
+                ["bash", "-c", command], cwd, env, (null, fo.fileno(), fe.fileno())
+            )
         finally:
             os.close(null)
         timed_out = False
@@ -189,10 +214,17 @@ async def _run_to_files(jail: Jail, command: str, cwd: Path, env: dict[str, str]
         alive = await cmd.alive()
         for fh, capture in ((fo, out), (fe, err)):
             await asyncio.to_thread(_read_capped, fh, capture)
-    return Outcome(exit_code=TIMEOUT_EXIT if timed_out else code, stdout=out, stderr=err,
-                   timed_out=timed_out, timeout_s=timeout_s,
-                   duration_s=time.perf_counter() - started, killed_lingering=False,
-                   still_running=alive, process_limit_hits=_limit_hits(jail, hits, err))
+    return Outcome(
+        exit_code=TIMEOUT_EXIT if timed_out else code,
+        stdout=out,
+        stderr=err,
+        timed_out=timed_out,
+        timeout_s=timeout_s,
+        duration_s=time.perf_counter() - started,
+        killed_lingering=False,
+        still_running=alive,
+        process_limit_hits=_limit_hits(jail, hits, err),
+    )
 
 
 def _limit_hits(jail: Jail, before: int, err: Capture) -> int:

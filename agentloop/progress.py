@@ -23,8 +23,10 @@ def model_line(data: Any) -> str:
     what = f"{len(data['tool_calls'])} tool call(s)" if data["tool_calls"] else "answer"
     tries = int(data["attempts"])
     retry = f", {tries - 1} retr{'y' if tries == 2 else 'ies'}" if tries > 1 else ""
-    return (f"step {data['step']:>2}  model {data['seconds']:7.2f} s  "
-            f"{u.output_tokens:>5} tok ({u.reasoning_tokens} reasoning){retry}  -> {what}")
+    return (
+        f"step {data['step']:>2}  model {data['seconds']:7.2f} s  "
+        f"{u.output_tokens:>5} tok ({u.reasoning_tokens} reasoning){retry}  -> {what}"
+    )
 
 
 def tool_line(data: Any) -> str:
@@ -44,8 +46,13 @@ def live_line(data: Any) -> str:
 class Progress:
     """Prints a run as it goes; ``live`` (default: ``out`` is a TTY) animates the call in flight."""
 
-    def __init__(self, out: TextIO, quiet: bool = False, live: bool | None = None,
-                 redact: Redactor | None = None) -> None:
+    def __init__(
+        self,
+        out: TextIO,
+        quiet: bool = False,
+        live: bool | None = None,
+        redact: Redactor | None = None,
+    ) -> None:
         self.out, self.quiet = out, quiet
         self.redact = redact or redactor()
         self.live = out.isatty() if live is None else live
@@ -87,8 +94,9 @@ class Progress:
             from rich.console import Console
             from rich.live import Live
 
-            self._console = self._console or Console(file=self.out, highlight=False,
-                                                     force_terminal=True)
+            self._console = self._console or Console(
+                file=self.out, highlight=False, force_terminal=True
+            )
             # refreshed by our own events (every 0.25 s), not by rich's refresh thread
             self._status = Live(console=self._console, auto_refresh=False, transient=True)
             self._status.start()

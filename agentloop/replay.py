@@ -47,12 +47,15 @@ class Divergence:
     replayed: str
 
     def describe(self) -> str:
-        pairs = itertools.zip_longest(self.recorded.splitlines(), self.replayed.splitlines(),
-                                      fillvalue="")
+        pairs = itertools.zip_longest(
+            self.recorded.splitlines(), self.replayed.splitlines(), fillvalue=""
+        )
         for a, b in pairs:
             if a != b:
-                return (f"step {self.step}: {self.tool} returned {b[:80]!r} where the recording "
-                        f"had {a[:80]!r}")
+                return (
+                    f"step {self.step}: {self.tool} returned {b[:80]!r} where the recording "
+                    f"had {a[:80]!r}"
+                )
         return f"step {self.step}: {self.tool} result differs"
 
 
@@ -72,9 +75,16 @@ def recorded_turns(trace: Trace) -> list[ScriptTurn]:
     turns = script_from_trace(trace)
     if not old:
         return turns
-    return [replace(t, text=t.text.replace(old, "{workspace}"), tool_calls=tuple(
-        replace(c, arguments=c.arguments.replace(old, "{workspace}")) for c in t.tool_calls))
-        for t in turns]
+    return [
+        replace(
+            t,
+            text=t.text.replace(old, "{workspace}"),
+            tool_calls=tuple(
+                replace(c, arguments=c.arguments.replace(old, "{workspace}")) for c in t.tool_calls
+            ),
+        )
+        for t in turns
+    ]
 
 
 def _tool_spans_by_step(trace: Trace) -> dict[int, list[SpanRecord]]:
@@ -125,8 +135,11 @@ class RecordedTool:
         key = _args_key(arguments, str(ctx.workspace))
         queue = self._results.get(key)
         if not queue:
-            return ToolResult(ok=False, output=f"Error: no recorded result for {self.spec.name} "
-                              f"with these arguments (offline replay)")
+            return ToolResult(
+                ok=False,
+                output=f"Error: no recorded result for {self.spec.name} "
+                f"with these arguments (offline replay)",
+            )
         return queue.popleft()
 
 
@@ -147,10 +160,14 @@ def recorded_tools(trace: Trace) -> dict[str, RecordedTool]:
             args = orjson.loads(tool.arguments or "{}")
         except orjson.JSONDecodeError:
             continue
-        by_tool[tool.name][_args_key(args, wa)].append(ToolResult(
-            ok=tool.ok, output=tool.output, data=tool.data))
-    return {t.name: RecordedTool(ToolSpec(t.name, t.description, t.parameters), by_tool[t.name])
-            for t in trace.run.tools if t.name != "finish"}
+        by_tool[tool.name][_args_key(args, wa)].append(
+            ToolResult(ok=tool.ok, output=tool.output, data=tool.data)
+        )
+    return {
+        t.name: RecordedTool(ToolSpec(t.name, t.description, t.parameters), by_tool[t.name])
+        for t in trace.run.tools
+        if t.name != "finish"
+    }
 
 
 def task_of(trace: Trace) -> Task:
@@ -182,16 +199,25 @@ def simulated(tier: Tier, trace: Trace) -> Tier:
     profile = tier.profile
     recorded = trace.run.tier.profile
     if profile is None and recorded is not None:
-        profile = SpeedProfile(base_latency_s=recorded.base_latency_s,
-                               prefill_tps=recorded.prefill_tps, output_tps=recorded.output_tps)
+        profile = SpeedProfile(
+            base_latency_s=recorded.base_latency_s,
+            prefill_tps=recorded.prefill_tps,
+            output_tps=recorded.output_tps,
+        )
     return replace(tier, base_url=SIM, api_key_env=None, profile=profile)
 
 
-async def replay(trace_path: str | Path, *, tier: str | Tier | None = None,
-                 tiers_file: str | Path | None = None, offline: bool = False,
-                 until_step: int | None = None, trace_dir: str | Path = "traces",
-                 observer: Observer | None = None,
-                 events: EventSink | None = None) -> ReplayResult:
+async def replay(
+    trace_path: str | Path,
+    *,
+    tier: str | Tier | None = None,
+    tiers_file: str | Path | None = None,
+    offline: bool = False,
+    until_step: int | None = None,
+    trace_dir: str | Path = "traces",
+    observer: Observer | None = None,
+    events: EventSink | None = None,
+) -> ReplayResult:
     """Re-run a recorded trace's model turns at ``tier`` (default: the recorded tier)."""
     trace = load_trace(trace_path)
     turns = recorded_turns(trace)
@@ -206,7 +232,14 @@ async def replay(trace_path: str | Path, *, tier: str | Tier | None = None,
     tier = tier or trace.run.tier.name
     the_tier = simulated(api.resolve_tier(task, tier, tiers_file), trace)
     tools: dict[str, Tool] | None = dict(recorded_tools(trace)) if offline else None
-    result = await api.run_task(task, tier=the_tier, trace_dir=trace_dir,
-                                tools=tools, observer=observer, script=turns, events=events)
+    result = await api.run_task(
+        task,
+        tier=the_tier,
+        trace_dir=trace_dir,
+        tools=tools,
+        observer=observer,
+        script=turns,
+        events=events,
+    )
     found = [] if offline else divergences(trace, load_trace(result.trace_path or ""))
     return ReplayResult(result, found)

@@ -55,9 +55,14 @@ from agentloop.types import (
 FINISH = ToolSpec(
     name="finish",
     description="End the task. Call this once the work is done and checked; say what you did.",
-    parameters={"type": "object", "properties": {"summary": {
-        "type": "string", "description": "What was done and how it was checked."}},
-        "required": ["summary"], "additionalProperties": False},
+    parameters={
+        "type": "object",
+        "properties": {
+            "summary": {"type": "string", "description": "What was done and how it was checked."}
+        },
+        "required": ["summary"],
+        "additionalProperties": False,
+    },
 )
 
 __all__ = ["FINISH", "Observer", "RunResult", "Runner", "model_attrs"]
@@ -93,17 +98,31 @@ class Conversation:
 def attempts_attrs(attempts: tuple[Attempt, ...], tracer: Tracer) -> dict[str, Any]:
     """A model span's ``attempts`` (run-clock ns) and their total back-off ``wait_ns``."""
     rel = tracer.rel
-    return {A.ATTEMPTS: [{"t_start": rel(a.t_start), "t_end": rel(a.t_end), "error": a.error,
-                          "status": a.status, "wait_ns": a.wait_ns} for a in attempts],
-            A.WAIT_NS: sum(a.wait_ns for a in attempts)}
+    return {
+        A.ATTEMPTS: [
+            {
+                "t_start": rel(a.t_start),
+                "t_end": rel(a.t_end),
+                "error": a.error,
+                "status": a.status,
+                "wait_ns": a.wait_ns,
+            }
+            for a in attempts
+        ],
+        A.WAIT_NS: sum(a.wait_ns for a in attempts),
+    }
 
 
-def failed_model_attrs(exc: ModelError, tracer: Tracer, tier: Tier, step: int
-                       ) -> dict[str, Any]:
+def failed_model_attrs(exc: ModelError, tracer: Tracer, tier: Tier, step: int) -> dict[str, Any]:
     """The end attributes of a model span whose call failed for good: every attempt made and the
     back-off slept between them (booked as ``wait``, not as retry service time)."""
-    return {A.STEP: step, A.TIER: tier.name, A.GEN_AI_REQUEST_MODEL: tier.model,
-            A.ERROR: exc.message, **attempts_attrs(exc.attempts, tracer)}
+    return {
+        A.STEP: step,
+        A.TIER: tier.name,
+        A.GEN_AI_REQUEST_MODEL: tier.model,
+        A.ERROR: exc.message,
+        **attempts_attrs(exc.attempts, tracer),
+    }
 
 
 def reasoning_output(resp: ModelResponse) -> dict[str, Any]:
@@ -112,8 +131,10 @@ def reasoning_output(resp: ModelResponse) -> dict[str, Any]:
     encrypted content itself is not traced) and ``reasoning_text`` (Chat reasoning_content)."""
     out: dict[str, Any] = {}
     if resp.reasoning:
-        out["reasoning"] = [{"id": r.id, "summary": list(r.summary), "encrypted": r.encrypted}
-                            for r in resp.reasoning]
+        out["reasoning"] = [
+            {"id": r.id, "summary": list(r.summary), "encrypted": r.encrypted}
+            for r in resp.reasoning
+        ]
     if resp.reasoning_text:
         out["reasoning_text"] = resp.reasoning_text
     return out
@@ -135,25 +156,40 @@ def model_attrs(resp: ModelResponse, tracer: Tracer, tier: Tier, step: int) -> d
     t, u = resp.timing, resp.usage
     rel = tracer.rel
     return {
-        A.STEP: step, A.TIER: tier.name,
-        A.GEN_AI_REQUEST_MODEL: tier.model, A.GEN_AI_RESPONSE_MODEL: resp.model,
+        A.STEP: step,
+        A.TIER: tier.name,
+        A.GEN_AI_REQUEST_MODEL: tier.model,
+        A.GEN_AI_RESPONSE_MODEL: resp.model,
         A.GEN_AI_USAGE_INPUT_TOKENS: u.input_tokens,
         A.GEN_AI_USAGE_OUTPUT_TOKENS: u.output_tokens,
         A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: u.reasoning_tokens,
         A.GEN_AI_USAGE_CACHED_INPUT_TOKENS: u.cached_input_tokens,
-        cost.COST_ATTR: cost.call_cost(tier.prices, u.input_tokens, u.cached_input_tokens,
-                                       u.output_tokens),
+        cost.COST_ATTR: cost.call_cost(
+            tier.prices, u.input_tokens, u.cached_input_tokens, u.output_tokens
+        ),
         A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: seconds(t.t_send, t.t_first),
         A.GEN_AI_RESPONSE_FINISH_REASONS: [resp.finish_reason] if resp.finish_reason else [],
         A.SERVICE_TIER: resp.service_tier,
-        A.TIMING: {"t_send": rel(t.t_send), "t_hdr": rel(t.t_hdr), "t_first": rel(t.t_first),
-                   "t_first_visible": rel(t.t_first_visible), "t_last": rel(t.t_last),
-                   "t_end": rel(t.t_end), "chunks": t.chunks, "build_ns": t.build_ns},
+        A.TIMING: {
+            "t_send": rel(t.t_send),
+            "t_hdr": rel(t.t_hdr),
+            "t_first": rel(t.t_first),
+            "t_first_visible": rel(t.t_first_visible),
+            "t_last": rel(t.t_last),
+            "t_end": rel(t.t_end),
+            "chunks": t.chunks,
+            "build_ns": t.build_ns,
+        },
         **call_metrics(t, u).as_dict(),  # ttfb_s, ttft_s, ... (agentloop.timing)
         **attempts_attrs(resp.attempts, tracer),
-        "output": {"text": resp.text, "reasoning_tokens": u.reasoning_tokens,
-                   "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
-                                  for c in resp.tool_calls], **reasoning_output(resp)},
+        "output": {
+            "text": resp.text,
+            "reasoning_tokens": u.reasoning_tokens,
+            "tool_calls": [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in resp.tool_calls
+            ],
+            **reasoning_output(resp),
+        },
         **dialect_attrs(resp),
     }
 
@@ -161,15 +197,25 @@ def model_attrs(resp: ModelResponse, tracer: Tracer, tier: Tier, step: int) -> d
 class Runner:
     """Runs one task with one model client and a set of tools, writing spans to ``tracer``."""
 
-    def __init__(self, task: Task, client: ModelClient, tools: dict[str, Tool], tier: Tier,
-                 tracer: Tracer, ctx: RunContext, *, run_id: str | None = None,
-                 observer: Observer | None = None,
-                 check: Callable[[str], Awaitable[dict[str, Any]]] | None = None,
-                 events: EventSink | None = None) -> None:
+    def __init__(
+        self,
+        task: Task,
+        client: ModelClient,
+        tools: dict[str, Tool],
+        tier: Tier,
+        tracer: Tracer,
+        ctx: RunContext,
+        *,
+        run_id: str | None = None,
+        observer: Observer | None = None,
+        check: Callable[[str], Awaitable[dict[str, Any]]] | None = None,
+        events: EventSink | None = None,
+    ) -> None:
         self.task, self.client, self.tier, self.tracer, self.ctx = task, client, tier, tracer, ctx
         self.tools = {name: tools[name] for name in task.tools if name in tools}
         self.specs = tuple(t.spec for t in self.tools.values()) + (
-            (FINISH,) if task.finish_tool else ())
+            (FINISH,) if task.finish_tool else ()
+        )
         self.run_id = run_id or uuid.uuid4().hex[:12]
         # one event stream (agentloop.events); the old observer callback is an adapter over it
         self.events = fan_out(events, observer_sink(observer) if observer else None)
@@ -185,20 +231,31 @@ class Runner:
     def _emit(self, kind: str, span_id: str | None = None, **data: Any) -> None:
         if self.events is not None:
             try:
-                self.events(RunEvent(kind, self.run_id, self.tracer.now() / 1e9,
-                                     data.get("step"), span_id, data))
+                self.events(
+                    RunEvent(
+                        kind, self.run_id, self.tracer.now() / 1e9, data.get("step"), span_id, data
+                    )
+                )
             except Exception as exc:  # a broken progress display must not end the run
                 self.log.warning("event sink failed", error=str(exc))
 
     def write_header(self) -> None:
         self.tracer.header(
-            run_id=self.run_id, agentloop=__version__,
-            task={"name": self.task.name, "prompt": self.task.prompt, "system": self.task.system,
-                  "source": str(self.task.source) if self.task.source else None},
+            run_id=self.run_id,
+            agentloop=__version__,
+            task={
+                "name": self.task.name,
+                "prompt": self.task.prompt,
+                "system": self.task.system,
+                "source": str(self.task.source) if self.task.source else None,
+            },
             tier=self.tier.summary(),
-            tools=[{"name": s.name, "description": s.description, "parameters": s.parameters}
-                   for s in self.specs],
-            limits=dataclasses.asdict(self.task.limits), workspace=str(self.ctx.workspace),
+            tools=[
+                {"name": s.name, "description": s.description, "parameters": s.parameters}
+                for s in self.specs
+            ],
+            limits=dataclasses.asdict(self.task.limits),
+            workspace=str(self.ctx.workspace),
             sandbox=self.ctx.jail.confinement if self.ctx.jail is not None else None,
         )
 
@@ -234,16 +291,36 @@ class Runner:
                 ending = CANCELLED
                 raise
             finally:
-                self.tracer.end(ending.status, t=end_t, reason=ending.reason, steps=self.steps,
-                                totals={"output_tokens": self.output_tokens,
-                                        "elapsed_s": elapsed}, success=success)
-                self._emit("run_end", None, status=ending.status, reason=ending.reason,
-                           steps=self.steps, elapsed_s=elapsed, success=success)
-        return RunResult(self.run_id, ending.status, ending.reason, self.steps, self.final_text,
-                         elapsed, success=None if not success or success.get("passed") is None
-                         else bool(success["passed"]),
-                         success_detail=str(success.get("detail", "")) if success else "",
-                         totals={"output_tokens": self.output_tokens})
+                self.tracer.end(
+                    ending.status,
+                    t=end_t,
+                    reason=ending.reason,
+                    steps=self.steps,
+                    totals={"output_tokens": self.output_tokens, "elapsed_s": elapsed},
+                    success=success,
+                )
+                self._emit(
+                    "run_end",
+                    None,
+                    status=ending.status,
+                    reason=ending.reason,
+                    steps=self.steps,
+                    elapsed_s=elapsed,
+                    success=success,
+                )
+        return RunResult(
+            self.run_id,
+            ending.status,
+            ending.reason,
+            self.steps,
+            self.final_text,
+            elapsed,
+            success=None
+            if not success or success.get("passed") is None
+            else bool(success["passed"]),
+            success_detail=str(success.get("detail", "")) if success else "",
+            totals={"output_tokens": self.output_tokens},
+        )
 
     async def _check(self) -> dict[str, Any]:
         """The success check; one that raises is a failed check, not a lost end record."""
@@ -252,8 +329,10 @@ class Runner:
             return await self.check(self.final_text)
         except Exception as exc:
             self.log.warning("success check raised", error=str(exc))
-            return {"passed": False, "detail": f"the success check could not run: "
-                                               f"{type(exc).__name__}: {exc}"}
+            return {
+                "passed": False,
+                "detail": f"the success check could not run: {type(exc).__name__}: {exc}",
+            }
 
     async def _run_span(self) -> Ending:
         """The run span around the loop, under the wall-time limit."""
@@ -273,15 +352,15 @@ class Runner:
 
     async def _loop(self) -> Ending:
         """Step until a step says how the run ended, or the step limit."""
-        conv = Conversation([Message("system", self.task.system),
-                             Message("user", self.task.prompt)])
+        conv = Conversation(
+            [Message("system", self.task.system), Message("user", self.task.prompt)]
+        )
         for step in range(1, self.task.limits.max_steps + 1):
             self.steps = step
             ending = await self._step(step, conv)
             if ending is not None:
                 return ending
-        return Ending.limit_reached("steps", f"step limit of {self.task.limits.max_steps} "
-                                             "reached")
+        return Ending.limit_reached("steps", f"step limit of {self.task.limits.max_steps} reached")
 
     async def _step(self, step: int, conv: Conversation) -> Ending | None:
         """One step: a model call, the limits, the turn's tool calls; None: go on."""
@@ -294,9 +373,10 @@ class Runner:
             ending = self._over_limit()
             if ending is None and resp.tool_calls:
                 results, conv.after = await self._tool_calls(step, resp.tool_calls, model_id)
-                conv.messages += [Message("tool", res.output, tool_call_id=call.id,
-                                          name=call.name)
-                                  for call, res in zip(resp.tool_calls, results, strict=True)]
+                conv.messages += [
+                    Message("tool", res.output, tool_call_id=call.id, name=call.name)
+                    for call, res in zip(resp.tool_calls, results, strict=True)
+                ]
             conv.prev_step = [st.id]
             return ending or self._finished(resp)
 
@@ -304,9 +384,12 @@ class Runner:
         """Limits checked after every model call (output tokens, cost)."""
         limits = self.task.limits
         if self.output_tokens > limits.max_output_tokens:
-            return Ending.limit_reached("output_tokens", f"output-token limit of "
-                                        f"{limits.max_output_tokens} reached "
-                                        f"({self.output_tokens} tokens)")
+            return Ending.limit_reached(
+                "output_tokens",
+                f"output-token limit of "
+                f"{limits.max_output_tokens} reached "
+                f"({self.output_tokens} tokens)",
+            )
         return cost.check_limit(limits.max_cost_usd, self.cost_usd)
 
     def _finished(self, resp: ModelResponse) -> Ending | None:
@@ -332,29 +415,41 @@ class Runner:
                 yield span
         finally:
             if span is not None:
-                self._emit("step_end", span.id, step=step, status=span.status,
-                           seconds=((span.t1 or 0) - span.t0) / 1e9)
+                self._emit(
+                    "step_end",
+                    span.id,
+                    step=step,
+                    status=span.status,
+                    seconds=((span.t1 or 0) - span.t0) / 1e9,
+                )
 
-    async def _model_call(self, step: int, conv: Conversation
-                          ) -> tuple[ModelResponse, str] | Ending:
+    async def _model_call(
+        self, step: int, conv: Conversation
+    ) -> tuple[ModelResponse, str] | Ending:
         """One model call in its span; the answer joins the conversation. A call that failed
         for good ends the run: its span keeps every attempt (and the waits between them)."""
         fit = self.window.fit(conv.messages) if self.window is not None else None
         if fit is not None and not fit.fits:  # every tool output trimmed, still too big
-            return Ending.limit_reached("context", f"the request needs about {fit.estimated} "
-                                        f"input tokens, over the {fit.budget} the context "
-                                        "window leaves beside room for the answer")
+            return Ending.limit_reached(
+                "context",
+                f"the request needs about {fit.estimated} "
+                f"input tokens, over the {fit.budget} the context "
+                "window leaves beside room for the answer",
+            )
         request = ModelRequest(messages=tuple(conv.messages), tools=self.specs, step=step)
-        async with self.tracer.span("model", f"chat {self.tier.model}", after=conv.after,
-                                    step=step) as span:
+        async with self.tracer.span(
+            "model", f"chat {self.tier.model}", after=conv.after, step=step
+        ) as span:
             self._emit("model_start", span.id, step=step)
             if fit is not None:
-                span.set(**{ESTIMATE_ATTR: fit.estimated,
-                            TRIM_ATTR: [t.as_dict() for t in fit.trims]})
+                span.set(
+                    **{ESTIMATE_ATTR: fit.estimated, TRIM_ATTR: [t.as_dict() for t in fit.trims]}
+                )
 
             def progress(tokens: int, elapsed_s: float) -> None:
-                self._emit("model_progress", span.id, step=step, output_tokens=tokens,
-                           elapsed_s=elapsed_s)
+                self._emit(
+                    "model_progress", span.id, step=step, output_tokens=tokens, elapsed_s=elapsed_s
+                )
 
             try:
                 async with call_progress(progress if self.events is not None else None):
@@ -367,8 +462,14 @@ class Runner:
                 failed = None
                 span.set(**model_attrs(resp, self.tracer, self.tier, step))
         if failed is not None:
-            self._emit("model_end", span.id, step=step, seconds=((span.t1 or 0) - span.t0) / 1e9,
-                       attempts=len(failed.attempts), error=failed.message)
+            self._emit(
+                "model_end",
+                span.id,
+                step=step,
+                seconds=((span.t1 or 0) - span.t0) / 1e9,
+                attempts=len(failed.attempts),
+                error=failed.message,
+            )
             return Ending.failed(failed.message)
         if self.window is not None:
             self.window.observe(resp.usage.input_tokens)
@@ -377,33 +478,61 @@ class Runner:
             self.final_text = resp.text
         self.output_tokens += resp.usage.output_tokens
         self.cost_usd += span.attrs.get(cost.COST_ATTR) or 0.0
-        self.log.debug("model call", step=step, call_s=span.attrs.get("call_s"),
-                      output_tokens=resp.usage.output_tokens, tool_calls=len(resp.tool_calls))
-        self._emit("model_end", span.id, step=step, seconds=((span.t1 or 0) - span.t0) / 1e9,
-                   usage=resp.usage,
-                   attempts=len(resp.attempts), text=resp.text, tool_calls=resp.tool_calls)
+        self.log.debug(
+            "model call",
+            step=step,
+            call_s=span.attrs.get("call_s"),
+            output_tokens=resp.usage.output_tokens,
+            tool_calls=len(resp.tool_calls),
+        )
+        self._emit(
+            "model_end",
+            span.id,
+            step=step,
+            seconds=((span.t1 or 0) - span.t0) / 1e9,
+            usage=resp.usage,
+            attempts=len(resp.attempts),
+            text=resp.text,
+            tool_calls=resp.tool_calls,
+        )
         return resp, span.id
 
-    async def _tool_calls(self, step: int, calls: tuple[ToolCall, ...],
-                          model_id: str) -> tuple[list[ToolResult], list[str]]:
+    async def _tool_calls(
+        self, step: int, calls: tuple[ToolCall, ...], model_id: str
+    ) -> tuple[list[ToolResult], list[str]]:
         """Run a turn's calls concurrently (bounded); results and span ids in call order."""
 
         async def one(call: ToolCall) -> tuple[ToolResult, str]:
             t_q = time.perf_counter_ns()
             async with self._sem:
                 queued = time.perf_counter_ns() - t_q
-                async with self.tracer.span("tool", f"execute_tool {call.name}", after=[model_id],
-                                            step=step) as span:
-                    self._emit("tool_start", span.id, step=step, name=call.name,
-                               call_id=call.id)
+                async with self.tracer.span(
+                    "tool", f"execute_tool {call.name}", after=[model_id], step=step
+                ) as span:
+                    self._emit("tool_start", span.id, step=step, name=call.name, call_id=call.id)
                     res = await self._execute(call)
-                    span.set(**{"gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id,
-                                "arguments": call.arguments, "ok": res.ok, "output": res.output,
-                                "data": res.data, "queued_ns": queued})
+                    span.set(
+                        **{
+                            "gen_ai.tool.name": call.name,
+                            "gen_ai.tool.call.id": call.id,
+                            "arguments": call.arguments,
+                            "ok": res.ok,
+                            "output": res.output,
+                            "data": res.data,
+                            "queued_ns": queued,
+                        }
+                    )
                     if not res.ok:
                         span.status = "error"
-            self._emit("tool_end", span.id, step=step, name=call.name, ok=res.ok,
-                       seconds=((span.t1 or 0) - span.t0) / 1e9, output=res.output)
+            self._emit(
+                "tool_end",
+                span.id,
+                step=step,
+                name=call.name,
+                ok=res.ok,
+                seconds=((span.t1 or 0) - span.t0) / 1e9,
+                output=res.output,
+            )
             return res, span.id
 
         async with asyncio.TaskGroup() as tg:
@@ -418,26 +547,33 @@ class Runner:
         tool = self.tools.get(call.name)
         if tool is None:
             known = ", ".join(s.name for s in self.specs)
-            return ToolResult(ok=False, output=f"Error: unknown tool '{call.name}'. "
-                              f"Available tools: {known}.")
+            return ToolResult(
+                ok=False, output=f"Error: unknown tool '{call.name}'. Available tools: {known}."
+            )
         try:
             args = orjson.loads(call.arguments or "{}")
         except orjson.JSONDecodeError as exc:
-            return ToolResult(ok=False, output=f"Error: arguments of '{call.name}' are not valid "
-                              f"JSON ({exc}).")
+            return ToolResult(
+                ok=False, output=f"Error: arguments of '{call.name}' are not valid JSON ({exc})."
+            )
         if not isinstance(args, dict):
-            return ToolResult(ok=False, output=f"Error: arguments of '{call.name}' must be a JSON "
-                              f"object.")
+            return ToolResult(
+                ok=False, output=f"Error: arguments of '{call.name}' must be a JSON object."
+            )
         try:
             async with asyncio.timeout(self.task.limits.tool_timeout_s):
                 return await tool(self.ctx, args)
         except TimeoutError:
-            return ToolResult(ok=False, output=f"Error: tool '{call.name}' timed out after "
-                              f"{self.task.limits.tool_timeout_s:g} s.")
+            return ToolResult(
+                ok=False,
+                output=f"Error: tool '{call.name}' timed out after "
+                f"{self.task.limits.tool_timeout_s:g} s.",
+            )
         except Exception as exc:  # a tool bug must not crash the run: the model sees it
             self.log.warning("tool raised", tool=call.name, error=str(exc))
-            return ToolResult(ok=False, output=f"Error: tool '{call.name}' failed: "
-                              f"{type(exc).__name__}: {exc}")
+            return ToolResult(
+                ok=False, output=f"Error: tool '{call.name}' failed: {type(exc).__name__}: {exc}"
+            )
 
 
 def _summary(call: ToolCall) -> str:

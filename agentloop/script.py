@@ -32,9 +32,15 @@ class ScriptTurn:
             args = c.get("arguments", {})
             text = args if isinstance(args, str) else orjson.dumps(args).decode()
             calls.append(ScriptToolCall(name=c["name"], arguments=text))
-        return cls(text=raw.get("text") or "", reasoning_tokens=int(raw.get("reasoning_tokens") or 0),
-                   tool_calls=tuple(calls))
+        return cls(
+            text=raw.get("text") or "",
+            reasoning_tokens=int(raw.get("reasoning_tokens") or 0),
+            tool_calls=tuple(calls),
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "reasoning_tokens": self.reasoning_tokens,
-                "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in self.tool_calls]}
+        return {
+            "text": self.text,
+            "reasoning_tokens": self.reasoning_tokens,
+            "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in self.tool_calls],
+        }

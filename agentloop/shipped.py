@@ -64,5 +64,8 @@ def find_task(name: str) -> Path:
         if t.name == name:
             return t.path
     known = ", ".join(t.name for t in tasks) or "none installed"
-    raise TaskFileError(name, f"no such task file, and no shipped task of that name "
-                        f"(shipped tasks: {known}; `agentloop tasks` lists them)")
+    raise TaskFileError(
+        name,
+        f"no such task file, and no shipped task of that name "
+        f"(shipped tasks: {known}; `agentloop tasks` lists them)",
+    )

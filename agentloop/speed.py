@@ -68,18 +68,22 @@ class SpeedProfile:
         k = self.tpot_ms_per_1k / 1e6
         return n / self.output_tps + k * (n * max(0, context) + n * (n - 1) / 2)
 
-    def parts(self, input_tokens: int, reasoning_tokens: int, visible_tokens: int,
-              cached_tokens: int = 0) -> CallParts:
+    def parts(
+        self, input_tokens: int, reasoning_tokens: int, visible_tokens: int, cached_tokens: int = 0
+    ) -> CallParts:
         """The call's base, reasoning and visible decode (``V - 1`` intervals), in seconds."""
         r = max(0, reasoning_tokens)
-        return CallParts(self.first_token_s(input_tokens, cached_tokens),
-                         self.decode_s(input_tokens, r),
-                         self.decode_s(input_tokens + r, max(0, visible_tokens - 1)))
+        return CallParts(
+            self.first_token_s(input_tokens, cached_tokens),
+            self.decode_s(input_tokens, r),
+            self.decode_s(input_tokens + r, max(0, visible_tokens - 1)),
+        )
 
     def call_seconds(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> float:
         """Whole call, first token to last: base plus ``output_tokens`` token times."""
-        return self.first_token_s(input_tokens, cached_tokens) + self.decode_s(input_tokens,
-                                                                                output_tokens)
+        return self.first_token_s(input_tokens, cached_tokens) + self.decode_s(
+            input_tokens, output_tokens
+        )
 
     def tps_at(self, context: float) -> float:
         """Output tokens per second at ``context`` tokens of context."""

@@ -56,8 +56,11 @@ class TaskEnv:
         old_venv = env.get("VIRTUAL_ENV")
         if old_venv:
             ours.add(os.path.join(old_venv, "bin"))
-        rest = [p for p in env.get("PATH", os.defpath).split(os.pathsep)
-                if p and p not in ours and p not in self.path_prefix]
+        rest = [
+            p
+            for p in env.get("PATH", os.defpath).split(os.pathsep)
+            if p and p not in ours and p not in self.path_prefix
+        ]
         out = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
         out.update(self.variables)
         out["PATH"] = os.pathsep.join([*self.path_prefix, *rest])
@@ -91,8 +94,13 @@ def requirements_of(task: Task) -> tuple[str, ...]:
 def env_key(task: Task) -> str:
     """The cache key: Python version, requirements and setup commands (what the task installs)."""
     h = hashlib.sha256()
-    for part in (sys.version, os.path.realpath(sys.executable), *sorted(requirements_of(task)),
-                 "--setup--", *task.setup):
+    for part in (
+        sys.version,
+        os.path.realpath(sys.executable),
+        *sorted(requirements_of(task)),
+        "--setup--",
+        *task.setup,
+    ):
         h.update(part.encode() + b"\0")
     return h.hexdigest()[:16]
 
@@ -104,8 +112,12 @@ def cache_root() -> Path:
 
 def env_for(venv: Path) -> TaskEnv:
     """The :class:`TaskEnv` of an existing venv folder."""
-    return TaskEnv(venv=venv, path_prefix=(str(venv / "bin"),),
-                   variables={"VIRTUAL_ENV": str(venv)}, writable=(venv,))
+    return TaskEnv(
+        venv=venv,
+        path_prefix=(str(venv / "bin"),),
+        variables={"VIRTUAL_ENV": str(venv)},
+        writable=(venv,),
+    )
 
 
 async def ensure(task: Task, root: Path | None = None) -> TaskEnv:
@@ -135,26 +147,39 @@ async def _create(task: Task, venv: Path) -> None:
     python = sys.executable
     steps: Sequence[Sequence[str]] = (
         (uv, "venv", "--seed", "--quiet", "--allow-existing", "--python", python, str(venv)),
-        (uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
-         *requirements_of(task)),
+        (
+            uv,
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            str(venv / "bin" / "python"),
+            *requirements_of(task),
+        ),
     )
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     for argv in steps:
         code, out = await _run(argv, env)
         if code != 0:
             tail = " | ".join(out.strip().splitlines()[-5:])
-            raise TaskFileError(task.source or task.name,
-                                f"could not create the task's Python environment in {venv} "
-                                f"(`{' '.join(argv[1:3])}` exited {code}): {tail}",
-                                field="requirements")
+            raise TaskFileError(
+                task.source or task.name,
+                f"could not create the task's Python environment in {venv} "
+                f"(`{' '.join(argv[1:3])}` exited {code}): {tail}",
+                field="requirements",
+            )
     await asyncio.to_thread((venv / _READY).write_text, "\n".join(requirements_of(task)) + "\n")
 
 
 async def _run(argv: Sequence[str], env: dict[str, str]) -> tuple[int, str]:
     """uv runs on the host (it builds the venv the jail will mount), not as a task command."""
     proc = await asyncio.create_subprocess_exec(
-        *argv, env=env, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT)
+        *argv,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     try:
         async with asyncio.timeout(CREATE_TIMEOUT_S):
             out, _ = await proc.communicate()

@@ -159,15 +159,20 @@ def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Ta
         line = mark.line + 1 if mark else None
         raise TaskFileError(path, f"not valid YAML: {exc.problem or exc}", line=line) from None
     if not isinstance(data, dict):
-        raise TaskFileError(path, "a task file must be a YAML mapping (name:, prompt:, ...)",
-                            line=1)
+        raise TaskFileError(
+            path, "a task file must be a YAML mapping (name:, prompt:, ...)", line=1
+        )
     try:
         m = _TaskModel.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(err["loc"])
-        while loc and not _node_at(root, loc)[1] and err["type"] != "missing" \
-                and err["type"] != "extra_forbidden":
+        while (
+            loc
+            and not _node_at(root, loc)[1]
+            and err["type"] != "missing"
+            and err["type"] != "extra_forbidden"
+        ):
             loc = loc[:-1]  # drop pydantic's union-branch tags, which are not YAML keys
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
@@ -184,38 +189,63 @@ def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Ta
     if m.workspace is not None:
         workspace = (base / m.workspace).resolve()
         if not workspace.is_dir():
-            raise TaskFileError(path, f"workspace folder {workspace} does not exist",
-                                line=_key_line(root, ("workspace",)), field="workspace")
+            raise TaskFileError(
+                path,
+                f"workspace folder {workspace} does not exist",
+                line=_key_line(root, ("workspace",)),
+                field="workspace",
+            )
     if known_tools is not None:
         for i, name in enumerate(m.tools):
             if name not in known_tools:
                 raise TaskFileError(
-                    path, f"unknown tool '{name}' (known tools: {', '.join(sorted(known_tools))})",
-                    line=_key_line(root, ("tools", i)), field=f"tools[{i}]")
+                    path,
+                    f"unknown tool '{name}' (known tools: {', '.join(sorted(known_tools))})",
+                    line=_key_line(root, ("tools", i)),
+                    field=f"tools[{i}]",
+                )
         for i, turn in enumerate(m.script):
             for j, call in enumerate(turn.tool_calls):
                 if call.name not in known_tools and call.name != "finish":
                     # a script may name a tool the task does not allow (to exercise the error
                     # path), but a tool nobody has is almost surely a typo
                     raise TaskFileError(
-                        path, f"script names unknown tool '{call.name}'",
+                        path,
+                        f"script names unknown tool '{call.name}'",
                         line=_key_line(root, ("script", i, "tool_calls", j, "name")),
-                        field=f"script[{i}].tool_calls[{j}].name")
+                        field=f"script[{i}].tool_calls[{j}].name",
+                    )
     try:
         tiers = parse_tiers({"tiers": m.tiers}, path) if m.tiers else {}
     except TierFileError as exc:
-        raise TaskFileError(path, exc.message.split(": ", 1)[-1],
-                            line=_key_line(root, ("tiers",)), field=exc.field) from None
+        raise TaskFileError(
+            path, exc.message.split(": ", 1)[-1], line=_key_line(root, ("tiers",)), field=exc.field
+        ) from None
     lim = m.limits
     return Task(
-        name=m.name, prompt=m.prompt, system=m.system, source=path, description=m.description,
-        workspace=workspace, setup=tuple(m.setup), requirements=tuple(m.requirements),
+        name=m.name,
+        prompt=m.prompt,
+        system=m.system,
+        source=path,
+        description=m.description,
+        workspace=workspace,
+        setup=tuple(m.setup),
+        requirements=tuple(m.requirements),
         tools=tuple(m.tools),
-        finish_tool=m.finish_tool, test_command=m.test_command,
+        finish_tool=m.finish_tool,
+        test_command=m.test_command,
         allow_hosts=tuple(m.allow_hosts),
-        limits=Limits(lim.max_steps, lim.max_output_tokens, lim.timeout_s,
-                      lim.max_parallel_tools, lim.tool_timeout_s, lim.max_cost_usd),
-        tier=m.tier, tiers=tiers, success_command=m.success.command,
+        limits=Limits(
+            lim.max_steps,
+            lim.max_output_tokens,
+            lim.timeout_s,
+            lim.max_parallel_tools,
+            lim.tool_timeout_s,
+            lim.max_cost_usd,
+        ),
+        tier=m.tier,
+        tiers=tiers,
+        success_command=m.success.command,
         success_text=m.success.expect_text,
         script=tuple(ScriptTurn.from_dict(t.model_dump()) for t in m.script),
     )

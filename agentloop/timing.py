@@ -65,10 +65,15 @@ def call_metrics(t: CallTiming, u: Usage) -> CallMetrics:
     decode = seconds(t.t_first_visible, t.t_last)
     tpot = tpot_seconds(decode, u.visible_tokens)
     return CallMetrics(
-        ttfb_s=seconds(t.t_send, t.t_hdr), ttft_s=seconds(t.t_send, t.t_first),
-        ttft_visible_s=seconds(t.t_send, t.t_first_visible), decode_s=decode, tpot_s=tpot,
-        output_tps=(1 / tpot) if tpot else None, call_s=seconds(t.t_send, t.t_end),
-        tokens_per_chunk=(u.output_tokens / t.chunks) if t.chunks else None)
+        ttfb_s=seconds(t.t_send, t.t_hdr),
+        ttft_s=seconds(t.t_send, t.t_first),
+        ttft_visible_s=seconds(t.t_send, t.t_first_visible),
+        decode_s=decode,
+        tpot_s=tpot,
+        output_tps=(1 / tpot) if tpot else None,
+        call_s=seconds(t.t_send, t.t_end),
+        tokens_per_chunk=(u.output_tokens / t.chunks) if t.chunks else None,
+    )
 
 
 class SplitNs(NamedTuple):
@@ -82,8 +87,15 @@ class SplitNs(NamedTuple):
     output_tps: float
 
 
-def split_ns(t_send: int, t_first_visible: int | None, t_last: int | None, t_end: int | None,
-             reasoning_tokens: int, visible_tokens: int, fallback_tps: float) -> SplitNs:
+def split_ns(
+    t_send: int,
+    t_first_visible: int | None,
+    t_last: int | None,
+    t_end: int | None,
+    reasoning_tokens: int,
+    visible_tokens: int,
+    fallback_tps: float,
+) -> SplitNs:
     """Split one timed call into base, reasoning, decode and tail (integer ns).
 
     ``output_tps`` is the call's own ``(V - 1) / decode`` when it streamed two visible tokens,
@@ -97,9 +109,9 @@ def split_ns(t_send: int, t_first_visible: int | None, t_last: int | None, t_end
         return SplitNs(0, 0, 0, 0, fallback_tps)
     ttv = max(0, first_vis - t_send)
     decode = max(0, t_last - first_vis) if t_last is not None else 0
-    tps = (visible_tokens - 1) * 1e9 / decode if visible_tokens >= 2 and decode > 0 \
-        else fallback_tps
+    tps = (
+        (visible_tokens - 1) * 1e9 / decode if visible_tokens >= 2 and decode > 0 else fallback_tps
+    )
     reasoning = min(ttv, round(reasoning_tokens * 1e9 / tps)) if tps > 0 else 0
-    tail = max(0, t_end - (t_last if t_last is not None else first_vis)) \
-        if t_end is not None else 0
+    tail = max(0, t_end - (t_last if t_last is not None else first_vis)) if t_end is not None else 0
     return SplitNs(ttv - reasoning, reasoning, decode, tail, tps)

@@ -138,5 +138,9 @@ class ModelResponse:
     server_timings: dict[str, Any] | None = None  # the server's own ``timings`` (llama.cpp)
 
     def as_message(self) -> Message:
-        return Message(role="assistant", content=self.text, tool_calls=self.tool_calls,
-                       reasoning=self.reasoning)
+        return Message(
+            role="assistant",
+            content=self.text,
+            tool_calls=self.tool_calls,
+            reasoning=self.reasoning,
+        )

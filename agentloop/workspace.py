@@ -103,14 +103,14 @@ class Place:
         await self.jail.aclose()
         if keep:
             with contextlib.suppress(OSError):  # a kept copy is the user's now: never swept
-                await asyncio.to_thread(
-                    self.path.with_name(self.path.name + OWNER_SUFFIX).unlink)
+                await asyncio.to_thread(self.path.with_name(self.path.name + OWNER_SUFFIX).unlink)
         else:
             await asyncio.to_thread(remove, self.path)
 
 
-async def run_command(cmd: str, cwd: Path, env: dict[str, str], timeout_s: float,
-                      jail: Jail | None = None) -> tuple[int, str]:
+async def run_command(
+    cmd: str, cwd: Path, env: dict[str, str], timeout_s: float, jail: Jail | None = None
+) -> tuple[int, str]:
     """Run a task command to its end; (exit code, combined output). Background processes live on.
 
     Exit code 124 on timeout, as coreutils' timeout reports it. Without ``jail`` a jail is
@@ -119,8 +119,15 @@ async def run_command(cmd: str, cwd: Path, env: dict[str, str], timeout_s: float
     own = jail is None
     the_jail = jail if jail is not None else await open_jail(JailSpec(workspace=cwd))
     try:
-        o = await proc.run(the_jail, cmd, cwd=cwd, env=env, timeout_s=timeout_s,
-                           cap=SETUP_OUTPUT_CAP, background="keep")
+        o = await proc.run(
+            the_jail,
+            cmd,
+            cwd=cwd,
+            env=env,
+            timeout_s=timeout_s,
+            cap=SETUP_OUTPUT_CAP,
+            background="keep",
+        )
     finally:
         if own:
             await the_jail.aclose()
@@ -129,8 +136,13 @@ async def run_command(cmd: str, cwd: Path, env: dict[str, str], timeout_s: float
     return o.exit_code, proc.combined(o)
 
 
-async def prepare_run(task: Task, root: Path | None = None, *, writable: tuple[Path, ...] = (),
-                      path_prefix: tuple[str, ...] = ()) -> Place:
+async def prepare_run(
+    task: Task,
+    root: Path | None = None,
+    *,
+    writable: tuple[Path, ...] = (),
+    path_prefix: tuple[str, ...] = (),
+) -> Place:
     """Copy the task's workspace, open the run's jail over it, run the setup commands in it.
 
     ``writable`` and ``path_prefix``: the task's environment folder (its venv) and the folders
@@ -140,24 +152,34 @@ async def prepare_run(task: Task, root: Path | None = None, *, writable: tuple[P
     jail: Jail | None = None
     try:
         if task.workspace is not None:
-            await asyncio.to_thread(shutil.copytree, task.workspace, work, symlinks=True,
-                                    dirs_exist_ok=True)
-        jail = await open_jail(JailSpec(workspace=work, writable=writable,
-                                        allow_network=bool(task.allow_hosts),
-                                        path_prefix=path_prefix))
+            await asyncio.to_thread(
+                shutil.copytree, task.workspace, work, symlinks=True, dirs_exist_ok=True
+            )
+        jail = await open_jail(
+            JailSpec(
+                workspace=work,
+                writable=writable,
+                allow_network=bool(task.allow_hosts),
+                path_prefix=path_prefix,
+            )
+        )
         if not jail.confined:
             get_logger("agentloop.workspace").warning(
-                "task commands run UNCONFINED", reason=jail.confinement["reason"],
-                not_confined=jail.confinement["not_confined"])
+                "task commands run UNCONFINED",
+                reason=jail.confinement["reason"],
+                not_confined=jail.confinement["not_confined"],
+            )
         env = scrubbed_env()
         for i, cmd in enumerate(task.setup):
             code, out = await run_command(cmd, work, env, task.limits.tool_timeout_s, jail)
             if code != 0:
                 tail = out.strip().splitlines()[-5:]
-                raise TaskFileError(task.source or task.name,
-                                    f"setup command failed with exit code {code}: {cmd!r}"
-                                    + (f"; last output: {' | '.join(tail)}" if tail else ""),
-                                    field=f"setup[{i}]")
+                raise TaskFileError(
+                    task.source or task.name,
+                    f"setup command failed with exit code {code}: {cmd!r}"
+                    + (f"; last output: {' | '.join(tail)}" if tail else ""),
+                    field=f"setup[{i}]",
+                )
     except BaseException:
         if jail is not None:
             await asyncio.shield(jail.aclose())
@@ -173,14 +195,16 @@ async def prepare(task: Task, root: Path | None = None) -> Path:
     return place.path
 
 
-async def check_success(task: Task, work: Path, final_text: str,
-                        jail: Jail | None = None) -> dict[str, Any]:
+async def check_success(
+    task: Task, work: Path, final_text: str, jail: Jail | None = None
+) -> dict[str, Any]:
     """The task's success check: its command must exit 0 and/or its text must be in the answer."""
     result: dict[str, Any] = {"passed": True, "detail": ""}
     details = []
     if task.success_command:
-        code, out = await run_command(task.success_command, work, scrubbed_env(),
-                                      task.limits.tool_timeout_s, jail)
+        code, out = await run_command(
+            task.success_command, work, scrubbed_env(), task.limits.tool_timeout_s, jail
+        )
         result.update(command=task.success_command, exit_code=code, output=out[-2000:])
         if code != 0:
             result["passed"] = False

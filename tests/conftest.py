@@ -21,9 +21,11 @@ ROOT = Path(__file__).resolve().parent.parent
 class SleepTool:
     """A real tool that sleeps for ``seconds`` (its argument) and reports when it ran."""
 
-    spec = ToolSpec("sleep", "Sleep for some seconds.", {
-        "type": "object", "properties": {"seconds": {"type": "number"}},
-        "required": ["seconds"]})
+    spec = ToolSpec(
+        "sleep",
+        "Sleep for some seconds.",
+        {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]},
+    )
 
     def __init__(self) -> None:
         self.intervals: list[tuple[float, float]] = []
@@ -38,15 +40,19 @@ class SleepTool:
 class ShellSleepTool:
     """A real tool that runs ``sleep N`` as a subprocess and records its pid."""
 
-    spec = ToolSpec("shell_sleep", "Run sleep in a subprocess.", {
-        "type": "object", "properties": {"seconds": {"type": "number"}}})
+    spec = ToolSpec(
+        "shell_sleep",
+        "Run sleep in a subprocess.",
+        {"type": "object", "properties": {"seconds": {"type": "number"}}},
+    )
 
     def __init__(self) -> None:
         self.pids: list[int] = []
 
     async def __call__(self, ctx: Any, arguments: dict[str, Any]) -> ToolResult:
         proc = await asyncio.create_subprocess_exec(
-            "sleep", str(arguments.get("seconds", 30)), start_new_session=True)
+            "sleep", str(arguments.get("seconds", 30)), start_new_session=True
+        )
         self.pids.append(proc.pid)
         try:
             await proc.wait()

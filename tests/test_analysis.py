@@ -34,9 +34,14 @@ ULTRA = SpeedProfile(0.2, 100_000, 750)
 
 def two_steps():
     """Step 1: base 0.3 s, 1 s decode, tool read 0.5 s; step 2: base 0.3 s, 0.5 s decode."""
-    return build_graph(sequential_run([
-        StepSpec(300 * MS, visible=61, tools=(("read", 500 * MS),)),
-        StepSpec(300 * MS, visible=31)]).trace())
+    return build_graph(
+        sequential_run(
+            [
+                StepSpec(300 * MS, visible=61, tools=(("read", 500 * MS),)),
+                StepSpec(300 * MS, visible=31),
+            ]
+        ).trace()
+    )
 
 
 def model_beside_tool() -> Graph:
@@ -105,10 +110,14 @@ def test_tier_profile_prediction_uses_base_and_token_counts():
 
 def test_parallel_tools_longest_branch_counts_once():
     """Of parallel tool calls only the longest is on the critical path and none is counted twice."""
-    g = build_graph(sequential_run([
-        StepSpec(300 * MS, visible=61,
-                 tools=(("a", 1 * S), ("b", 3 * S), ("c", 2 * S))),
-        StepSpec(300 * MS, visible=2)]).trace())
+    g = build_graph(
+        sequential_run(
+            [
+                StepSpec(300 * MS, visible=61, tools=(("a", 1 * S), ("b", 3 * S), ("c", 2 * S))),
+                StepSpec(300 * MS, visible=2),
+            ]
+        ).trace()
+    )
     r = build_report(g)
     assert r.critical["tool:b"] == 3 * S
     assert "tool:a" not in r.critical and "tool:c" not in r.critical
@@ -152,8 +161,9 @@ def test_single_visible_token_uses_the_header_output_speed():
 
 def test_retries_book_wait_and_failed_service_time():
     """Failed attempts' service time is retry, back-off is wait, and speedup leaves both alone."""
-    g = build_graph(sequential_run([StepSpec(300 * MS, visible=61,
-                                             attempts=((500 * MS, 1 * S),))]).trace())
+    g = build_graph(
+        sequential_run([StepSpec(300 * MS, visible=61, attempts=((500 * MS, 1 * S),))]).trace()
+    )
     (m,) = g.models.values()
     assert (m.retry, m.wait) == (500 * MS, 1 * S)
     assert m.overhead == 2 * MS
@@ -166,8 +176,7 @@ def test_retries_book_wait_and_failed_service_time():
 
 def incomplete():
     """Step 1 finished; step 2's model call was in flight when the run was killed."""
-    b = sequential_run([StepSpec(300 * MS, visible=61, tools=(("read", 500 * MS),))],
-                       finish=False)
+    b = sequential_run([StepSpec(300 * MS, visible=61, tools=(("read", 500 * MS),))], finish=False)
     run = b.records[1]["id"]
     st = b.start("step", "step 2", 1807 * MS, run, ["s2"], step=2)
     b.start("model", "chat demo", 1808 * MS, st, ["s4"], step=2)
@@ -192,8 +201,14 @@ def test_incomplete_trace_is_reported_with_spans_in_flight():
     assert not w.complete and "INCOMPLETE" in render_whatif(w)
 
 
-@pytest.mark.parametrize("make", [two_steps, lambda: build_graph(incomplete()),
-                                  lambda: build_graph(parse_lines(list(agent_lines(40))))])
+@pytest.mark.parametrize(
+    "make",
+    [
+        two_steps,
+        lambda: build_graph(incomplete()),
+        lambda: build_graph(parse_lines(list(agent_lines(40)))),
+    ],
+)
 def test_speedup_one_reproduces_the_recorded_run(make):
     """Re-timing with unchanged durations gives back every recorded instant and the total."""
     g = make()
@@ -211,7 +226,9 @@ def test_recorded_gaps_survive_re_timing():
     dur = g.durations()
     starts, ends, total = retime(g, [d // 3 for d in dur])
     for i in range(len(g)):
-        anchor = max([starts[g.parent[i]] if g.parent[i] >= 0 else 0] + [ends[a] for a in g.after[i]])
+        anchor = max(
+            [starts[g.parent[i]] if g.parent[i] >= 0 else 0] + [ends[a] for a in g.after[i]]
+        )
         assert starts[i] - anchor == g.start_gap[i]
     segs = critical_path(g, starts, ends, total)
     assert sum(ns for _, ns, _ in segs) == total
@@ -252,21 +269,39 @@ def test_prefill_speedup_divides_base():
 def test_json_outputs_have_the_documented_keys():
     """what-if and report JSON carry the keys scripts rely on."""
     w = whatif_json(whatif(two_steps(), Scenario.multipliers(2)))
-    assert {"measured_s", "predicted_s", "speedup", "ceiling", "categories", "steps",
-            "curve"} <= set(w)
+    assert {
+        "measured_s",
+        "predicted_s",
+        "speedup",
+        "ceiling",
+        "categories",
+        "steps",
+        "curve",
+    } <= set(w)
     assert w["measured_s"] == pytest.approx(2.613)
     assert w["predicted_s"] == pytest.approx(1.863)
     assert ["run", "1", "2"] == [s["step"] for s in w["steps"]]
     r = report_json(build_report(two_steps()))
-    assert {"measured_s", "categories", "steps", "critical_path", "model_share",
-            "complete", "in_flight"} <= set(r)
+    assert {
+        "measured_s",
+        "categories",
+        "steps",
+        "critical_path",
+        "model_share",
+        "complete",
+        "in_flight",
+    } <= set(r)
     assert r["steps"][1]["cumulative_s"] == pytest.approx(2.611)
 
 
 def test_time_before_the_run_span_is_not_run_time():
     """Set-up before the run span opens (simulator start) is left out of measured and predicted."""
-    b = sequential_run([StepSpec(300 * MS, visible=61, tools=(("read", 500 * MS),)),
-                        StepSpec(300 * MS, visible=31)])
+    b = sequential_run(
+        [
+            StepSpec(300 * MS, visible=61, tools=(("read", 500 * MS),)),
+            StepSpec(300 * MS, visible=31),
+        ]
+    )
     late = 700 * MS
     for rec in b.records[1:]:
         rec["t"] += late

@@ -24,11 +24,23 @@ def run_on(profile: dict, tier: str, path: Path, *, task: str = "demo", steps: i
     for k in range(steps):
         n_in = 2000 + 1000 * k
         base = round((profile["base_latency_s"] + n_in / profile["prefill_tps"]) * 1e9)
-        specs.append(StepSpec(base, reasoning=30 * k, visible=40 + 10 * k, input_tokens=n_in,
-                              tools=(("shell", 200 * MS), ("read", 50 * MS))))
-    b = sequential_run(specs, tps=profile["output_tps"], task=task, tier=tier,
-                       base_latency_s=profile["base_latency_s"],
-                       prefill_tps=profile["prefill_tps"])
+        specs.append(
+            StepSpec(
+                base,
+                reasoning=30 * k,
+                visible=40 + 10 * k,
+                input_tokens=n_in,
+                tools=(("shell", 200 * MS), ("read", 50 * MS)),
+            )
+        )
+    b = sequential_run(
+        specs,
+        tps=profile["output_tps"],
+        task=task,
+        tier=tier,
+        base_latency_s=profile["base_latency_s"],
+        prefill_tps=profile["prefill_tps"],
+    )
     return b.write(path)
 
 
@@ -48,21 +60,31 @@ def test_report_cli_json(tmp_path, capsys):
     assert 0 == main(["report", str(trace), "--json"])
     data = json.loads(capsys.readouterr().out)
     assert 3 == len(data["steps"])
-    assert sum(c["critical_s"] for c in data["categories"].values()) == \
-        pytest.approx(data["measured_s"])
+    assert sum(c["critical_s"] for c in data["categories"].values()) == pytest.approx(
+        data["measured_s"]
+    )
 
 
 def test_whatif_cli_with_tier_file_json(tmp_path, capsys):
     """`agentloop whatif --tier --tiers --json` predicts from the named tier's profile."""
     trace = run_on(STD, "sim-standard", tmp_path / "a.jsonl")
     tiers = tmp_path / "tiers.toml"
-    tiers.write_text('[tiers.fast]\nbase_url = "sim"\nmodel = "m"\n'
-                     'profile = { base_latency_s = 0.2, prefill_tps = 100000, '
-                     'output_tps = 750 }\n')
+    tiers.write_text(
+        '[tiers.fast]\nbase_url = "sim"\nmodel = "m"\n'
+        "profile = { base_latency_s = 0.2, prefill_tps = 100000, "
+        "output_tps = 750 }\n"
+    )
     assert 0 == main(["whatif", str(trace), "--tier", "fast", "--tiers", str(tiers), "--json"])
     data = json.loads(capsys.readouterr().out)
-    assert {"measured_s", "predicted_s", "speedup", "ceiling", "categories", "steps",
-            "curve"} <= set(data)
+    assert {
+        "measured_s",
+        "predicted_s",
+        "speedup",
+        "ceiling",
+        "categories",
+        "steps",
+        "curve",
+    } <= set(data)
     assert data["predicted_s"] < data["measured_s"]
     assert data["speedup"] == pytest.approx(data["measured_s"] / data["predicted_s"])
     assert [1, 2, 3, 5, 8, 11, 20, 50, 100] == [p["k"] for p in data["curve"]]
@@ -124,8 +146,14 @@ def test_compare_cli_warns_on_step_count_and_prints_json(tmp_path, capsys):
     b = run_on(ULTRA, "sim-ultrafast", tmp_path / "b.jsonl", steps=4)
     assert 0 == main(["compare", str(a), str(b), "--json"])
     data = json.loads(capsys.readouterr().out)
-    assert {"measured_speedup", "predicted_speedup", "error_pct", "steps",
-            "categories", "warnings"} <= set(data)
+    assert {
+        "measured_speedup",
+        "predicted_speedup",
+        "error_pct",
+        "steps",
+        "categories",
+        "warnings",
+    } <= set(data)
     assert any("different numbers of steps" in w for w in data["warnings"])
     assert 0 == main(["compare", str(a), str(b)])
     assert "warning: the runs took different numbers of steps" in capsys.readouterr().out

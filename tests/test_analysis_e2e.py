@@ -42,15 +42,18 @@ async def test_whatif_predicts_the_ultrafast_run_within_3_percent(tmp_path: Path
     task = load_task(tmp_path / "task.yaml", {"sleep"})
     traces = {}
     for tier in ("sim-standard", "sim-ultrafast"):
-        result = await run_task(task, tier=tier, tools={"sleep": SleepTool()},
-                                trace_dir=tmp_path / "traces")
+        result = await run_task(
+            task, tier=tier, tools={"sleep": SleepTool()}, trace_dir=tmp_path / "traces"
+        )
         assert "ok" == result.status and 4 == result.steps
         traces[tier] = build_graph(load_quickly(result.trace_path))
     a, b = traces["sim-standard"], traces["sim-ultrafast"]
     ultra = get_tier(load_tiers(), "sim-ultrafast")
     w = whatif(a, Scenario.tier(ultra.name, ultra.profile))
     error = (w.predicted_ns - b.measured_ns) / b.measured_ns
-    assert abs(error) < 0.03, f"predicted {w.predicted_ns / 1e9:.3f} s, ran {b.measured_ns / 1e9:.3f} s"
+    assert abs(error) < 0.03, (
+        f"predicted {w.predicted_ns / 1e9:.3f} s, ran {b.measured_ns / 1e9:.3f} s"
+    )
     assert w.speedup > 2
     c = compare(a, b)
     assert abs(c.error_pct) < 3 and not c.warnings

@@ -42,14 +42,23 @@ def side_by_side(after_order: tuple[str, ...], tool_s: int = 2) -> Graph:
 
 GRAPHS = {
     "agent": lambda: build_graph(parse_lines(list(agent_lines(30)))),
-    "parallel": lambda: build_graph(sequential_run([
-        StepSpec(300 * MS, visible=61, tools=(("a", 1 * S), ("b", 3 * S), ("c", 3 * S))),
-        StepSpec(300 * MS, visible=2, tools=(("a", 1 * S),))]).trace()),
+    "parallel": lambda: build_graph(
+        sequential_run(
+            [
+                StepSpec(300 * MS, visible=61, tools=(("a", 1 * S), ("b", 3 * S), ("c", 3 * S))),
+                StepSpec(300 * MS, visible=2, tools=(("a", 1 * S),)),
+            ]
+        ).trace()
+    ),
     "changes hands": lambda: side_by_side(("m", "t")),
     "tie": lambda: side_by_side(("t", "m"), tool_s=3),
 }
-SCENARIOS = [Scenario.tier("ultra", SpeedProfile(0.2, 100_000, 750)), Scenario.multipliers(4),
-             Scenario.multipliers(3, 2), Scenario.multipliers(1)]
+SCENARIOS = [
+    Scenario.tier("ultra", SpeedProfile(0.2, 100_000, 750)),
+    Scenario.multipliers(4),
+    Scenario.multipliers(3, 2),
+    Scenario.multipliers(1),
+]
 
 
 def lockstep(g: Graph, dur0: list[int], dur1: list[int]) -> tuple[int, int] | None:
@@ -105,8 +114,10 @@ def test_whatif_breakdown_matches_the_segment_walk(name):
         w = whatif(g, sc)
         assert w.predicted_ns == end - g.start_ns
         assert {c.name: (c.measured_ns, c.predicted_ns) for c in w.categories} == {
-            c: (old_cats.get(c, 0), new_cats.get(c, 0)) for c in old_cats.keys() | new_cats.keys()}
+            c: (old_cats.get(c, 0), new_cats.get(c, 0)) for c in old_cats.keys() | new_cats.keys()
+        }
         assert [(c.measured_ns, c.predicted_ns) for c in w.steps] == [
             (old_steps.get(s, 0), new_steps.get(s, 0))
-            for s in sorted(old_steps.keys() | new_steps.keys())]
+            for s in sorted(old_steps.keys() | new_steps.keys())
+        ]
         assert sum(c.saved_ns for c in w.categories) == w.measured_ns - w.predicted_ns

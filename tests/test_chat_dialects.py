@@ -21,8 +21,11 @@ from agentloop.types import Message, ModelRequest, ModelResponse, ToolSpec
 
 PROFILE = SpeedProfile(base_latency_s=0.05, prefill_tps=0, output_tps=500)
 TIER = Tier(name="chat-server", base_url="sim", model="local-model", api="chat", profile=PROFILE)
-READ = ToolSpec("read_file", "Read a file.", {
-    "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+READ = ToolSpec(
+    "read_file",
+    "Read a file.",
+    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+)
 ARGS = '{"path": "src/app.py", "lines": [1, 20], "note": "é ✓"}'
 TEXT_TURN = ScriptTurn(text="The config is fine, nothing to change.", reasoning_tokens=50)
 TOOL_TURN = ScriptTurn(reasoning_tokens=40, tool_calls=(ScriptToolCall("read_file", ARGS),))
@@ -49,14 +52,20 @@ async def test_reasoning_content_deltas_are_hidden_reasoning() -> None:
     first-chunk clock after the base latency, the visible clock waits for the answer."""
     r = await call("vllm", TEXT_TURN)
     assert TEXT_TURN.text == r.text
-    assert (50, 50, False) == (count_tokens(r.reasoning_text), r.usage.reasoning_tokens,
-                               r.usage.estimated)
+    assert (50, 50, False) == (
+        count_tokens(r.reasoning_text),
+        r.usage.reasoning_tokens,
+        r.usage.estimated,
+    )
     ttft = seconds(r.timing.t_send, r.timing.t_first)
     ttft_visible = seconds(r.timing.t_send, r.timing.t_first_visible)
     # deadlines are absolute, so load can only delay them: the first reasoning delta comes after
     # the base latency, the first visible one not before base + 50 reasoning tokens at 500 tok/s
-    assert (True, True, True) == (ttft >= 0.05, ttft_visible >= 0.05 + 50 / 500 - 0.002,
-                                  ttft < ttft_visible)
+    assert (True, True, True) == (
+        ttft >= 0.05,
+        ttft_visible >= 0.05 + 50 / 500 - 0.002,
+        ttft < ttft_visible,
+    )
 
 
 async def test_llama_cpp_reasoning_is_counted_by_the_tokenizer_and_marked_estimated() -> None:
@@ -64,8 +73,11 @@ async def test_llama_cpp_reasoning_is_counted_by_the_tokenizer_and_marked_estima
     says so; the server's own timings object is kept beside ours."""
     r = await call("llama.cpp", TEXT_TURN)
     visible = count_tokens(TEXT_TURN.text)
-    assert (50 + visible, 50, True) == (r.usage.output_tokens, r.usage.reasoning_tokens,
-                                        r.usage.estimated)
+    assert (50 + visible, 50, True) == (
+        r.usage.output_tokens,
+        r.usage.reasoning_tokens,
+        r.usage.estimated,
+    )
     assert r.server_timings is not None
     assert r.server_timings["predicted_n"] == 50 + visible
     assert r.server_timings["predicted_per_second"] == pytest.approx(500, rel=0.02)
@@ -74,8 +86,7 @@ async def test_llama_cpp_reasoning_is_counted_by_the_tokenizer_and_marked_estima
 async def test_tool_call_arguments_in_one_chunk_are_assembled_exactly() -> None:
     """llama.cpp sends a tool call whole (id, name, all arguments in one delta) once generated."""
     r = await call("llama.cpp", TOOL_TURN)
-    assert [("call_0_0", "read_file", ARGS)] == [(c.id, c.name, c.arguments)
-                                                 for c in r.tool_calls]
+    assert [("call_0_0", "read_file", ARGS)] == [(c.id, c.name, c.arguments) for c in r.tool_calls]
     assert r.timing.t_first_visible == r.timing.t_last  # one visible chunk
     assert "tool_calls" == r.finish_reason
 
@@ -88,7 +99,10 @@ async def test_a_stream_without_usage_or_done_ends_by_finish_reason_and_is_estim
     assert (TEXT_TURN.text, "stop") == (r.text, r.finish_reason)
     assert r.timing.t_end is not None
     assert (chat_input_tokens(body_messages), count_tokens(TEXT_TURN.text), True) == (
-        r.usage.input_tokens, r.usage.output_tokens, r.usage.estimated)
+        r.usage.input_tokens,
+        r.usage.output_tokens,
+        r.usage.estimated,
+    )
 
 
 async def test_the_sdk_reads_every_dialect_too() -> None:
@@ -98,10 +112,14 @@ async def test_the_sdk_reads_every_dialect_too() -> None:
         async with SimServer(profile=PROFILE, script=[TEXT_TURN], dialect=dialect) as sim:
             sdk = openai.AsyncOpenAI(api_key="sim-no-key", base_url=sim.base_url, max_retries=0)
             stream = await sdk.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "hi"}], stream=True,
-                stream_options={"include_usage": True})
-            contents[dialect] = "".join([c.choices[0].delta.content or ""
-                                         async for c in stream if c.choices])
+                model="m",
+                messages=[{"role": "user", "content": "hi"}],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            contents[dialect] = "".join(
+                [c.choices[0].delta.content or "" async for c in stream if c.choices]
+            )
             await sdk.close()
     assert {"llama.cpp": TEXT_TURN.text, "bare": TEXT_TURN.text} == contents
 
@@ -117,10 +135,18 @@ async def test_a_run_records_estimates_reasoning_text_and_server_timings(tmp_pat
     """A whole run against a llama.cpp-dialect server: every model span says usage_estimated,
     carries the reasoning text and the server's timings, and the run ends ok."""
     task = load_task(STEADY)
-    tier = Tier(name="llama-like", base_url="sim", model="m", api="chat",
-                profile=SpeedProfile(base_latency_s=0.02, prefill_tps=0, output_tps=3000))
-    async with SimServer(profile=tier.profile, script=list(task.script),  # type: ignore[arg-type]
-                         dialect="llama.cpp") as sim:
+    tier = Tier(
+        name="llama-like",
+        base_url="sim",
+        model="m",
+        api="chat",
+        profile=SpeedProfile(base_latency_s=0.02, prefill_tps=0, output_tps=3000),
+    )
+    async with SimServer(
+        profile=tier.profile,
+        script=list(task.script),  # type: ignore[arg-type]
+        dialect="llama.cpp",
+    ) as sim:
         client = OpenAIClient(tier, base_url=sim.base_url)
         try:
             result = await run_task(task, tier=tier, client=client, trace_dir=tmp_path)

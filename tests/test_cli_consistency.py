@@ -34,12 +34,18 @@ def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) 
     assert f"agentloop {__version__}" == capsys.readouterr().out.strip()
 
 
-@pytest.mark.parametrize("argv", [["run", "checkout-timeouts", "--max-steps", "0"],
-                                  ["run", "checkout-timeouts", "--timeout", "0"],
-                                  ["replay", str(STANDARD), "--until-step", "0"]],
-                         ids=["max-steps", "timeout", "until-step"])
-def test_zero_limits_are_refused_with_exit_2(argv: list[str],
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "checkout-timeouts", "--max-steps", "0"],
+        ["run", "checkout-timeouts", "--timeout", "0"],
+        ["replay", str(STANDARD), "--until-step", "0"],
+    ],
+    ids=["max-steps", "timeout", "until-step"],
+)
+def test_zero_limits_are_refused_with_exit_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     """A zero step or time limit is bad input (exit 2, the option named), not ignored."""
     assert 2 == _exit_code(argv)
     err = capsys.readouterr().err
@@ -47,10 +53,10 @@ def test_zero_limits_are_refused_with_exit_2(argv: list[str],
 
 
 def test_replay_until_a_step_whose_check_fails_exits_1(
-        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Replaying the demo's first two steps fails its success check, so replay exits 1 like run."""
-    code = main(["replay", str(ULTRAFAST), "--until-step", "2", "-q", "--trace-dir",
-                 str(tmp_path)])
+    code = main(["replay", str(ULTRAFAST), "--until-step", "2", "-q", "--trace-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert 1 == code, out
     assert "check    FAILED" in out
@@ -58,22 +64,42 @@ def test_replay_until_a_step_whose_check_fails_exits_1(
 
 def test_output_piped_into_a_closed_reader_ends_without_a_traceback() -> None:
     """`agentloop report ... | true`: the broken pipe ends the command quietly (exit 141)."""
-    done = subprocess.run(["bash", "-c", f"{sys.executable} -m agentloop.cli report "
-                           f"{STANDARD} | true; echo \"rc=${{PIPESTATUS[0]}}\""],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"{sys.executable} -m agentloop.cli report "
+            f'{STANDARD} | true; echo "rc=${{PIPESTATUS[0]}}"',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert ("", "rc=141") == (done.stderr, done.stdout.strip())
 
 
 def test_a_run_piped_into_head_ends_quietly(tmp_path) -> None:
     """`agentloop run TASK | head -1`: no traceback and no sink warnings, exit 141."""
     task = tmp_path / "task.yaml"
-    task.write_text("name: piped\nprompt: p\ntools: [think]\nscript:\n"
-                    + "  - tool_calls: [{name: think, arguments: {thought: hmm}}]\n" * 3
-                    + "  - text: done\n")
-    done = subprocess.run(["bash", "-c", f"{sys.executable} -m agentloop.cli run {task} "
-                           f"--tier sim-ultrafast --trace-dir {tmp_path} | head -1; "
-                           "echo \"rc=${PIPESTATUS[0]}\""],
-                          capture_output=True, text=True, timeout=120, check=False)
+    task.write_text(
+        "name: piped\nprompt: p\ntools: [think]\nscript:\n"
+        + "  - tool_calls: [{name: think, arguments: {thought: hmm}}]\n" * 3
+        + "  - text: done\n"
+    )
+    done = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"{sys.executable} -m agentloop.cli run {task} "
+            f"--tier sim-ultrafast --trace-dir {tmp_path} | head -1; "
+            'echo "rc=${PIPESTATUS[0]}"',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert ("", "rc=141") == (done.stderr, done.stdout.splitlines()[-1])
 
 
@@ -104,9 +130,13 @@ def test_the_whatif_hint_names_the_fastest_faster_tier_or_says_k() -> None:
 
 def test_compare_shows_no_percentage_for_near_zero_times() -> None:
     """Rows whose measured time is under 10 ms show '-' for the relative error."""
-    text = render_compare(compare(build_graph(load_trace(STANDARD)),
-                                  build_graph(load_trace(ULTRAFAST))))
-    rows = {li.split()[0]: li.split() for li in text.splitlines()
-            if li.startswith("  ") and len(li.split()) == 6}
+    text = render_compare(
+        compare(build_graph(load_trace(STANDARD)), build_graph(load_trace(ULTRAFAST)))
+    )
+    rows = {
+        li.split()[0]: li.split()
+        for li in text.splitlines()
+        if li.startswith("  ") and len(li.split()) == 6
+    }
     assert "-" == rows["tail"][-1] and "-" == rows["tool:read_file"][-1]
     assert rows["reasoning"][-1].endswith("%")

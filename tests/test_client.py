@@ -14,8 +14,11 @@ from agentloop.types import Message, ModelRequest, ToolSpec
 APIS = ("responses", "chat")
 SYSTEM = Message("system", "You are a careful engineer.")
 USER = Message("user", "Fix the failing test in calc.py.")
-READ = ToolSpec("read_file", "Read a file.", {
-    "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+READ = ToolSpec(
+    "read_file",
+    "Read a file.",
+    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+)
 
 # arguments with nesting, escapes, unicode and numbers: every streamed piece must land exactly
 ARGS_A = '{"path": "src/calc.py", "lines": [1, 2, 30], "note": "a \\"quoted\\" é ✓ \\n end"}'
@@ -23,8 +26,13 @@ ARGS_B = '{"pattern": "def (add|sub)\\\\(", "max": 1e3, "flags": {"i": true, "m"
 
 
 def tier(api: str, profile: SpeedProfile) -> Tier:
-    return Tier(name=f"sim-test-{api}", base_url="sim", model="sim-test", api=api,  # type: ignore[arg-type]
-                profile=profile)
+    return Tier(
+        name=f"sim-test-{api}",
+        base_url="sim",
+        model="sim-test",
+        api=api,  # type: ignore[arg-type]
+        profile=profile,
+    )
 
 
 def seconds(a: int | None, b: int | None) -> float:
@@ -80,22 +88,31 @@ async def test_hidden_reasoning_delays_the_first_visible_token(api: str) -> None
 async def test_tool_calls_are_assembled_exactly_across_turns(api: str) -> None:
     """Several streamed tool calls come back byte-exact, and the next turn carries them back."""
     profile = SpeedProfile(base_latency_s=0.05, prefill_tps=0, output_tps=2000)
-    script = [ScriptTurn(text="Looking.", tool_calls=(ScriptToolCall("read_file", ARGS_A),
-                                                      ScriptToolCall("grep", ARGS_B))),
-              ScriptTurn(text="Fixed.")]
+    script = [
+        ScriptTurn(
+            text="Looking.",
+            tool_calls=(ScriptToolCall("read_file", ARGS_A), ScriptToolCall("grep", ARGS_B)),
+        ),
+        ScriptTurn(text="Fixed."),
+    ]
     async with SimServer(profile=profile, script=script) as sim:
         client = OpenAIClient(tier(api, profile), base_url=sim.base_url)
         try:
             r1 = await client.complete(ModelRequest((SYSTEM, USER), (READ,), 0))
-            results = tuple(Message("tool", f"output of {c.name}", tool_call_id=c.id, name=c.name)
-                            for c in r1.tool_calls)
+            results = tuple(
+                Message("tool", f"output of {c.name}", tool_call_id=c.id, name=c.name)
+                for c in r1.tool_calls
+            )
             # the simulator answers turn 1 only if it recognises our replay of turn 0's calls
-            r2 = await client.complete(ModelRequest((SYSTEM, USER, r1.as_message(), *results),
-                                                    (READ,), 1))
+            r2 = await client.complete(
+                ModelRequest((SYSTEM, USER, r1.as_message(), *results), (READ,), 1)
+            )
         finally:
             await client.aclose()
-    assert [(c.name, c.arguments) for c in r1.tool_calls] == [("read_file", ARGS_A),
-                                                               ("grep", ARGS_B)]
+    assert [(c.name, c.arguments) for c in r1.tool_calls] == [
+        ("read_file", ARGS_A),
+        ("grep", ARGS_B),
+    ]
     assert len({c.id for c in r1.tool_calls}) == 2 and all(c.id for c in r1.tool_calls)
     assert r1.text == "Looking." and r1.finish_reason == "tool_calls"
     assert r1.usage.output_tokens == sum(count_tokens(s) for s in ("Looking.", ARGS_A, ARGS_B))
@@ -120,15 +137,26 @@ async def test_tool_only_turn_starts_the_visible_clock_at_the_first_argument(api
     assert seconds(r.timing.t_send, r.timing.t_first_visible) == pytest.approx(0.5, rel=0.08)
     v = r.usage.visible_tokens
     assert (v - 1) / seconds(r.timing.t_first_visible, r.timing.t_last) == pytest.approx(
-        100, rel=0.05)
+        100, rel=0.05
+    )
 
 
 async def test_tier_options_reach_the_endpoint_and_service_tier_comes_back() -> None:
     """service_tier from the tier's options is sent, and the server's answer is recorded."""
     profile = SpeedProfile(base_latency_s=0.01, prefill_tps=0, output_tps=5000)
-    t = Tier(name="opt", base_url="sim", model="sim-opt", api="responses", profile=profile,
-             options={"service_tier": "priority", "reasoning_effort": "low",
-                      "max_output_tokens": 500, "temperature": 0.2})
+    t = Tier(
+        name="opt",
+        base_url="sim",
+        model="sim-opt",
+        api="responses",
+        profile=profile,
+        options={
+            "service_tier": "priority",
+            "reasoning_effort": "low",
+            "max_output_tokens": 500,
+            "temperature": 0.2,
+        },
+    )
     async with SimServer(profile=profile, filler_tokens=5) as sim:
         client = OpenAIClient(t, base_url=sim.base_url)
         try:

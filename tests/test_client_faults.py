@@ -23,16 +23,25 @@ SECRET = "sk-test-0123456789abcdefSECRET"
 
 
 def tier(api: str = "responses", **kw: object) -> Tier:
-    return Tier(name="flaky-tier", base_url="sim", model="sim-test", api=api,  # type: ignore[arg-type]
-                profile=PROFILE, **kw)  # type: ignore[arg-type]
+    return Tier(
+        name="flaky-tier",
+        base_url="sim",
+        model="sim-test",
+        api=api,  # type: ignore[arg-type]
+        profile=PROFILE,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
-async def run(faults: list[Fault], api: str = "responses", the_tier: Tier | None = None,  # type: ignore[no-untyped-def]
-              **kw: object):
+async def run(
+    faults: list[Fault],
+    api: str = "responses",
+    the_tier: Tier | None = None,  # type: ignore[no-untyped-def]
+    **kw: object,
+):
     async with SimServer(profile=PROFILE, filler_tokens=20, faults=faults) as sim:
         kw.setdefault("backoff_initial_s", 0.05)
-        client = OpenAIClient(the_tier or tier(api), base_url=sim.base_url,
-                              **kw)  # type: ignore[arg-type]
+        client = OpenAIClient(the_tier or tier(api), base_url=sim.base_url, **kw)  # type: ignore[arg-type]
         try:
             return await client.complete(REQUEST)
         finally:
@@ -66,14 +75,18 @@ async def test_server_errors_are_retried_with_backoff(kind: str) -> None:
     assert r.attempts[1].wait_ns > r.attempts[0].wait_ns * 1.2  # exponential, even with jitter
 
 
-@pytest.mark.parametrize(("fault", "words"), [
-    (Fault("reset", on_request=1), "connection"),
-    (Fault("cut", on_request=1, after_tokens=5), "stream broken"),
-    (Fault("malformed", on_request=1, after_tokens=3), "malformed"),
-])
+@pytest.mark.parametrize(
+    ("fault", "words"),
+    [
+        (Fault("reset", on_request=1), "connection"),
+        (Fault("cut", on_request=1, after_tokens=5), "stream broken"),
+        (Fault("malformed", on_request=1, after_tokens=3), "malformed"),
+    ],
+)
 @pytest.mark.parametrize("api", ["responses", "chat"])
-async def test_broken_connections_and_streams_are_retried(fault: Fault, words: str,
-                                                          api: str) -> None:
+async def test_broken_connections_and_streams_are_retried(
+    fault: Fault, words: str, api: str
+) -> None:
     """Reset connections, cut streams and malformed events each cost one attempt, then succeed."""
     r = await run([fault], api)
     assert len(r.attempts) == 2 and words in (r.attempts[0].error or "")
@@ -83,8 +96,7 @@ async def test_broken_connections_and_streams_are_retried(fault: Fault, words: s
 
 async def test_a_stalled_stream_is_abandoned_after_the_stall_timeout() -> None:
     """A stream silent for longer than stall_timeout_s is given up and retried."""
-    r = await run([Fault("stall", on_request=1, after_tokens=4, stall_s=5.0)],
-                  stall_timeout_s=0.5)
+    r = await run([Fault("stall", on_request=1, after_tokens=4, stall_s=5.0)], stall_timeout_s=0.5)
     assert len(r.attempts) == 2 and "stall" in (r.attempts[0].error or "")
     failed = r.attempts[0]
     assert (failed.t_end - failed.t_start) / 1e9 < 2.0  # gave up long before the 5 s stall ended
@@ -93,10 +105,10 @@ async def test_a_stalled_stream_is_abandoned_after_the_stall_timeout() -> None:
 
 async def test_retries_exhausted_raise_model_retry_error_naming_tier_and_endpoint() -> None:
     """When every attempt fails, ModelRetryError names the tier, endpoint, count and last error."""
-    async with SimServer(profile=PROFILE, filler_tokens=5,
-                         faults=[Fault("503", every=True)]) as sim:
-        client = OpenAIClient(tier(), base_url=sim.base_url, max_attempts=3,
-                              backoff_initial_s=0.02)
+    async with SimServer(
+        profile=PROFILE, filler_tokens=5, faults=[Fault("503", every=True)]
+    ) as sim:
+        client = OpenAIClient(tier(), base_url=sim.base_url, max_attempts=3, backoff_initial_s=0.02)
         try:
             with pytest.raises(ModelRetryError) as info:
                 await client.complete(REQUEST)
@@ -138,20 +150,29 @@ async def test_a_bad_request_is_not_retried() -> None:
     assert "flaky-tier" in info.value.message and "script" in info.value.message
 
 
-async def _refusing_server(status: int, message: str,
-                           code: str = "invalid_api_key") -> tuple[asyncio.Server, str]:
+async def _refusing_server(
+    status: int, message: str, code: str = "invalid_api_key"
+) -> tuple[asyncio.Server, str]:
     """A real loopback HTTP server answering every request with an OpenAI-style error."""
-    body = orjson.dumps({"error": {"message": message, "type": "invalid_request_error",
-                                   "code": code}})
+    body = orjson.dumps(
+        {"error": {"message": message, "type": "invalid_request_error", "code": code}}
+    )
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
-        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                       if line.lower().startswith(b"content-length:")), 0)
+        length = next(
+            (
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            ),
+            0,
+        )
         await reader.readexactly(length)
-        writer.write(b"HTTP/1.1 %d Refused\r\ncontent-type: application/json\r\n"
-                     b"content-length: %d\r\nconnection: close\r\n\r\n%b"
-                     % (status, len(body), body))
+        writer.write(
+            b"HTTP/1.1 %d Refused\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%b" % (status, len(body), body)
+        )
         await writer.drain()
         writer.close()
         await writer.wait_closed()
@@ -168,11 +189,18 @@ async def refusing() -> AsyncIterator[str]:
 
 
 async def test_401_raises_model_api_error_and_never_shows_the_key(
-        refusing: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    refusing: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """A rejected key gives ModelAPIError naming the tier; the key is nowhere in error or logs."""
     monkeypatch.setenv("AGENTLOOP_TEST_KEY", SECRET)
-    t = Tier(name="remote-tier", base_url=refusing, model="m", api="responses", profile=PROFILE,
-             api_key_env="AGENTLOOP_TEST_KEY")
+    t = Tier(
+        name="remote-tier",
+        base_url=refusing,
+        model="m",
+        api="responses",
+        profile=PROFILE,
+        api_key_env="AGENTLOOP_TEST_KEY",
+    )
     caplog.set_level(logging.DEBUG)
     client = OpenAIClient(t)
     try:
@@ -189,24 +217,39 @@ async def test_401_raises_model_api_error_and_never_shows_the_key(
 
 
 async def test_a_missing_key_names_the_tier_and_the_variable(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A tier whose key variable is unset fails before any request, naming tier and variable."""
     monkeypatch.delenv("AGENTLOOP_UNSET_KEY", raising=False)
-    t = Tier(name="keyless", base_url="http://127.0.0.1:9/v1", model="m", api="chat",
-             profile=PROFILE, api_key_env="AGENTLOOP_UNSET_KEY")
+    t = Tier(
+        name="keyless",
+        base_url="http://127.0.0.1:9/v1",
+        model="m",
+        api="chat",
+        profile=PROFILE,
+        api_key_env="AGENTLOOP_UNSET_KEY",
+    )
     with pytest.raises(ModelAPIError) as info:
         OpenAIClient(t)
     assert "keyless" in info.value.message and "AGENTLOOP_UNSET_KEY" in info.value.message
 
 
 async def test_retried_errors_echoing_the_key_keep_it_out_of_attempts_errors_and_logs(
-        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
-        caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A 503 whose message echoes the key: attempts, the final error and the logs never show it."""
     monkeypatch.setenv("AGENTLOOP_TEST_KEY", SECRET)
     server, url = await _refusing_server(503, f"overloaded for key {SECRET}", "server_error")
-    t = Tier(name="echo-tier", base_url=url, model="m", api="chat", profile=PROFILE,
-             api_key_env="AGENTLOOP_TEST_KEY")
+    t = Tier(
+        name="echo-tier",
+        base_url=url,
+        model="m",
+        api="chat",
+        profile=PROFILE,
+        api_key_env="AGENTLOOP_TEST_KEY",
+    )
     caplog.set_level(logging.DEBUG)
     async with server:
         client = OpenAIClient(t, max_attempts=2, backoff_initial_s=0.01)
@@ -228,12 +271,25 @@ async def test_the_tier_sets_stall_timeout_and_attempts() -> None:
     """A tier's stall_timeout_s and max_attempts from tiers.toml drive the client's retries."""
     from agentloop.tiers import parse_tiers
 
-    tiers = parse_tiers({"tiers": {"slow-thinker": {
-        "base_url": "sim", "model": "m", "stall_timeout_s": 0.4, "max_attempts": 2,
-        "profile": {"base_latency_s": 0.05, "prefill_tps": 0, "output_tps": 400}}}}, "t.toml")
+    tiers = parse_tiers(
+        {
+            "tiers": {
+                "slow-thinker": {
+                    "base_url": "sim",
+                    "model": "m",
+                    "stall_timeout_s": 0.4,
+                    "max_attempts": 2,
+                    "profile": {"base_latency_s": 0.05, "prefill_tps": 0, "output_tps": 400},
+                }
+            }
+        },
+        "t.toml",
+    )
     with pytest.raises(ModelRetryError) as info:
-        await run([Fault("stall", every=True, after_tokens=2, stall_s=5.0)],
-                  the_tier=tiers["slow-thinker"])
+        await run(
+            [Fault("stall", every=True, after_tokens=2, stall_s=5.0)],
+            the_tier=tiers["slow-thinker"],
+        )
     attempts = info.value.attempts  # type: ignore[attr-defined]
     assert 2 == len(attempts)
     assert all((a.t_end - a.t_start) / 1e9 < 2.0 for a in attempts)
@@ -251,7 +307,9 @@ async def test_retry_after_as_an_http_date_is_honoured() -> None:
 async def test_a_gzip_body_that_does_not_decompress_is_a_retried_attempt(api: str) -> None:
     """Content-Encoding: gzip over bytes that are not gzip: one failed attempt, then success."""
     r = await run([Fault("badgzip", on_request=1)], api)
-    assert 2 == len(r.attempts) and "undecodable response body (gzip)" in (r.attempts[0].error or "")
+    assert 2 == len(r.attempts) and "undecodable response body (gzip)" in (
+        r.attempts[0].error or ""
+    )
     assert (None, 20) == (r.attempts[1].error, r.usage.output_tokens)
 
 
@@ -272,8 +330,12 @@ async def test_a_stream_that_never_ends_is_capped_in_what_one_call_buffers(api: 
     cap = 200_000
     tracemalloc.start()
     try:
-        async with SimServer(profile=profile, filler_tokens=20, tokens_per_chunk=200,
-                             faults=[Fault("endless", on_request=1, after_tokens=5)]) as sim:
+        async with SimServer(
+            profile=profile,
+            filler_tokens=20,
+            tokens_per_chunk=200,
+            faults=[Fault("endless", on_request=1, after_tokens=5)],
+        ) as sim:
             client = OpenAIClient(tier(api), base_url=sim.base_url, max_response_chars=cap)
             try:
                 with pytest.raises(ModelAPIError) as info:

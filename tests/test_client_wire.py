@@ -13,36 +13,76 @@ from agentloop.sim import SimServer
 from agentloop.tiers import SpeedProfile, Tier
 from agentloop.types import Message, ModelRequest, ToolCall, ToolSpec
 
-OPTIONS = {"reasoning_effort": "high", "service_tier": "priority", "max_output_tokens": 900,
-           "temperature": 0.3}
+OPTIONS = {
+    "reasoning_effort": "high",
+    "service_tier": "priority",
+    "max_output_tokens": 900,
+    "temperature": 0.3,
+}
 CALLS = (ToolCall("call_1", "read_file", '{"path": "a.py"}'), ToolCall("call_2", "ls", "{}"))
-CONVO = (Message("system", "Be brief."), Message("user", "Fix it."),
-         Message("assistant", "Reading.", tool_calls=CALLS),
-         Message("tool", "print(1)", tool_call_id="call_1", name="read_file"),
-         Message("tool", "a.py", tool_call_id="call_2", name="ls"),
-         Message("assistant", "Done."), Message("user", "Thanks."))
-TOOLS = (ToolSpec("read_file", "Read a file.", {"type": "object", "properties": {
-    "path": {"type": "string"}}}),)
+CONVO = (
+    Message("system", "Be brief."),
+    Message("user", "Fix it."),
+    Message("assistant", "Reading.", tool_calls=CALLS),
+    Message("tool", "print(1)", tool_call_id="call_1", name="read_file"),
+    Message("tool", "a.py", tool_call_id="call_2", name="ls"),
+    Message("assistant", "Done."),
+    Message("user", "Thanks."),
+)
+TOOLS = (
+    ToolSpec(
+        "read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}}}
+    ),
+)
 
 
 def test_responses_body_is_stateless_with_function_call_items() -> None:
     """Responses: full input each call, function_call / function_call_output items, store off."""
     body = orjson.loads(BodyBuilder("responses", "m1", OPTIONS).build(CONVO, TOOLS))
-    assert {k: body[k] for k in ("model", "stream", "store", "reasoning", "service_tier",
-                                 "max_output_tokens", "temperature")} == {
-        "model": "m1", "stream": True, "store": False, "reasoning": {"effort": "high"},
-        "service_tier": "priority", "max_output_tokens": 900, "temperature": 0.3}
+    assert {
+        k: body[k]
+        for k in (
+            "model",
+            "stream",
+            "store",
+            "reasoning",
+            "service_tier",
+            "max_output_tokens",
+            "temperature",
+        )
+    } == {
+        "model": "m1",
+        "stream": True,
+        "store": False,
+        "reasoning": {"effort": "high"},
+        "service_tier": "priority",
+        "max_output_tokens": 900,
+        "temperature": 0.3,
+    }
     assert body["input"] == [
-        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Fix it."},
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Fix it."},
         {"role": "assistant", "content": "Reading."},
-        {"type": "function_call", "call_id": "call_1", "name": "read_file",
-         "arguments": '{"path": "a.py"}'},
+        {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "read_file",
+            "arguments": '{"path": "a.py"}',
+        },
         {"type": "function_call", "call_id": "call_2", "name": "ls", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "call_1", "output": "print(1)"},
         {"type": "function_call_output", "call_id": "call_2", "output": "a.py"},
-        {"role": "assistant", "content": "Done."}, {"role": "user", "content": "Thanks."}]
-    assert body["tools"] == [{"type": "function", "name": "read_file",
-                              "description": "Read a file.", "parameters": TOOLS[0].parameters}]
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "Thanks."},
+    ]
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "name": "read_file",
+            "description": "Read a file.",
+            "parameters": TOOLS[0].parameters,
+        }
+    ]
 
 
 def test_chat_body_maps_options_and_tool_messages() -> None:
@@ -51,10 +91,18 @@ def test_chat_body_maps_options_and_tool_messages() -> None:
     assert body["stream_options"] == {"include_usage": True}
     assert body["reasoning_effort"] == "high" and body["max_completion_tokens"] == 900
     assert "max_output_tokens" not in body and "store" not in body
-    assert body["messages"][2] == {"role": "assistant", "content": "Reading.", "tool_calls": [
-        {"id": "call_1", "type": "function",
-         "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}},
-        {"id": "call_2", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}
+    assert body["messages"][2] == {
+        "role": "assistant",
+        "content": "Reading.",
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": '{"path": "a.py"}'},
+            },
+            {"id": "call_2", "type": "function", "function": {"name": "ls", "arguments": "{}"}},
+        ],
+    }
     assert body["messages"][3] == {"role": "tool", "tool_call_id": "call_1", "content": "print(1)"}
     assert body["tools"][0]["function"]["name"] == "read_file"
 

@@ -13,11 +13,14 @@ from agentloop.types import Message, ToolCall
 
 def _conversation() -> list[Message]:
     big = "line of tool output " * 200  # ~800 tokens each
-    return [Message("system", "You help."), Message("user", "Look at the logs."),
-            Message("assistant", "", (ToolCall("c1", "read_file", '{"path": "a.log"}'),)),
-            Message("tool", big, tool_call_id="c1", name="read_file"),
-            Message("assistant", "", (ToolCall("c2", "read_file", '{"path": "b.log"}'),)),
-            Message("tool", big, tool_call_id="c2", name="read_file")]
+    return [
+        Message("system", "You help."),
+        Message("user", "Look at the logs."),
+        Message("assistant", "", (ToolCall("c1", "read_file", '{"path": "a.log"}'),)),
+        Message("tool", big, tool_call_id="c1", name="read_file"),
+        Message("assistant", "", (ToolCall("c2", "read_file", '{"path": "b.log"}'),)),
+        Message("tool", big, tool_call_id="c2", name="read_file"),
+    ]
 
 
 def test_fit_trims_the_oldest_tool_output_first():
@@ -26,8 +29,11 @@ def test_fit_trims_the_oldest_tool_output_first():
     window = Window(window=1400, reserve=200, specs=())
     fit = window.fit(msgs)
     dropped = message_tokens(_conversation()[3]) - 4
-    assert ([3], [dropped], True) == ([t.index for t in fit.trims],
-                                      [t.tokens for t in fit.trims], fit.fits)
+    assert ([3], [dropped], True) == (
+        [t.index for t in fit.trims],
+        [t.tokens for t in fit.trims],
+        fit.fits,
+    )
     assert PLACEHOLDER.format(tokens=dropped) == msgs[3].content
     assert _conversation()[5] == msgs[5]
 
@@ -48,8 +54,9 @@ def test_observed_input_tokens_scale_later_estimates():
     assert first * 2 == window.estimate(msgs)
 
 
-def test_unscripted_task_on_a_sim_tier_is_refused(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]):
+def test_unscripted_task_on_a_sim_tier_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
     """`run` refuses a task without script on the simulator, naming the alternatives (exit 2)."""
     task = tmp_path / "free.yaml"
     task.write_text("name: free\nprompt: Say hello.\ntools: [read_file]\n")
@@ -57,6 +64,8 @@ def test_unscripted_task_on_a_sim_tier_is_refused(tmp_path: Path,
     err = capsys.readouterr().err
     assert 2 == code
     assert ["plays only scripted turns", "real tier", "local-smollm2", "script:"] == [
-        s for s in ["plays only scripted turns", "real tier", "local-smollm2", "script:"]
-        if s in err]
+        s
+        for s in ["plays only scripted turns", "real tier", "local-smollm2", "script:"]
+        if s in err
+    ]
     assert [] == list(tmp_path.glob("*.jsonl"))

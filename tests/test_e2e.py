@@ -35,7 +35,9 @@ def test_demo_playbook_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFix
     assert 0 == code, out
     assert "status   ok" in out and "check    passed" in out
     assert "by category (critical path):" in out and "reasoning" in out
-    assert "what-if  on sim-ultrafast (750 tok/s)" in out and "ceiling at infinite output speed" in out
+    assert (
+        "what-if  on sim-ultrafast (750 tok/s)" in out and "ceiling at infinite output speed" in out
+    )
     [path] = list(tmp_path.glob("*.jsonl"))
     trace = load_trace(path)
     assert trace.complete and "ok" == trace.end["status"] and [] == trace.problems
@@ -52,8 +54,11 @@ def test_demo_playbook_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFix
     assert all(m.after for m in models[1:])
     assert all(t.after for t in trace.of_kind("tool"))
     # the second run_tests (after the first edit) fails, the third passes: a real loop
-    tests = [t for t in sorted(trace.of_kind("tool"), key=lambda s: s.t0)
-             if t.attrs["gen_ai.tool.name"] == "run_tests"]
+    tests = [
+        t
+        for t in sorted(trace.of_kind("tool"), key=lambda s: s.t0)
+        if t.attrs["gen_ai.tool.name"] == "run_tests"
+    ]
     assert [False, False, True] == [t.attrs["ok"] for t in tests]
 
 
@@ -69,16 +74,18 @@ def test_whatif_predicts_the_ultrafast_run_within_3_percent(tmp_path: Path) -> N
     path_a, path_b = asyncio.run(both())
     tiers = load_tiers()
     graph_a = build_graph(load_trace(path_a))
-    predicted = whatif(graph_a, Scenario.tier("sim-ultrafast",
-                                                      tiers["sim-ultrafast"].profile))
+    predicted = whatif(graph_a, Scenario.tier("sim-ultrafast", tiers["sim-ultrafast"].profile))
     measured_b = load_trace(path_b).end_ns / 1e9
     error = predicted.predicted_ns / 1e9 / measured_b - 1
-    assert abs(error) < 0.03, f"predicted {predicted.predicted_ns / 1e9:.3f} s, measured {measured_b:.3f} s"
+    assert abs(error) < 0.03, (
+        f"predicted {predicted.predicted_ns / 1e9:.3f} s, measured {measured_b:.3f} s"
+    )
     assert predicted.speedup > 2.5  # the model dominated the standard run
 
 
-def wait_for_records(folder: Path, done: Callable[[list[dict[str, Any]]], bool],
-                     within_s: float = 60) -> None:
+def wait_for_records(
+    folder: Path, done: Callable[[list[dict[str, Any]]], bool], within_s: float = 60
+) -> None:
     """Wait until the one trace being written in ``folder`` holds records for which ``done``
     is true (the trace is the run's event log: each record is flushed as it happens)."""
     deadline = time.monotonic() + within_s
@@ -102,8 +109,19 @@ def second_model_call_open(records: list[dict[str, Any]]) -> bool:
 def test_killed_run_leaves_a_loadable_partial_trace(tmp_path: Path) -> None:
     """SIGKILL mid-run leaves a trace that loads as incomplete, with the spans in flight."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agentloop.cli", "run", str(DEMO), "--trace-dir", str(tmp_path),
-         "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "agentloop.cli",
+            "run",
+            str(DEMO),
+            "--trace-dir",
+            str(tmp_path),
+            "-q",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for_records(tmp_path, second_model_call_open)
     finally:
@@ -120,8 +138,20 @@ def test_killed_run_leaves_a_loadable_partial_trace(tmp_path: Path) -> None:
 def test_sigterm_cancels_cleanly_with_a_closed_trace(tmp_path: Path) -> None:
     """SIGTERM cancels the run: the trace ends with status cancelled and nothing in flight."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agentloop.cli", "run", str(DEMO), "--trace-dir", str(tmp_path),
-         "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ))
+        [
+            sys.executable,
+            "-m",
+            "agentloop.cli",
+            "run",
+            str(DEMO),
+            "--trace-dir",
+            str(tmp_path),
+            "-q",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ),
+    )
     wait_for_records(tmp_path, lambda rs: any(r.get("kind") == "tool" for r in rs))
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
@@ -149,8 +179,9 @@ async def test_cancelling_the_caller_cancels_the_run(tmp_path: Path) -> None:
     assert "cancelled" == trace.end["status"] and [] == trace.in_flight
 
 
-async def test_embedded_run_prints_nothing(tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+async def test_embedded_run_prints_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A library user who configured no logging gets no output from a healthy run."""
     import structlog
 

@@ -18,8 +18,14 @@ from agentloop.trace.reader import load_trace
 ROOT = Path(__file__).resolve().parent.parent
 STANDARD = ROOT / "traces/reference/checkout-timeouts-sim-standard.jsonl"
 ULTRAFAST = ROOT / "traces/reference/checkout-timeouts-sim-ultrafast.jsonl"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 CURVE_LINE = "#3b5ba5"
 
 
@@ -28,8 +34,8 @@ def png_pixels(data: bytes) -> Counter[tuple[int, int, int]]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     pos, idat, width, height, channels = 8, b"", 0, 0, 0
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        chunk = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             width, height, depth, colour = struct.unpack(">IIBB", chunk[:10])
             assert depth == 8 and colour in (2, 6)
@@ -43,7 +49,7 @@ def png_pixels(data: bytes) -> Counter[tuple[int, int, int]]:
     counts: Counter[tuple[int, int, int]] = Counter()
     for row in range(height):
         f = raw[row * (stride + 1)]
-        line = bytearray(raw[row * (stride + 1) + 1:(row + 1) * (stride + 1)])
+        line = bytearray(raw[row * (stride + 1) + 1 : (row + 1) * (stride + 1)])
         for i in range(stride):
             a = line[i - channels] if i >= channels else 0
             b = prev[i]
@@ -70,8 +76,7 @@ def rgb(hex_colour: str) -> tuple[int, int, int]:
 async def render(page_file: Path, shots: list[str]) -> dict[str, Any]:
     """Open the page in Chromium; what it logged, what it asked for, element screenshots."""
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path="/usr/bin/chromium",
-                                          args=CHROMIUM_ARGS)
+        browser = await p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 900})
             console: list[str] = []
@@ -80,25 +85,36 @@ async def render(page_file: Path, shots: list[str]) -> dict[str, Any]:
             page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
             page.on("request", lambda r: requests.append(r.url))
             await page.goto(page_file.as_uri())
-            out: dict[str, Any] = {"console": console, "requests": requests, "shots": {},
-                                   "boxes": {}}
+            out: dict[str, Any] = {
+                "console": console,
+                "requests": requests,
+                "shots": {},
+                "boxes": {},
+            }
             for sel in shots:
                 el = page.locator(sel)
                 out["boxes"][sel] = await el.bounding_box()
                 out["shots"][sel] = png_pixels(await el.screenshot())
-            out["count"] = {sel: await page.locator(sel).count()
-                            for sel in ("#waterfall g.model", "#waterfall .crit",
-                                        "#waterfall .inflight",
-                                        "#curve circle.pt", "#waterfall-a g.model",
-                                        "#waterfall-b g.model")}
+            out["count"] = {
+                sel: await page.locator(sel).count()
+                for sel in (
+                    "#waterfall g.model",
+                    "#waterfall .crit",
+                    "#waterfall .inflight",
+                    "#curve circle.pt",
+                    "#waterfall-a g.model",
+                    "#waterfall-b g.model",
+                )
+            }
             return out
         finally:
             await browser.close()
 
 
 def agentloop(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agentloop.cli", *args], capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "agentloop.cli", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 async def test_report_page_renders_offline_with_waterfall_and_curve(tmp_path: Path) -> None:
@@ -112,8 +128,12 @@ async def test_report_page_renders_offline_with_waterfall_and_curve(tmp_path: Pa
     assert ([], [page.as_uri()]) == (seen["console"], seen["requests"])
     assert (models, 9) == (seen["count"]["#waterfall g.model"], seen["count"]["#curve circle.pt"])
     assert seen["count"]["#waterfall .crit"] >= models  # every call is on this run's path
-    for colour in (PHASE_COLOURS["base"], PHASE_COLOURS["reasoning"], PHASE_COLOURS["decode"],
-                   CRITICAL):
+    for colour in (
+        PHASE_COLOURS["base"],
+        PHASE_COLOURS["reasoning"],
+        PHASE_COLOURS["decode"],
+        CRITICAL,
+    ):
         assert wf[rgb(colour)] > 50, colour
     assert (True, True) == (cv[rgb(CURVE_LINE)] > 50, cv[rgb(CRITICAL)] > 20)
 

@@ -27,8 +27,12 @@ STANDARD = ROOT / "traces/reference/checkout-timeouts-sim-standard.jsonl"
 
 
 def agentloop(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agentloop.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "agentloop.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def as_json(*args: str) -> Any:
@@ -46,10 +50,24 @@ def free_port() -> int:
 def pydantic_ai_spans(tier: str, out: Path) -> Path:
     """Run the pydantic-ai agent against ``agentloop sim serve`` on ``tier``; its OTLP JSON."""
     port = free_port()
-    sim = subprocess.Popen([sys.executable, "-m", "agentloop.cli", "sim", "serve", "--port",
-                            str(port), "--tier", tier, "--script",
-                            str(DATA / "incident_agent.yaml")], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, start_new_session=True)
+    sim = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agentloop.cli",
+            "sim",
+            "serve",
+            "--port",
+            str(port),
+            "--tier",
+            tier,
+            "--script",
+            str(DATA / "incident_agent.yaml"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         base = f"http://127.0.0.1:{port}/v1"
         deadline = time.monotonic() + 30
@@ -62,9 +80,13 @@ def pydantic_ai_spans(tier: str, out: Path) -> Path:
                     raise
             time.sleep(0.1)
         python = venv("pydantic-ai", "PYDANTIC_AI_VERSION") / "bin/python"
-        r = subprocess.run([str(python), str(DATA / "pydantic_ai_agent.py"), base, tier,
-                            str(out)], capture_output=True, text=True, timeout=120,
-                           env={"PATH": os.environ["PATH"], "HOME": str(out.parent)})
+        r = subprocess.run(
+            [str(python), str(DATA / "pydantic_ai_agent.py"), base, tier, str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": os.environ["PATH"], "HOME": str(out.parent)},
+        )
         assert 0 == r.returncode, r.stderr
     finally:
         os.killpg(sim.pid, signal.SIGTERM)
@@ -88,15 +110,21 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Pat
 def test_spans_become_steps_of_model_and_tool_calls(imported: dict[str, Path]) -> None:
     """Three chat spans open three steps; the tools follow their call, tokens come along."""
     trace = load_trace(imported["sim-standard"])
-    steps = [[c.name for c in sorted(trace.children(s.id), key=lambda c: c.t0)]
-             for s in sorted(trace.of_kind("step"), key=lambda s: s.t0)]
+    steps = [
+        [c.name for c in sorted(trace.children(s.id), key=lambda c: c.t0)]
+        for s in sorted(trace.of_kind("step"), key=lambda s: s.t0)
+    ]
     first = min(trace.of_kind("model"), key=lambda s: s.t0).attrs
-    assert [["chat sim-standard", "execute_tool read_runbook"],
-            ["chat sim-standard", "execute_tool check_latency", "execute_tool check_latency"],
-            ["chat sim-standard"]] == steps
-    assert (33, 134, 120) == (first["gen_ai.usage.input_tokens"],
-                              first["gen_ai.usage.output_tokens"],
-                              first["gen_ai.usage.reasoning.output_tokens"])
+    assert [
+        ["chat sim-standard", "execute_tool read_runbook"],
+        ["chat sim-standard", "execute_tool check_latency", "execute_tool check_latency"],
+        ["chat sim-standard"],
+    ] == steps
+    assert (33, 134, 120) == (
+        first["gen_ai.usage.input_tokens"],
+        first["gen_ai.usage.output_tokens"],
+        first["gen_ai.usage.reasoning.output_tokens"],
+    )
 
 
 def test_edges_are_inferred_and_unknowns_said(imported: dict[str, Path]) -> None:
@@ -113,14 +141,14 @@ def test_edges_are_inferred_and_unknowns_said(imported: dict[str, Path]) -> None
     assert [latest.id] == third_chat.after
     assert "edges" in trace.header["inferred"]
     assert {"gen_ai.response.time_to_first_chunk", "timing.t_first_visible"} <= set(
-        second_chat.attrs["unknown"])
+        second_chat.attrs["unknown"]
+    )
 
 
 def test_report_and_whatif_on_the_imported_run(imported: dict[str, Path]) -> None:
     """report: 3 steps, one of the two parallel probes on the path; whatif: faster, > 3x."""
     report = as_json("report", str(imported["sim-standard"]), "--json")
-    whatif = as_json("whatif", str(imported["sim-standard"]), "--tier", "sim-ultrafast",
-                     "--json")
+    whatif = as_json("whatif", str(imported["sim-standard"]), "--tier", "sim-ultrafast", "--json")
     probes = report["categories"]["tool:check_latency"]
     assert 3 == len(report["steps"])
     assert 2 == round(probes["busy_s"] / probes["critical_s"])
@@ -130,8 +158,7 @@ def test_report_and_whatif_on_the_imported_run(imported: dict[str, Path]) -> Non
 
 def test_compare_predicts_the_real_ultrafast_run(imported: dict[str, Path]) -> None:
     """The prediction from the imported standard run lands within 25% of the real ultrafast one."""
-    c = as_json("compare", str(imported["sim-standard"]), str(imported["sim-ultrafast"]),
-                "--json")
+    c = as_json("compare", str(imported["sim-standard"]), str(imported["sim-ultrafast"]), "--json")
     assert abs(c["error_pct"]) < 25, c
     assert c["measured_speedup"] > 2.5
 
@@ -154,15 +181,40 @@ def test_bad_input_names_the_file_and_field(tmp_path: Path) -> None:
     not_otlp = tmp_path / "other.json"
     not_otlp.write_text('{"traceEvents": []}')
     bad_field = tmp_path / "bad.json"
-    bad_field.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [
-        {"traceId": "00" * 16, "spanId": "11" * 8, "name": "chat x",
-         "startTimeUnixNano": "soon"}]}]}]}))
+    bad_field.write_text(
+        json.dumps(
+            {
+                "resourceSpans": [
+                    {
+                        "scopeSpans": [
+                            {
+                                "spans": [
+                                    {
+                                        "traceId": "00" * 16,
+                                        "spanId": "11" * 8,
+                                        "name": "chat x",
+                                        "startTimeUnixNano": "soon",
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                ]
+            }
+        )
+    )
     r1 = agentloop("import", str(not_otlp), "-o", str(tmp_path / "t1.jsonl"))
     r2 = agentloop("import", str(bad_field), "-o", str(tmp_path / "t2.jsonl"))
-    assert (2, True, True) == (r1.returncode, str(not_otlp) in r1.stderr,
-                               "resourceSpans" in r1.stderr)
-    assert (2, True, True) == (r2.returncode, str(bad_field) in r2.stderr,
-                               "startTimeUnixNano" in r2.stderr)
+    assert (2, True, True) == (
+        r1.returncode,
+        str(not_otlp) in r1.stderr,
+        "resourceSpans" in r1.stderr,
+    )
+    assert (2, True, True) == (
+        r2.returncode,
+        str(bad_field) in r2.stderr,
+        "startTimeUnixNano" in r2.stderr,
+    )
     assert "Traceback" not in r1.stderr + r2.stderr
 
 
@@ -170,22 +222,66 @@ def test_hostile_span_values_are_marked_unknown_not_trusted(tmp_path: Path) -> N
     """Negative or fractional token counts and a NaN first-chunk time import as unknown."""
     t = 1_700_000_000_000_000_000
 
-    def span(sid: str, parent: str | None, name: str, t0: int, t1: int,
-             attrs: dict[str, Any]) -> dict[str, Any]:
-        kv = [{"key": k, "value": {"doubleValue": v} if isinstance(v, float) else
-               {"intValue": str(v)} if isinstance(v, int) else {"stringValue": v}}
-              for k, v in attrs.items()]
-        return {"traceId": "ab" * 16, "spanId": sid * 8, "name": name, "attributes": kv,
-                **({"parentSpanId": parent * 8} if parent else {}),
-                "startTimeUnixNano": str(t + t0), "endTimeUnixNano": str(t + t1)}
+    def span(
+        sid: str, parent: str | None, name: str, t0: int, t1: int, attrs: dict[str, Any]
+    ) -> dict[str, Any]:
+        kv = [
+            {
+                "key": k,
+                "value": {"doubleValue": v}
+                if isinstance(v, float)
+                else {"intValue": str(v)}
+                if isinstance(v, int)
+                else {"stringValue": v},
+            }
+            for k, v in attrs.items()
+        ]
+        return {
+            "traceId": "ab" * 16,
+            "spanId": sid * 8,
+            "name": name,
+            "attributes": kv,
+            **({"parentSpanId": parent * 8} if parent else {}),
+            "startTimeUnixNano": str(t + t0),
+            "endTimeUnixNano": str(t + t1),
+        }
 
-    doc = {"resourceSpans": [{"scopeSpans": [{"spans": [
-        span("01", None, "invoke_agent x", 0, 3_000_000_000, {"gen_ai.operation.name": "invoke_agent"}),
-        span("02", "01", "chat m", 1_000, 2_000_000_000,
-             {"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": -5,
-              "gen_ai.usage.output_tokens": 12.5,
-              "gen_ai.response.time_to_first_chunk": float("nan")}),
-        span("03", "01", "execute_tool probe", 2_100_000_000, 2_000_000_000, {})]}]}]}
+    doc = {
+        "resourceSpans": [
+            {
+                "scopeSpans": [
+                    {
+                        "spans": [
+                            span(
+                                "01",
+                                None,
+                                "invoke_agent x",
+                                0,
+                                3_000_000_000,
+                                {"gen_ai.operation.name": "invoke_agent"},
+                            ),
+                            span(
+                                "02",
+                                "01",
+                                "chat m",
+                                1_000,
+                                2_000_000_000,
+                                {
+                                    "gen_ai.operation.name": "chat",
+                                    "gen_ai.usage.input_tokens": -5,
+                                    "gen_ai.usage.output_tokens": 12.5,
+                                    "gen_ai.response.time_to_first_chunk": float("nan"),
+                                },
+                            ),
+                            span(
+                                "03", "01", "execute_tool probe", 2_100_000_000, 2_000_000_000, {}
+                            ),
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
     src = tmp_path / "hostile.json"
     src.write_text(json.dumps(doc).replace("NaN", '"NaN"'))  # protobuf's JSON spelling
     out = tmp_path / "hostile.jsonl"
@@ -194,7 +290,10 @@ def test_hostile_span_values_are_marked_unknown_not_trusted(tmp_path: Path) -> N
     [chat] = trace.of_kind("model")
     [tool] = trace.of_kind("tool")
     assert 0 == r.returncode, r.stderr
-    assert {"gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
-            "gen_ai.response.time_to_first_chunk"} <= set(chat.attrs["unknown"])
+    assert {
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.output_tokens",
+        "gen_ai.response.time_to_first_chunk",
+    } <= set(chat.attrs["unknown"])
     assert ("gen_ai.usage.input_tokens" in chat.attrs, tool.t0) == (False, tool.t1)
     assert 0 == agentloop("report", str(out)).returncode

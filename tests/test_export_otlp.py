@@ -39,13 +39,23 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Phoenix server on a free loopback port (its own venv, a temp working dir)."""
     work = tmp_path_factory.mktemp("phoenix")
     port, grpc = free_port(), free_port()
-    env = {"PATH": os.environ["PATH"], "HOME": str(work), "PHOENIX_PORT": str(port),
-           "PHOENIX_GRPC_PORT": str(grpc), "PHOENIX_HOST": "127.0.0.1",
-           "PHOENIX_WORKING_DIR": str(work), "PHOENIX_TELEMETRY_ENABLED": "false"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(work),
+        "PHOENIX_PORT": str(port),
+        "PHOENIX_GRPC_PORT": str(grpc),
+        "PHOENIX_HOST": "127.0.0.1",
+        "PHOENIX_WORKING_DIR": str(work),
+        "PHOENIX_TELEMETRY_ENABLED": "false",
+    }
     log = (work / "phoenix.log").open("wb")
-    proc = subprocess.Popen([str(venv("phoenix", "PHOENIX_VERSION") / "bin/phoenix"), "serve"],
-                            env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [str(venv("phoenix", "PHOENIX_VERSION") / "bin/phoenix"), "serve"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -78,8 +88,9 @@ def phoenix_spans(base: str, trace_id: str) -> list[dict[str, Any]]:
     return [s for s in r.json()["data"] if s["context"]["trace_id"] == trace_id]
 
 
-def wait_for_spans(base: str, trace_id: str, count: int, within_s: float = 30
-                   ) -> list[dict[str, Any]]:
+def wait_for_spans(
+    base: str, trace_id: str, count: int, within_s: float = 30
+) -> list[dict[str, Any]]:
     """Phoenix ingests asynchronously: poll until ``count`` spans of the trace are there."""
     deadline = time.monotonic() + within_s
     while True:
@@ -95,13 +106,18 @@ def trace_hex(path: Path) -> str:
 
 def test_cli_export_reaches_phoenix_with_names_attributes_and_tree(phoenix: str) -> None:
     """``export --otlp``: Phoenix holds every span, GenAI names and attributes, the same tree."""
-    r = subprocess.run([sys.executable, "-m", "agentloop.cli", "export", str(STANDARD),
-                        "--otlp", phoenix], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "agentloop.cli", "export", str(STANDARD), "--otlp", phoenix],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     trace = load_trace(STANDARD)
     got = wait_for_spans(phoenix, trace_hex(STANDARD), len(trace.spans))
     names = Counter(s["name"] for s in got)
-    first_chat = min((s for s in got if s["name"] == "chat sim-standard"),
-                     key=lambda s: s["start_time"])
+    first_chat = min(
+        (s for s in got if s["name"] == "chat sim-standard"), key=lambda s: s["start_time"]
+    )
     by_id = {s["context"]["span_id"]: s for s in got}
     roots = [s["name"] for s in got if s["parent_id"] not in by_id]
     tool = next(s for s in got if s["name"] == "execute_tool run_tests")
@@ -112,9 +128,12 @@ def test_cli_export_reaches_phoenix_with_names_attributes_and_tree(phoenix: str)
         first_chat["attributes"]["gen_ai.operation.name"],
         first_chat["attributes"]["gen_ai.usage.input_tokens"],
         first_chat["attributes"]["gen_ai.usage.output_tokens"],
-        first_chat["attributes"]["gen_ai.usage.reasoning.output_tokens"])
-    assert ("execute_tool", "run_tests") == (tool["attributes"]["gen_ai.operation.name"],
-                                             tool["attributes"]["gen_ai.tool.name"])
+        first_chat["attributes"]["gen_ai.usage.reasoning.output_tokens"],
+    )
+    assert ("execute_tool", "run_tests") == (
+        tool["attributes"]["gen_ai.operation.name"],
+        tool["attributes"]["gen_ai.tool.name"],
+    )
 
 
 def test_otlp_json_file_is_the_request_phoenix_accepts(phoenix: str, tmp_path: Path) -> None:
@@ -130,9 +149,22 @@ def test_otlp_json_file_is_the_request_phoenix_accepts(phoenix: str, tmp_path: P
     header = orjson.loads(lines[0])
     header["run_id"] = "cut-" + header["run_id"]
     cut.write_bytes(b"\n".join([orjson.dumps(header), *lines[1:40]]) + b"\n")
-    r = subprocess.run([sys.executable, "-m", "agentloop.cli", "export", str(cut),
-                        "--format", "otlp-json", "-o", str(out)], capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentloop.cli",
+            "export",
+            str(cut),
+            "--format",
+            "otlp-json",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     doc = orjson.loads(out.read_bytes())
     spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
     for s in spans:  # OTLP/JSON spells ids in hex; protobuf's mapping reads base64
@@ -143,8 +175,12 @@ def test_otlp_json_file_is_the_request_phoenix_accepts(phoenix: str, tmp_path: P
             link["traceId"] = base64.b64encode(bytes.fromhex(link["traceId"])).decode()
             link["spanId"] = base64.b64encode(bytes.fromhex(link["spanId"])).decode()
     body = ParseDict(doc, ExportTraceServiceRequest()).SerializeToString()
-    post = httpx.post(f"{phoenix}/v1/traces", content=body, timeout=10,
-                      headers={"Content-Type": "application/x-protobuf"})
+    post = httpx.post(
+        f"{phoenix}/v1/traces",
+        content=body,
+        timeout=10,
+        headers={"Content-Type": "application/x-protobuf"},
+    )
     trace = load_trace(cut)
     got = wait_for_spans(phoenix, trace_hex(cut), len(trace.spans))
     in_flight = {s["name"] for s in got if s["attributes"].get("agentloop.in_flight")}
@@ -163,11 +199,17 @@ def test_after_edges_are_span_links_and_timings_events() -> None:
     doc = otlp_json(spans)
     res = {a["key"]: a["value"] for a in doc["resourceSpans"][0]["resource"]["attributes"]}
     assert sum(len(s.after) for s in trace.spans.values()) == links
-    assert ["gen_ai.first_chunk", "agentloop.first_visible_token", "agentloop.last_token",
-            "agentloop.attempt"] == events
-    assert ({"stringValue": "agentloop"}, {"stringValue": "sim-standard"},
-            {"doubleValue": 60.0}) == (res["service.name"], res["agentloop.tier.name"],
-                                       res["agentloop.tier.profile.output_tps"])
+    assert [
+        "gen_ai.first_chunk",
+        "agentloop.first_visible_token",
+        "agentloop.last_token",
+        "agentloop.attempt",
+    ] == events
+    assert (
+        {"stringValue": "agentloop"},
+        {"stringValue": "sim-standard"},
+        {"doubleValue": 60.0},
+    ) == (res["service.name"], res["agentloop.tier.name"], res["agentloop.tier.profile.output_tps"])
 
 
 def test_no_secret_of_the_environment_leaves_in_an_export(tmp_path: Path) -> None:
@@ -180,9 +222,23 @@ def test_no_secret_of_the_environment_leaves_in_an_export(tmp_path: Path) -> Non
     poisoned.write_bytes(b"\n".join([*lines[:-2], orjson.dumps(rec), lines[-1]]) + b"\n")
     out = tmp_path / "out.json"
     env = {**os.environ, "EXPORT_TEST_API_KEY": secret}
-    r = subprocess.run([sys.executable, "-m", "agentloop.cli", "export", str(poisoned),
-                        "--format", "otlp-json", "-o", str(out)], capture_output=True,
-                       text=True, env=env, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentloop.cli",
+            "export",
+            str(poisoned),
+            "--format",
+            "otlp-json",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     text = out.read_text()
     assert (0, False, False) == (r.returncode, secret in text, "sk-abcdefghijklmnop1234" in text)
 
@@ -191,8 +247,7 @@ async def test_run_streams_spans_live_to_phoenix(phoenix: str, tmp_path: Path) -
     """A fresh demo run on sim-standard with ``otlp=``: spans reach Phoenix while it runs."""
     import agentloop
 
-    handle = await agentloop.start_run(DEMO, tier="sim-standard", trace_dir=tmp_path,
-                                       otlp=phoenix)
+    handle = await agentloop.start_run(DEMO, tier="sim-standard", trace_dir=tmp_path, otlp=phoenix)
     trace_id: str | None = None
     seen_before_end = 0
     waiter = asyncio.ensure_future(handle)
@@ -205,18 +260,34 @@ async def test_run_streams_spans_live_to_phoenix(phoenix: str, tmp_path: Path) -
             seen_before_end = seen if not waiter.done() else seen_before_end
     result = await waiter
     trace = load_trace(handle.trace_path)
-    got = await asyncio.to_thread(wait_for_spans, phoenix, trace_hex(handle.trace_path),
-                                  len(trace.spans))
+    got = await asyncio.to_thread(
+        wait_for_spans, phoenix, trace_hex(handle.trace_path), len(trace.spans)
+    )
     assert ("ok", True) == (result.status, seen_before_end > 0)
     assert Counter(s.name for s in trace.spans.values()) == Counter(s["name"] for s in got)
 
 
 def test_dead_collector_is_logged_once_and_the_run_ends_well(tmp_path: Path) -> None:
     """``run --otlp`` at a port nobody listens on: exit 0, a complete trace, one warning."""
-    r = subprocess.run([sys.executable, "-m", "agentloop.cli", "run", str(DEMO), "--tier",
-                        "sim-ultrafast", "--trace-dir", str(tmp_path), "-q", "--otlp",
-                        f"http://127.0.0.1:{free_port()}"], capture_output=True, text=True,
-                       timeout=180)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentloop.cli",
+            "run",
+            str(DEMO),
+            "--tier",
+            "sim-ultrafast",
+            "--trace-dir",
+            str(tmp_path),
+            "-q",
+            "--otlp",
+            f"http://127.0.0.1:{free_port()}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     [trace_file] = tmp_path.glob("*.jsonl")
     warnings = [ln for ln in r.stderr.splitlines() if "OTLP collector" in ln]
     assert (0, True, 1) == (r.returncode, load_trace(trace_file).complete, len(warnings))

@@ -63,8 +63,9 @@ def trace_event_problems(doc: dict[str, Any]) -> list[str]:
             while stack and stack[-1][1] <= ts + 1e-6:  # viewers read ts as integer ns
                 stack.pop()
             if stack and ts + dur > stack[-1][1] + 1e-6:
-                out.append(f"event {n} ({ev['name']}): overlaps its enclosing slice without "
-                           f"nesting in it")
+                out.append(
+                    f"event {n} ({ev['name']}): overlaps its enclosing slice without nesting in it"
+                )
             stack.append((ts, ts + dur))
             slices.setdefault(key, []).append((ts, ts + dur))
         if ph in ("s", "f"):
@@ -114,8 +115,11 @@ def test_model_phases_sum_to_what_the_report_attributes() -> None:
     g = build_graph(trace)
     events = to_perfetto(trace)["traceEvents"]
     first = trace.of_kind("model")[0]
-    mine = {e["name"]: e["dur"] for e in events if e["ph"] == "X"
-            and e["cat"].startswith("model.") and e["args"]["span_id"] == first.id}
+    mine = {
+        e["name"]: e["dur"]
+        for e in events
+        if e["ph"] == "X" and e["cat"].startswith("model.") and e["args"]["span_id"] == first.id
+    }
     parts = g.models[g.ids.index(first.id)]
     expected = {k: round(getattr(parts, k) / 1000) for k in ("base", "reasoning", "decode")}
     assert expected == {k: round(mine[k]) for k in expected}
@@ -124,8 +128,11 @@ def test_model_phases_sum_to_what_the_report_attributes() -> None:
 def test_tools_of_one_turn_get_their_own_tracks() -> None:
     """The three read_file calls of step 1 run at once and sit on three different tracks."""
     events = to_perfetto(load_trace(STANDARD))["traceEvents"]
-    step1 = [e for e in events if e["ph"] == "X" and e["cat"] == "tool:read_file"
-             and e["args"].get("step") == 1]
+    step1 = [
+        e
+        for e in events
+        if e["ph"] == "X" and e["cat"] == "tool:read_file" and e["args"].get("step") == 1
+    ]
     assert 3 == len({e["tid"] for e in step1})
 
 
@@ -133,8 +140,11 @@ def test_counters_and_metadata() -> None:
     """Counters carry tokens per second and tokens so far; metadata names the run's tier."""
     doc = to_perfetto(load_trace(STANDARD))
     counters = {e["name"] for e in doc["traceEvents"] if e["ph"] == "C"}
-    total = max(e["args"]["tokens"] for e in doc["traceEvents"]
-                if e["ph"] == "C" and e["name"] == "output tokens")
+    total = max(
+        e["args"]["tokens"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "C" and e["name"] == "output tokens"
+    )
     assert {"output tok/s", "output tokens"} == counters
     assert 1183 == total
     assert ("sim-standard", True) == (doc["metadata"]["tier"]["name"], doc["metadata"]["complete"])
@@ -147,23 +157,55 @@ def test_incomplete_trace_exports_with_spans_in_flight_marked(tmp_path: Path) ->
     cut.write_bytes(b"\n".join(lines[:40]) + b"\n")
     trace = load_trace(cut)
     doc = to_perfetto(trace)
-    marked = {e["args"]["span_id"] for e in doc["traceEvents"]
-              if e["ph"] == "X" and e["args"].get("in_flight")}
+    marked = {
+        e["args"]["span_id"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "X" and e["args"].get("in_flight")
+    }
     assert [] == trace_event_problems(doc)
     assert {s.id for s in trace.in_flight} == marked
-    assert all(e["name"].endswith("(in flight)") for e in doc["traceEvents"]
-               if e["ph"] == "X" and e["args"].get("in_flight"))
+    assert all(
+        e["name"].endswith("(in flight)")
+        for e in doc["traceEvents"]
+        if e["ph"] == "X" and e["args"].get("in_flight")
+    )
 
 
 def test_cli_writes_the_file_and_refuses_a_non_trace(tmp_path: Path) -> None:
     """``agentloop export --format perfetto`` writes the JSON; a non-trace is exit 2 naming it."""
     out = tmp_path / "run.perfetto.json"
-    ok = subprocess.run([sys.executable, "-m", "agentloop.cli", "export", str(STANDARD),
-                         "--format", "perfetto", "-o", str(out)], capture_output=True, text=True)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentloop.cli",
+            "export",
+            str(STANDARD),
+            "--format",
+            "perfetto",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     bad_input = tmp_path / "bad.jsonl"
     bad_input.write_text("hello\n")
-    bad = subprocess.run([sys.executable, "-m", "agentloop.cli", "export", str(bad_input),
-                          "--format", "perfetto", "-o", str(out)], capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentloop.cli",
+            "export",
+            str(bad_input),
+            "--format",
+            "perfetto",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert (0, []) == (ok.returncode, trace_event_problems(orjson.loads(out.read_bytes())))
     assert (2, True, "") == (bad.returncode, str(bad_input) in bad.stderr, bad.stdout)
     assert "Traceback" not in bad.stderr

@@ -12,9 +12,26 @@ import agentloop
 from tests.conftest import ROOT
 
 PUBLIC = [
-    "AgentloopError", "ConfigError", "Limits", "ModelError", "RunEvent", "RunHandle", "RunResult",
-    "Runner", "SpeedProfile", "Task", "TaskFileError", "Tier", "Trace", "__version__",
-    "load_task", "load_tiers", "load_trace", "open_task", "resolve_tier", "run_task",
+    "AgentloopError",
+    "ConfigError",
+    "Limits",
+    "ModelError",
+    "RunEvent",
+    "RunHandle",
+    "RunResult",
+    "Runner",
+    "SpeedProfile",
+    "Task",
+    "TaskFileError",
+    "Tier",
+    "Trace",
+    "__version__",
+    "load_task",
+    "load_tiers",
+    "load_trace",
+    "open_task",
+    "resolve_tier",
+    "run_task",
     "start_run",
 ]
 
@@ -46,10 +63,11 @@ def import_graph(mods: dict[str, tuple[Path, bool]]) -> dict[str, set[str]]:
                 elif isinstance(n, ast.ImportFrom):
                     mod = n.module or ""
                     if n.level:
-                        up = pkg.split(".")[:len(pkg.split(".")) - n.level + 1]
+                        up = pkg.split(".")[: len(pkg.split(".")) - n.level + 1]
                         mod = ".".join([*up, *([n.module] if n.module else [])])
-                    deps.update(f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod
-                                for a in n.names)
+                    deps.update(
+                        f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod for a in n.names
+                    )
         graph[name] = {d for d in deps if d in mods and d != name}
     return graph
 
@@ -116,11 +134,19 @@ def test_every_module_imports_and_importing_does_nothing() -> None:
     """In a fresh interpreter every module imports without printing, warning or starting a
     thread."""
     names = [m for m in modules() if not m.endswith("__main__")]
-    code = ("import importlib, threading, warnings\n"
-            "warnings.simplefilter('error')\n"
-            f"for m in {names!r}:\n"
-            "    importlib.import_module(m)\n"
-            "assert threading.active_count() == 1, threading.enumerate()\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
+    code = (
+        "import importlib, threading, warnings\n"
+        "warnings.simplefilter('error')\n"
+        f"for m in {names!r}:\n"
+        "    importlib.import_module(m)\n"
+        "assert threading.active_count() == 1, threading.enumerate()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert (0, "", "") == (proc.returncode, proc.stdout, proc.stderr)

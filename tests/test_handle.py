@@ -50,28 +50,51 @@ def _task(tmp_path: Path, text: str) -> Path:
 
 async def test_events_arrive_in_order_with_run_step_and_span_ids(tmp_path: Path) -> None:
     """A two-step run emits start/end of run, steps, model calls and tools in order, with ids."""
-    handle = await agentloop.start_run(_task(tmp_path, TWO_STEPS), tier="sim-ultrafast",
-                                       trace_dir=tmp_path / "traces")
+    handle = await agentloop.start_run(
+        _task(tmp_path, TWO_STEPS), tier="sim-ultrafast", trace_dir=tmp_path / "traces"
+    )
     seen = [e async for e in handle.events()]
     result = await handle
     kinds = [e.kind for e in seen if e.kind != "model_progress"]
-    assert ["run_start",
-            "step_start", "model_start", "model_end", "tool", "tool", "tool", "tool", "step_end",
-            "step_start", "model_start", "model_end", "tool", "tool", "step_end",
-            "run_end"] == ["tool" if k.startswith("tool_") else k for k in kinds]
+    assert [
+        "run_start",
+        "step_start",
+        "model_start",
+        "model_end",
+        "tool",
+        "tool",
+        "tool",
+        "tool",
+        "step_end",
+        "step_start",
+        "model_start",
+        "model_end",
+        "tool",
+        "tool",
+        "step_end",
+        "run_end",
+    ] == ["tool" if k.startswith("tool_") else k for k in kinds]
     tools = [(e.kind, e.span_id) for e in seen if e.kind.startswith("tool_")]
-    assert all(tools.index(("tool_start", sid)) < tools.index(("tool_end", sid))
-               for _, sid in tools)
+    assert all(
+        tools.index(("tool_start", sid)) < tools.index(("tool_end", sid)) for _, sid in tools
+    )
     assert {handle.run_id} == {e.run_id for e in seen}
     assert "ok" == result.status and str(handle.trace_path) == result.trace_path
     trace = load_trace(handle.trace_path)
     kind_of = {s.id: s.kind for s in trace.spans.values()}
-    expected_kind = {"run_start": "run", "step_start": "step", "step_end": "step",
-                     "model_start": "model", "model_end": "model", "tool_start": "tool",
-                     "tool_end": "tool"}
+    expected_kind = {
+        "run_start": "run",
+        "step_start": "step",
+        "step_end": "step",
+        "model_start": "model",
+        "model_end": "model",
+        "tool_start": "tool",
+        "tool_end": "tool",
+    }
     assert all(expected_kind[e.kind] == kind_of[e.span_id] for e in seen if e.kind in expected_kind)
     assert [None, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, None] == [
-        e.step for e in seen if e.kind != "model_progress"]
+        e.step for e in seen if e.kind != "model_progress"
+    ]
     assert sorted(e.t_s for e in seen) == [e.t_s for e in seen]
     assert "ok" == seen[-1].data["status"] and 2 == seen[-1].data["steps"]
 
@@ -79,16 +102,18 @@ async def test_events_arrive_in_order_with_run_step_and_span_ids(tmp_path: Path)
 async def test_a_late_subscriber_gets_the_whole_history(tmp_path: Path) -> None:
     """Subscribing after the run ended replays every event, the same as a live subscriber saw."""
     live: list[agentloop.RunEvent] = []
-    handle = await agentloop.start_run(_task(tmp_path, TWO_STEPS), tier="sim-ultrafast",
-                                       trace_dir=tmp_path, events=live.append)
+    handle = await agentloop.start_run(
+        _task(tmp_path, TWO_STEPS), tier="sim-ultrafast", trace_dir=tmp_path, events=live.append
+    )
     await handle
     assert live == [e async for e in handle.events()]
 
 
 async def test_cancel_gives_a_cancelled_result_with_its_trace(tmp_path: Path) -> None:
     """cancel() during a tool ends the run: a cancelled RunResult (no exception), trace closed."""
-    handle = await agentloop.start_run(_task(tmp_path, SLOW_TOOL), tier="sim-ultrafast",
-                                       trace_dir=tmp_path)
+    handle = await agentloop.start_run(
+        _task(tmp_path, SLOW_TOOL), tier="sim-ultrafast", trace_dir=tmp_path
+    )
     async for event in handle.events():
         if event.kind == "tool_start":
             handle.cancel()
@@ -102,8 +127,9 @@ async def test_cancel_gives_a_cancelled_result_with_its_trace(tmp_path: Path) ->
 
 async def test_a_long_model_call_streams_token_progress(tmp_path: Path) -> None:
     """During a ~3 s streamed call, model_progress events report growing token counts and time."""
-    handle = await agentloop.start_run(_task(tmp_path, LONG_TURN), tier="sim-standard",
-                                       trace_dir=tmp_path)
+    handle = await agentloop.start_run(
+        _task(tmp_path, LONG_TURN), tier="sim-standard", trace_dir=tmp_path
+    )
     seen = [e async for e in handle.events()]
     await handle
     model_end = next(i for i, e in enumerate(seen) if e.kind == "model_end")
@@ -119,13 +145,17 @@ async def test_a_long_model_call_streams_token_progress(tmp_path: Path) -> None:
 async def test_the_observer_callback_sees_the_same_events(tmp_path: Path) -> None:
     """run_task's observer(kind, data) is fed from the same event stream, with span ids."""
     calls: list[tuple[str, dict[str, Any]]] = []
-    result = await agentloop.run_task(_task(tmp_path, TWO_STEPS), tier="sim-ultrafast",
-                                      trace_dir=tmp_path,
-                                      observer=lambda k, d: calls.append((k, d)))
+    result = await agentloop.run_task(
+        _task(tmp_path, TWO_STEPS),
+        tier="sim-ultrafast",
+        trace_dir=tmp_path,
+        observer=lambda k, d: calls.append((k, d)),
+    )
     assert "ok" == result.status
     ends = [d for k, d in calls if k == "tool_end"]
     assert [("finish", 2), ("list_files", 1), ("think", 1)] == sorted(
-        (d["name"], d["step"]) for d in ends)
+        (d["name"], d["step"]) for d in ends
+    )
     assert all(d["span_id"] for d in ends)
     assert "run_end" == calls[-1][0]
 
@@ -141,8 +171,9 @@ async def test_start_run_refuses_a_zero_step_limit(tmp_path: Path) -> None:
 
 async def test_a_subscriber_that_gives_up_does_not_break_the_others(tmp_path: Path) -> None:
     """Cancelling one subscriber mid-wait leaves the live one and a later one whole."""
-    handle = await agentloop.start_run(_task(tmp_path, LONG_TURN), tier="sim-standard",
-                                       trace_dir=tmp_path)
+    handle = await agentloop.start_run(
+        _task(tmp_path, LONG_TURN), tier="sim-standard", trace_dir=tmp_path
+    )
 
     async def until(kind: str) -> None:
         async for event in handle.events():

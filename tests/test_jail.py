@@ -18,11 +18,15 @@ from agentloop.jail import HostJail, JailSpec, open_jail
 from agentloop.tasks import Task
 from tests.conftest import namespace_survivors, pid_namespace
 
-SERVER = ("python -c 'import http.server, functools, sys; "
-          "h = functools.partial(http.server.SimpleHTTPRequestHandler, directory=\".\"); "
-          "http.server.ThreadingHTTPServer((\"127.0.0.1\", 8080), h).serve_forever()' {token}")
-FETCH = ("python -c 'import urllib.request; "
-         "print(urllib.request.urlopen(\"http://127.0.0.1:8080/hello.txt\").read().decode())'")
+SERVER = (
+    "python -c 'import http.server, functools, sys; "
+    'h = functools.partial(http.server.SimpleHTTPRequestHandler, directory="."); '
+    'http.server.ThreadingHTTPServer(("127.0.0.1", 8080), h).serve_forever()\' {token}'
+)
+FETCH = (
+    "python -c 'import urllib.request; "
+    'print(urllib.request.urlopen("http://127.0.0.1:8080/hello.txt").read().decode())\''
+)
 
 
 def host_pids_with(token: str) -> list[int]:
@@ -76,14 +80,21 @@ def task_file(tmp_path: Path, token: str) -> Path:
     ws.mkdir()
     (ws / "hello.txt").write_text("hello from the setup service\n")
     spec = {
-        "name": "jail-service", "prompt": "check the service", "workspace": "ws",
-        "setup": [SERVER.format(token=token) + " > server.log 2>&1 &",
-                  "for i in $(seq 1 100); do " + FETCH + " >/dev/null 2>&1 && exit 0; "
-                  "sleep 0.05; done; exit 1"],
-        "tools": ["run"], "finish_tool": True,
+        "name": "jail-service",
+        "prompt": "check the service",
+        "workspace": "ws",
+        "setup": [
+            SERVER.format(token=token) + " > server.log 2>&1 &",
+            "for i in $(seq 1 100); do " + FETCH + " >/dev/null 2>&1 && exit 0; "
+            "sleep 0.05; done; exit 1",
+        ],
+        "tools": ["run"],
+        "finish_tool": True,
         "success": {"command": FETCH + " | grep -q 'hello from the setup service'"},
-        "script": [{"tool_calls": [{"name": "run", "arguments": {"command": FETCH}}]},
-                   {"tool_calls": [{"name": "finish", "arguments": {"summary": "served"}}]}],
+        "script": [
+            {"tool_calls": [{"name": "run", "arguments": {"command": FETCH}}]},
+            {"tool_calls": [{"name": "finish", "arguments": {"summary": "served"}}]},
+        ],
     }
     path = tmp_path / "task.yaml"
     path.write_bytes(orjson.dumps(spec))  # JSON is YAML
@@ -96,8 +107,11 @@ async def test_setup_service_lives_for_the_run_and_dies_with_it(tmp_path: Path) 
     result = await run_task(task_file(tmp_path, token), trace_dir=tmp_path / "traces")
     assert ("ok", True) == (result.status, result.success)
     records = [orjson.loads(line) for line in Path(result.trace_path).read_bytes().splitlines()]
-    [tool] = [r for r in records if r.get("type") == "span_end"
-              and r.get("attrs", {}).get("gen_ai.tool.name") == "run"]
+    [tool] = [
+        r
+        for r in records
+        if r.get("type") == "span_end" and r.get("attrs", {}).get("gen_ai.tool.name") == "run"
+    ]
     assert "hello from the setup service" in tool["attrs"]["output"]
     assert "bubblewrap" == records[0]["sandbox"]["kind"]
     assert "loopback only" == records[0]["sandbox"]["network"]
@@ -115,8 +129,9 @@ async def test_fork_bomb_is_contained() -> None:
         assert jail.confined
         before = await steady()
         started = time.monotonic()
-        bomb = asyncio.create_task(tools.registry()["run"](
-            ctx, {"command": ":(){ :|:& };:", "timeout_s": 4}))
+        bomb = asyncio.create_task(
+            tools.registry()["run"](ctx, {"command": ":(){ :|:& };:", "timeout_s": 4})
+        )
         peak = len(before)
         while not bomb.done():
             peak = max(peak, len(ours()))
@@ -128,8 +143,7 @@ async def test_fork_bomb_is_contained() -> None:
         assert elapsed < 4 + 3
         assert 100 < peak - len(before) <= jail.spec.limits.max_procs
         ns = pid_namespace(jail.init_pid)  # type: ignore[attr-defined]
-        assert [] == [p for p in await namespace_survivors(ns, within_s=5)
-                      if p != jail.init_pid]  # type: ignore[attr-defined]
+        assert [] == [p for p in await namespace_survivors(ns, within_s=5) if p != jail.init_pid]  # type: ignore[attr-defined]
         assert before == await settled(before)
         again = await tools.registry()["run"](ctx, {"command": "echo still-fine"})
         assert (True, True) == (again.ok, "still-fine" in again.output)
@@ -151,7 +165,8 @@ async def test_no_bwrap_runs_unconfined_and_says_so(tmp_path: Path) -> None:
 
 
 async def test_without_a_cgroup_commands_run_as_a_run_uid_and_a_fork_bomb_still_stops(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """Where no cgroup can be had, commands run as the run's own uid so RLIMIT_NPROC holds."""
     task = Task(name="nocgroup", prompt="p", system="s")
     ws = await asyncio.to_thread(workspace.make_copy, task, None)  # a folder that uid can reach
@@ -161,8 +176,9 @@ async def test_without_a_cgroup_commands_run_as_a_run_uid_and_a_fork_bomb_still_
     try:
         assert (True, None) == (jail.confined, jail.cgroups or None)  # type: ignore[attr-defined]
         uid = jail.run_uid  # type: ignore[attr-defined]
-        r = await tools.registry()["run"](ctx, {"command": "id -u; echo more >> given.txt; "
-                                                           "touch /tmp/t new.txt && echo wrote"})
+        r = await tools.registry()["run"](
+            ctx, {"command": "id -u; echo more >> given.txt; touch /tmp/t new.txt && echo wrote"}
+        )
         assert (True, [str(uid), "wrote"]) == (r.ok, r.output.split("--- stdout ---\n")[1].split())
         assert "from the task\nmore\n" == (ws / "given.txt").read_text()
         started = time.monotonic()
@@ -170,8 +186,7 @@ async def test_without_a_cgroup_commands_run_as_a_run_uid_and_a_fork_bomb_still_
         assert time.monotonic() - started < 4 + 3
         assert (False, True) == (bomb.ok, bomb.data["process_limit_hits"] > 0)
         ns = pid_namespace(jail.init_pid)  # type: ignore[attr-defined]
-        assert [] == [p for p in await namespace_survivors(ns, within_s=5)
-                      if p != jail.init_pid]  # type: ignore[attr-defined]
+        assert [] == [p for p in await namespace_survivors(ns, within_s=5) if p != jail.init_pid]  # type: ignore[attr-defined]
         again = await tools.registry()["run"](ctx, {"command": "echo still-fine"})
         assert (True, True) == (again.ok, "still-fine" in again.output)
         assert f"uid {uid}" in jail.confinement["confined"]

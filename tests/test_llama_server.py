@@ -36,9 +36,14 @@ async def server() -> AsyncIterator[LocalServer]:
 
 
 def _tier(server: LocalServer, api: str) -> Tier:
-    return Tier(f"llama-{api}", server.base_url, "smollm2", api,  # type: ignore[arg-type]
-                SpeedProfile(0.05, 1500, 80), options={"temperature": 0,
-                                                       "max_output_tokens": 48})
+    return Tier(
+        f"llama-{api}",
+        server.base_url,
+        "smollm2",
+        api,  # type: ignore[arg-type]
+        SpeedProfile(0.05, 1500, 80),
+        options={"temperature": 0, "max_output_tokens": 48},
+    )
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
@@ -47,14 +52,15 @@ async def test_streams_over_both_apis_through_our_client(server: LocalServer, ap
     """Our client streams a real answer over /v1/chat/completions and /v1/responses."""
     client = OpenAIClient(_tier(server, api))
     try:
-        resp = await client.complete(ModelRequest(
-            (Message("user", "Name three colours."),), (), 1))
+        resp = await client.complete(ModelRequest((Message("user", "Name three colours."),), (), 1))
     finally:
         await client.aclose()
     t = resp.timing
     assert (True, True, True) == (
-        bool(resp.text.strip()), resp.usage.output_tokens > 1,
-        t.t_send < t.t_first_visible <= t.t_last <= t.t_end)  # type: ignore[operator]
+        bool(resp.text.strip()),
+        resp.usage.output_tokens > 1,
+        t.t_send < t.t_first_visible <= t.t_last <= t.t_end,
+    )  # type: ignore[operator]
 
 
 @ON_SERVER_LOOP
@@ -78,20 +84,27 @@ async def test_probe_output_speed_matches_the_servers_own_timings(server: LocalS
 async def test_trimmed_request_fits_a_small_real_context(server: LocalServer):
     """Too big for the real context, the request is refused; trimmed by Window.fit, it is served."""
     big = "The log line repeats the same warning about the disk. " * 60
-    msgs = [Message("system", "You summarise logs."), Message("user", "Summarise the logs."),
-            Message("assistant", "", (ToolCall("c1", "read_file", '{"path": "a.log"}'),)),
-            Message("tool", big, tool_call_id="c1", name="read_file"),
-            Message("assistant", "", (ToolCall("c2", "read_file", '{"path": "b.log"}'),)),
-            Message("tool", big, tool_call_id="c2", name="read_file"),
-            Message("user", "Now summarise.")]
+    msgs = [
+        Message("system", "You summarise logs."),
+        Message("user", "Summarise the logs."),
+        Message("assistant", "", (ToolCall("c1", "read_file", '{"path": "a.log"}'),)),
+        Message("tool", big, tool_call_id="c1", name="read_file"),
+        Message("assistant", "", (ToolCall("c2", "read_file", '{"path": "b.log"}'),)),
+        Message("tool", big, tool_call_id="c2", name="read_file"),
+        Message("user", "Now summarise."),
+    ]
     raw = [{"role": m.role, "content": m.content or "(calls a tool)"} for m in msgs]
     async with httpx.AsyncClient(timeout=120) as c:
-        whole = await c.post(f"{server.base_url}/chat/completions",
-                             json={"messages": raw, "max_tokens": 16, "temperature": 0})
+        whole = await c.post(
+            f"{server.base_url}/chat/completions",
+            json={"messages": raw, "max_tokens": 16, "temperature": 0},
+        )
         fit = Window(CTX, 64, ()).fit(msgs)
         trimmed = [{"role": m.role, "content": m.content or "(calls a tool)"} for m in msgs]
-        served = await c.post(f"{server.base_url}/chat/completions",
-                              json={"messages": trimmed, "max_tokens": 16, "temperature": 0})
+        served = await c.post(
+            f"{server.base_url}/chat/completions",
+            json={"messages": trimmed, "max_tokens": 16, "temperature": 0},
+        )
     assert (400, 200) == (whole.status_code, served.status_code)
     assert [3] == [t.index for t in fit.trims]
 
@@ -126,8 +139,11 @@ def test_unscripted_task_on_the_local_tier_ends_with_a_complete_trace(local_run:
     """The real model's run ends cleanly: an end record, every span closed, model calls timed."""
     tr = load_trace(local_run)
     models = tr.of_kind("model")
-    assert (True, [], True) == (tr.complete, [s.id for s in tr.in_flight],
-                                all(m.attrs["timing"]["t_end"] for m in models))
+    assert (True, [], True) == (
+        tr.complete,
+        [s.id for s in tr.in_flight],
+        all(m.attrs["timing"]["t_end"] for m in models),
+    )
 
 
 def test_cached_tokens_show_in_report_and_whatif(local_run: Path, tmp_path: Path):
@@ -138,8 +154,10 @@ def test_cached_tokens_show_in_report_and_whatif(local_run: Path, tmp_path: Path
         async with serve(LocalSpec(MODEL, ctx_size=CTX, threads=1)) as s:
             tier = replace(_tier(s, "chat"), local=None)
             tmp = tmp_path / "t.yaml"
-            tmp.write_text("name: cache\nprompt: 'Write two sentences about the sea.'\n"
-                           "tools: [read_file]\nlimits: {max_steps: 1}\n")
+            tmp.write_text(
+                "name: cache\nprompt: 'Write two sentences about the sea.'\n"
+                "tools: [read_file]\nlimits: {max_steps: 1}\n"
+            )
             r1 = await run_task(tmp, tier=tier, trace_dir=tmp_path / "tr")
             r2 = await run_task(tmp, tier=tier, trace_dir=tmp_path / "tr")
             assert r1.trace_path and r2.trace_path

@@ -36,7 +36,8 @@ script:
 
 
 def test_a_piped_run_prints_plain_progress_lines_during_a_long_call(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Not a TTY: during a ~3.6 s call a plain line says its elapsed time and tokens so far."""
     task = tmp_path / "task.yaml"
     task.write_text(LONG_TURN)
@@ -50,14 +51,14 @@ def test_a_piped_run_prints_plain_progress_lines_during_a_long_call(
     assert 60 < tokens < 200
 
 
-async def test_a_tty_shows_a_live_status_line_replaced_by_the_calls_summary(
-        tmp_path: Path) -> None:
+async def test_a_tty_shows_a_live_status_line_replaced_by_the_calls_summary(tmp_path: Path) -> None:
     """On a TTY the call in flight is a live rich status line; its summary line stays."""
     task = tmp_path / "task.yaml"
     task.write_text(LONG_TURN)
     screen = io.StringIO()
-    handle = await agentloop.start_run(task, tier="sim-standard", trace_dir=tmp_path,
-                                       events=Progress(screen, live=True))
+    handle = await agentloop.start_run(
+        task, tier="sim-standard", trace_dir=tmp_path, events=Progress(screen, live=True)
+    )
     await handle
     text = screen.getvalue()
     assert "tok so far ..." in text
@@ -67,8 +68,8 @@ async def test_a_tty_shows_a_live_status_line_replaced_by_the_calls_summary(
 
 
 def test_a_secret_a_tool_printed_never_reaches_the_terminal(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A planted env key value and an sk- key in tool output are redacted on screen."""
     monkeypatch.setenv("AGENTLOOP_PLANTED_API_KEY", PLANTED_ENV)
     (tmp_path / "ws").mkdir()

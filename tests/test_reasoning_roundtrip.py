@@ -22,13 +22,22 @@ from agentloop.trace.reader import load_trace
 from agentloop.types import Message, ModelRequest, ToolSpec
 
 FAST = SpeedProfile(base_latency_s=0.02, prefill_tps=0, output_tps=4000)
-READ = ToolSpec("read_file", "Read a file.", {
-    "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+READ = ToolSpec(
+    "read_file",
+    "Read a file.",
+    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+)
 SCRIPT = [
-    ScriptTurn(text="Reading it.", reasoning_tokens=40,
-               tool_calls=(ScriptToolCall("read_file", '{"path": "a.txt"}'),)),
-    ScriptTurn(text="Now the second file.", reasoning_tokens=30,
-               tool_calls=(ScriptToolCall("read_file", '{"path": "b.txt"}'),)),
+    ScriptTurn(
+        text="Reading it.",
+        reasoning_tokens=40,
+        tool_calls=(ScriptToolCall("read_file", '{"path": "a.txt"}'),),
+    ),
+    ScriptTurn(
+        text="Now the second file.",
+        reasoning_tokens=30,
+        tool_calls=(ScriptToolCall("read_file", '{"path": "b.txt"}'),),
+    ),
     ScriptTurn(text="Both files are fine.", reasoning_tokens=20),
 ]
 STEADY = Path(__file__).parent / "data" / "steady.yaml"
@@ -36,8 +45,14 @@ STEADY = Path(__file__).parent / "data" / "steady.yaml"
 
 def reasoning_tier(**options: Any) -> Tier:
     opts = {"reasoning_effort": "medium", "reasoning_summary": "auto", **options}
-    return Tier(name="sim-reasoning", base_url="sim", model="sim-test", api="responses",
-                profile=FAST, options=opts)
+    return Tier(
+        name="sim-reasoning",
+        base_url="sim",
+        model="sim-test",
+        api="responses",
+        profile=FAST,
+        options=opts,
+    )
 
 
 def sdk(sim: SimServer) -> openai.AsyncOpenAI:
@@ -48,8 +63,8 @@ async def first_turn(client: openai.AsyncOpenAI, **kw: Any) -> tuple[list[str], 
     """Stream turn 0 through the SDK's typed events; the event types and the final response."""
     kinds, final = [], None
     stream = await client.responses.create(
-        model="sim-test", input=[{"role": "user", "content": "go"}], stream=True, store=False,
-        **kw)
+        model="sim-test", input=[{"role": "user", "content": "go"}], stream=True, store=False, **kw
+    )
     async for ev in stream:
         kinds.append(ev.type)
         if ev.type == "response.completed":
@@ -63,8 +78,10 @@ async def test_reasoning_items_carry_a_summary_and_encrypted_content_only_when_a
     async with SimServer(profile=FAST, script=SCRIPT) as sim:
         client = sdk(sim)
         kinds, asked = await first_turn(
-            client, reasoning={"effort": "medium", "summary": "auto"},
-            include=["reasoning.encrypted_content"])
+            client,
+            reasoning={"effort": "medium", "summary": "auto"},
+            include=["reasoning.encrypted_content"],
+        )
         _, plain = await first_turn(client, reasoning={"effort": "medium"})
         await client.close()
     item = asked.output[0]
@@ -72,11 +89,16 @@ async def test_reasoning_items_carry_a_summary_and_encrypted_content_only_when_a
     assert item.encrypted_content is not None and item.encrypted_content.startswith("gAAAA")
     assert ["summary_text"] == [p.type for p in item.summary]
     assert "Planning turn 1" in item.summary[0].text
-    for kind in ("response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
-                 "response.reasoning_summary_text.done", "response.reasoning_summary_part.done"):
+    for kind in (
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+    ):
         assert kind in kinds
     assert kinds.index("response.reasoning_summary_text.delta") < kinds.index(
-        "response.output_text.delta")
+        "response.output_text.delta"
+    )
     bare = plain.output[0]
     assert (None, []) == (bare.encrypted_content, bare.summary)
 
@@ -86,18 +108,28 @@ async def test_the_simulator_tells_passed_back_reasoning_from_missing_or_forged(
     404 as the real API; forged: 400; dropped in strict mode: 400 naming the turn."""
     async with SimServer(profile=FAST, script=SCRIPT, require_reasoning=True) as sim:
         client = sdk(sim)
-        _, r0 = await first_turn(client, reasoning={"effort": "medium"},
-                                 include=["reasoning.encrypted_content"])
+        _, r0 = await first_turn(
+            client, reasoning={"effort": "medium"}, include=["reasoning.encrypted_content"]
+        )
         rs = r0.output[0].model_dump(exclude_none=True)
         call = r0.output[-1]
-        tail = [{"type": "function_call", "call_id": call.call_id, "name": call.name,
-                 "arguments": call.arguments},
-                {"type": "function_call_output", "call_id": call.call_id, "output": "A"}]
+        tail = [
+            {
+                "type": "function_call",
+                "call_id": call.call_id,
+                "name": call.name,
+                "arguments": call.arguments,
+            },
+            {"type": "function_call_output", "call_id": call.call_id, "output": "A"},
+        ]
 
         async def second(items: list[dict[str, Any]]) -> Any:
             return await client.responses.create(
-                model="sim-test", input=[{"role": "user", "content": "go"}, *items, *tail],
-                store=False, include=["reasoning.encrypted_content"])
+                model="sim-test",
+                input=[{"role": "user", "content": "go"}, *items, *tail],
+                store=False,
+                include=["reasoning.encrypted_content"],
+            )
 
         ok = await second([rs])
         received = sim.reasoning_received
@@ -129,17 +161,21 @@ async def test_the_client_sends_every_reasoning_item_back_in_every_later_request
                 resp = await client.complete(ModelRequest(tuple(messages), (READ,), 1))
                 responses.append(resp)
                 messages.append(resp.as_message())
-                messages += [Message("tool", "contents", tool_call_id=c.id, name=c.name)
-                             for c in resp.tool_calls]
+                messages += [
+                    Message("tool", "contents", tool_call_id=c.id, name=c.name)
+                    for c in resp.tool_calls
+                ]
         finally:
             await client.aclose()
         received, missing = sim.reasoning_received, sim.reasoning_missing
     assert (1 + 2, 0) == (received, missing)
     assert ["Both files are fine."] == [responses[-1].text]
-    assert [(True, True)] * 3 == [(r.reasoning[0].encrypted, r.reasoning[0].id.startswith("rs_"))
-                                  for r in responses]
+    assert [(True, True)] * 3 == [
+        (r.reasoning[0].encrypted, r.reasoning[0].id.startswith("rs_")) for r in responses
+    ]
     assert [f"**Planning turn {i}**" for i in (1, 2, 3)] == [
-        r.reasoning[0].summary[0].split("\n")[0] for r in responses]
+        r.reasoning[0].summary[0].split("\n")[0] for r in responses
+    ]
     raw = orjson.loads(responses[0].reasoning[0].raw)
     assert ("reasoning", True) == (raw["type"], raw["encrypted_content"].startswith("gAAAA"))
 
@@ -147,14 +183,16 @@ async def test_the_client_sends_every_reasoning_item_back_in_every_later_request
 async def test_without_reasoning_on_the_client_does_not_ask_and_strict_mode_notices() -> None:
     """A tier without reasoning_effort never asks for encrypted content, so it cannot pass the
     items back: the strict simulator refuses turn 2, naming the reasoning turn it lost."""
-    tier = Tier(name="sim-plain", base_url="sim", model="sim-test", api="responses",
-                profile=FAST)
+    tier = Tier(name="sim-plain", base_url="sim", model="sim-test", api="responses", profile=FAST)
     async with SimServer(profile=FAST, script=SCRIPT, require_reasoning=True) as sim:
         client = OpenAIClient(tier, base_url=sim.base_url)
         try:
             r0 = await client.complete(ModelRequest((Message("user", "go"),), (READ,), 1))
-            history = (Message("user", "go"), r0.as_message(),
-                       Message("tool", "A", tool_call_id=r0.tool_calls[0].id, name="read_file"))
+            history = (
+                Message("user", "go"),
+                r0.as_message(),
+                Message("tool", "A", tool_call_id=r0.tool_calls[0].id, name="read_file"),
+            )
             with pytest.raises(ModelAPIError) as refused:
                 await client.complete(ModelRequest(history, (READ,), 2))
         finally:
@@ -164,7 +202,8 @@ async def test_without_reasoning_on_the_client_does_not_ask_and_strict_mode_noti
 
 
 async def test_a_whole_run_passes_reasoning_back_and_records_summaries_in_the_trace(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """A task run through run_task against the strict simulator ends ok; each model span's
     output lists its reasoning item with its summary (the encrypted content is not traced)."""
     task = load_task(STEADY)

@@ -82,15 +82,17 @@ async def test_divergence_is_reported_with_its_step(recorded: Path, tmp_path: Pa
 
 def test_replay_cli(recorded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The CLI replays and says whether the run diverged."""
-    code = main(["replay", str(recorded), "--tier", "sim-ultrafast", "--trace-dir",
-                 str(tmp_path), "-q"])
+    code = main(
+        ["replay", str(recorded), "--tier", "sim-ultrafast", "--trace-dir", str(tmp_path), "-q"]
+    )
     out = capsys.readouterr().out
     assert 0 == code
     assert "diverged  no" in out and "status   ok" in out
 
 
-def test_replay_of_a_non_trace_is_a_clear_error(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_of_a_non_trace_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A file that is not a trace gets exit code 2 and a message naming it."""
     bad = tmp_path / "bad.jsonl"
     bad.write_text("hello\n")
@@ -127,8 +129,9 @@ class LoggingEndpoint:
 
 
 @pytest.mark.parametrize("offline", [True, False])
-async def test_replay_never_contacts_the_traced_endpoint(recorded: Path, tmp_path: Path,
-                                                         offline: bool) -> None:
+async def test_replay_never_contacts_the_traced_endpoint(
+    recorded: Path, tmp_path: Path, offline: bool
+) -> None:
     """A trace whose tier names a real endpoint replays on the simulator: the endpoint gets
     no request, offline or not."""
     endpoint = LoggingEndpoint()
@@ -139,10 +142,12 @@ async def test_replay_never_contacts_the_traced_endpoint(recorded: Path, tmp_pat
         trace = tmp_path / "remote.jsonl"
         trace.write_bytes(b"\n".join([orjson.dumps(header), *lines[1:]]) + b"\n")
         tiers = tmp_path / "tiers.toml"
-        tiers.write_text(f'[tiers.remote-logged]\nbase_url = "{url}"\nmodel = "m"\n'
-                         f'api = "responses"\napi_key_env = "REMOTE_KEY"\n'
-                         f"profile = {{ base_latency_s = 0.01, prefill_tps = 100000, "
-                         f"output_tps = 2000 }}\n")
+        tiers.write_text(
+            f'[tiers.remote-logged]\nbase_url = "{url}"\nmodel = "m"\n'
+            f'api = "responses"\napi_key_env = "REMOTE_KEY"\n'
+            f"profile = {{ base_latency_s = 0.01, prefill_tps = 100000, "
+            f"output_tps = 2000 }}\n"
+        )
         res = await replay(trace, tiers_file=tiers, offline=offline, trace_dir=tmp_path / "out")
     assert ([], "ok") == (endpoint.requests, res.run.status)
     assert "sim" == load_trace(res.run.trace_path or "").header["tier"]["base_url"]

@@ -25,22 +25,31 @@ PROFILE = SpeedProfile(base_latency_s=0.02, prefill_tps=0, output_tps=400)
 TIER = Tier("flaky", "sim", "sim-test", "responses", PROFILE)
 
 
-def runner_for(client: Any, tmp_path: Path, tools: dict[str, Any] | None = None,
-               check: Any = None, **limits: Any) -> tuple[Runner, MemorySink]:
-    task = Task(name="t", prompt="do it", system="sys", tools=tuple((tools or {}).keys()),
-                limits=Limits(**limits))
+def runner_for(
+    client: Any,
+    tmp_path: Path,
+    tools: dict[str, Any] | None = None,
+    check: Any = None,
+    **limits: Any,
+) -> tuple[Runner, MemorySink]:
+    task = Task(
+        name="t",
+        prompt="do it",
+        system="sys",
+        tools=tuple((tools or {}).keys()),
+        limits=Limits(**limits),
+    )
     sink = MemorySink()
-    return Runner(task, client, tools or {}, TIER, Tracer(sink), RunContext(tmp_path),
-                  check=check), sink
+    return Runner(
+        task, client, tools or {}, TIER, Tracer(sink), RunContext(tmp_path), check=check
+    ), sink
 
 
-async def test_a_call_failing_for_good_keeps_its_attempts_and_books_waits(tmp_path: Path
-                                                                          ) -> None:
+async def test_a_call_failing_for_good_keeps_its_attempts_and_books_waits(tmp_path: Path) -> None:
     """Against a server answering 503 to everything, the model span keeps all three attempts and
     the back-off between them is booked as wait, not as retry service time."""
     async with SimServer(profile=PROFILE, faults=[Fault("503", every=True)]) as sim:
-        client = OpenAIClient(TIER, base_url=sim.base_url, max_attempts=3,
-                              backoff_initial_s=0.1)
+        client = OpenAIClient(TIER, base_url=sim.base_url, max_attempts=3, backoff_initial_s=0.1)
         try:
             runner, sink = runner_for(client, tmp_path)
             result = await runner.run()
@@ -63,8 +72,9 @@ async def test_a_raising_success_check_still_writes_the_end_record(tmp_path: Pat
     async def broken_check(final_text: str) -> dict[str, Any]:
         raise RuntimeError("check exploded")
 
-    runner, sink = runner_for(ScriptedClient([ScriptTurn(text="done")]), tmp_path,
-                              check=broken_check)
+    runner, sink = runner_for(
+        ScriptedClient([ScriptTurn(text="done")]), tmp_path, check=broken_check
+    )
     result = await runner.run()
     trace = records_to_trace(sink.records)
     assert trace.complete
@@ -81,8 +91,7 @@ async def test_a_cancelled_success_check_still_writes_the_end_record(tmp_path: P
         await asyncio.Event().wait()  # never returns: only cancellation ends it
         return {}
 
-    runner, sink = runner_for(ScriptedClient([ScriptTurn(text="done")]), tmp_path,
-                              check=slow_check)
+    runner, sink = runner_for(ScriptedClient([ScriptTurn(text="done")]), tmp_path, check=slow_check)
     task = asyncio.create_task(runner.run())
     await checking.wait()
     task.cancel()
@@ -94,11 +103,18 @@ async def test_a_cancelled_success_check_still_writes_the_end_record(tmp_path: P
 async def test_tool_queue_time_is_its_own_category(tmp_path: Path) -> None:
     """Two tools under max_parallel_tools=1: the second one's wait for the bound is booked as
     tool queue time on the critical path, not as framework time."""
-    turns = [ScriptTurn(tool_calls=(ScriptToolCall("sleep", '{"seconds": 0.3}'),
-                                    ScriptToolCall("sleep", '{"seconds": 0.3}'))),
-             ScriptTurn(text="done")]
-    runner, sink = runner_for(ScriptedClient(turns), tmp_path, {"sleep": SleepTool()},
-                              max_parallel_tools=1)
+    turns = [
+        ScriptTurn(
+            tool_calls=(
+                ScriptToolCall("sleep", '{"seconds": 0.3}'),
+                ScriptToolCall("sleep", '{"seconds": 0.3}'),
+            )
+        ),
+        ScriptTurn(text="done"),
+    ]
+    runner, sink = runner_for(
+        ScriptedClient(turns), tmp_path, {"sleep": SleepTool()}, max_parallel_tools=1
+    )
     await runner.run()
     trace = records_to_trace(sink.records)
     first, second = sorted(trace.of_kind("tool"), key=lambda s: s.t0)

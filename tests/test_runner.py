@@ -24,14 +24,27 @@ TIER = Tier("scripted", "sim", "scripted-model", "responses", SpeedProfile(0.1, 
 
 
 def turn(text: str = "", *calls: tuple[str, str], reasoning: int = 0) -> ScriptTurn:
-    return ScriptTurn(text=text, reasoning_tokens=reasoning,
-                      tool_calls=tuple(ScriptToolCall(n, a) for n, a in calls))
+    return ScriptTurn(
+        text=text,
+        reasoning_tokens=reasoning,
+        tool_calls=tuple(ScriptToolCall(n, a) for n, a in calls),
+    )
 
 
-def make(turns: list[ScriptTurn], tmp_path: Path, tools: dict | None = None,
-         delay: float = 0.0, **limits: float) -> tuple[Runner, MemorySink, ScriptedClient]:
-    task = Task(name="t", prompt="do it", system="sys", tools=tuple((tools or {}).keys()),
-                limits=Limits(**limits))
+def make(
+    turns: list[ScriptTurn],
+    tmp_path: Path,
+    tools: dict | None = None,
+    delay: float = 0.0,
+    **limits: float,
+) -> tuple[Runner, MemorySink, ScriptedClient]:
+    task = Task(
+        name="t",
+        prompt="do it",
+        system="sys",
+        tools=tuple((tools or {}).keys()),
+        limits=Limits(**limits),
+    )
     sink = MemorySink()
     client = ScriptedClient(turns, delay_s=delay)
     runner = Runner(task, client, tools or {}, TIER, Tracer(sink), RunContext(tmp_path))
@@ -41,9 +54,15 @@ def make(turns: list[ScriptTurn], tmp_path: Path, tools: dict | None = None,
 async def test_finish_tool_ends_the_run(tmp_path: Path) -> None:
     """A call to finish ends the run with status ok and its summary as the final text."""
     sleep = SleepTool()
-    runner, sink, _ = make([turn("look", ("sleep", '{"seconds": 0}')),
-                            turn("", ("finish", '{"summary": "all fixed"}')),
-                            turn("never reached")], tmp_path, {"sleep": sleep})
+    runner, sink, _ = make(
+        [
+            turn("look", ("sleep", '{"seconds": 0}')),
+            turn("", ("finish", '{"summary": "all fixed"}')),
+            turn("never reached"),
+        ],
+        tmp_path,
+        {"sleep": sleep},
+    )
     result = await runner.run()
     assert ("ok", 2, "all fixed") == (result.status, result.steps, result.final_text)
     trace = records_to_trace(sink.records)
@@ -91,8 +110,9 @@ async def test_wall_time_limit_ends_with_budget(tmp_path: Path) -> None:
 async def test_cancellation_closes_trace_and_kills_subprocess(tmp_path: Path) -> None:
     """Cancelling the caller's task ends the run as cancelled and kills the tool's subprocess."""
     shell = ShellSleepTool()
-    runner, sink, _ = make([turn("run", ("shell_sleep", '{"seconds": 30}'))], tmp_path,
-                           {"shell_sleep": shell})
+    runner, sink, _ = make(
+        [turn("run", ("shell_sleep", '{"seconds": 30}'))], tmp_path, {"shell_sleep": shell}
+    )
     job = asyncio.create_task(runner.run())
     while not shell.pids:
         await asyncio.sleep(0.01)
@@ -124,8 +144,9 @@ async def test_concurrency_is_bounded(tmp_path: Path) -> None:
     """With max_parallel_tools=1 the same calls run one after another."""
     sleep = SleepTool()
     calls = [("sleep", '{"seconds": 0.1}')] * 3
-    runner, _, _ = make([turn("go", *calls), turn("done")], tmp_path, {"sleep": sleep},
-                        max_parallel_tools=1)
+    runner, _, _ = make(
+        [turn("go", *calls), turn("done")], tmp_path, {"sleep": sleep}, max_parallel_tools=1
+    )
     await runner.run()
     ordered = sorted(sleep.intervals)
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered))
@@ -133,8 +154,11 @@ async def test_concurrency_is_bounded(tmp_path: Path) -> None:
 
 async def test_after_edges_form_the_dependency_graph(tmp_path: Path) -> None:
     """Tools wait for their model call; the next model call waits for every tool of the step."""
-    runner, sink, _ = make([turn("a", ("sleep", '{"seconds": 0}'), ("sleep", '{"seconds": 0}')),
-                            turn("b")], tmp_path, {"sleep": SleepTool()})
+    runner, sink, _ = make(
+        [turn("a", ("sleep", '{"seconds": 0}'), ("sleep", '{"seconds": 0}')), turn("b")],
+        tmp_path,
+        {"sleep": SleepTool()},
+    )
     await runner.run()
     trace = records_to_trace(sink.records)
     m1, m2 = sorted(trace.of_kind("model"), key=lambda s: s.t0)
@@ -149,8 +173,11 @@ async def test_after_edges_form_the_dependency_graph(tmp_path: Path) -> None:
 
 async def test_unknown_tool_and_bad_arguments_are_fed_back(tmp_path: Path) -> None:
     """An unknown tool and non-JSON arguments become error results; the loop goes on."""
-    runner, sink, client = make([turn("x", ("nope", "{}"), ("sleep", "{not json")),
-                                 turn("recovered")], tmp_path, {"sleep": SleepTool()})
+    runner, sink, client = make(
+        [turn("x", ("nope", "{}"), ("sleep", "{not json")), turn("recovered")],
+        tmp_path,
+        {"sleep": SleepTool()},
+    )
     result: RunResult = await runner.run()
     assert ("ok", 2) == (result.status, result.steps)
     fed_back = [m for m in client.requests[1].messages if m.role == "tool"]
@@ -162,8 +189,9 @@ async def test_unknown_tool_and_bad_arguments_are_fed_back(tmp_path: Path) -> No
 
 async def test_model_failure_ends_with_error_and_closed_trace(tmp_path: Path) -> None:
     """A model error (here: the script runs out) ends the run with status error, trace closed."""
-    runner, sink, _ = make([turn("a", ("sleep", '{"seconds": 0}'))], tmp_path,
-                           {"sleep": SleepTool()})
+    runner, sink, _ = make(
+        [turn("a", ("sleep", '{"seconds": 0}'))], tmp_path, {"sleep": SleepTool()}
+    )
     result = await runner.run()
     assert "error" == result.status and "no turn 2" in result.reason
     trace = records_to_trace(sink.records)
@@ -172,13 +200,19 @@ async def test_model_failure_ends_with_error_and_closed_trace(tmp_path: Path) ->
 
 async def test_model_span_records_usage_and_output(tmp_path: Path) -> None:
     """Model spans carry usage and the full output, enough to replay the run."""
-    runner, sink, _ = make([turn("hello", ("sleep", '{"seconds": 0}'), reasoning=7),
-                            turn("bye")], tmp_path, {"sleep": SleepTool()})
+    runner, sink, _ = make(
+        [turn("hello", ("sleep", '{"seconds": 0}'), reasoning=7), turn("bye")],
+        tmp_path,
+        {"sleep": SleepTool()},
+    )
     await runner.run()
     m1 = sorted(records_to_trace(sink.records).of_kind("model"), key=lambda s: s.t0)[0]
     assert 7 == m1.attrs["gen_ai.usage.reasoning.output_tokens"]
-    assert {"text": "hello", "reasoning_tokens": 7, "tool_calls": [
-        {"id": "call_0_0", "name": "sleep", "arguments": '{"seconds": 0}'}]} == m1.attrs["output"]
+    assert {
+        "text": "hello",
+        "reasoning_tokens": 7,
+        "tool_calls": [{"id": "call_0_0", "name": "sleep", "arguments": '{"seconds": 0}'}],
+    } == m1.attrs["output"]
 
 
 class BrokenTool:
@@ -192,8 +226,9 @@ class BrokenTool:
 
 async def test_a_raising_tool_becomes_an_error_result(tmp_path: Path) -> None:
     """A tool that raises gives the model an ok=False result; the run goes on."""
-    runner, _, client = make([turn("x", ("broken", "{}")), turn("fine")], tmp_path,
-                                {"broken": BrokenTool()})
+    runner, _, client = make(
+        [turn("x", ("broken", "{}")), turn("fine")], tmp_path, {"broken": BrokenTool()}
+    )
     result = await runner.run()
     assert "ok" == result.status
     fed = [m.content for m in client.requests[1].messages if m.role == "tool"]
@@ -206,8 +241,9 @@ async def test_an_internal_error_still_closes_the_trace(tmp_path: Path) -> None:
     def explode(event: object) -> None:
         raise SystemExit("event sink bug")  # not an Exception: _emit does not swallow it
 
-    runner, sink, _ = make([turn("x", ("sleep", '{"seconds": 0}')), turn("y")], tmp_path,
-                           {"sleep": SleepTool()})
+    runner, sink, _ = make(
+        [turn("x", ("sleep", '{"seconds": 0}')), turn("y")], tmp_path, {"sleep": SleepTool()}
+    )
     runner.events = explode
     with pytest.raises(SystemExit):
         await runner.run()

@@ -48,9 +48,14 @@ async def ctx(tmp_path: Path):
     (ws / "dangling_out").symlink_to(tmp_path / "not-yet.txt")
     (ws / "chain").symlink_to("link_out")
     (ws / "sub" / "deep_out").symlink_to("../../outside")
-    c = RunContext(workspace=ws.resolve(),
-                   settings={"tool_timeout_s": 20, "output_cap": 3000,
-                             "browser_args": ["--host-resolver-rules=MAP evil.test 127.0.0.1"]})
+    c = RunContext(
+        workspace=ws.resolve(),
+        settings={
+            "tool_timeout_s": 20,
+            "output_cap": 3000,
+            "browser_args": ["--host-resolver-rules=MAP evil.test 127.0.0.1"],
+        },
+    )
     yield c
     await c.aclose()
 
@@ -91,8 +96,10 @@ PATH_ESCAPES: list[tuple[str, dict[str, Any]]] = [
     ("search", {"pattern": "SECRET", "path": "dir_out"}),
     ("apply_patch", {"patch": "--- /dev/null\n+++ b/../pwned.txt\n@@ -0,0 +1 @@\n+x\n"}),
     ("apply_patch", {"patch": f"--- a/link_out\n+++ b/link_out\n@@ -1 +1 @@\n-{SECRET}\n+gone\n"}),
-    ("apply_patch", {"patch": "--- a/inside.txt\n+++ b/dir_out/moved.txt\n@@ -1 +1 @@\n"
-                              "-inside\n+moved\n"}),
+    (
+        "apply_patch",
+        {"patch": "--- a/inside.txt\n+++ b/dir_out/moved.txt\n@@ -1 +1 @@\n-inside\n+moved\n"},
+    ),
     ("browser_screenshot", {"path": "../shot.png"}),
     ("browser_open", {"url": "file:///etc/passwd"}),
     ("browser_open", {"url": "file://{root}/outside.txt"}),
@@ -104,18 +111,24 @@ PATH_ESCAPES: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-@pytest.mark.parametrize(("tool", "args"), PATH_ESCAPES,
-                         ids=[f"{t}:{next(iter(a.values()))[:40]!r}" for t, a in PATH_ESCAPES])
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    PATH_ESCAPES,
+    ids=[f"{t}:{next(iter(a.values()))[:40]!r}" for t, a in PATH_ESCAPES],
+)
 async def test_escape_is_refused(ctx: RunContext, tool: str, args: dict[str, Any]) -> None:
     """A path or URL leading out of the workspace is refused and nothing outside changes."""
     root = Path(ctx.workspace).parent
-    args = {k: v.replace("{root}", str(root)) if isinstance(v, str) else v
-            for k, v in args.items()}
+    args = {k: v.replace("{root}", str(root)) if isinstance(v, str) else v for k, v in args.items()}
     r = await call(ctx, tool, **args)
     assert r.ok is False, r.output
     assert SECRET not in r.output
-    assert ("outside the workspace" in r.output or "not an allowed host" in r.output
-            or "scheme is not allowed" in r.output or "NUL byte" in r.output), r.output
+    assert (
+        "outside the workspace" in r.output
+        or "not an allowed host" in r.output
+        or "scheme is not allowed" in r.output
+        or "NUL byte" in r.output
+    ), r.output
     untouched(root)
     assert not (root / "pwned.txt").exists() and not (root / "not-yet.txt").exists()
 
@@ -141,10 +154,12 @@ async def test_listing_shows_but_does_not_follow_links_out(ctx: RunContext) -> N
     assert "dir_out -> " in r.output
 
 
-@pytest.mark.parametrize("name", ["OPENAI_API_KEY", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY",
-                                  "DB_PASSWORD"])
-async def test_secrets_in_parent_env_do_not_leak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 name: str) -> None:
+@pytest.mark.parametrize(
+    "name", ["OPENAI_API_KEY", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD"]
+)
+async def test_secrets_in_parent_env_do_not_leak(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
     """A secret in the parent's environment is absent from what `env` prints inside run."""
     value = "sk-leak-" + name.lower() + "-0123456789abcdef"
     monkeypatch.setenv(name, value)
@@ -159,8 +174,12 @@ async def test_secrets_in_parent_env_do_not_leak(tmp_path: Path, monkeypatch: py
 
 async def test_secrets_in_context_env_are_dropped(tmp_path: Path) -> None:
     """Even a context env that carries secret-named keys gives the subprocess none of them."""
-    env = {**scrubbed_env(), "OPENAI_API_KEY": "sk-abcdefghijklmnop", "MY_TOKEN": "t0k3n-xyz",
-           "HARMLESS": "visible-value"}
+    env = {
+        **scrubbed_env(),
+        "OPENAI_API_KEY": "sk-abcdefghijklmnop",
+        "MY_TOKEN": "t0k3n-xyz",
+        "HARMLESS": "visible-value",
+    }
     c = RunContext(workspace=tmp_path, env=env)
     try:
         r = await tools.registry()["run"](c, {"command": "env"})
@@ -175,8 +194,8 @@ ORPHAN_MAKERS = {
     "subshell_grandchild": "(sleep 300 & echo $! >> pids; wait) & sleep 300",
     "detached_grandchild": "( (sleep 300 > /dev/null 2>&1 & echo $! >> pids) ) ; sleep 300",
     "nohup": "nohup sleep 300 > /dev/null 2>&1 & echo $! >> pids; sleep 300",
-    "new_group": "python3 -c 'import os,time; os.setpgid(0,0); open(\"pids\",\"a\").write("
-                 "str(os.getpid())+\"\\n\"); time.sleep(300)' & sleep 300",
+    "new_group": 'python3 -c \'import os,time; os.setpgid(0,0); open("pids","a").write('
+    'str(os.getpid())+"\\n"); time.sleep(300)\' & sleep 300',
     "new_session": "setsid sleep 300 > /dev/null 2>&1 & echo $! >> pids; sleep 300",
     "ignores_term": "bash -c 'trap \"\" TERM HUP; echo $$ >> pids; sleep 300' & sleep 300",
 }
@@ -194,9 +213,13 @@ async def test_timeout_leaves_no_orphans(ctx: RunContext, maker: str) -> None:
 
 async def test_run_end_kills_redirected_background(ctx: RunContext) -> None:
     """Background processes that outlive their command are gone once the run's context closes."""
-    r = await call(ctx, "run", command="(sleep 300 > /dev/null 2>&1 & echo $! >> pids); "
-                                       "setsid sleep 300 > /dev/null 2>&1 & echo $! >> pids; "
-                                       "env -i /bin/sleep 300 > /dev/null 2>&1 & echo $! >> pids")
+    r = await call(
+        ctx,
+        "run",
+        command="(sleep 300 > /dev/null 2>&1 & echo $! >> pids); "
+        "setsid sleep 300 > /dev/null 2>&1 & echo $! >> pids; "
+        "env -i /bin/sleep 300 > /dev/null 2>&1 & echo $! >> pids",
+    )
     assert r.ok
     pids = [int(x) for x in (Path(ctx.workspace) / "pids").read_text().split()]
     assert pids == await jail_survivors(ctx, pids, within_s=0)
@@ -238,19 +261,30 @@ async def test_browser_blocks_redirects_and_subrequests(ctx: RunContext) -> None
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = (await reader.readuntil(b"\r\n\r\n")).decode()
         target = head.split()[1]
-        host = next(ln.split(":", 1)[1].strip() for ln in head.splitlines()
-                    if ln.lower().startswith("host:"))
+        host = next(
+            ln.split(":", 1)[1].strip()
+            for ln in head.splitlines()
+            if ln.lower().startswith("host:")
+        )
         hits.append(f"{host}{target}")
         port = writer.get_extra_info("sockname")[1]
         if target == "/redirect":
-            writer.write(f"HTTP/1.1 302 Found\r\nLocation: http://evil.test:{port}/stolen\r\n"
-                         f"Content-Length: 0\r\nConnection: close\r\n\r\n".encode())
+            writer.write(
+                f"HTTP/1.1 302 Found\r\nLocation: http://evil.test:{port}/stolen\r\n"
+                f"Content-Length: 0\r\nConnection: close\r\n\r\n".encode()
+            )
         else:
-            body = (f"<p>page</p><a id=f href='file:///etc/hostname'>f</a><script>"
-                    f"fetch('http://evil.test:{port}/fetched').catch(()=>{{}});"
-                    f"new Image().src='http://evil.test:{port}/img';</script>").encode()
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: "
-                         + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+            body = (
+                f"<p>page</p><a id=f href='file:///etc/hostname'>f</a><script>"
+                f"fetch('http://evil.test:{port}/fetched').catch(()=>{{}});"
+                f"new Image().src='http://evil.test:{port}/img';</script>"
+            ).encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: "
+                + str(len(body)).encode()
+                + b"\r\nConnection: close\r\n\r\n"
+                + body
+            )
         await writer.drain()
         writer.close()
         await writer.wait_closed()
@@ -281,7 +315,8 @@ async def test_file_page_cannot_reach_files_outside(ctx: RunContext) -> None:
     root = Path(ctx.workspace).parent
     target = (root / "outside.txt").as_uri()
     (Path(ctx.workspace) / "page.html").write_text(
-        f"<p>local page</p><iframe src='{target}'></iframe><a id=out href='{target}'>out</a>")
+        f"<p>local page</p><iframe src='{target}'></iframe><a id=out href='{target}'>out</a>"
+    )
     r = await call(ctx, "browser_open", url=(Path(ctx.workspace) / "page.html").as_uri())
     assert r.ok, r.output
     await call(ctx, "browser_click", selector="#out")
@@ -294,9 +329,11 @@ async def test_file_page_cannot_reach_files_outside(ctx: RunContext) -> None:
 async def test_websocket_to_other_host_is_blocked(ctx: RunContext) -> None:
     """A page's WebSocket to a non-allowed host is refused by the WebSocket route."""
     page = Path(ctx.workspace) / "ws.html"
-    page.write_text("<p id=s>start</p><script>const w = new WebSocket('ws://evil.test:9/x');"
-                    "w.onclose = () => { document.getElementById('s').textContent = 'closed'; };"
-                    "</script>")
+    page.write_text(
+        "<p id=s>start</p><script>const w = new WebSocket('ws://evil.test:9/x');"
+        "w.onclose = () => { document.getElementById('s').textContent = 'closed'; };"
+        "</script>"
+    )
     assert (await call(ctx, "browser_open", url=page.as_uri())).ok
     r = await call(ctx, "browser_wait_for_text", text="closed", timeout_s=5)
     assert r.ok, r.output
@@ -365,7 +402,9 @@ RACE_CALLS: dict[str, Callable[[int], dict[str, Any]]] = {
     "read_file": lambda i: {"path": "sw/secret.txt"},
     "write_file": lambda i: {"path": f"sw/pwned{i}.txt", "content": "x"},
     "edit_file": lambda i: {"path": "sw/secret.txt", "old_text": SECRET, "new_text": "gone"},
-    "apply_patch": lambda i: {"patch": f"--- /dev/null\n+++ b/sw/pwned{i}.txt\n@@ -0,0 +1 @@\n+x\n"},
+    "apply_patch": lambda i: {
+        "patch": f"--- /dev/null\n+++ b/sw/pwned{i}.txt\n@@ -0,0 +1 @@\n+x\n"
+    },
     "search": lambda i: {"pattern": "SECRET", "path": "sw"},
     "list_files": lambda i: {"path": "sw"},
 }
@@ -379,7 +418,8 @@ async def test_symlink_swap_race_never_wins(ctx: RunContext, tool: str) -> None:
     real.mkdir()
     (real / "secret.txt").write_text("decoy " + "SECRET-looking " + "\n")
     swapper = await asyncio.create_subprocess_exec(
-        sys.executable, "-c",
+        sys.executable,
+        "-c",
         "import os, sys\nws, out = sys.argv[1], sys.argv[2]\n"
         "def swap(a, b):\n"
         "    try:\n        os.rename(ws + a, ws + b)\n    except OSError:\n        pass\n"
@@ -387,7 +427,9 @@ async def test_symlink_swap_race_never_wins(ctx: RunContext, tool: str) -> None:
         "while True:\n"
         "    swap('/sw', '/real'); swap('/link', '/sw')\n"
         "    swap('/sw', '/link'); swap('/real', '/sw')\n",
-        str(ws), str(root / "outside"))
+        str(ws),
+        str(root / "outside"),
+    )
     try:
         outputs = [(await call(ctx, tool, **RACE_CALLS[tool](i))).output for i in range(150)]
     finally:
@@ -408,13 +450,13 @@ JAIL_REFUSALS = {
     "outside_workspace": "echo x > {root}/outside/pwned.txt && echo ESCAPED",
     "outside_secret_dir": "ls {root}/outside >/dev/null && echo ESCAPED",
     "internet": "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), 2)' "
-                "&& echo ESCAPED",
+    "&& echo ESCAPED",
     "host_address": "python3 -c 'import socket; socket.create_connection((\"{host_ip}\", 22), 2)' "
-                    "&& echo ESCAPED",
-    "host_loopback": "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", "
-                     "{host_port}), 2)' && echo ESCAPED",
+    "&& echo ESCAPED",
+    "host_loopback": 'python3 -c \'import socket; socket.create_connection(("127.0.0.1", '
+    "{host_port}), 2)' && echo ESCAPED",
     "parent_environ": "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -q {secret} "
-                      "&& echo ESCAPED",
+    "&& echo ESCAPED",
     "parent_listed": "ps -eo args 2>/dev/null | grep -v grep | grep -q pytest && echo ESCAPED",
     "stop_the_agent": "kill -STOP $PPID 1; kill -9 $PPID 1; kill -STOP -1; echo tried",
     "raise_limits": "ulimit -u unlimited 2>/dev/null; ulimit -f unlimited && echo ESCAPED",
@@ -435,8 +477,9 @@ async def test_jail_holds(ctx: RunContext, monkeypatch: pytest.MonkeyPatch, kind
     listener.listen()
     root = Path(ctx.workspace).parent
     try:
-        command = JAIL_REFUSALS[kind].format(root=root, host_ip=_host_ip(), secret=secret,
-                                             host_port=listener.getsockname()[1])
+        command = JAIL_REFUSALS[kind].format(
+            root=root, host_ip=_host_ip(), secret=secret, host_port=listener.getsockname()[1]
+        )
         r = await call(ctx, "run", command=command, timeout_s=10)
     finally:
         listener.close()
@@ -461,7 +504,9 @@ def _host_ip() -> str:
 
 def untouched_but(root: Path, extra: set[str]) -> None:
     """Like :func:`untouched`, allowing the named files the test itself put beside the workspace."""
-    assert sorted({"outside", "outside.txt", "ws"} | extra) == sorted(p.name for p in root.iterdir())
+    assert sorted({"outside", "outside.txt", "ws"} | extra) == sorted(
+        p.name for p in root.iterdir()
+    )
     assert (root / "outside.txt").read_text() == SECRET + "\n"
     assert ["secret.txt"] == sorted(p.name for p in (root / "outside").iterdir())
 
@@ -485,11 +530,20 @@ async def test_run_ends_on_time_whatever_a_tool_does(tmp_path: Path, kind: str) 
     ws.mkdir()
     (ws / "x.txt").write_text("x" * 5000 + "\n")
     name, args = HUNG_TOOLS[kind]
-    task = Task(name="hung", prompt="p", system="s", tools=(name,), finish_tool=True,
-                workspace=ws, setup=("mkfifo fifo",),
-                limits=Limits(max_steps=3, timeout_s=3, tool_timeout_s=60))
-    turns = [ScriptTurn(tool_calls=(ScriptToolCall(name, orjson.dumps(args).decode()),)),
-             ScriptTurn(tool_calls=(ScriptToolCall("finish", '{"summary": "done"}'),))]
+    task = Task(
+        name="hung",
+        prompt="p",
+        system="s",
+        tools=(name,),
+        finish_tool=True,
+        workspace=ws,
+        setup=("mkfifo fifo",),
+        limits=Limits(max_steps=3, timeout_s=3, tool_timeout_s=60),
+    )
+    turns = [
+        ScriptTurn(tool_calls=(ScriptToolCall(name, orjson.dumps(args).decode()),)),
+        ScriptTurn(tool_calls=(ScriptToolCall("finish", '{"summary": "done"}'),)),
+    ]
     started = time.monotonic()
     result = await run_task(task, client=ScriptedClient(turns), trace_dir=tmp_path / "traces")
     assert time.monotonic() - started < 3 + 3
@@ -498,20 +552,46 @@ async def test_run_ends_on_time_whatever_a_tool_does(tmp_path: Path, kind: str) 
 
 
 def _run_cli(task: Path, trace_dir: Path, tmpdir: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "import sys; from agentloop.cli import main; "
-                             "sys.exit(main(sys.argv[1:]))", "run", str(task), "--trace-dir",
-                             str(trace_dir), "--tier", "sim-ultrafast"],
-                            env={**os.environ, "TMPDIR": str(tmpdir)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from agentloop.cli import main; sys.exit(main(sys.argv[1:]))",
+            "run",
+            str(task),
+            "--trace-dir",
+            str(trace_dir),
+            "--tier",
+            "sim-ultrafast",
+        ],
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _hung_task(tmp_path: Path, token: str) -> Path:
     (tmp_path / "ws").mkdir(exist_ok=True)
-    spec = {"name": "hung-cli", "prompt": "p", "workspace": "ws", "tools": ["run"],
-            "setup": [f"sleep 300.{token} > /dev/null 2>&1 &"],
-            "limits": {"timeout_s": 60, "tool_timeout_s": 60},
-            "script": [{"tool_calls": [{"name": "run", "arguments": {
-                "command": f"trap '' TERM; setsid sleep 301.{token} & sleep 302.{token}"}}]}]}
+    spec = {
+        "name": "hung-cli",
+        "prompt": "p",
+        "workspace": "ws",
+        "tools": ["run"],
+        "setup": [f"sleep 300.{token} > /dev/null 2>&1 &"],
+        "limits": {"timeout_s": 60, "tool_timeout_s": 60},
+        "script": [
+            {
+                "tool_calls": [
+                    {
+                        "name": "run",
+                        "arguments": {
+                            "command": f"trap '' TERM; setsid sleep 301.{token} & sleep 302.{token}"
+                        },
+                    }
+                ]
+            }
+        ],
+    }
     path = tmp_path / "hung.yaml"
     path.write_bytes(orjson.dumps(spec))
     return path
@@ -593,11 +673,13 @@ async def test_webrtc_cannot_reach_a_non_allowed_address(ctx: RunContext, where:
     udp.bind(("0.0.0.0", 0))
     udp.setblocking(False)
     try:
-        html = (f"<p id=s>start</p><script>const pc = new RTCPeerConnection({{iceServers: "
-                f"[{{urls: 'stun:{_host_ip()}:{udp.getsockname()[1]}'}}]}});"
-                f"pc.createDataChannel('x'); pc.createOffer().then(o => pc.setLocalDescription(o))"
-                f".then(() => {{ document.getElementById('s').textContent = 'offered'; }});"
-                f"</script>")
+        html = (
+            f"<p id=s>start</p><script>const pc = new RTCPeerConnection({{iceServers: "
+            f"[{{urls: 'stun:{_host_ip()}:{udp.getsockname()[1]}'}}]}});"
+            f"pc.createDataChannel('x'); pc.createOffer().then(o => pc.setLocalDescription(o))"
+            f".then(() => {{ document.getElementById('s').textContent = 'offered'; }});"
+            f"</script>"
+        )
         if where == "data_url":
             url = "data:text/html," + html
         else:
@@ -617,7 +699,12 @@ async def test_webrtc_cannot_reach_a_non_allowed_address(ctx: RunContext, where:
 
 async def test_orphans_are_reaped_inside_the_jail(ctx: RunContext) -> None:
     """A child whose parent exits without waiting is reaped by the jail's init: no zombie stays."""
-    r = await call(ctx, "run", command=(
-        "python3 -c 'import os, time\nif os.fork() == 0: os._exit(0)\ntime.sleep(0.3)' & "
-        "(sleep 0.2 &); sleep 1; ps -eo stat= | grep -c ^Z; true"))
+    r = await call(
+        ctx,
+        "run",
+        command=(
+            "python3 -c 'import os, time\nif os.fork() == 0: os._exit(0)\ntime.sleep(0.3)' & "
+            "(sleep 0.2 &); sleep 1; ps -eo stat= | grep -c ^Z; true"
+        ),
+    )
     assert (True, "0") == (r.ok, r.output.split("--- stdout ---\n")[1].strip())

@@ -20,15 +20,24 @@ SECRET = "s3cr3t-value-9f8e7d6c5b4a"
 
 
 async def test_secret_values_are_redacted_from_the_trace(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A secret env value in the prompt, the model's text and a tool's output is redacted."""
     monkeypatch.setenv("DEPLOY_TOKEN", SECRET)
-    task = Task(name="leaky", prompt=f"the token is {SECRET}", system="s",
-                tools=("run",), finish_tool=True)
-    turns = [ScriptTurn(text=f"I see {SECRET}", tool_calls=(
-                 ScriptToolCall("run", '{"command": "echo token=$DEPLOY_TOKEN; echo ' + SECRET
-                                + '"}'),)),
-             ScriptTurn(text="done")]
+    task = Task(
+        name="leaky", prompt=f"the token is {SECRET}", system="s", tools=("run",), finish_tool=True
+    )
+    turns = [
+        ScriptTurn(
+            text=f"I see {SECRET}",
+            tool_calls=(
+                ScriptToolCall(
+                    "run", '{"command": "echo token=$DEPLOY_TOKEN; echo ' + SECRET + '"}'
+                ),
+            ),
+        ),
+        ScriptTurn(text="done"),
+    ]
     result = await run_task(task, client=ScriptedClient(turns), trace_dir=tmp_path)
     assert "ok" == result.status
     text = Path(result.trace_path or "").read_text()
@@ -41,42 +50,63 @@ async def test_authorization_headers_and_sk_keys_are_redacted(tmp_path: Path) ->
     """Bearer tokens and sk- keys are redacted even when no env var names them."""
     leak = "Authorization: Bearer abcdefghijklmnop0123 and sk-proj-ABCDEFGHIJKLMNOPQRST"
     task = Task(name="leaky2", prompt=leak, system="s")
-    result = await run_task(task, client=ScriptedClient([ScriptTurn(text="ok")]),
-                            trace_dir=tmp_path)
+    result = await run_task(
+        task, client=ScriptedClient([ScriptTurn(text="ok")]), trace_dir=tmp_path
+    )
     text = Path(result.trace_path or "").read_text()
     assert "abcdefghijklmnop0123" not in text and "sk-proj-ABCDEFGHIJKLMNOPQRST" not in text
 
 
 ENCODED = {
     "verbatim": "echo $V",
-    "base64": "printf %s \"prefix:$V\" | base64 -w0",
-    "base64_shifted": "printf %s \"ab$V\" | base64 -w0",
+    "base64": 'printf %s "prefix:$V" | base64 -w0',
+    "base64_shifted": 'printf %s "ab$V" | base64 -w0',
     "hex": "printf %s \"$V\" | od -An -tx1 | tr -d ' \\n'",
-    "reversed": "printf %s \"$V\" | rev",
+    "reversed": 'printf %s "$V" | rev',
     "url_encoded": "python -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' \"$V\"",
 }
 
 
 @pytest.mark.parametrize("form", sorted(ENCODED))
 async def test_encoded_secret_is_redacted_in_trace_and_terminal(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        form: str) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], form: str
+) -> None:
     """A secret a command prints encoded reaches neither the trace nor the progress lines."""
     value = "sk-planted/" + "Zq9+x&y=1 " + "0123456789abcdef"
     monkeypatch.setenv("OPENAI_API_KEY", value)
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws" / "v").write_text(value)
     raw = value.encode()
-    forms = [value, base64.b64encode(b"prefix:" + raw).decode()[12:40],
-             base64.b64encode(b"ab" + raw).decode()[4:30], raw.hex(), value[::-1],
-             quote(value, safe="")]
-    task = Task(name="enc", prompt="p", system="s", tools=("run",), finish_tool=True,
-                workspace=tmp_path / "ws")
-    turns = [ScriptTurn(text="x", tool_calls=(ScriptToolCall(
-                 "run", orjson.dumps({"command": "V=$(cat v); " + ENCODED[form]}).decode()),)),
-             ScriptTurn(text="done")]
-    result = await run_task(task, client=ScriptedClient(turns), trace_dir=tmp_path,
-                            events=Progress(sys.stdout))
+    forms = [
+        value,
+        base64.b64encode(b"prefix:" + raw).decode()[12:40],
+        base64.b64encode(b"ab" + raw).decode()[4:30],
+        raw.hex(),
+        value[::-1],
+        quote(value, safe=""),
+    ]
+    task = Task(
+        name="enc",
+        prompt="p",
+        system="s",
+        tools=("run",),
+        finish_tool=True,
+        workspace=tmp_path / "ws",
+    )
+    turns = [
+        ScriptTurn(
+            text="x",
+            tool_calls=(
+                ScriptToolCall(
+                    "run", orjson.dumps({"command": "V=$(cat v); " + ENCODED[form]}).decode()
+                ),
+            ),
+        ),
+        ScriptTurn(text="done"),
+    ]
+    result = await run_task(
+        task, client=ScriptedClient(turns), trace_dir=tmp_path, events=Progress(sys.stdout)
+    )
     assert "ok" == result.status
     shown = capsys.readouterr().out
     text = Path(result.trace_path or "").read_text()
@@ -87,7 +117,8 @@ async def test_url_password_is_redacted(tmp_path: Path) -> None:
     """The password inside scheme://user:PASSWORD@host is redacted whatever the variable is named."""
     url = "postgres://app:Pa55-w0rd-xyz@db.internal:5432/orders"
     task = Task(name="url", prompt=f"DATABASE_URL={url}", system="s")
-    result = await run_task(task, client=ScriptedClient([ScriptTurn(text=f"using {url}")]),
-                            trace_dir=tmp_path)
+    result = await run_task(
+        task, client=ScriptedClient([ScriptTurn(text=f"using {url}")]), trace_dir=tmp_path
+    )
     text = Path(result.trace_path or "").read_text()
     assert "Pa55-w0rd-xyz" not in text and "postgres://app:[REDACTED]@db.internal" in text

@@ -51,8 +51,9 @@ class Server:
 
     def __init__(self, proc: subprocess.Popen[str], base: str, root: Path) -> None:
         self.proc, self.base, self.root = proc, base, root
-        self.client = httpx.AsyncClient(base_url=base, timeout=30.0,
-                                        headers={"Authorization": f"Bearer {TOKEN}"})
+        self.client = httpx.AsyncClient(
+            base_url=base, timeout=30.0, headers={"Authorization": f"Bearer {TOKEN}"}
+        )
 
     async def submit(self, body: dict[str, Any]) -> str:
         r = await self.client.post("/v1/runs", json=body)
@@ -66,9 +67,9 @@ class Server:
             name = None
             async for line in r.aiter_lines():
                 if line.startswith("event: "):
-                    name = line[len("event: "):]
+                    name = line[len("event: ") :]
                 elif line.startswith("data: ") and name is not None:
-                    yield name, orjson.loads(line[len("data: "):])
+                    yield name, orjson.loads(line[len("data: ") :])
                     name = None
 
     async def all_events(self, run_id: str) -> list[tuple[str, dict[str, Any]]]:
@@ -85,9 +86,25 @@ def _start(root: Path, *args: str, token: str | None = TOKEN) -> Server:
     if token:
         env["AGENTLOOP_TOKEN"] = token
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agentloop.cli", "serve", "--port", "0", "--tasks-dir", "tasks",
-         "--trace-dir", "traces", *args], cwd=root, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "agentloop.cli",
+            "serve",
+            "--port",
+            "0",
+            "--tasks-dir",
+            "tasks",
+            "--trace-dir",
+            "traces",
+            *args,
+        ],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert "listening on http://" in line, line + (proc.stderr.read() if proc.stderr else "")
@@ -127,8 +144,13 @@ async def server(root: Path) -> AsyncIterator[Server]:
 
 
 def _cli_json(root: Path, *args: str) -> Any:
-    out = subprocess.run([sys.executable, "-m", "agentloop.cli", *args, "--json"], cwd=root,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "agentloop.cli", *args, "--json"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return orjson.loads(out.stdout)
 
 
@@ -136,15 +158,17 @@ async def test_requests_without_the_token_get_401(server: Server) -> None:
     """Without the bearer token, or with a wrong one, every route answers 401 with a JSON error."""
     async with httpx.AsyncClient(base_url=server.base) as anon:
         assert 401 == (await anon.get("/v1/runs")).status_code
-        wrong = await anon.post("/v1/runs", json={"task": "quick"},
-                                headers={"Authorization": "Bearer nope"})
+        wrong = await anon.post(
+            "/v1/runs", json={"task": "quick"}, headers={"Authorization": "Bearer nope"}
+        )
         assert 401 == wrong.status_code
         assert "bearer token" in wrong.json()["error"]["message"]
     assert 200 == (await server.client.get("/v1/runs")).status_code
 
 
 async def test_a_run_streams_its_events_then_serves_trace_report_and_whatif(
-        server: Server, root: Path) -> None:
+    server: Server, root: Path
+) -> None:
     """A submitted run streams run_start .. run_end over SSE, then its trace, report and
     what-if are the ones the CLI computes from the same trace file."""
     run_id = await server.submit({"task": "tasks/quick.yaml"})
@@ -165,8 +189,9 @@ async def test_a_run_streams_its_events_then_serves_trace_report_and_whatif(
     trace_file = root / str(status["trace"])
     report = (await server.client.get(f"/v1/runs/{run_id}/report")).json()
     assert _cli_json(root, "report", str(trace_file)) == report
-    whatif = (await server.client.get(f"/v1/runs/{run_id}/whatif",
-                                      params={"tier": "sim-standard"})).json()
+    whatif = (
+        await server.client.get(f"/v1/runs/{run_id}/whatif", params={"tier": "sim-standard"})
+    ).json()
     assert _cli_json(root, "whatif", str(trace_file), "--tier", "sim-standard") == whatif
 
     late = await server.all_events(run_id)  # a late subscriber gets the whole run again
@@ -185,21 +210,25 @@ async def test_an_inline_task_runs(server: Server) -> None:
     assert "sim-fast" == (await server.status(run_id))["tier"]
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"task": "no-such-task"}, "task"),
-    ({"task": "../outside.yaml"}, "task"),
-    ({"task": str(Path("/etc/passwd"))}, "task"),
-    ({"task": "tasks/quick.yaml", "limits": {"max_steps": 0}}, "limits.max_steps"),
-    ({"task": "tasks/quick.yaml", "limits": {"max_stepz": 3}}, "limits.max_stepz"),
-    ({"task": "tasks/quick.yaml", "tier": "no-such-tier"}, "tier"),
-    ({"task": "tasks/missing.yaml"}, "task"),
-    ({"task": {"name": "x"}}, "task.prompt"),
-    ({"task": {"name": "x", "prompt": "p", "tools": ["rm_rf"]}}, "task.tools[0]"),
-    ({"tier": "sim-fast"}, "task"),
-    ({"task": "tasks/quick.yaml", "colour": "red"}, "colour"),
-])
-async def test_bad_requests_get_400_naming_the_field(server: Server, body: dict[str, Any],
-                                                     field: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"task": "no-such-task"}, "task"),
+        ({"task": "../outside.yaml"}, "task"),
+        ({"task": str(Path("/etc/passwd"))}, "task"),
+        ({"task": "tasks/quick.yaml", "limits": {"max_steps": 0}}, "limits.max_steps"),
+        ({"task": "tasks/quick.yaml", "limits": {"max_stepz": 3}}, "limits.max_stepz"),
+        ({"task": "tasks/quick.yaml", "tier": "no-such-tier"}, "tier"),
+        ({"task": "tasks/missing.yaml"}, "task"),
+        ({"task": {"name": "x"}}, "task.prompt"),
+        ({"task": {"name": "x", "prompt": "p", "tools": ["rm_rf"]}}, "task.tools[0]"),
+        ({"tier": "sim-fast"}, "task"),
+        ({"task": "tasks/quick.yaml", "colour": "red"}, "colour"),
+    ],
+)
+async def test_bad_requests_get_400_naming_the_field(
+    server: Server, body: dict[str, Any], field: str
+) -> None:
     """An invalid run request gets 400 with a JSON error that names the field at fault."""
     r = await server.client.post("/v1/runs", json=body)
     assert 400 == r.status_code, r.text
@@ -208,12 +237,16 @@ async def test_bad_requests_get_400_naming_the_field(server: Server, body: dict[
 
 async def test_a_shipped_task_by_name_and_limits(server: Server) -> None:
     """A shipped task is found by its name; limits in the request apply to the run."""
-    run_id = await server.submit({"task": "disk-full", "tier": "sim-ultrafast",
-                                  "limits": {"max_steps": 1}})
+    run_id = await server.submit(
+        {"task": "disk-full", "tier": "sim-ultrafast", "limits": {"max_steps": 1}}
+    )
     events = await server.all_events(run_id)
     end = events[-1][1]["data"]
-    assert ("disk-full", "budget", 1) == ((await server.status(run_id))["task"], end["status"],
-                                          end["steps"])
+    assert ("disk-full", "budget", 1) == (
+        (await server.status(run_id))["task"],
+        end["status"],
+        end["steps"],
+    )
 
 
 async def test_malformed_json_and_unknown_runs(server: Server) -> None:
@@ -228,8 +261,14 @@ async def test_openapi_document(server: Server) -> None:
     """/openapi.json describes the run routes."""
     doc = (await server.client.get("/openapi.json")).json()
     assert doc["openapi"].startswith("3.")
-    assert {"/v1/runs", "/v1/runs/{id}", "/v1/runs/{id}/events", "/v1/runs/{id}/trace",
-            "/v1/runs/{id}/report", "/v1/runs/{id}/whatif"} <= set(doc["paths"])
+    assert {
+        "/v1/runs",
+        "/v1/runs/{id}",
+        "/v1/runs/{id}/events",
+        "/v1/runs/{id}/trace",
+        "/v1/runs/{id}/report",
+        "/v1/runs/{id}/whatif",
+    } <= set(doc["paths"])
     assert {"get", "post"} == set(doc["paths"]["/v1/runs"])
 
 
@@ -287,9 +326,14 @@ async def test_sigterm_cancels_runs_in_flight_and_closes_their_traces(root: Path
 def test_no_token_refuses_a_non_loopback_address(root: Path) -> None:
     """Without AGENTLOOP_TOKEN the server will not listen beyond loopback: exit 2, no traceback."""
     env = {k: v for k, v in os.environ.items() if k != "AGENTLOOP_TOKEN"}
-    out = subprocess.run([sys.executable, "-m", "agentloop.cli", "serve", "--host", "0.0.0.0",
-                          "--port", "0"], cwd=root, env=env, capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "agentloop.cli", "serve", "--host", "0.0.0.0", "--port", "0"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert 2 == out.returncode
     assert "AGENTLOOP_TOKEN" in out.stderr
     assert "Traceback" not in out.stderr

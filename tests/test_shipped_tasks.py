@@ -35,9 +35,12 @@ BROKEN_BEFORE = {
 
 # The indicators the intrusion playbook plants; its final answer must name every one.
 PLANTED_IOCS = [
-    "203.0.113.77", "198.51.100.23", "/var/tmp/.cache/kworkerd",
+    "203.0.113.77",
+    "198.51.100.23",
+    "/var/tmp/.cache/kworkerd",
     "0db5dc5d343b333c672874b77ed2ad9eab1e4864efdb58c2697552539dbbea9a",
-    "/etc/cron.d/.sysupdate", "/etc/systemd/system/dbus-helper.service",
+    "/etc/cron.d/.sysupdate",
+    "/etc/systemd/system/dbus-helper.service",
     "SHA256:tyD5HoDUdthX4SMXrVqLI+5MBfE0iPp6aCl3OUKjNU8",
 ]
 
@@ -54,8 +57,9 @@ def processes_in(folder: Path) -> list[str]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue  # gone meanwhile, or not ours to read
-        if state != "Z" and (cwd == str(folder) or cwd.startswith(f"{folder}/")
-                             or str(folder) in cmd):
+        if state != "Z" and (
+            cwd == str(folder) or cwd.startswith(f"{folder}/") or str(folder) in cmd
+        ):
             found.append(f"pid {entry.name}: {cmd.strip()}")
     return found
 
@@ -63,8 +67,7 @@ def processes_in(folder: Path) -> list[str]:
 def test_there_are_incident_playbooks() -> None:
     """At least six incident-response playbooks ship with agentloop, each with a runbook."""
     assert len(PLAYBOOKS) >= 6
-    assert [] == [p.stem for p in PLAYBOOKS
-                  if not (p.with_suffix("") / "RUNBOOK.md").is_file()]
+    assert [] == [p.stem for p in PLAYBOOKS if not (p.with_suffix("") / "RUNBOOK.md").is_file()]
 
 
 def test_playbooks_cover_a_background_service_the_browser_and_git() -> None:
@@ -72,8 +75,12 @@ def test_playbooks_cover_a_background_service_the_browser_and_git() -> None:
     tasks = [open_task(p) for p in PLAYBOOKS]
 
     def scripts_started_by_setup(task):  # the shell scripts a setup command runs
-        return [(task.workspace / word).read_text() for cmd in task.setup
-                for word in cmd.split() if word.endswith(".sh")]
+        return [
+            (task.workspace / word).read_text()
+            for cmd in task.setup
+            for word in cmd.split()
+            if word.endswith(".sh")
+        ]
 
     calls = [[c for turn in t.script for c in turn.tool_calls] for t in tasks]
     assert any(" &\n" in script for t in tasks for script in scripts_started_by_setup(t))
@@ -96,18 +103,21 @@ async def test_shipped_task_succeeds_offline(path: Path, tmp_path: Path) -> None
         shutil.rmtree(work, ignore_errors=True)
     trace = load_trace(result.trace_path or "")
     check = (trace.end or {}).get("success") or {}
-    assert ("ok", True) == (result.status, result.success), \
+    assert ("ok", True) == (result.status, result.success), (
         f"{result.success_detail}\n{check.get('output', '')}"
+    )
     assert [] == left, "a process the run started outlived it"
     tools = trace.of_kind("tool")
     used = {t.attrs["gen_ai.tool.name"] for t in tools}
     assert used <= set(task.tools) | {"finish"}
-    assert all(t.attrs["ok"] or t.attrs["gen_ai.tool.name"] in ("run", "run_tests")
-               for t in tools), "only checks may fail (before the fix)"
+    assert all(
+        t.attrs["ok"] or t.attrs["gen_ai.tool.name"] in ("run", "run_tests") for t in tools
+    ), "only checks may fail (before the fix)"
     if task.name in BROKEN_BEFORE:
         tool, seen = BROKEN_BEFORE[task.name]
-        assert any(seen in t.attrs["output"] for t in tools
-                   if t.attrs["gen_ai.tool.name"] == tool), f"{tool} never saw {seen!r}"
+        assert any(
+            seen in t.attrs["output"] for t in tools if t.attrs["gen_ai.tool.name"] == tool
+        ), f"{tool} never saw {seen!r}"
     if task.name == "intrusion":  # its answer names every indicator of compromise it planted
         assert [] == [ioc for ioc in PLANTED_IOCS if ioc not in result.final_text]
 
@@ -116,10 +126,16 @@ async def test_shipped_task_succeeds_offline(path: Path, tmp_path: Path) -> None
 async def test_playbook_check_fails_while_the_incident_lasts(path: Path, tmp_path: Path) -> None:
     """A model that finishes at once with the right words fails the check: the fix is verified."""
     task = open_task(path)
-    give_up = ScriptTurn.from_dict({"tool_calls": [
-        {"name": "finish", "arguments": {"summary": f"{task.success_text}: nothing to do."}}]})
-    result = await run_task(task, tier="sim-ultrafast", trace_dir=tmp_path, script=[give_up],
-                            keep_workspace=True)
+    give_up = ScriptTurn.from_dict(
+        {
+            "tool_calls": [
+                {"name": "finish", "arguments": {"summary": f"{task.success_text}: nothing to do."}}
+            ]
+        }
+    )
+    result = await run_task(
+        task, tier="sim-ultrafast", trace_dir=tmp_path, script=[give_up], keep_workspace=True
+    )
     work = Path(result.workspace or "")
     try:
         left = processes_in(work)

@@ -24,8 +24,16 @@ script:
 
 async def start(*args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agentloop.cli", "sim", "serve", *args, cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "agentloop.cli",
+        "sim",
+        "serve",
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
 
 
 async def test_serve_script_until_interrupted(tmp_path):
@@ -37,8 +45,10 @@ async def test_serve_script_until_interrupted(tmp_path):
         line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
         base_url = line.split("serving ", 1)[1].split(" ", 1)[0]
         async with httpx.AsyncClient(base_url=base_url) as http:
-            resp = await http.post("/chat/completions", json={
-                "model": "sim-ultrafast", "messages": [{"role": "user", "content": "hi"}]})
+            resp = await http.post(
+                "/chat/completions",
+                json={"model": "sim-ultrafast", "messages": [{"role": "user", "content": "hi"}]},
+            )
             models = (await http.get("/models")).json()
     finally:
         proc.send_signal(signal.SIGINT)
@@ -57,10 +67,19 @@ async def test_serve_a_recorded_trace(tmp_path):
     sink = JsonlSink(path)
     tracer = Tracer(sink)
     tracer.header(run_id="r", task={"name": "t"})
-    async with tracer.span("run", "invoke_agent t"), tracer.span("step", "step 1"), \
-            tracer.span("model", "chat sim") as span:
-        span.set(step=1, output={"text": "", "reasoning_tokens": 0, "tool_calls": [
-            {"id": "x", "name": "read_file", "arguments": '{"path": "a.py"}'}]})
+    async with (
+        tracer.span("run", "invoke_agent t"),
+        tracer.span("step", "step 1"),
+        tracer.span("model", "chat sim") as span,
+    ):
+        span.set(
+            step=1,
+            output={
+                "text": "",
+                "reasoning_tokens": 0,
+                "tool_calls": [{"id": "x", "name": "read_file", "arguments": '{"path": "a.py"}'}],
+            },
+        )
     tracer.end("ok")
     sink.close()
     proc = await start("--port", "0", "--tier", "sim-ultrafast", "--trace", str(path))
@@ -74,7 +93,10 @@ async def test_serve_a_recorded_trace(tmp_path):
         await asyncio.wait_for(proc.communicate(), 20)
     call = resp.json()["output"][0]
     assert (call["type"], call["name"], call["arguments"]) == (
-        "function_call", "read_file", '{"path": "a.py"}')
+        "function_call",
+        "read_file",
+        '{"path": "a.py"}',
+    )
     assert "1 scripted turn)" in line
 
 

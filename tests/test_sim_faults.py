@@ -16,15 +16,19 @@ from agentloop.sim.tokens import count_tokens
 from agentloop.tiers import SpeedProfile
 
 FAST = SpeedProfile(base_latency_s=0.01, prefill_tps=1_000_000, output_tps=2000)
-SCRIPT = [ScriptTurn(text="Reading.", tool_calls=(ScriptToolCall("read_file", '{"path": "a"}'),)),
-          ScriptTurn(text="Done.")]
+SCRIPT = [
+    ScriptTurn(text="Reading.", tool_calls=(ScriptToolCall("read_file", '{"path": "a"}'),)),
+    ScriptTurn(text="Done."),
+]
 
 
 def client_of(sim: SimServer, retries: int = 0) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=sim.base_url, api_key="sim", max_retries=retries)
 
 
-async def collect(client: openai.AsyncOpenAI) -> tuple[list[str], list[float], BaseException | None]:
+async def collect(
+    client: openai.AsyncOpenAI,
+) -> tuple[list[str], list[float], BaseException | None]:
     """Stream one Responses call; text deltas, their arrival instants, and the error if any."""
     deltas, stamps = [], []
     try:
@@ -39,15 +43,19 @@ async def collect(client: openai.AsyncOpenAI) -> tuple[list[str], list[float], B
     return deltas, stamps, None
 
 
-@pytest.mark.parametrize(("kind", "error", "status"), [
-    ("429", openai.RateLimitError, 429),
-    ("500", openai.InternalServerError, 500),
-    ("503", openai.InternalServerError, 503),
-])
+@pytest.mark.parametrize(
+    ("kind", "error", "status"),
+    [
+        ("429", openai.RateLimitError, 429),
+        ("500", openai.InternalServerError, 500),
+        ("503", openai.InternalServerError, 503),
+    ],
+)
 async def test_status_faults(kind, error, status):
     """429/500/503 faults reach the SDK as its typed status errors in OpenAI's error shape."""
-    async with SimServer(profile=FAST, filler_tokens=5,
-                         faults=[Fault(kind, on_request=1, retry_after_s=0.25)]) as sim:
+    async with SimServer(
+        profile=FAST, filler_tokens=5, faults=[Fault(kind, on_request=1, retry_after_s=0.25)]
+    ) as sim:
         client = client_of(sim)
         with pytest.raises(error) as info:
             await client.responses.create(model="sim", input="go")
@@ -62,8 +70,9 @@ async def test_status_faults(kind, error, status):
 
 async def test_429_retry_after_is_honoured_by_sdk_retries():
     """With retries on, the SDK waits Retry-After and the second request succeeds."""
-    async with SimServer(profile=FAST, filler_tokens=5,
-                         faults=[Fault("429", on_request=1, retry_after_s=0.4)]) as sim:
+    async with SimServer(
+        profile=FAST, filler_tokens=5, faults=[Fault("429", on_request=1, retry_after_s=0.4)]
+    ) as sim:
         client = client_of(sim, retries=1)
         t0 = time.perf_counter()
         resp = await client.responses.create(model="sim", input="go")
@@ -76,20 +85,21 @@ async def test_429_retry_after_is_honoured_by_sdk_retries():
 
 async def test_reset_before_headers():
     """A reset fault drops the connection before any header: the SDK sees a connection error."""
-    async with SimServer(profile=FAST, filler_tokens=5,
-                         faults=[Fault("reset", every=True)]) as sim:
+    async with SimServer(profile=FAST, filler_tokens=5, faults=[Fault("reset", every=True)]) as sim:
         client = client_of(sim)
         with pytest.raises(openai.APIConnectionError):
             await client.chat.completions.create(
-                model="sim", messages=[{"role": "user", "content": "go"}])
+                model="sim", messages=[{"role": "user", "content": "go"}]
+            )
         await client.close()
     assert sim.requests == 1
 
 
 async def test_cut_stops_stream_without_terminal_event():
     """A cut fault ends the stream after exactly after_tokens tokens with no completed event."""
-    async with SimServer(profile=FAST, filler_tokens=40,
-                         faults=[Fault("cut", on_request=1, after_tokens=7)]) as sim:
+    async with SimServer(
+        profile=FAST, filler_tokens=40, faults=[Fault("cut", on_request=1, after_tokens=7)]
+    ) as sim:
         client = client_of(sim)
         deltas, _, exc = await collect(client)
         again, _, exc2 = await collect(client)
@@ -102,13 +112,15 @@ async def test_cut_stops_stream_without_terminal_event():
 
 async def test_cut_after_all_tokens_loses_only_the_end():
     """A cut at the turn's length delivers every token but never the terminal event (Chat)."""
-    async with SimServer(profile=FAST, filler_tokens=10,
-                         faults=[Fault("cut", every=True, after_tokens=10)]) as sim:
+    async with SimServer(
+        profile=FAST, filler_tokens=10, faults=[Fault("cut", every=True, after_tokens=10)]
+    ) as sim:
         client = client_of(sim)
         text = ""
         with pytest.raises(openai.APIConnectionError):
             async for chunk in await client.chat.completions.create(
-                    model="sim", messages=[{"role": "user", "content": "go"}], stream=True):
+                model="sim", messages=[{"role": "user", "content": "go"}], stream=True
+            ):
                 assert not (chunk.choices and chunk.choices[0].finish_reason)
                 text += chunk.choices[0].delta.content or "" if chunk.choices else ""
         await client.close()
@@ -117,9 +129,11 @@ async def test_cut_after_all_tokens_loses_only_the_end():
 
 async def test_stall_pauses_then_continues():
     """A stall fault leaves a stall_s gap after after_tokens tokens, then the stream completes."""
-    async with SimServer(profile=FAST, filler_tokens=30,
-                         faults=[Fault("stall", on_request=1, after_tokens=12,
-                                       stall_s=0.5)]) as sim:
+    async with SimServer(
+        profile=FAST,
+        filler_tokens=30,
+        faults=[Fault("stall", on_request=1, after_tokens=12, stall_s=0.5)],
+    ) as sim:
         client = client_of(sim)
         deltas, stamps, exc = await collect(client)
         await client.close()
@@ -133,14 +147,16 @@ async def test_stall_pauses_then_continues():
 
 async def test_malformed_event_breaks_the_sdk_parse():
     """A malformed fault sends an SSE event whose data is not JSON; the SDK fails to decode it."""
-    async with SimServer(profile=FAST, filler_tokens=20,
-                         faults=[Fault("malformed", on_request=1, after_tokens=3)]) as sim:
+    async with SimServer(
+        profile=FAST, filler_tokens=20, faults=[Fault("malformed", on_request=1, after_tokens=3)]
+    ) as sim:
         client = client_of(sim)
         deltas, _, exc = await collect(client)
         await client.close()
         async with httpx.AsyncClient(base_url=sim.base_url) as http:
-            raw = await http.post("/responses", json={"model": "sim", "input": "go",
-                                                      "stream": True})
+            raw = await http.post(
+                "/responses", json={"model": "sim", "input": "go", "stream": True}
+            )
     assert exc is not None and "<completed>" not in deltas
     assert sum(count_tokens(d) for d in deltas) == 3
     assert "unterminated" not in raw.text  # only request 1 was faulted
@@ -148,8 +164,7 @@ async def test_malformed_event_breaks_the_sdk_parse():
 
 async def test_every_fault_hits_each_request():
     """every=True faults every request, and requests counts each model request once."""
-    async with SimServer(profile=FAST, filler_tokens=5,
-                         faults=[Fault("503", every=True)]) as sim:
+    async with SimServer(profile=FAST, filler_tokens=5, faults=[Fault("503", every=True)]) as sim:
         client = client_of(sim)
         for _ in range(3):
             with pytest.raises(openai.InternalServerError):
@@ -169,11 +184,21 @@ def test_fault_validation():
 
 async def test_script_mismatch_is_a_400_naming_the_turn():
     """A conversation whose recorded turn calls other tools than the script gets a clear 400."""
-    wrong = [{"role": "user", "content": "go"},
-             {"role": "assistant", "content": "Reading.", "tool_calls": [
-                 {"id": "call_0_0", "type": "function",
-                  "function": {"name": "write_file", "arguments": "{}"}}]},
-             {"role": "tool", "tool_call_id": "call_0_0", "content": "ok"}]
+    wrong = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": "Reading.",
+            "tool_calls": [
+                {
+                    "id": "call_0_0",
+                    "type": "function",
+                    "function": {"name": "write_file", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_0_0", "content": "ok"},
+    ]
     async with SimServer(profile=FAST, script=SCRIPT) as sim:
         client = client_of(sim)
         with pytest.raises(openai.BadRequestError) as info:
@@ -186,13 +211,18 @@ async def test_script_mismatch_is_a_400_naming_the_turn():
 
 async def test_script_arguments_mismatch_and_past_the_end():
     """Different arguments, or a conversation longer than the script, are 400s saying so."""
+
     def history(args: str, extra_turns: int = 0) -> list[dict]:
-        items = [{"role": "user", "content": "go"},
-                 {"type": "function_call", "call_id": "c", "name": "read_file", "arguments": args},
-                 {"type": "function_call_output", "call_id": "c", "output": "x"}]
+        items = [
+            {"role": "user", "content": "go"},
+            {"type": "function_call", "call_id": "c", "name": "read_file", "arguments": args},
+            {"type": "function_call_output", "call_id": "c", "output": "x"},
+        ]
         for _ in range(extra_turns):
-            items += [{"type": "message", "role": "assistant", "content": "Done."},
-                      {"role": "user", "content": "more"}]
+            items += [
+                {"type": "message", "role": "assistant", "content": "Done."},
+                {"role": "user", "content": "more"},
+            ]
         return items
 
     async with SimServer(profile=FAST, script=SCRIPT) as sim:

@@ -51,8 +51,10 @@ async def test_client_hang_up_mid_stream_frees_the_stream():
     """A client that stops reading and closes mid-stream ends that stream; the server serves on."""
     async with SimServer(profile=SpeedProfile(0.0, 0, 200), filler_tokens=400) as sim:
         request = {"model": "sim", "stream": True, "messages": [{"role": "user", "content": "x"}]}
-        async with httpx.AsyncClient(base_url=sim.base_url) as http, \
-                http.stream("POST", "/chat/completions", json=request) as resp:
+        async with (
+            httpx.AsyncClient(base_url=sim.base_url) as http,
+            http.stream("POST", "/chat/completions", json=request) as resp,
+        ):
             async for line in resp.aiter_lines():
                 if '"content":"' in line and sim.active_streams:
                     break
@@ -68,13 +70,17 @@ async def test_client_hang_up_mid_stream_frees_the_stream():
 
 async def test_odd_requests_get_openai_shaped_errors():
     """Bad JSON, a non-object body, previous_response_id and a wrong method get clear errors."""
-    async with SimServer(profile=FAST, filler_tokens=3) as sim, \
-            httpx.AsyncClient(base_url=sim.base_url) as http:
-        bad_json = await http.post("/responses", content=b"{nope",
-                                   headers={"content-type": "application/json"})
+    async with (
+        SimServer(profile=FAST, filler_tokens=3) as sim,
+        httpx.AsyncClient(base_url=sim.base_url) as http,
+    ):
+        bad_json = await http.post(
+            "/responses", content=b"{nope", headers={"content-type": "application/json"}
+        )
         not_obj = await http.post("/chat/completions", json=[1, 2])
-        chained = await http.post("/responses", json={"model": "m", "input": "x",
-                                                      "previous_response_id": "resp_1"})
+        chained = await http.post(
+            "/responses", json={"model": "m", "input": "x", "previous_response_id": "resp_1"}
+        )
         wrong_method = await http.get("/responses")
         model = await http.get("/models/gpt-anything")
     assert bad_json.status_code == 400 and bad_json.json()["error"]["code"] == "invalid_json"
@@ -100,9 +106,11 @@ async def test_expect_100_continue_like_curl():
     body = orjson.dumps({"model": "sim", "input": "hi"})
     async with SimServer(profile=FAST, filler_tokens=3) as sim:
         reader, writer = await asyncio.open_connection("127.0.0.1", sim.port)
-        writer.write(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                     b"\r\nExpect: 100-continue\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
-                     % len(body))
+        writer.write(
+            b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+            b"\r\nExpect: 100-continue\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+            % len(body)
+        )
         interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
         writer.write(body)
         reply = await asyncio.wait_for(reader.read(), 5)

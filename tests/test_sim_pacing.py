@@ -29,7 +29,8 @@ async def warm(client: openai.AsyncOpenAI) -> None:
         pass
     await client.responses.create(model="warm", input="w")
     async for _ in await client.chat.completions.create(
-            model="warm", messages=[{"role": "user", "content": "w"}], stream=True):
+        model="warm", messages=[{"role": "user", "content": "w"}], stream=True
+    ):
         pass
     await client.chat.completions.create(model="warm", messages=[{"role": "user", "content": "w"}])
 
@@ -55,9 +56,14 @@ async def timed_responses(client: openai.AsyncOpenAI, **kw) -> dict:
     visible = sum(count_tokens(d) for _, d in firsts)
     m = count_tokens(firsts[0][1])
     span = firsts[-1][0] - firsts[0][0]
-    return {"ttft": firsts[0][0] - t_send, "rate": (visible - m) / span if span > 0 else None,
-            "visible": visible, "usage": usage, "reasoning_at": t_reasoning,
-            "deltas": [d for _, d in firsts]}
+    return {
+        "ttft": firsts[0][0] - t_send,
+        "rate": (visible - m) / span if span > 0 else None,
+        "visible": visible,
+        "usage": usage,
+        "reasoning_at": t_reasoning,
+        "deltas": [d for _, d in firsts],
+    }
 
 
 @pytest.fixture
@@ -91,7 +97,8 @@ async def test_rate_at_750_tps_chat(client_for):
     profile = SpeedProfile(base_latency_s=0.05, prefill_tps=100000, output_tps=750)
     async with SimServer(profile=profile, profiles=WARM, filler_tokens=400) as sim:
         stream = await (await client_for(sim)).chat.completions.create(
-            model="sim", messages=[{"role": "user", "content": "go"}], stream=True)
+            model="sim", messages=[{"role": "user", "content": "go"}], stream=True
+        )
         stamps = []
         async for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content:
@@ -140,9 +147,10 @@ async def test_concurrent_streams_keep_their_pace(client_for):
     """Sixteen simultaneous streams each hold the target rate and TTFT."""
     profile = SpeedProfile(base_latency_s=0.2, prefill_tps=1_000_000, output_tps=100)
     async with SimServer(profile=profile, profiles=WARM, filler_tokens=60) as sim:
-        client = (await client_for(sim))
-        results = await asyncio.gather(*(timed_responses(client, model="sim", input="go")
-                                         for _ in range(16)))
+        client = await client_for(sim)
+        results = await asyncio.gather(
+            *(timed_responses(client, model="sim", input="go") for _ in range(16))
+        )
     for r in results:
         assert close(r["rate"], 100)
         # never early; late by the SDK building and parsing 16 streams on this one loop (loose:
@@ -155,7 +163,7 @@ async def test_profiles_by_model_name(client_for):
     slow = SpeedProfile(base_latency_s=0.05, prefill_tps=1_000_000, output_tps=100)
     fast = SpeedProfile(base_latency_s=0.05, prefill_tps=1_000_000, output_tps=1000)
     async with SimServer(profile=slow, profiles={"turbo": fast, **WARM}, filler_tokens=60) as sim:
-        client = (await client_for(sim))
+        client = await client_for(sim)
         t0 = time.perf_counter()
         await client.responses.create(model="turbo", input="go")
         fast_s = time.perf_counter() - t0
@@ -176,7 +184,8 @@ async def test_non_streaming_answer_arrives_when_last_token_is_due(client_for):
         client = await client_for(sim)
         t0 = time.perf_counter()
         resp = await client.chat.completions.create(
-            model="sim", messages=[{"role": "user", "content": "go"}])
+            model="sim", messages=[{"role": "user", "content": "go"}]
+        )
         took = time.perf_counter() - t0
     assert resp.usage.completion_tokens == 80
     assert close(took, 0.1 + 0.2 + 59 / 100)
@@ -185,7 +194,9 @@ async def test_non_streaming_answer_arrives_when_last_token_is_due(client_for):
 async def test_tokens_per_chunk_groups_tokens(client_for):
     """With tokens_per_chunk=4 each delta carries four tokens and the rate holds."""
     profile = SpeedProfile(base_latency_s=0.05, prefill_tps=1_000_000, output_tps=400)
-    async with SimServer(profile=profile, profiles=WARM, filler_tokens=201, tokens_per_chunk=4) as sim:
+    async with SimServer(
+        profile=profile, profiles=WARM, filler_tokens=201, tokens_per_chunk=4
+    ) as sim:
         r = await timed_responses((await client_for(sim)), model="sim", input="go")
     sizes = [count_tokens(d) for d in r["deltas"]]
     assert min(sizes[:-1]) >= 4  # more only when the loop woke late and caught up
@@ -197,13 +208,16 @@ async def test_tokens_per_chunk_groups_tokens(client_for):
 async def test_jitter_keeps_the_mean_rate(client_for):
     """Seeded jitter varies token intervals but keeps the mean rate near the target."""
     profile = SpeedProfile(base_latency_s=0.05, prefill_tps=1_000_000, output_tps=200)
-    async with SimServer(profile=profile, profiles=WARM, filler_tokens=120, jitter=0.5, seed=7) as sim:
+    async with SimServer(
+        profile=profile, profiles=WARM, filler_tokens=120, jitter=0.5, seed=7
+    ) as sim:
         r = await timed_responses((await client_for(sim)), model="sim", input="go")
     assert close(r["rate"], 200, rel=0.1)
 
 
 def test_jittered_schedule_is_seeded():
     """The same seed gives the same jittered deadlines; another seed gives others."""
+
     def offsets(seed: int) -> list[float]:
         s = make_schedule(0.0, 0.1, 0.0, 0.01, 50, 0.3, random.Random(seed))
         return [s.due(i) for i in range(50)]

@@ -30,8 +30,10 @@ def test_cached_input_is_charged_at_its_own_rate():
     """Only uncached input pays prefill_tps; cached input is free unless a cached rate is set."""
     free = SpeedProfile(0.0, 1000, 50)
     priced = SpeedProfile(0.0, 1000, 50, cached_prefill_tps=100_000)
-    assert (0.2, 0.2 + 0.008) == (pytest.approx(free.prefill_s(1000, 800)),
-                                  pytest.approx(priced.prefill_s(1000, 800)))
+    assert (0.2, 0.2 + 0.008) == (
+        pytest.approx(free.prefill_s(1000, 800)),
+        pytest.approx(priced.prefill_s(1000, 800)),
+    )
 
 
 def test_parts_split_reasoning_and_visible_decode_by_context():
@@ -55,14 +57,20 @@ def test_fit_decode_never_fits_a_speedup():
 
 def test_tier_file_profile_extras_round_trip():
     """The optional speed-model fields are read from a tier file and written back by --write."""
-    text = ("[tiers.t]\nbase_url = \"sim\"\nmodel = \"m\"\nprofile = { base_latency_s = 0.2, "
-            "prefill_tps = 900, output_tps = 78, cached_prefill_tps = 50000, "
-            "tpot_ms_per_1k = 6.5 }\n")
+    text = (
+        '[tiers.t]\nbase_url = "sim"\nmodel = "m"\nprofile = { base_latency_s = 0.2, '
+        "prefill_tps = 900, output_tps = 78, cached_prefill_tps = 50000, "
+        "tpot_ms_per_1k = 6.5 }\n"
+    )
     import tomllib
 
     tier = parse_tiers(tomllib.loads(text), "t.toml", text)["t"]
-    again = parse_tiers(tomllib.loads("[tiers.t]\nbase_url = \"sim\"\nmodel = \"m\"\n"
-                                      + profile_line(tier.profile) + "\n"), "t.toml")["t"]
+    again = parse_tiers(
+        tomllib.loads(
+            '[tiers.t]\nbase_url = "sim"\nmodel = "m"\n' + profile_line(tier.profile) + "\n"
+        ),
+        "t.toml",
+    )["t"]
     assert SpeedProfile(0.2, 900, 78, 50000, 6.5) == again.profile
 
 
@@ -72,17 +80,20 @@ def test_prefix_cache_counts_leading_items_seen_before():
     first = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
     second = [*first, {"role": "assistant", "content": "a"}, {"role": "tool", "content": "t"}]
     edited = [{"role": "system", "content": "s"}, {"role": "user", "content": "changed"}]
-    got = [cache.lookup_and_store("m", first, [10, 20]),
-           cache.lookup_and_store("m", second, [10, 20, 30, 40]),
-           cache.lookup_and_store("other-model", second, [10, 20, 30, 40]),
-           cache.lookup_and_store("m", edited, [10, 25])]
+    got = [
+        cache.lookup_and_store("m", first, [10, 20]),
+        cache.lookup_and_store("m", second, [10, 20, 30, 40]),
+        cache.lookup_and_store("other-model", second, [10, 20, 30, 40]),
+        cache.lookup_and_store("m", edited, [10, 25]),
+    ]
     assert [0, 30, 0, 10] == got
 
 
 async def _chat(client: httpx.AsyncClient, url: str, messages: list[dict]) -> tuple[dict, float]:
     t0 = time.perf_counter()
-    r = await client.post(f"{url}/chat/completions", json={
-        "model": "m", "messages": messages, "stream": False})
+    r = await client.post(
+        f"{url}/chat/completions", json={"model": "m", "messages": messages, "stream": False}
+    )
     return r.json()["usage"], time.perf_counter() - t0
 
 
@@ -95,7 +106,9 @@ async def test_sim_reports_and_paces_a_cached_prefix():
     async with SimServer(profile=profile, filler_tokens=4) as sim, httpx.AsyncClient() as c:
         u1, t1 = await _chat(c, sim.base_url, first)
         u2, t2 = await _chat(c, sim.base_url, second)
-    assert (0, u1["prompt_tokens"]) == (u1["prompt_tokens_details"]["cached_tokens"],
-                                        u2["prompt_tokens_details"]["cached_tokens"])
+    assert (0, u1["prompt_tokens"]) == (
+        u1["prompt_tokens_details"]["cached_tokens"],
+        u2["prompt_tokens_details"]["cached_tokens"],
+    )
     # the first pays 0.75 s of prefill; the second only its 12 fresh tokens (6 ms)
     assert (True, True) == (t1 >= u1["prompt_tokens"] / 2000, t1 - t2 > 0.6)

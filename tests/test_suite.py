@@ -30,8 +30,14 @@ PRICED = """tiers:
 """
 
 
-def task_file(folder: Path, name: str, *, check: str = "python -c 'pass'", extra: str = "",
-              reasoning: int = 30) -> Path:
+def task_file(
+    folder: Path,
+    name: str,
+    *,
+    check: str = "python -c 'pass'",
+    extra: str = "",
+    reasoning: int = 30,
+) -> Path:
     """A two-turn task: the model thinks, calls `think`, then answers; checked by ``check``."""
     path = folder / f"{name}.yaml"
     path.write_text(f"""name: {name}
@@ -55,8 +61,9 @@ async def test_a_failing_task_never_stops_the_others(tmp_path: Path) -> None:
     tasks.mkdir()
     task_file(tasks, "good")
     task_file(tasks, "bad", check="python -c 'raise SystemExit(3)'")
-    suite = await run_suite([tasks], tmp_path / "out", tier="sim-ultrafast", concurrency=4,
-                            repeat=2)
+    suite = await run_suite(
+        [tasks], tmp_path / "out", tier="sim-ultrafast", concurrency=4, repeat=2
+    )
     by = {(r.task, r.repeat): r for r in suite.runs}
     assert {("bad", 1), ("bad", 2), ("good", 1), ("good", 2)} == set(by)
     assert [True, True] == [by[("good", k)].passed for k in (1, 2)]
@@ -70,10 +77,12 @@ async def test_a_run_that_cannot_start_is_its_own_failed_record(tmp_path: Path) 
     """A run whose setup command fails is an error record; the suite still runs the rest."""
     task_file(tmp_path, "good")
     broken = task_file(tmp_path, "broken")
-    broken.write_text(broken.read_text().replace("tools: [think]",
-                                                 "tools: [think]\nsetup: ['exit 7']"))
-    suite = await run_suite([tmp_path / "good.yaml", broken], tmp_path / "out",
-                            tier="sim-ultrafast", concurrency=2)
+    broken.write_text(
+        broken.read_text().replace("tools: [think]", "tools: [think]\nsetup: ['exit 7']")
+    )
+    suite = await run_suite(
+        [tmp_path / "good.yaml", broken], tmp_path / "out", tier="sim-ultrafast", concurrency=2
+    )
     status = {r.task: (r.status, r.passed) for r in suite.runs}
     assert ("ok", True) == status["good"]
     assert "error" == status["broken"][0] and status["broken"][1] is False
@@ -81,15 +90,28 @@ async def test_a_run_that_cannot_start_is_its_own_failed_record(tmp_path: Path) 
 
 def test_medians_and_spreads_over_repeats() -> None:
     """Per task: runs, passed, median and p10/p90 of wall time interpolate between repeats."""
+
     def rec(k: int, elapsed: float, ok: bool = True) -> RunRecord:
-        return RunRecord("t", "t.yaml", k, "sim", "ok" if ok else "error", "", None, elapsed,
-                         2, None, 0.0, elapsed, output_tokens=100 * k)
+        return RunRecord(
+            "t",
+            "t.yaml",
+            k,
+            "sim",
+            "ok" if ok else "error",
+            "",
+            None,
+            elapsed,
+            2,
+            None,
+            0.0,
+            elapsed,
+            output_tokens=100 * k,
+        )
 
     runs = [rec(1, 4.0), rec(2, 1.0), rec(3, 2.0), rec(4, 3.0, ok=False), rec(5, 5.0)]
     (t,) = summarize_tasks(runs)
     assert (5, 4) == (t.runs, t.passed)
-    assert {"median": 3.0, "p10": 1.4, "p90": 4.6} == {k: round(v, 6) for k, v in
-                                                      t.wall_s.items()}
+    assert {"median": 3.0, "p10": 1.4, "p90": 4.6} == {k: round(v, 6) for k, v in t.wall_s.items()}
     assert 300.0 == t.output_tokens["median"]
     assert None is quantile([], 0.5)
 
@@ -102,26 +124,33 @@ async def test_model_spans_carry_their_cost_at_the_tiers_prices(tmp_path: Path) 
     for r in suite.runs:
         trace = load_trace(tmp_path / "out" / str(r.trace))
         spans = trace.of_kind("model")
-        expected = [call_cost(prices, s.attrs["gen_ai.usage.input_tokens"],
-                              s.attrs["gen_ai.usage.cached_input_tokens"],
-                              s.attrs["gen_ai.usage.output_tokens"]) for s in spans]
+        expected = [
+            call_cost(
+                prices,
+                s.attrs["gen_ai.usage.input_tokens"],
+                s.attrs["gen_ai.usage.cached_input_tokens"],
+                s.attrs["gen_ai.usage.output_tokens"],
+            )
+            for s in spans
+        ]
         assert expected == [s.attrs["cost_usd"] for s in spans]
         assert r.cost_usd == pytest.approx(sum(e or 0 for e in expected), rel=1e-12)
         assert r.cost_by_category is not None and r.cost_by_step is not None
         assert r.cost_usd == pytest.approx(sum(r.cost_by_category.values()), rel=1e-12)
         assert r.cost_usd == pytest.approx(sum(r.cost_by_step.values()), rel=1e-12)
         assert r.output_tokens * 8.0 / 1e6 == pytest.approx(
-            r.cost_by_category["reasoning"] + r.cost_by_category["output"], rel=1e-12)
+            r.cost_by_category["reasoning"] + r.cost_by_category["output"], rel=1e-12
+        )
     written = orjson.loads((tmp_path / "out" / "suite.json").read_bytes())["totals"]
-    assert sum(r.cost_usd or 0 for r in suite.runs) == pytest.approx(written["cost_usd"],
-                                                                    rel=1e-12)
+    assert sum(r.cost_usd or 0 for r in suite.runs) == pytest.approx(written["cost_usd"], rel=1e-12)
 
 
 async def test_max_cost_usd_ends_the_run_with_status_budget(tmp_path: Path) -> None:
     """A run past its task's max_cost_usd stops after that model call with status budget."""
     task = task_file(tmp_path, "capped", extra=PRICED, reasoning=200)
-    task.write_text(task.read_text().replace("tools: [think]",
-                                             "tools: [think]\nlimits: {max_cost_usd: 0.0001}"))
+    task.write_text(
+        task.read_text().replace("tools: [think]", "tools: [think]\nlimits: {max_cost_usd: 0.0001}")
+    )
     result = await run_task(task, tier="sim-priced", trace_dir=tmp_path / "traces")
     assert ("budget", 1) == (result.status, result.steps)
     assert "cost limit of $0.0001 reached" in result.reason
@@ -133,8 +162,19 @@ def test_suite_cli_prints_the_report_and_writes_suite_json(tmp_path: Path, capsy
     """`agentloop suite` prints per-task rows and totals and exits 1 when a run failed."""
     task_file(tmp_path, "good")
     task_file(tmp_path, "bad", check="python -c 'raise SystemExit(1)'")
-    code = main(["suite", str(tmp_path / "good.yaml"), str(tmp_path / "bad.yaml"), "--tier",
-                 "sim-ultrafast", "--repeat", "2", "--out", str(tmp_path / "out")])
+    code = main(
+        [
+            "suite",
+            str(tmp_path / "good.yaml"),
+            str(tmp_path / "bad.yaml"),
+            "--tier",
+            "sim-ultrafast",
+            "--repeat",
+            "2",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     out = capsys.readouterr()
     assert 1 == code
     assert "passed      2/4 (2 failed)" in out.out
@@ -160,8 +200,10 @@ async def test_one_simulator_serves_each_route_its_own_script_and_pace() -> None
     fast, slow = SpeedProfile(0.0, 0, 1000.0), SpeedProfile(0.0, 0, 100.0)
     body = {"model": "m", "input": [{"role": "user", "content": "hi"}]}
     async with SimServer(profile=fast) as sim, httpx.AsyncClient() as http:
-        async with sim.route(fast, [ScriptTurn(text="one two three")]) as a, \
-                sim.route(slow, [ScriptTurn(text="four five")]) as b:
+        async with (
+            sim.route(fast, [ScriptTurn(text="one two three")]) as a,
+            sim.route(slow, [ScriptTurn(text="four five")]) as b,
+        ):
             ra = await http.post(f"{a.base_url}/responses", json=body)
             rb = await http.post(f"{b.base_url}/responses", json=body)
             assert 2 == sim.routes
@@ -174,8 +216,9 @@ async def test_one_simulator_serves_each_route_its_own_script_and_pace() -> None
 def test_report_shows_cost_by_category_and_step(tmp_path: Path, capsys) -> None:
     """`agentloop report` of a priced run adds its cost, split by category and by step."""
     task = task_file(tmp_path, "priced", extra=PRICED)
-    assert 0 == main(["run", str(task), "--tier", "sim-priced", "--trace-dir",
-                      str(tmp_path / "traces"), "-q"])
+    assert 0 == main(
+        ["run", str(task), "--tier", "sim-priced", "--trace-dir", str(tmp_path / "traces"), "-q"]
+    )
     (trace,) = (tmp_path / "traces").glob("*.jsonl")
     capsys.readouterr()
     assert 0 == main(["report", str(trace), "--json"])
@@ -194,17 +237,36 @@ def suite_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("pair")
     task_file(root, "think", reasoning=40)
     tool = task_file(root, "tool", reasoning=40)
-    tool.write_text(tool.read_text().replace("tools: [think]", "tools: [think, run]").replace(
-        '{name: think, arguments: {thought: "the plan is simple"}}',
-        """{name: run, arguments: {command: "python -c 'import time; time.sleep(0.3)'"}}"""))
+    tool.write_text(
+        tool.read_text()
+        .replace("tools: [think]", "tools: [think, run]")
+        .replace(
+            '{name: think, arguments: {thought: "the plan is simple"}}',
+            """{name: run, arguments: {command: "python -c 'import time; time.sleep(0.3)'"}}""",
+        )
+    )
     for tier, out in (("sim-standard", "A"), ("sim-ultrafast", "B")):
-        assert 0 == main(["suite", str(root / "think.yaml"), str(tool), "--tier", tier,
-                          "--repeat", "2", "--concurrency", "4", "--out", str(root / out)])
+        assert 0 == main(
+            [
+                "suite",
+                str(root / "think.yaml"),
+                str(tool),
+                "--tier",
+                tier,
+                "--repeat",
+                "2",
+                "--concurrency",
+                "4",
+                "--out",
+                str(root / out),
+            ]
+        )
     return root / "A", root / "B"
 
 
 def test_suite_compare_puts_measured_beside_predicted_with_intervals(
-        suite_pair: tuple[Path, Path], capsys) -> None:
+    suite_pair: tuple[Path, Path], capsys
+) -> None:
     """Per task and suite: speedups inside their intervals, the prediction close to the
     measurement, and its error exactly the model-side part plus the tool noise."""
     a, b = suite_pair
@@ -227,15 +289,14 @@ def test_suite_compare_puts_measured_beside_predicted_with_intervals(
 
 
 def test_suite_whatif_predicts_wall_time_and_cost_at_a_concurrency(
-        suite_pair: tuple[Path, Path], capsys) -> None:
+    suite_pair: tuple[Path, Path], capsys
+) -> None:
     """One worker runs the predicted runs back to back; enough workers take the longest slot;
     the cost is the recorded tokens at the new tier's prices."""
     a, _ = suite_pair
-    assert 0 == main(["whatif", str(a), "--tier", "sim-ultrafast", "--concurrency", "1",
-                      "--json"])
+    assert 0 == main(["whatif", str(a), "--tier", "sim-ultrafast", "--concurrency", "1", "--json"])
     one = json.loads(capsys.readouterr().out)
-    assert 0 == main(["whatif", str(a), "--tier", "sim-ultrafast", "--concurrency", "8",
-                      "--json"])
+    assert 0 == main(["whatif", str(a), "--tier", "sim-ultrafast", "--concurrency", "8", "--json"])
     wide = json.loads(capsys.readouterr().out)
     assert one["predicted_wall_s"] >= one["run_time_b_s"]
     assert wide["predicted_wall_s"] < one["predicted_wall_s"] / 2
@@ -244,9 +305,15 @@ def test_suite_whatif_predicts_wall_time_and_cost_at_a_concurrency(
     expected = 0.0
     for r in load_suite(a).runs:
         for s in load_trace(a / str(r.trace)).of_kind("model"):
-            expected += call_cost(ultra, s.attrs["gen_ai.usage.input_tokens"],
-                                  s.attrs["gen_ai.usage.cached_input_tokens"],
-                                  s.attrs["gen_ai.usage.output_tokens"]) or 0.0
+            expected += (
+                call_cost(
+                    ultra,
+                    s.attrs["gen_ai.usage.input_tokens"],
+                    s.attrs["gen_ai.usage.cached_input_tokens"],
+                    s.attrs["gen_ai.usage.output_tokens"],
+                )
+                or 0.0
+            )
     assert expected == pytest.approx(one["cost_b_usd"], rel=1e-9)
     assert one["placeholder_prices"] is True
     assert 0 == main(["whatif", str(a), "--tier", "sim-ultrafast"])

@@ -33,15 +33,31 @@ def ray_head() -> Iterator[str]:
     temp = tempfile.mkdtemp(prefix="ray-h14-")
     port = free_port()
     # token authentication on, with a token of the test's own, for the cluster and this driver
-    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
-            "RAY_USAGE_STATS_ENABLED": "0"}
+    auth = {
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": secrets.token_hex(32),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
     saved = {k: os.environ.get(k) for k in auth}
     os.environ.update(auth)
     env = dict(os.environ)
-    subprocess.run([RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                    "--num-cpus=2", "--include-dashboard=false", "--disable-usage-stats",
-                    f"--temp-dir={temp}"], check=True, env=env, capture_output=True,
-                   timeout=180)
+    subprocess.run(
+        [
+            RAY,
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={temp}",
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=180,
+    )
     try:
         yield f"127.0.0.1:{port}"
     finally:
@@ -54,8 +70,9 @@ def ray_head() -> Iterator[str]:
                 os.environ[k] = v
 
 
-async def test_a_suite_runs_as_ray_tasks_and_its_traces_come_back(tmp_path: Path,
-                                                                   ray_head: str) -> None:
+async def test_a_suite_runs_as_ray_tasks_and_its_traces_come_back(
+    tmp_path: Path, ray_head: str
+) -> None:
     """Each run is a Ray task on the cluster; every trace lands in DIR/traces and loads."""
     task = tmp_path / "hello.yaml"
     task.write_text("""name: hello
@@ -70,10 +87,14 @@ script:
   - text: Hello from a Ray worker.
 """)
     bad = tmp_path / "bad.yaml"
-    bad.write_text(task.read_text().replace("name: hello", "name: bad").replace(
-        "python -c 'pass'", "python -c 'raise SystemExit(2)'"))
-    suite = await run_suite([task, bad], tmp_path / "out", tier="sim-ultrafast", repeat=2,
-                            concurrency=4, ray=ray_head)
+    bad.write_text(
+        task.read_text()
+        .replace("name: hello", "name: bad")
+        .replace("python -c 'pass'", "python -c 'raise SystemExit(2)'")
+    )
+    suite = await run_suite(
+        [task, bad], tmp_path / "out", tier="sim-ultrafast", repeat=2, concurrency=4, ray=ray_head
+    )
     assert "ray" == suite.backend
     assert {("hello", True), ("bad", False)} == {(r.task, r.passed) for r in suite.runs}
     assert 4 == len(suite.runs)

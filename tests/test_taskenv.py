@@ -27,7 +27,7 @@ def _tiny_wheel(folder: Path) -> Path:
         f"{PKG}.py": "MARK = 'installed into the task venv'\n",
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {PKG}\nVersion: 1.0\n",
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\n"
-                         "Tag: py3-none-any\n",
+        "Tag: py3-none-any\n",
     }
     record = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
     with zipfile.ZipFile(wheel, "w") as z:
@@ -37,8 +37,9 @@ def _tiny_wheel(folder: Path) -> Path:
 
 
 def _freeze() -> list[str]:
-    out = subprocess.run([sys.executable, "-m", "pip", "freeze", "--all"], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "freeze", "--all"], check=True, capture_output=True, text=True
+    ).stdout
     return sorted(out.splitlines())
 
 
@@ -47,22 +48,26 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Task venvs in a fresh folder (uv's own package cache stays where it is, so it is fast)."""
     import uv
 
-    uv_cache = subprocess.run([uv.find_uv_bin(), "cache", "dir"], check=True,
-                              capture_output=True, text=True).stdout.strip()
+    uv_cache = subprocess.run(
+        [uv.find_uv_bin(), "cache", "dir"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     monkeypatch.setenv("UV_CACHE_DIR", uv_cache)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     return tmp_path / "cache"
 
 
 async def test_setup_pip_install_lands_in_the_task_venv_not_agentloops(
-        tmp_path: Path, own_cache: Path) -> None:
+    tmp_path: Path, own_cache: Path
+) -> None:
     """`setup: pip install X` installs X for the task's commands; agentloop's pip freeze is unchanged."""
     (tmp_path / "ws").mkdir()
     wheel = _tiny_wheel(tmp_path / "ws")  # in the workspace: the jail's /tmp is private
     task = tmp_path / "task.yaml"
-    check = (f"python -c 'import {PKG}; print({PKG}.MARK)' "
-             "&& ! python -c 'import pytest_asyncio' 2>/dev/null "
-             "&& python -c 'import sys; print(sys.prefix)' && pytest --version")
+    check = (
+        f"python -c 'import {PKG}; print({PKG}.MARK)' "
+        "&& ! python -c 'import pytest_asyncio' 2>/dev/null "
+        "&& python -c 'import sys; print(sys.prefix)' && pytest --version"
+    )
     task.write_text(f"""\
 name: own-env
 prompt: nothing to do
@@ -101,13 +106,16 @@ def test_a_task_venv_always_has_pytest_and_its_declared_requirements(tmp_path: P
     assert cache_root().name == "taskenvs"
 
 
-@pytest.mark.parametrize("trace", sorted((ROOT / "traces" / "reference").glob("*.jsonl")),
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "trace", sorted((ROOT / "traces" / "reference").glob("*.jsonl")), ids=lambda p: p.stem
+)
 def test_reference_replays_do_not_diverge_with_the_dev_extras_installed(
-        trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Replaying a shipped reference run re-runs its tools in the task venv: no divergence."""
-    code = main(["replay", str(trace), "--tier", "sim-ultrafast", "-q",
-                 "--trace-dir", str(tmp_path)])
+    code = main(
+        ["replay", str(trace), "--tier", "sim-ultrafast", "-q", "--trace-dir", str(tmp_path)]
+    )
     out = capsys.readouterr().out
     assert 0 == code, out
     assert "diverged  no: every tool result matched the recording" in out

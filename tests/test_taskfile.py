@@ -12,29 +12,60 @@ from agentloop.tasks import load_task
 
 CASES = [
     ("bad yaml", "name: x\nprompt: [unclosed\n", "line 3", None, "not valid YAML"),
-    ("unknown field", "name: x\nprompt: hi\ncolour: blue\n", "line 3", "colour",
-     "unknown field"),
-    ("wrong type", "name: x\nprompt: hi\nlimits:\n  max_steps: lots\n", "line 4",
-     "limits.max_steps", "valid integer"),
-    ("negative limit", "name: x\nprompt: hi\nlimits:\n  timeout_s: -5\n", "line 4",
-     "limits.timeout_s", "greater than 0"),
+    ("unknown field", "name: x\nprompt: hi\ncolour: blue\n", "line 3", "colour", "unknown field"),
+    (
+        "wrong type",
+        "name: x\nprompt: hi\nlimits:\n  max_steps: lots\n",
+        "line 4",
+        "limits.max_steps",
+        "valid integer",
+    ),
+    (
+        "negative limit",
+        "name: x\nprompt: hi\nlimits:\n  timeout_s: -5\n",
+        "line 4",
+        "limits.timeout_s",
+        "greater than 0",
+    ),
     ("missing prompt", "name: x\n", "line 1", "prompt", "required field is missing"),
-    ("unknown tool", "name: x\nprompt: hi\ntools:\n  - read_file\n  - teleport\n", "line 5",
-     "tools[1]", "unknown tool 'teleport'"),
-    ("missing workspace", "name: x\nprompt: hi\nworkspace: ./nowhere\n", "line 3", "workspace",
-     "does not exist"),
-    ("bad script turn", "name: x\nprompt: hi\nscript:\n  - text: hi\n    tool_calls:\n"
-     "      - name: read_file\n        arguments: 5\n", "line 7",
-     "script[0].tool_calls[0].arguments", "valid dictionary"),
+    (
+        "unknown tool",
+        "name: x\nprompt: hi\ntools:\n  - read_file\n  - teleport\n",
+        "line 5",
+        "tools[1]",
+        "unknown tool 'teleport'",
+    ),
+    (
+        "missing workspace",
+        "name: x\nprompt: hi\nworkspace: ./nowhere\n",
+        "line 3",
+        "workspace",
+        "does not exist",
+    ),
+    (
+        "bad script turn",
+        "name: x\nprompt: hi\nscript:\n  - text: hi\n    tool_calls:\n"
+        "      - name: read_file\n        arguments: 5\n",
+        "line 7",
+        "script[0].tool_calls[0].arguments",
+        "valid dictionary",
+    ),
     ("not a mapping", "- just\n- a list\n", "line 1", None, "must be a YAML mapping"),
 ]
 
 
-@pytest.mark.parametrize(("case", "text", "line", "field", "says"), CASES,
-                         ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("case", "text", "line", "field", "says"), CASES, ids=[c[0] for c in CASES]
+)
 def test_invalid_task_file_is_reported_with_line_and_field(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, text: str, line: str,
-        field: str | None, says: str) -> None:
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    case: str,
+    text: str,
+    line: str,
+    field: str | None,
+    says: str,
+) -> None:
     """The CLI names the file, line and field, exits 2 and prints no traceback."""
     path = tmp_path / "task.yaml"
     path.write_text(text)
@@ -54,8 +85,7 @@ def test_missing_task_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert 2 == code and "absent.yaml: no such file" in capsys.readouterr().err
 
 
-def test_unknown_tier_lists_known_tiers(tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_tier_lists_known_tiers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Asking for a tier that does not exist names the known ones."""
     path = tmp_path / "task.yaml"
     path.write_text("name: x\nprompt: hi\n")

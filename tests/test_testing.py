@@ -17,26 +17,35 @@ from agentloop.types import ToolResult, ToolSpec
 class Shout:
     """A user's own tool: upper-cases its text."""
 
-    spec = ToolSpec("shout", "Upper-case a text.", {
-        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    spec = ToolSpec(
+        "shout",
+        "Upper-case a text.",
+        {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    )
 
     async def __call__(self, ctx: Any, arguments: dict[str, Any]) -> ToolResult:
         return ToolResult(ok=True, output=str(arguments["text"]).upper())
 
 
-TURNS = [ScriptTurn(tool_calls=(ScriptToolCall("shout", '{"text": "hello"}'),)),
-         ScriptTurn(text="said it")]
+TURNS = [
+    ScriptTurn(tool_calls=(ScriptToolCall("shout", '{"text": "hello"}'),)),
+    ScriptTurn(text="said it"),
+]
 
 
 async def test_run_and_trace_gives_the_result_and_the_typed_trace() -> None:
     """A scripted run of a task using the user's tool ends ok, and its trace holds the tool's
     result as the model saw it."""
     task = Task(name="shout-once", prompt="shout hello", system="Be loud.", tools=("shout",))
-    result, trace = await run_and_trace(task, client=ScriptedClient(TURNS),
-                                        tools={"shout": Shout()})
+    result, trace = await run_and_trace(
+        task, client=ScriptedClient(TURNS), tools={"shout": Shout()}
+    )
     (span,) = trace.of_kind("tool")
-    assert ("ok", "said it", "HELLO") == (result.status, result.final_text,
-                                          span.tool.output if span.tool else None)
+    assert ("ok", "said it", "HELLO") == (
+        result.status,
+        result.final_text,
+        span.tool.output if span.tool else None,
+    )
 
 
 async def test_memory_sink_records_read_back_as_a_trace(tmp_path: Any) -> None:
@@ -44,8 +53,12 @@ async def test_memory_sink_records_read_back_as_a_trace(tmp_path: Any) -> None:
     sink = MemorySink()
     tier = Tier("scripted", "sim", "scripted", "responses", SpeedProfile(0.1, 1000, 100))
     task = Task(name="shout-once", prompt="shout hello", system="Be loud.", tools=("shout",))
-    await Runner(task, ScriptedClient(TURNS), {"shout": Shout()}, tier, Tracer(sink),
-                 RunContext(tmp_path)).run()
+    await Runner(
+        task, ScriptedClient(TURNS), {"shout": Shout()}, tier, Tracer(sink), RunContext(tmp_path)
+    ).run()
     trace = trace_of(sink.records)
-    assert (True, 2, "shout-once") == (trace.complete, len(trace.of_kind("model")),
-                                       trace.run.task.name)
+    assert (True, 2, "shout-once") == (
+        trace.complete,
+        len(trace.of_kind("model")),
+        trace.run.task.name,
+    )

@@ -54,24 +54,30 @@ def test_later_layers_replace_a_tier_of_the_same_name(project: Path) -> None:
     """built-in < ./tiers.toml < --tiers < the task's tiers:, tier by tier."""
     task = open_task(project / "task.yaml")
     tiers = load_tiers(project / "override.toml", extra=task.tiers)
-    assert (99, 3, 750) == (tiers["sim-standard"].profile.output_tps,
-                            tiers["mine"].profile.output_tps,
-                            tiers["sim-ultrafast"].profile.output_tps)
+    assert (99, 3, 750) == (
+        tiers["sim-standard"].profile.output_tps,
+        tiers["mine"].profile.output_tps,
+        tiers["sim-ultrafast"].profile.output_tps,
+    )
     sources = tier_sources(project / "override.toml", extra=task.tiers)
     assert ("built-in", str(project / "tiers.toml"), "task") == (
-        sources["sim-ultrafast"], sources["sim-standard"], sources["mine"])
+        sources["sim-ultrafast"],
+        sources["sim-standard"],
+        sources["mine"],
+    )
     assert 2 == load_tiers(project / "override.toml")["mine"].profile.output_tps
 
 
 def test_tiers_command_says_where_each_tier_came_from(
-        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """`agentloop tiers --json` gives every tier its source layer."""
     assert 0 == main(["tiers", "--json", "--tiers", "override.toml"])
     sources = {t["name"]: t["source"] for t in orjson.loads(capsys.readouterr().out)}
-    assert {"sim-standard": "tiers.toml", "mine": "override.toml",
-            "sim-fast": "built-in"} == {k: Path(sources[k]).name if k != "sim-fast"
-                                        else sources[k] for k in ("sim-standard", "mine",
-                                                                  "sim-fast")}
+    assert {"sim-standard": "tiers.toml", "mine": "override.toml", "sim-fast": "built-in"} == {
+        k: Path(sources[k]).name if k != "sim-fast" else sources[k]
+        for k in ("sim-standard", "mine", "sim-fast")
+    }
 
 
 def test_the_builtin_tiers_are_package_data_and_the_repo_root_file_adds_none() -> None:

@@ -44,7 +44,8 @@ profile = { base_latency_s = 0.5, prefill_tps = 1000, output_tps = 50 }
 
 
 def test_tiers_lists_every_tier_with_endpoint_model_and_profile(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """The listing shows each tier of the file with its endpoint, model, API, options, profile."""
     assert cli(["tiers", "--tiers", str(BUILTIN_TIERS)]) == 0
     out = capsys.readouterr().out
@@ -56,8 +57,8 @@ def test_tiers_lists_every_tier_with_endpoint_model_and_profile(
 
 
 def test_tiers_check_reports_each_tier_without_crashing(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """--check says per tier: served, unreachable, or key missing; exit 1 when any is not ok."""
     monkeypatch.delenv("AGENTLOOP_TEST_ABSENT_KEY", raising=False)
     path = tmp_path / "tiers.toml"
@@ -67,8 +68,10 @@ def test_tiers_check_reports_each_tier_without_crashing(
     assert checks["simulated"]["ok"] is True and "enabled" in checks["simulated"]["status"]
     assert checks["nobody-home"]["ok"] is False
     assert "unreachable" in checks["nobody-home"]["status"]
-    assert checks["no-key"] == {"ok": False, "status": "no key: environment variable "
-                                "AGENTLOOP_TEST_ABSENT_KEY not set"}
+    assert checks["no-key"] == {
+        "ok": False,
+        "status": "no key: environment variable AGENTLOOP_TEST_ABSENT_KEY not set",
+    }
 
 
 async def test_check_tells_a_served_model_from_one_that_is_not() -> None:
@@ -92,8 +95,9 @@ def test_write_profile_rewrites_only_that_tiers_profile(tmp_path: Path) -> None:
     after = path.read_text().splitlines()
     changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
     assert len(changed) == 1
-    assert changed[0][1] == ("profile = { base_latency_s = 0.457, prefill_tps = 12346, "
-                             "output_tps = 71.2 }")
+    assert changed[0][1] == (
+        "profile = { base_latency_s = 0.457, prefill_tps = 12346, output_tps = 71.2 }"
+    )
     tiers = load_tiers(path)
     assert tiers["openai-standard"].profile == SpeedProfile(0.457, 12346, 71.2)
     assert tiers["openai-ultrafast"].profile.output_tps == 750
@@ -101,10 +105,15 @@ def test_write_profile_rewrites_only_that_tiers_profile(tmp_path: Path) -> None:
 
 
 def test_probe_of_sim_ultrafast_measures_750_tokens_per_second(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """Probing the shipped sim-ultrafast tier measures its pacing: ~750 tok/s, ~0.2 s base."""
-    assert cli(["probe", "--tier", "sim-ultrafast", "-n", "2", "--json",
-                "--tiers", str(BUILTIN_TIERS)]) == 0
+    assert (
+        cli(
+            ["probe", "--tier", "sim-ultrafast", "-n", "2", "--json", "--tiers", str(BUILTIN_TIERS)]
+        )
+        == 0
+    )
     res = orjson.loads(capsys.readouterr().out)
     assert res["output_tps"] == pytest.approx(750, rel=0.02)
     assert res["ttft_s"] == pytest.approx(0.2 + res["input_tokens_short"] / 100000, rel=0.05)
@@ -115,13 +124,18 @@ def test_probe_of_sim_ultrafast_measures_750_tokens_per_second(
 
 
 def test_probe_write_puts_the_measured_profile_into_the_tiers_file(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """--write rewrites the probed tier's profile with what was measured."""
     path = tmp_path / "tiers.toml"
-    path.write_text("# mine\n[tiers.s]\nbase_url = \"sim\"\nmodel = \"s\"\n"
-                    "profile = { base_latency_s = 0.3, prefill_tps = 20000, output_tps = 400 }\n")
-    assert cli(["probe", "--tier", "s", "-n", "1", "--tokens", "200", "--write",
-                "--tiers", str(path)]) == 0
+    path.write_text(
+        '# mine\n[tiers.s]\nbase_url = "sim"\nmodel = "s"\n'
+        "profile = { base_latency_s = 0.3, prefill_tps = 20000, output_tps = 400 }\n"
+    )
+    assert (
+        cli(["probe", "--tier", "s", "-n", "1", "--tokens", "200", "--write", "--tiers", str(path)])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "output speed" in out and "ttft, short prompt" in out
     written = load_tiers(path)["s"].profile

@@ -57,13 +57,25 @@ async def site() -> AsyncIterator[Site]:
             writer.close()
             return
         path = head.split()[1]
-        host = next((ln.split(":", 1)[1].strip() for ln in head.splitlines()
-                     if ln.lower().startswith("host:")), "")
+        host = next(
+            (
+                ln.split(":", 1)[1].strip()
+                for ln in head.splitlines()
+                if ln.lower().startswith("host:")
+            ),
+            "",
+        )
         state.hits.append((host, path))
         body = PAGE.encode() if path == "/" else b"not found"
         status = b"200 OK" if path == "/" else b"404 Not Found"
-        writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: text/html\r\nContent-Length: "
-                     + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+        writer.write(
+            b"HTTP/1.1 "
+            + status
+            + b"\r\nContent-Type: text/html\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\nConnection: close\r\n\r\n"
+            + body
+        )
         await writer.drain()
         writer.close()
         await writer.wait_closed()
@@ -82,9 +94,17 @@ async def ctx(tmp_path: Path) -> AsyncIterator[RunContext]:
     """A run context whose browser maps good.test and bad.test to loopback; closed after."""
     ws = tmp_path / "ws"
     ws.mkdir()
-    c = RunContext(workspace=ws.resolve(), settings={
-        "tool_timeout_s": 10, "output_cap": 4000, "allow_hosts": ["good.test"],
-        "browser_args": ["--host-resolver-rules=MAP good.test 127.0.0.1, MAP bad.test 127.0.0.1"]})
+    c = RunContext(
+        workspace=ws.resolve(),
+        settings={
+            "tool_timeout_s": 10,
+            "output_cap": 4000,
+            "allow_hosts": ["good.test"],
+            "browser_args": [
+                "--host-resolver-rules=MAP good.test 127.0.0.1, MAP bad.test 127.0.0.1"
+            ],
+        },
+    )
     yield c
     await c.aclose()
 
@@ -179,8 +199,7 @@ async def test_browser_closes_at_run_end(tmp_path: Path, site: Site) -> None:
 
 async def test_no_browser_says_how_to_install(tmp_path: Path) -> None:
     """Without a usable Chromium the result says how to install one."""
-    c = RunContext(workspace=tmp_path,
-                   settings={"browser_executable": "/nonexistent/chromium"})
+    c = RunContext(workspace=tmp_path, settings={"browser_executable": "/nonexistent/chromium"})
     try:
         r = await tools.registry()["browser_open"](c, {"url": "about:blank"})
     finally:

@@ -39,8 +39,13 @@ async def test_read_file_numbers_lines_and_ranges(ctx: RunContext) -> None:
     r = await call(ctx, "read_file", path="a.txt", start_line=2, end_line=3)
     assert r.ok
     assert r.output == "     2\ttwo\n     3\tthree\n[a.txt: lines 2-3 of 4]"
-    assert r.data == {"path": "a.txt", "start_line": 2, "end_line": 3, "total_lines": 4,
-                      "truncated": False}
+    assert r.data == {
+        "path": "a.txt",
+        "start_line": 2,
+        "end_line": 3,
+        "total_lines": 4,
+        "truncated": False,
+    }
 
 
 async def test_read_file_cap_says_where_to_read_on(ctx: RunContext) -> None:
@@ -92,8 +97,10 @@ async def test_search_reports_file_line_text(ctx: RunContext) -> None:
     assert r.output.splitlines() == ["a.py:1: def f():", "sub/b.py:1: def g():"]
     assert r.data == {"matches": 2, "files_scanned": 2}
     r = await call(ctx, "search", pattern="RETURN", ignore_case=True, max_results=1)
-    assert r.output.splitlines() == ["a.py:2:     return 1", "[1 more matches not shown "
-                                                              "(max_results=1)]"]
+    assert r.output.splitlines() == [
+        "a.py:2:     return 1",
+        "[1 more matches not shown (max_results=1)]",
+    ]
     r = await call(ctx, "search", pattern="(unclosed")
     assert r.ok is False and "not a valid regular expression" in r.output
 
@@ -125,8 +132,9 @@ async def test_edit_file_absent_or_ambiguous(ctx: RunContext) -> None:
     r = await call(ctx, "edit_file", path="m.py", old_text="x = 1", new_text="x = 2")
     assert r.ok is False and "2 matches (at lines 1, 2)" in r.output
     assert p.read_text() == "x = 1\nx = 1\n    y = 2\n"
-    r = await call(ctx, "edit_file", path="m.py", old_text="x = 1", new_text="x = 2",
-                   replace_all=True)
+    r = await call(
+        ctx, "edit_file", path="m.py", old_text="x = 1", new_text="x = 2", replace_all=True
+    )
     assert r.ok and r.data["replacements"] == 2
     assert p.read_text() == "x = 2\nx = 2\n    y = 2\n"
 
@@ -161,8 +169,10 @@ diff --git a/calc.py b/calc.py
 +file
 """
 
-CALC = ("def add(a, b):\n    return a - b\n\ndef sub(a, b):\n    return a - b\n\n"
-        "def mul(a, b):\n    return a * b\ndef div(a, b):\n    return a / b\n")
+CALC = (
+    "def add(a, b):\n    return a - b\n\ndef sub(a, b):\n    return a - b\n\n"
+    "def mul(a, b):\n    return a * b\ndef div(a, b):\n    return a / b\n"
+)
 
 
 async def test_apply_patch_modifies_and_creates(ctx: RunContext) -> None:
@@ -170,8 +180,9 @@ async def test_apply_patch_modifies_and_creates(ctx: RunContext) -> None:
     p = put(ctx, "calc.py", CALC)
     r = await call(ctx, "apply_patch", patch=PATCH)
     assert r.ok, r.output
-    assert r.output == ("Applied the patch: patched calc.py (2 hunks, +2 -1); created new.txt "
-                        "(1 hunk, +2 -0).")
+    assert r.output == (
+        "Applied the patch: patched calc.py (2 hunks, +2 -1); created new.txt (1 hunk, +2 -0)."
+    )
     assert p.read_text() == CALC.replace("return a - b", "return a + b", 1) + "# end\n"
     assert (Path(ctx.workspace) / "new.txt").read_text() == "fresh\nfile\n"
 
@@ -191,9 +202,11 @@ async def test_apply_patch_delete_rename_and_no_newline(ctx: RunContext) -> None
     """Deletion, rename and '\\ No newline at end of file' markers are honoured."""
     put(ctx, "gone.txt", "bye\n")
     put(ctx, "old.txt", "keep\nlast\n")
-    patch = ("--- a/gone.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n"
-             "--- a/old.txt\n+++ b/new/name.txt\n@@ -1,2 +1,2 @@\n keep\n-last\n+LAST\n"
-             "\\ No newline at end of file\n")
+    patch = (
+        "--- a/gone.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n"
+        "--- a/old.txt\n+++ b/new/name.txt\n@@ -1,2 +1,2 @@\n keep\n-last\n+LAST\n"
+        "\\ No newline at end of file\n"
+    )
     r = await call(ctx, "apply_patch", patch=patch)
     assert r.ok, r.output
     ws = Path(ctx.workspace)
@@ -201,16 +214,22 @@ async def test_apply_patch_delete_rename_and_no_newline(ctx: RunContext) -> None
     assert (ws / "new/name.txt").read_text() == "keep\nLAST"
 
 
-@pytest.mark.parametrize(("patch", "needle"), [
-    ("just words\n", "no file headers found"),
-    ("@@ -1 +1 @@\n-a\n+b\n", "hunk before any"),
-    ("--- a/x.txt\n+++ b/x.txt\n", "has no hunks"),
-    ("--- a/nope.txt\n+++ b/nope.txt\n@@ -1 +1 @@\n-a\n+b\n", "no such file"),
-    ("--- /dev/null\n+++ b/x.txt\n@@ -0,0 +1 @@\n+b\n", "it exists already"),
-    ("--- a/x.txt\n+++ b/x.txt\n@@ -1 +1 @@\n-a\n+b\n*oops\n", "is not part of a hunk"),
-    ("--- a/x.txt\n+++ b/x.txt\n@@ -1 +1 @@\n-a\n+b\n--- /dev/null\n+++ b/sub\n"
-     "@@ -0,0 +1 @@\n+c\n", "it is a folder"),
-])
+@pytest.mark.parametrize(
+    ("patch", "needle"),
+    [
+        ("just words\n", "no file headers found"),
+        ("@@ -1 +1 @@\n-a\n+b\n", "hunk before any"),
+        ("--- a/x.txt\n+++ b/x.txt\n", "has no hunks"),
+        ("--- a/nope.txt\n+++ b/nope.txt\n@@ -1 +1 @@\n-a\n+b\n", "no such file"),
+        ("--- /dev/null\n+++ b/x.txt\n@@ -0,0 +1 @@\n+b\n", "it exists already"),
+        ("--- a/x.txt\n+++ b/x.txt\n@@ -1 +1 @@\n-a\n+b\n*oops\n", "is not part of a hunk"),
+        (
+            "--- a/x.txt\n+++ b/x.txt\n@@ -1 +1 @@\n-a\n+b\n--- /dev/null\n+++ b/sub\n"
+            "@@ -0,0 +1 @@\n+c\n",
+            "it is a folder",
+        ),
+    ],
+)
 async def test_apply_patch_rejects_malformed(ctx: RunContext, patch: str, needle: str) -> None:
     """Malformed or inapplicable patches fail with a message saying what is wrong."""
     put(ctx, "x.txt", "a\n")

@@ -17,9 +17,15 @@ from agentloop.protocols import Tool, ToolContext
 from agentloop.types import ToolResult
 
 
-async def sample(ctx: ToolContext, name: str, count: int = 2, ratio: float | None = None,
-                 tags: list[str] | None = None, mode: Literal["fast", "slow"] = "fast",
-                 loud: bool = False) -> ToolResult:
+async def sample(
+    ctx: ToolContext,
+    name: str,
+    count: int = 2,
+    ratio: float | None = None,
+    tags: list[str] | None = None,
+    mode: Literal["fast", "slow"] = "fast",
+    loud: bool = False,
+) -> ToolResult:
     """Do a sample thing.
 
     More detail that is not the description.
@@ -68,12 +74,19 @@ def test_schema_from_signature() -> None:
     assert spec.parameters["required"] == ["name"]
     assert spec.parameters["additionalProperties"] is False
     assert props["name"] == {"type": "string", "description": "who to greet."}
-    assert props["count"] == {"type": "integer", "default": 2,
-                              "description": "how many times, continued on a second line."}
+    assert props["count"] == {
+        "type": "integer",
+        "default": 2,
+        "description": "how many times, continued on a second line.",
+    }
     assert props["ratio"] == {"type": "number", "description": "optional ratio."}
     assert props["tags"] == {"type": "array", "items": {"type": "string"}, "description": "labels."}
-    assert props["mode"] == {"enum": ["fast", "slow"], "type": "string", "default": "fast",
-                             "description": "speed."}
+    assert props["mode"] == {
+        "enum": ["fast", "slow"],
+        "type": "string",
+        "default": "fast",
+        "description": "speed.",
+    }
     assert props["loud"]["type"] == "boolean"
 
 
@@ -91,20 +104,23 @@ async def test_good_arguments_are_coerced(ctx: RunContext) -> None:
     assert r.output == "bo|4|None|None|fast|False"
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    ({}, "missing required argument 'name'"),
-    ({"name": 5}, "argument 'name' must be a string; got integer 5"),
-    ({"name": "a", "count": "many"}, "argument 'count' must be an integer"),
-    ({"name": "a", "count": 1.5}, "argument 'count' must be an integer"),
-    ({"name": "a", "count": True}, "argument 'count' must be an integer"),
-    ({"name": "a", "tags": "x"}, "argument 'tags' must be an array"),
-    ({"name": "a", "tags": [1]}, "argument 'tags[0]' must be a string"),
-    ({"name": "a", "mode": "medium"}, "argument 'mode' must be one of 'fast', 'slow'"),
-    ({"name": "a", "colour": "red"}, "unknown argument 'colour'"),
-    ({"name": None}, "argument 'name' must not be null"),
-    ("not json", "arguments are not valid JSON"),
-    ([1, 2], "arguments must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ({}, "missing required argument 'name'"),
+        ({"name": 5}, "argument 'name' must be a string; got integer 5"),
+        ({"name": "a", "count": "many"}, "argument 'count' must be an integer"),
+        ({"name": "a", "count": 1.5}, "argument 'count' must be an integer"),
+        ({"name": "a", "count": True}, "argument 'count' must be an integer"),
+        ({"name": "a", "tags": "x"}, "argument 'tags' must be an array"),
+        ({"name": "a", "tags": [1]}, "argument 'tags[0]' must be a string"),
+        ({"name": "a", "mode": "medium"}, "argument 'mode' must be one of 'fast', 'slow'"),
+        ({"name": "a", "colour": "red"}, "unknown argument 'colour'"),
+        ({"name": None}, "argument 'name' must not be null"),
+        ("not json", "arguments are not valid JSON"),
+        ([1, 2], "arguments must be a JSON object"),
+    ],
+)
 async def test_bad_arguments_name_the_argument(ctx: RunContext, args: object, needle: str) -> None:
     """Each kind of bad argument gives ok=False with a message naming it."""
     r = await FunctionTool.wrap(sample)(ctx, args)  # type: ignore[arg-type]
@@ -130,10 +146,25 @@ async def test_wrapper_caps_output(ctx: RunContext) -> None:
 def test_registry_meets_the_protocol() -> None:
     """Every registered tool meets the Tool protocol and its name matches its spec."""
     reg = tools.registry()
-    assert {"read_file", "list_files", "search", "write_file", "edit_file", "apply_patch", "run",
-            "run_tests", "browser_open", "browser_text", "browser_snapshot", "browser_click",
-            "browser_fill", "browser_press", "browser_wait_for_text", "browser_screenshot",
-            "think"} == set(reg)
+    assert {
+        "read_file",
+        "list_files",
+        "search",
+        "write_file",
+        "edit_file",
+        "apply_patch",
+        "run",
+        "run_tests",
+        "browser_open",
+        "browser_text",
+        "browser_snapshot",
+        "browser_click",
+        "browser_fill",
+        "browser_press",
+        "browser_wait_for_text",
+        "browser_screenshot",
+        "think",
+    } == set(reg)
     for name, tool in reg.items():
         assert isinstance(tool, Tool)
         assert tool.spec.name == name
@@ -145,8 +176,13 @@ def test_importing_tools_does_not_import_playwright() -> None:
     import subprocess
 
     code = "import sys, tools; tools.registry(); print('playwright' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).resolve().parents[1], check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        check=True,
+    )
     assert out.stdout.strip() == "False"
 
 

@@ -70,8 +70,9 @@ async def test_run_timeout_is_capped_by_settings(tmp_path: Path) -> None:
 async def test_cancelling_run_kills_the_group(ctx: RunContext) -> None:
     """Cancelling the awaiting task kills the process group before CancelledError propagates."""
     marker = Path(ctx.workspace) / "pids"
-    task = asyncio.create_task(call(ctx, "run",
-                                    command="sleep 60 & echo $! >> pids; echo $$ >> pids; wait"))
+    task = asyncio.create_task(
+        call(ctx, "run", command="sleep 60 & echo $! >> pids; echo $$ >> pids; wait")
+    )
     for _ in range(200):
         if marker.exists() and len(marker.read_text().split()) == 2:
             break
@@ -107,8 +108,9 @@ async def test_pipe_holding_background_is_killed(ctx: RunContext) -> None:
 
 async def test_run_caps_huge_output(ctx: RunContext) -> None:
     """Tens of MB of output come back capped, head and tail kept, with the cut stated."""
-    r = await call(ctx, "run", command="echo FIRST; head -c 30000000 /dev/zero | tr '\\0' x; "
-                                       "echo; echo LAST")
+    r = await call(
+        ctx, "run", command="echo FIRST; head -c 30000000 /dev/zero | tr '\\0' x; echo; echo LAST"
+    )
     assert r.ok
     assert len(r.output) <= 4000
     assert r.data["stdout_bytes"] == 30_000_000 + len("FIRST\n") + len("\nLAST\n")
@@ -117,16 +119,25 @@ async def test_run_caps_huge_output(ctx: RunContext) -> None:
     assert "output capped at 4,000 chars" in r.output
 
 
-@pytest.mark.parametrize(("line", "expected"), [
-    ("===== 3 passed, 1 failed, 2 errors in 0.52s =====",
-     {"passed": 3, "failed": 1, "errors": 2, "skipped": 0}),
-    ("1 failed, 4 passed, 1 skipped, 2 warnings in 1.02s",
-     {"passed": 4, "failed": 1, "errors": 0, "skipped": 1}),
-    ("======= 1 error in 0.10s =======", {"passed": 0, "failed": 0, "errors": 1, "skipped": 0}),
-    ("============ no tests ran in 0.01s ============",
-     {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}),
-    ("all good", None),
-])
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (
+            "===== 3 passed, 1 failed, 2 errors in 0.52s =====",
+            {"passed": 3, "failed": 1, "errors": 2, "skipped": 0},
+        ),
+        (
+            "1 failed, 4 passed, 1 skipped, 2 warnings in 1.02s",
+            {"passed": 4, "failed": 1, "errors": 0, "skipped": 1},
+        ),
+        ("======= 1 error in 0.10s =======", {"passed": 0, "failed": 0, "errors": 1, "skipped": 0}),
+        (
+            "============ no tests ran in 0.01s ============",
+            {"passed": 0, "failed": 0, "errors": 0, "skipped": 0},
+        ),
+        ("all good", None),
+    ],
+)
 def test_parse_pytest_summary(line: str, expected: dict[str, int] | None) -> None:
     """pytest's summary line (quiet or not) gives pass/fail/error counts."""
     assert parse_pytest_summary(f"noise\n{line}\n") == expected
@@ -147,8 +158,9 @@ def test_three():
 async def test_run_tests_counts_real_pytest(ctx: RunContext) -> None:
     """run_tests runs the task's pytest command and returns its pass/fail counts."""
     (Path(ctx.workspace) / "test_m.py").write_text(TESTS)
-    ctx.settings = replace(ctx.settings,
-                           test_command=f"{sys.executable} -m pytest -q -p no:cacheprovider")
+    ctx.settings = replace(
+        ctx.settings, test_command=f"{sys.executable} -m pytest -q -p no:cacheprovider"
+    )
     r = await call(ctx, "run_tests")
     assert r.ok is False
     assert r.data["passed"] == 2 and r.data["failed"] == 1 and r.data["errors"] == 0
@@ -178,7 +190,10 @@ def test_tool_settings_are_typed_with_one_set_of_defaults() -> None:
     from agentloop.errors import ConfigError
 
     s = ToolSettings.of({"allow_hosts": "example.com", "tool_timeout_s": 5})
-    assert (("example.com",), 5.0, DEFAULT_OUTPUT_CAP) == (s.allow_hosts, s.tool_timeout_s,
-                                                           s.output_cap)
+    assert (("example.com",), 5.0, DEFAULT_OUTPUT_CAP) == (
+        s.allow_hosts,
+        s.tool_timeout_s,
+        s.output_cap,
+    )
     with pytest.raises(ConfigError, match=r"unknown tool setting.*output_kap"):
         ToolSettings.of({"output_kap": 10})

@@ -32,15 +32,23 @@ async def test_script_played_through_the_tools_succeeds(tmp_path: Path) -> None:
     work = tmp_path / "run"
     await asyncio.to_thread(shutil.copytree, task.workspace, work)
     registry = tools.registry()
-    ctx = RunContext(workspace=work.resolve(), settings={
-        "test_command": task.test_command, "allow_hosts": list(task.allow_hosts),
-        "tool_timeout_s": task.limits.tool_timeout_s, "output_cap": 16_000})
+    ctx = RunContext(
+        workspace=work.resolve(),
+        settings={
+            "test_command": task.test_command,
+            "allow_hosts": list(task.allow_hosts),
+            "tool_timeout_s": task.limits.tool_timeout_s,
+            "output_cap": 16_000,
+        },
+    )
     results = []
     summary = ""
     try:
         for turn in task.script:
-            calls = [(c.name, orjson.loads(c.arguments.replace("{workspace}", str(work.resolve()))))
-                     for c in turn.tool_calls]
+            calls = [
+                (c.name, orjson.loads(c.arguments.replace("{workspace}", str(work.resolve()))))
+                for c in turn.tool_calls
+            ]
             summary = next((a["summary"] for name, a in calls if name == "finish"), summary)
             calls = [(name, a) for name, a in calls if name != "finish"]
             outs = await asyncio.gather(*(registry[name](ctx, a) for name, a in calls))
@@ -54,7 +62,12 @@ async def test_script_played_through_the_tools_succeeds(tmp_path: Path) -> None:
     texts = [r.output for name, r in results if name == "browser_text"]
     assert texts[0].startswith("All systems operational")
     assert results[-1][1].output.startswith("'Degraded: cache is down' is visible")
-    done = await asyncio.to_thread(subprocess.run, ["bash", "-c", task.success_command or "false"],
-                                   cwd=work, capture_output=True, text=True)
+    done = await asyncio.to_thread(
+        subprocess.run,
+        ["bash", "-c", task.success_command or "false"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert task.success_text is not None and task.success_text in summary

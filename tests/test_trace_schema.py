@@ -52,6 +52,7 @@ def _set(path: list[str | int], value: Any) -> Callable[[Record], None]:
         for key in path[:-1]:
             obj = obj[key]
         obj[path[-1]] = value
+
     return apply
 
 
@@ -67,46 +68,81 @@ DAMAGE: list[tuple[str, Callable[[list[Record]], int], Callable[[Record], None],
     ("attrs-list", _tool_end, _set(["attrs"], ["ok"]), "attrs"),
     ("start-attrs-list", _start, _set(["attrs"], [1, 2]), "attrs"),
     ("end-attrs-empty-list", _tool_end, _set(["attrs"], []), "attrs"),
-    ("attempt-start-null-end-earlier", _model_end, _set(["attrs", "attempts", 0, "t_end"], 0),
-     "attrs.attempts[0].t_end"),
+    (
+        "attempt-start-null-end-earlier",
+        _model_end,
+        _set(["attrs", "attempts", 0, "t_end"], 0),
+        "attrs.attempts[0].t_end",
+    ),
     ("after-dict-item", _start, _set(["after"], [{"id": "s3"}]), "after[0]"),
     ("after-not-list", _start, _set(["after"], "s3"), "after"),
     ("parent-number", _start, _set(["parent"], 2), "parent"),
     ("id-number", _start, _set(["id"], 7), "id"),
-    ("tokens-string", _model_end, _set(["attrs", "gen_ai.usage.output_tokens"], "233"),
-     "attrs.gen_ai.usage.output_tokens"),
-    ("tokens-negative", _model_end, _set(["attrs", "gen_ai.usage.input_tokens"], -5),
-     "attrs.gen_ai.usage.input_tokens"),
+    (
+        "tokens-string",
+        _model_end,
+        _set(["attrs", "gen_ai.usage.output_tokens"], "233"),
+        "attrs.gen_ai.usage.output_tokens",
+    ),
+    (
+        "tokens-negative",
+        _model_end,
+        _set(["attrs", "gen_ai.usage.input_tokens"], -5),
+        "attrs.gen_ai.usage.input_tokens",
+    ),
     ("timing-list", _model_end, _set(["attrs", "timing"], [1, 2]), "attrs.timing"),
-    ("timing-send-string", _model_end, _set(["attrs", "timing", "t_send"], "0"),
-     "attrs.timing.t_send"),
-    ("timing-out-of-order", _model_end, _set(["attrs", "timing", "t_last"], 1),
-     "attrs.timing.t_last"),
-    ("attempts-object", _model_end, _set(["attrs", "attempts"], {"t_start": 0}),
-     "attrs.attempts"),
-    ("attempt-wait-string", _model_end, _set(["attrs", "attempts", 0, "wait_ns"], "5"),
-     "attrs.attempts[0].wait_ns"),
-    ("output-args-object", _model_end,
-     _set(["attrs", "output", "tool_calls", 0, "arguments"], {"path": "x"}),
-     "attrs.output.tool_calls[0].arguments"),
+    (
+        "timing-send-string",
+        _model_end,
+        _set(["attrs", "timing", "t_send"], "0"),
+        "attrs.timing.t_send",
+    ),
+    (
+        "timing-out-of-order",
+        _model_end,
+        _set(["attrs", "timing", "t_last"], 1),
+        "attrs.timing.t_last",
+    ),
+    ("attempts-object", _model_end, _set(["attrs", "attempts"], {"t_start": 0}), "attrs.attempts"),
+    (
+        "attempt-wait-string",
+        _model_end,
+        _set(["attrs", "attempts", 0, "wait_ns"], "5"),
+        "attrs.attempts[0].wait_ns",
+    ),
+    (
+        "output-args-object",
+        _model_end,
+        _set(["attrs", "output", "tool_calls", 0, "arguments"], {"path": "x"}),
+        "attrs.output.tool_calls[0].arguments",
+    ),
     ("step-string", _model_end, _set(["attrs", "step"], "1"), "attrs.step"),
     ("tool-ok-string", _tool_end, _set(["attrs", "ok"], "yes"), "attrs.ok"),
     ("tool-queue-negative", _tool_end, _set(["attrs", "queued_ns"], -1), "attrs.queued_ns"),
     ("run-end-negative", _end, _set(["t"], 0), "t"),
     ("run-end-string", _end, _set(["t"], "23746171990"), "t"),
     ("status-number", _end, _set(["status"], 1), "status"),
-    ("profile-zero-tps", lambda rs: 0, _set(["tier", "profile", "output_tps"], 0),
-     "tier.profile.output_tps"),
-    ("profile-null-latency", lambda rs: 0, _set(["tier", "profile", "base_latency_s"], None),
-     "tier.profile.base_latency_s"),
+    (
+        "profile-zero-tps",
+        lambda rs: 0,
+        _set(["tier", "profile", "output_tps"], 0),
+        "tier.profile.output_tps",
+    ),
+    (
+        "profile-null-latency",
+        lambda rs: 0,
+        _set(["tier", "profile", "base_latency_s"], None),
+        "tier.profile.base_latency_s",
+    ),
     ("profile-string", lambda rs: 0, _set(["tier", "profile"], "fast"), "tier.profile"),
     ("tools-not-list", lambda rs: 0, _set(["tools"], {"read_file": {}}), "tools"),
     ("task-not-object", lambda rs: 0, _set(["task"], "checkout"), "task"),
 ]
 
 
-def damaged(tmp_path: Path, where: Callable[[list[Record]], int],
-            how: Callable[[Record], None]) -> tuple[Path, int]:
+def damaged(
+    tmp_path: Path, where: Callable[[list[Record]], int], how: Callable[[Record], None]
+) -> tuple[Path, int]:
     records = [orjson.loads(line) for line in STANDARD.read_bytes().splitlines()]
     i = where(records)
     how(records[i])
@@ -115,20 +151,26 @@ def damaged(tmp_path: Path, where: Callable[[list[Record]], int],
     return path, i + 1
 
 
-@pytest.mark.parametrize(("where", "how", "field"), [d[1:] for d in DAMAGE],
-                         ids=[d[0] for d in DAMAGE])
+@pytest.mark.parametrize(
+    ("where", "how", "field"), [d[1:] for d in DAMAGE], ids=[d[0] for d in DAMAGE]
+)
 def test_a_damaged_field_is_exit_2_naming_file_line_and_field(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], where: Any, how: Any,
-        field: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: Any, how: Any, field: str
+) -> None:
     """report, whatif and compare each refuse the damaged trace: exit 2, one message naming the
     file, the line and the field, and no traceback."""
     path, line = damaged(tmp_path, where, how)
-    for argv in (["report", str(path)], ["whatif", str(path), "--speedup", "2"],
-                 ["compare", str(ULTRAFAST), str(path)]):
+    for argv in (
+        ["report", str(path)],
+        ["whatif", str(path), "--speedup", "2"],
+        ["compare", str(ULTRAFAST), str(path)],
+    ):
         code = main(argv)
         err = capsys.readouterr().err
-        assert (2, f"{path}, line {line}, field '{field}'") == (code, err[err.find(str(path)):][
-            :len(f"{path}, line {line}, field '{field}'")])
+        assert (2, f"{path}, line {line}, field '{field}'") == (
+            code,
+            err[err.find(str(path)) :][: len(f"{path}, line {line}, field '{field}'")],
+        )
         assert "Traceback" not in err
 
 
@@ -138,12 +180,16 @@ def test_reference_traces_read_into_typed_values(path: Path) -> None:
     trace = load_trace(path)
     models, tools = trace.of_kind("model"), trace.of_kind("tool")
     assert [s.attrs["gen_ai.usage.output_tokens"] for s in models] == [
-        s.model.output_tokens if s.model else None for s in models]
-    assert [s.attrs["queued_ns"] for s in tools] == [s.tool.queued_ns if s.tool else None
-                                                    for s in tools]
+        s.model.output_tokens if s.model else None for s in models
+    ]
+    assert [s.attrs["queued_ns"] for s in tools] == [
+        s.tool.queued_ns if s.tool else None for s in tools
+    ]
     profile = trace.header["tier"]["profile"]
     assert ("checkout-timeouts", profile["output_tps"]) == (
-        trace.run.task.name, trace.run.tier.profile.output_tps if trace.run.tier.profile else None)
+        trace.run.task.name,
+        trace.run.tier.profile.output_tps if trace.run.tier.profile else None,
+    )
 
 
 def test_reference_trace_report_figures_hold() -> None:
@@ -157,5 +203,7 @@ async def test_replay_does_not_read_a_hostile_task_source(tmp_path: Path) -> Non
     is not loaded, so none of its contents' problems reach the user."""
     path, _ = damaged(tmp_path, lambda rs: 0, _set(["task", "source"], "/etc/shadow"))
     res = await replay(path, tier="sim-ultrafast", offline=True, trace_dir=tmp_path / "out")
-    assert ("ok", "checkout-timeouts") == (res.run.status, load_trace(
-        res.run.trace_path or "").run.task.name)
+    assert ("ok", "checkout-timeouts") == (
+        res.run.status,
+        load_trace(res.run.trace_path or "").run.task.name,
+    )

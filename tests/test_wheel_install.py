@@ -52,10 +52,12 @@ asyncio.run(main())
 '''
 
 
-def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 180
-         ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+def _run(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,14 +74,18 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
             shutil.copy(ROOT / name, src / name)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     uv_bin = uv.find_uv_bin()
-    built = _run([uv_bin, "build", "--quiet", "--wheel", "--out-dir", str(base / "dist"),
-                  str(src)], base, env)
+    built = _run(
+        [uv_bin, "build", "--quiet", "--wheel", "--out-dir", str(base / "dist"), str(src)],
+        base,
+        env,
+    )
     assert 0 == built.returncode, built.stderr
     [wheel] = (base / "dist").glob("agentloop-*.whl")
     venv = base / "venv"
-    for argv in ([uv_bin, "venv", "--quiet", "--python", sys.executable, str(venv)],
-                 [uv_bin, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
-                  str(wheel)]):
+    for argv in (
+        [uv_bin, "venv", "--quiet", "--python", sys.executable, str(venv)],
+        [uv_bin, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), str(wheel)],
+    ):
         done = _run(argv, base, env, timeout=600)
         assert 0 == done.returncode, done.stderr
     env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", os.defpath)])
@@ -87,7 +93,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
 
 
 def test_the_wheel_carries_the_builtin_tiers_and_the_shipped_tasks(
-        installed: tuple[Path, dict[str, str]]) -> None:
+    installed: tuple[Path, dict[str, str]],
+) -> None:
     """The wheel ships tiers.toml and every task file with its workspace, and no bytecode."""
     wheel = next((installed[0].parent / "dist").glob("agentloop-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
@@ -97,14 +104,19 @@ def test_the_wheel_carries_the_builtin_tiers_and_the_shipped_tasks(
     assert "agentloop_tasks/incident/checkout-timeouts/tests/test_config.py" in names
     assert [] == [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert [] == [n for n in names if n.split("/")[0] == "tools"]
-    subpackages = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "agentloop").rglob("__init__.py")
-                         if "__pycache__" not in p.parts)
-    assert subpackages == sorted(n for n in names if n.startswith("agentloop/")
-                                 and n.endswith("/__init__.py"))
+    subpackages = sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "agentloop").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    )
+    assert subpackages == sorted(
+        n for n in names if n.startswith("agentloop/") and n.endswith("/__init__.py")
+    )
 
 
 def test_the_installed_cli_runs_the_demo_by_name_from_another_folder(
-        installed: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    installed: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
     """From a folder that is not the checkout: --version, tasks, tiers, and the demo by name."""
     venv, env = installed
     exe = str(venv / "bin" / "agentloop")
@@ -113,8 +125,10 @@ def test_the_installed_cli_runs_the_demo_by_name_from_another_folder(
     listed = orjson.loads(_run([exe, "tasks", "--json"], tmp_path, env).stdout)
     demo = next(t for t in listed if t["name"] == "checkout-timeouts")
     assert str(venv) in demo["path"]
-    tiers = {t["name"]: t["source"] for t in
-             orjson.loads(_run([exe, "tiers", "--json"], tmp_path, env).stdout)}
+    tiers = {
+        t["name"]: t["source"]
+        for t in orjson.loads(_run([exe, "tiers", "--json"], tmp_path, env).stdout)
+    }
     assert "built-in" == tiers["sim-standard"]
     run = _run([exe, "run", "checkout-timeouts", "--tier", "sim-ultrafast", "-q"], tmp_path, env)
     assert 0 == run.returncode, run.stdout + run.stderr
@@ -123,7 +137,8 @@ def test_the_installed_cli_runs_the_demo_by_name_from_another_folder(
 
 
 def test_an_app_with_its_own_tools_package_embeds_agentloop(
-        installed: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    installed: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
     """An app whose own `tools` package comes first on sys.path runs a task through the handle."""
     venv, env = installed
     (tmp_path / "tools").mkdir()
@@ -132,7 +147,12 @@ def test_an_app_with_its_own_tools_package_embeds_agentloop(
     done = _run([str(venv / "bin" / "python"), "app.py"], tmp_path, env)
     assert 0 == done.returncode, done.stderr
     out = orjson.loads(done.stdout.strip().splitlines()[-1])
-    assert {"tools": "the app's registry", "status": "ok", "success": True, "first": "run_start",
-            "last": "run_end", "run_id_ok": True} == {k: v for k, v in out.items()
-                                                      if k != "trace"}
+    assert {
+        "tools": "the app's registry",
+        "status": "ok",
+        "success": True,
+        "first": "run_start",
+        "last": "run_end",
+        "run_id_ok": True,
+    } == {k: v for k, v in out.items() if k != "trace"}
     assert (tmp_path / out["trace"]).is_file()

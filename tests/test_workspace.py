@@ -13,8 +13,9 @@ from agentloop.tasks import Task
 async def test_command_leaving_a_background_process_returns_at_once(tmp_path: Path) -> None:
     """bash exiting ends the call even when a child it started in the background lives on."""
     t0 = time.perf_counter()
-    code, out = await workspace.run_command("echo started; sleep 5 >/dev/null 2>&1 &", tmp_path,
-                                            scrubbed_env(), 10)
+    code, out = await workspace.run_command(
+        "echo started; sleep 5 >/dev/null 2>&1 &", tmp_path, scrubbed_env(), 10
+    )
     assert (0, "started\n") == (code, out)
     assert time.perf_counter() - t0 < 2
 
@@ -40,11 +41,14 @@ async def test_prepare_copies_the_workspace_fresh(tmp_path: Path) -> None:
 
 async def test_success_check_needs_command_and_text(tmp_path: Path) -> None:
     """The check passes only when the command exits 0 and the expected text is in the answer."""
-    task = Task(name="t", prompt="p", system="s", success_command="test -f done",
-                success_text="SAFE")
+    task = Task(
+        name="t", prompt="p", system="s", success_command="test -f done", success_text="SAFE"
+    )
     (tmp_path / "done").write_text("")
     assert (await workspace.check_success(task, tmp_path, "verdict SAFE"))["passed"] is True
-    assert (await workspace.check_success(task, tmp_path, "verdict: still broken"))["passed"] is False
+    assert (await workspace.check_success(task, tmp_path, "verdict: still broken"))[
+        "passed"
+    ] is False
     (tmp_path / "done").unlink()
     result = await workspace.check_success(task, tmp_path, "SAFE")
     assert (False, 1) == (result["passed"], result["exit_code"])

@@ -25,9 +25,25 @@ from agentloop_tools.think import think
 
 from agentloop.protocols import Tool
 
-FUNCTIONS = (read_file, list_files, search, write_file, edit_file, apply_patch, run, run_tests,
-             browser_open, browser_text, browser_snapshot, browser_click, browser_fill,
-             browser_press, browser_wait_for_text, browser_screenshot, think)
+FUNCTIONS = (
+    read_file,
+    list_files,
+    search,
+    write_file,
+    edit_file,
+    apply_patch,
+    run,
+    run_tests,
+    browser_open,
+    browser_text,
+    browser_snapshot,
+    browser_click,
+    browser_fill,
+    browser_press,
+    browser_wait_for_text,
+    browser_screenshot,
+    think,
+)
 
 __all__ = ["FUNCTIONS", "FunctionTool", "registry"]
 

@@ -31,8 +31,10 @@ def _parts(ws: Path, target: Path) -> list[str]:
 
 
 def _changed(name: str, exc: OSError) -> ToolError:
-    return ToolError(f"{name!r} changed while it was being used ({exc.strerror}); a symlink or "
-                     f"special file appeared in its path: refused")
+    return ToolError(
+        f"{name!r} changed while it was being used ({exc.strerror}); a symlink or "
+        f"special file appeared in its path: refused"
+    )
 
 
 def open_parent(ws: Path, target: Path, *, create: bool = False) -> tuple[int, str]:
@@ -67,13 +69,23 @@ def check_regular(st: os.stat_result, shown: str) -> None:
     if stat.S_ISDIR(st.st_mode):
         raise ToolError(f"{shown!r} is a folder, not a file")
     if not stat.S_ISREG(st.st_mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
-                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
-                else "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file")
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(st.st_mode)
+            else "a socket"
+            if stat.S_ISSOCK(st.st_mode)
+            else "a device"
+            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+            else "a symlink"
+            if stat.S_ISLNK(st.st_mode)
+            else "not a regular file"
+        )
         raise ToolError(f"{shown!r} is {kind}; file tools only use regular files")
     if st.st_nlink > 1:
-        raise ToolError(f"{shown!r} has {st.st_nlink} hard links; a multiply-linked file may be "
-                        f"shared with a file outside the workspace, so file tools refuse it")
+        raise ToolError(
+            f"{shown!r} has {st.st_nlink} hard links; a multiply-linked file may be "
+            f"shared with a file outside the workspace, so file tools refuse it"
+        )
 
 
 def entry_stat(ws: Path, target: Path) -> os.stat_result | None:
@@ -109,8 +121,9 @@ def read_bytes(ws: Path, target: Path, max_bytes: int) -> bytes:
         st = os.fstat(fd)
         check_regular(st, shown)
         if st.st_size > max_bytes:
-            raise ToolError(f"{shown!r} is {st.st_size:,} bytes, more than this tool takes "
-                            f"({max_bytes:,})")
+            raise ToolError(
+                f"{shown!r} is {st.st_size:,} bytes, more than this tool takes ({max_bytes:,})"
+            )
         os.set_blocking(fd, True)
         chunks = []
         left = max_bytes
@@ -137,12 +150,16 @@ def write_bytes(ws: Path, target: Path, data: bytes) -> bool:
             old = None
         if old is not None:
             check_regular(old, shown)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644 if old is None else stat.S_IMODE(old.st_mode), dir_fd=dfd)
+        fd = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644 if old is None else stat.S_IMODE(old.st_mode),
+            dir_fd=dfd,
+        )
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
         os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)

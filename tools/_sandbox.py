@@ -49,8 +49,10 @@ def resolve_path(ctx: ToolContext, path: str, *, argument: str = "path") -> Path
     except (OSError, RuntimeError) as exc:  # symlink loops, unreadable folders
         raise ToolError(f"cannot resolve {path!r}: {exc}") from None
     if not resolved.is_relative_to(ws):
-        raise ToolError(f"{path!r} is outside the workspace ({ws}); only paths inside it "
-                        f"can be used (symlinks are followed before this check)")
+        raise ToolError(
+            f"{path!r} is outside the workspace ({ws}); only paths inside it "
+            f"can be used (symlinks are followed before this check)"
+        )
     return resolved
 
 
@@ -84,12 +86,15 @@ def cap_text(text: str, cap: int, *, what: str = "output", head_share: float = 0
     head = int(keep * head_share)
     tail = keep - head
     cut = len(text) - head - tail
-    note = (f"\n[... {cut:,} chars cut from the middle of {what} ({len(text):,} chars in all); "
-            f"output capped at {cap:,} chars ...]\n")
-    return text[:head] + note + (text[len(text) - tail:] if tail else "")
+    note = (
+        f"\n[... {cut:,} chars cut from the middle of {what} ({len(text):,} chars in all); "
+        f"output capped at {cap:,} chars ...]\n"
+    )
+    return text[:head] + note + (text[len(text) - tail :] if tail else "")
 
 
 # -- network rule (browser) -------------------------------------------------------------------
+
 
 def _is_loopback(host: str) -> bool:
     host = host.strip("[]").lower().rstrip(".")
@@ -132,8 +137,10 @@ def url_refusal(ctx: ToolContext, url: str) -> str | None:
         try:
             resolve_path(ctx, unquote(parts.path) or "/", argument="url")
         except ToolError:
-            return (f"{url!r} is outside the workspace; file:// URLs may only point inside "
-                    f"{workspace(ctx)}")
+            return (
+                f"{url!r} is outside the workspace; file:// URLs may only point inside "
+                f"{workspace(ctx)}"
+            )
         return None
     if scheme not in ("http", "https", "ws", "wss"):
         return f"{url!r}: the {scheme or 'missing'} scheme is not allowed"
@@ -145,6 +152,8 @@ def url_refusal(ctx: ToolContext, url: str) -> str | None:
         return f"{url!r} has no host"
     if _is_loopback(host) or _host_allowed(host, allow_hosts(ctx)):
         return None
-    return (f"{host!r} is not an allowed host: the browser may reach loopback (127.0.0.0/8, "
-            f"localhost, [::1]), file:// inside the workspace, and the task's allow_hosts "
-            f"({', '.join(allow_hosts(ctx)) or 'none'})")
+    return (
+        f"{host!r} is not an allowed host: the browser may reach loopback (127.0.0.0/8, "
+        f"localhost, [::1]), file:// inside the workspace, and the task's allow_hosts "
+        f"({', '.join(allow_hosts(ctx)) or 'none'})"
+    )

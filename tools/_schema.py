@@ -47,7 +47,7 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
         return description, params
     current: str | None = None
     base_indent: int | None = None
-    for ln in lines[start + 1:]:
+    for ln in lines[start + 1 :]:
         if not ln.strip():
             current = None
             continue
@@ -109,8 +109,10 @@ def _coerce(name: str, tp: Any, value: Any) -> Any:
     if origin is Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:
-            raise ArgumentError(f"argument '{name}' must be one of "
-                                f"{', '.join(repr(a) for a in allowed)}; got {value!r}")
+            raise ArgumentError(
+                f"argument '{name}' must be one of "
+                f"{', '.join(repr(a) for a in allowed)}; got {value!r}"
+            )
         return value
     if tp is bool:
         if isinstance(value, bool):
@@ -143,8 +145,10 @@ def _coerce(name: str, tp: Any, value: Any) -> Any:
             return [_coerce(f"{name}[{i}]", item, v) for i, v in enumerate(value)]
     elif (origin is dict or tp is dict) and isinstance(value, dict):
         return value
-    raise ArgumentError(f"argument '{name}' must be {_article(want)} {want}; "
-                        f"got {_json_kind(value)} {_short(value)}")
+    raise ArgumentError(
+        f"argument '{name}' must be {_article(want)} {want}; "
+        f"got {_json_kind(value)} {_short(value)}"
+    )
 
 
 def _article(word: str) -> str:
@@ -152,8 +156,14 @@ def _article(word: str) -> str:
 
 
 def _json_kind(value: Any) -> str:
-    for tp, kind in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
-                     (list, "array"), (dict, "object")):
+    for tp, kind in (
+        (bool, "boolean"),
+        (int, "integer"),
+        (float, "number"),
+        (str, "string"),
+        (list, "array"),
+        (dict, "object"),
+    ):
         if isinstance(value, tp):
             return kind
     return type(value).__name__
@@ -203,10 +213,15 @@ class FunctionTool:
             properties[p.name] = schema
             if not has_default:
                 required.append(p.name)
-            params.append(_Param(p.name, hints[p.name], not has_default,
-                                 p.default if has_default else None))
-        parameters = {"type": "object", "properties": properties, "required": required,
-                      "additionalProperties": False}
+            params.append(
+                _Param(p.name, hints[p.name], not has_default, p.default if has_default else None)
+            )
+        parameters = {
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": False,
+        }
         spec = ToolSpec(name=name or fn.__name__, description=description, parameters=parameters)
         return cls(fn=fn, spec=spec, params=tuple(params))
 
@@ -227,7 +242,8 @@ class FunctionTool:
             raise ArgumentError(
                 f"unknown argument{'s' if len(unknown) > 1 else ''} "
                 f"{', '.join(repr(u) for u in unknown)}; "
-                f"{self.spec.name} takes: {', '.join(p.name for p in self.params) or 'nothing'}")
+                f"{self.spec.name} takes: {', '.join(p.name for p in self.params) or 'nothing'}"
+            )
         kwargs = {}
         for p in self.params:
             if p.name not in arguments:
@@ -248,10 +264,10 @@ class FunctionTool:
         except ToolError as exc:
             return ToolResult(ok=False, output=f"Error: {exc.message}")
         except Exception as exc:  # any tool bug is the model's to see, never the runner's crash
-            return ToolResult(ok=False, output=f"Error: {self.spec.name} failed: "
-                              f"{type(exc).__name__}: {exc}")
+            return ToolResult(
+                ok=False, output=f"Error: {self.spec.name} failed: {type(exc).__name__}: {exc}"
+            )
         cap = output_cap(ctx)
         if len(result.output) > cap:  # the tools cap themselves; this is the backstop
-            result = ToolResult(ok=result.ok, output=cap_text(result.output, cap),
-                                data=result.data)
+            result = ToolResult(ok=result.ok, output=cap_text(result.output, cap), data=result.data)
         return result

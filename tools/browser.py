@@ -36,12 +36,20 @@ from agentloop.types import ToolResult
 # WebRTC's UDP (STUN, ICE) bypasses the HTTP proxy rule: only proxied (TCP) WebRTC is left,
 # and the proxy is the dead port, so WebRTC reaches nothing. (This Chromium reads
 # --webrtc-ip-handling-policy; the --force-... spelling some guides give does nothing.)
-CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--webrtc-ip-handling-policy=disable_non_proxied_udp")
+CHROMIUM_ARGS = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+)
 SYSTEM_CHROMIUM = "/usr/bin/chromium"
-INSTALL_HINT = ("no Chromium found: install one with `apt-get install -y chromium` (Debian/Ubuntu) "
-                "or `python -m playwright install chromium`")
+INSTALL_HINT = (
+    "no Chromium found: install one with `apt-get install -y chromium` (Debian/Ubuntu) "
+    "or `python -m playwright install chromium`"
+)
 
 
 @dataclass
@@ -86,12 +94,18 @@ async def _start(ctx: ToolContext, stack: contextlib.AsyncExitStack) -> Session:
         extra = list(ctx.settings.browser_args)
         try:
             browser = await pw.chromium.launch(
-                executable_path=exe, headless=True, args=[*CHROMIUM_ARGS, *extra],
-                proxy={"server": f"http://127.0.0.1:{dead.getsockname()[1]}",
-                       "bypass": ",".join(bypass)})
+                executable_path=exe,
+                headless=True,
+                args=[*CHROMIUM_ARGS, *extra],
+                proxy={
+                    "server": f"http://127.0.0.1:{dead.getsockname()[1]}",
+                    "bypass": ",".join(bypass),
+                },
+            )
         except PlaywrightError as exc:
-            raise ToolError(f"could not start Chromium ({exe}): {_first_line(exc)}; "
-                            f"{INSTALL_HINT}") from exc
+            raise ToolError(
+                f"could not start Chromium ({exe}): {_first_line(exc)}; {INSTALL_HINT}"
+            ) from exc
         local.push_async_callback(browser.close)
         context = await browser.new_context(service_workers="block", accept_downloads=False)
         local.push_async_callback(context.close)
@@ -110,6 +124,7 @@ async def _start(ctx: ToolContext, stack: contextlib.AsyncExitStack) -> Session:
 
         await context.route("**/*", guard)
         if hasattr(context, "route_web_socket"):
+
             async def guard_ws(ws: Any) -> None:
                 if url_refusal(ctx, ws.url) is None:
                     ws.connect_to_server()
@@ -203,8 +218,11 @@ async def browser_open(ctx: ToolContext, url: str) -> ToolResult:
     s, response, note = await _act(ctx, f"opening {url}", go)
     status = f"HTTP {response.status}" if response is not None and response.status else "loaded"
     ok = response is None or response.status < 400
-    return ToolResult(ok=ok, output=f"Opened {await _where(s.page)}: {status}.{note}",
-                      data={"url": s.page.url, "status": response.status if response else None})
+    return ToolResult(
+        ok=ok,
+        output=f"Opened {await _where(s.page)}: {status}.{note}",
+        data={"url": s.page.url, "status": response.status if response else None},
+    )
 
 
 async def browser_text(ctx: ToolContext) -> ToolResult:
@@ -215,12 +233,17 @@ async def browser_text(ctx: ToolContext) -> ToolResult:
 
     s, body, note = await _act(ctx, "reading the page text", text)
     if not body.strip():
-        return ToolResult(ok=True, output=f"[{await _where(s.page)}: no visible text]{note}",
-                          data={"url": s.page.url, "chars": 0})
+        return ToolResult(
+            ok=True,
+            output=f"[{await _where(s.page)}: no visible text]{note}",
+            data={"url": s.page.url, "chars": 0},
+        )
     cap = output_cap(ctx)
-    return ToolResult(ok=True, output=cap_text(body.strip(), cap - 300, what="the page text",
-                                               head_share=0.8) + note,
-                      data={"url": s.page.url, "chars": len(body)})
+    return ToolResult(
+        ok=True,
+        output=cap_text(body.strip(), cap - 300, what="the page text", head_share=0.8) + note,
+        data={"url": s.page.url, "chars": len(body)},
+    )
 
 
 _DOM_WALK = """() => {
@@ -254,9 +277,14 @@ async def browser_snapshot(ctx: ToolContext) -> ToolResult:
         return str(await page.evaluate(_DOM_WALK))
 
     s, tree, note = await _act(ctx, "taking a snapshot", snap)
-    return ToolResult(ok=True, output=cap_text(tree or "(empty page)", output_cap(ctx) - 300,
-                                               what="the snapshot", head_share=0.8) + note,
-                      data={"url": s.page.url})
+    return ToolResult(
+        ok=True,
+        output=cap_text(
+            tree or "(empty page)", output_cap(ctx) - 300, what="the snapshot", head_share=0.8
+        )
+        + note,
+        data={"url": s.page.url},
+    )
 
 
 async def browser_click(ctx: ToolContext, selector: str) -> ToolResult:
@@ -267,8 +295,11 @@ async def browser_click(ctx: ToolContext, selector: str) -> ToolResult:
             ('role=button[name="Save"]').
     """
     s, _, note = await _act(ctx, f"clicking {selector!r}", lambda page: page.click(selector))
-    return ToolResult(ok=True, output=f"Clicked {selector!r}; now at {await _where(s.page)}.{note}",
-                      data={"url": s.page.url})
+    return ToolResult(
+        ok=True,
+        output=f"Clicked {selector!r}; now at {await _where(s.page)}.{note}",
+        data={"url": s.page.url},
+    )
 
 
 async def browser_fill(ctx: ToolContext, selector: str, text: str) -> ToolResult:
@@ -279,8 +310,11 @@ async def browser_fill(ctx: ToolContext, selector: str, text: str) -> ToolResult
         text: the text to put in the field.
     """
     s, _, note = await _act(ctx, f"filling {selector!r}", lambda page: page.fill(selector, text))
-    return ToolResult(ok=True, output=f"Filled {selector!r} with {len(text)} chars.{note}",
-                      data={"url": s.page.url})
+    return ToolResult(
+        ok=True,
+        output=f"Filled {selector!r} with {len(text)} chars.{note}",
+        data={"url": s.page.url},
+    )
 
 
 async def browser_press(ctx: ToolContext, key: str, selector: str | None = None) -> ToolResult:
@@ -290,6 +324,7 @@ async def browser_press(ctx: ToolContext, key: str, selector: str | None = None)
         key: key name as Playwright spells it: 'Enter', 'ArrowDown', 'a', 'Shift+Tab' ...
         selector: element to focus first; omit to press on whatever has focus.
     """
+
     async def press(page: Any) -> None:
         if selector:
             await page.press(selector, key)
@@ -297,8 +332,11 @@ async def browser_press(ctx: ToolContext, key: str, selector: str | None = None)
             await page.keyboard.press(key)
 
     s, _, note = await _act(ctx, f"pressing {key!r}", press)
-    return ToolResult(ok=True, output=f"Pressed {key!r}; now at {await _where(s.page)}.{note}",
-                      data={"url": s.page.url})
+    return ToolResult(
+        ok=True,
+        output=f"Pressed {key!r}; now at {await _where(s.page)}.{note}",
+        data={"url": s.page.url},
+    )
 
 
 async def browser_wait_for_text(ctx: ToolContext, text: str, timeout_s: float = 10.0) -> ToolResult:
@@ -323,14 +361,22 @@ async def browser_wait_for_text(ctx: ToolContext, text: str, timeout_s: float = 
 
     s, seen, note = await _act(ctx, f"waiting for {text!r}", wait)
     if not seen:
-        return ToolResult(ok=False, output=f"{text!r} did not appear on {await _where(s.page)} "
-                          f"within {ms / 1000:g} s.{note}", data={"url": s.page.url})
-    return ToolResult(ok=True, output=f"{text!r} is visible on {await _where(s.page)}.{note}",
-                      data={"url": s.page.url})
+        return ToolResult(
+            ok=False,
+            output=f"{text!r} did not appear on {await _where(s.page)} "
+            f"within {ms / 1000:g} s.{note}",
+            data={"url": s.page.url},
+        )
+    return ToolResult(
+        ok=True,
+        output=f"{text!r} is visible on {await _where(s.page)}.{note}",
+        data={"url": s.page.url},
+    )
 
 
-async def browser_screenshot(ctx: ToolContext, path: str = "screenshot.png",
-                             full_page: bool = False) -> ToolResult:
+async def browser_screenshot(
+    ctx: ToolContext, path: str = "screenshot.png", full_page: bool = False
+) -> ToolResult:
     """Save a PNG screenshot of the current page into the workspace.
 
     Args:
@@ -347,5 +393,8 @@ async def browser_screenshot(ctx: ToolContext, path: str = "screenshot.png",
     s, png, note = await _act(ctx, "taking a screenshot", shoot)
     await asyncio.to_thread(_fs.write_bytes, workspace(ctx), target, png)
     rel = relative(ctx, target)
-    return ToolResult(ok=True, output=f"Saved a screenshot of {await _where(s.page)} to {rel} "
-                      f"({len(png):,} bytes).{note}", data={"path": rel, "bytes": len(png)})
+    return ToolResult(
+        ok=True,
+        output=f"Saved a screenshot of {await _where(s.page)} to {rel} ({len(png):,} bytes).{note}",
+        data={"path": rel, "bytes": len(png)},
+    )

@@ -17,8 +17,18 @@ from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult
 
 # folders nobody wants listed or searched; named in the output when skipped
-NOISE_DIRS = frozenset({".git", "__pycache__", "node_modules", ".venv", ".mypy_cache",
-                        ".pytest_cache", ".ruff_cache", ".tox"})
+NOISE_DIRS = frozenset(
+    {
+        ".git",
+        "__pycache__",
+        "node_modules",
+        ".venv",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".tox",
+    }
+)
 MAX_READ_BYTES = 10_000_000  # beyond this read_file refuses: use search or a line range tool
 MAX_SEARCH_FILE_BYTES = 2_000_000
 MAX_LINE_CHARS = 500
@@ -34,8 +44,10 @@ def read_utf8(ws: Path, path: Path) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ToolError(f"{path.name} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
-                        f"it cannot be edited as text") from None
+        raise ToolError(
+            f"{path.name} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+            f"it cannot be edited as text"
+        ) from None
 
 
 def write_utf8(ws: Path, path: Path, text: str) -> bool:
@@ -52,8 +64,9 @@ def _existing_file(ctx: ToolContext, path: str) -> Path:
     return p
 
 
-async def read_file(ctx: ToolContext, path: str, start_line: int = 1,
-                    end_line: int | None = None) -> ToolResult:
+async def read_file(
+    ctx: ToolContext, path: str, start_line: int = 1, end_line: int | None = None
+) -> ToolResult:
     """Read a text file from the workspace, with line numbers.
 
     Long files are cut at the output cap; the result says which lines were shown and where to
@@ -68,8 +81,11 @@ async def read_file(ctx: ToolContext, path: str, start_line: int = 1,
     raw = await asyncio.to_thread(_fs.read_bytes, workspace(ctx), p, MAX_READ_BYTES)
     size = len(raw)
     if _is_binary(raw[:8192]):
-        return ToolResult(ok=False, output=f"Error: {path!r} is a binary file ({size:,} bytes)",
-                          data={"path": relative(ctx, p), "bytes": size})
+        return ToolResult(
+            ok=False,
+            output=f"Error: {path!r} is a binary file ({size:,} bytes)",
+            data={"path": relative(ctx, p), "bytes": size},
+        )
     lines = raw.decode("utf-8", "replace").splitlines()
     total = len(lines)
     if start_line < 1:
@@ -88,7 +104,7 @@ async def read_file(ctx: ToolContext, path: str, start_line: int = 1,
     for n in range(start_line, last + 1):
         text = lines[n - 1]
         if len(text) > MAX_LINE_CHARS * 4:
-            text = text[:MAX_LINE_CHARS * 4] + f" [... line cut, {len(lines[n - 1]):,} chars]"
+            text = text[: MAX_LINE_CHARS * 4] + f" [... line cut, {len(lines[n - 1]):,} chars]"
             long_lines += 1
         row = f"{n:>6}\t{text}"
         if used + len(row) + 1 > budget and out:
@@ -99,20 +115,38 @@ async def read_file(ctx: ToolContext, path: str, start_line: int = 1,
     rel = relative(ctx, p)
     truncated = shown_to < last
     if total == 0:
-        return ToolResult(ok=True, output=f"[{rel}: empty file]",
-                          data={"path": rel, "start_line": 1, "end_line": 0, "total_lines": 0,
-                                "truncated": False})
+        return ToolResult(
+            ok=True,
+            output=f"[{rel}: empty file]",
+            data={
+                "path": rel,
+                "start_line": 1,
+                "end_line": 0,
+                "total_lines": 0,
+                "truncated": False,
+            },
+        )
     footer = f"[{rel}: lines {start_line}-{shown_to} of {total}"
     if truncated:
-        footer += (f"; output capped at {cap:,} chars, lines {shown_to + 1}-{last} not shown; "
-                   f"read on with start_line={shown_to + 1}")
+        footer += (
+            f"; output capped at {cap:,} chars, lines {shown_to + 1}-{last} not shown; "
+            f"read on with start_line={shown_to + 1}"
+        )
     if long_lines:
         footer += f"; {long_lines} over-long line(s) cut"
     footer += "]"
     body = "\n".join(out)
-    return ToolResult(ok=True, output=(body + "\n" if body else "") + footer,
-                      data={"path": rel, "start_line": start_line, "end_line": shown_to,
-                            "total_lines": total, "truncated": truncated})
+    return ToolResult(
+        ok=True,
+        output=(body + "\n" if body else "") + footer,
+        data={
+            "path": rel,
+            "start_line": start_line,
+            "end_line": shown_to,
+            "total_lines": total,
+            "truncated": truncated,
+        },
+    )
 
 
 def _walk(root: Path, recursive: bool) -> tuple[list[Path], set[str]]:
@@ -137,8 +171,13 @@ def _walk(root: Path, recursive: bool) -> tuple[list[Path], set[str]]:
     return sorted(found), skipped
 
 
-async def list_files(ctx: ToolContext, path: str = ".", pattern: str | None = None,
-                     recursive: bool = False, max_entries: int = 500) -> ToolResult:
+async def list_files(
+    ctx: ToolContext,
+    path: str = ".",
+    pattern: str | None = None,
+    recursive: bool = False,
+    max_entries: int = 500,
+) -> ToolResult:
     """List a folder of the workspace: folders end with '/', symlinks show their target.
 
     Args:
@@ -150,7 +189,9 @@ async def list_files(ctx: ToolContext, path: str = ".", pattern: str | None = No
     """
     root = resolve_path(ctx, path)
     if not root.is_dir():
-        raise ToolError(f"{path!r} is not a folder" if root.exists() else f"no such folder: {path!r}")
+        raise ToolError(
+            f"{path!r} is not a folder" if root.exists() else f"no such folder: {path!r}"
+        )
     entries, skipped = await asyncio.to_thread(_walk, root, recursive)
     ws = workspace(ctx)
     rows: list[str] = []
@@ -176,9 +217,11 @@ async def list_files(ctx: ToolContext, path: str = ".", pattern: str | None = No
     if not rows:
         notes.insert(0, "no entries" + (f" match {pattern!r}" if pattern else ""))
     text = "\n".join(rows) + ("\n[" + "; ".join(notes) + "]" if notes else "")
-    return ToolResult(ok=True, output=cap_text(text.lstrip("\n"), output_cap(ctx),
-                                               what="the listing", head_share=0.9),
-                      data={"path": relative(ctx, root), "entries": matched})
+    return ToolResult(
+        ok=True,
+        output=cap_text(text.lstrip("\n"), output_cap(ctx), what="the listing", head_share=0.9),
+        data={"path": relative(ctx, root), "entries": matched},
+    )
 
 
 def compile_pattern(pattern: str, ignore_case: bool) -> re2._Regexp:
@@ -189,15 +232,21 @@ def compile_pattern(pattern: str, ignore_case: bool) -> re2._Regexp:
     try:
         return re2.compile(pattern, opts)
     except re2.error as exc:
-        why = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(
-            exc.args[0], bytes) else str(exc)
-        raise ToolError(f"pattern {pattern!r} is not a valid regular expression for the "
-                        f"linear-time engine (RE2: no backreferences or lookaround): "
-                        f"{why}") from None
+        why = (
+            exc.args[0].decode("utf-8", "replace")
+            if exc.args and isinstance(exc.args[0], bytes)
+            else str(exc)
+        )
+        raise ToolError(
+            f"pattern {pattern!r} is not a valid regular expression for the "
+            f"linear-time engine (RE2: no backreferences or lookaround): "
+            f"{why}"
+        ) from None
 
 
-def _search(ctx: ToolContext, rx: re2._Regexp, root: Path, glob: str | None,
-            max_results: int) -> tuple[list[str], int, int, int]:
+def _search(
+    ctx: ToolContext, rx: re2._Regexp, root: Path, glob: str | None, max_results: int
+) -> tuple[list[str], int, int, int]:
     ws = workspace(ctx)
     files = [root] if root.is_file() else [p for p in _walk(root, True)[0] if p.is_file()]
     hits: list[str] = []
@@ -230,8 +279,14 @@ def _search(ctx: ToolContext, rx: re2._Regexp, root: Path, glob: str | None,
     return hits, total, scanned, too_big
 
 
-async def search(ctx: ToolContext, pattern: str, path: str = ".", glob: str | None = None,
-                 ignore_case: bool = False, max_results: int = 100) -> ToolResult:
+async def search(
+    ctx: ToolContext,
+    pattern: str,
+    path: str = ".",
+    glob: str | None = None,
+    ignore_case: bool = False,
+    max_results: int = 100,
+) -> ToolResult:
     """Search workspace files for a regular expression; prints file:line: text for each match.
 
     Args:
@@ -246,19 +301,24 @@ async def search(ctx: ToolContext, pattern: str, path: str = ".", glob: str | No
     root = resolve_path(ctx, path)
     if not root.exists():
         raise ToolError(f"no such file or folder: {path!r}")
-    hits, total, scanned, too_big = await asyncio.to_thread(_search, ctx, rx, root, glob,
-                                                            max_results)
+    hits, total, scanned, too_big = await asyncio.to_thread(
+        _search, ctx, rx, root, glob, max_results
+    )
     lines = list(hits)
     if total > len(hits):
         lines.append(f"[{total - len(hits)} more matches not shown (max_results={max_results})]")
     if not hits:
         lines.append(f"[no matches for {pattern!r} in {scanned} file(s)]")
     if too_big:
-        lines.append(f"[{too_big} file(s) over {MAX_SEARCH_FILE_BYTES:,} bytes not searched; "
-                     f"use run with grep for those]")
-    return ToolResult(ok=True, output=cap_text("\n".join(lines), output_cap(ctx),
-                                               what="the matches", head_share=0.9),
-                      data={"matches": total, "files_scanned": scanned})
+        lines.append(
+            f"[{too_big} file(s) over {MAX_SEARCH_FILE_BYTES:,} bytes not searched; "
+            f"use run with grep for those]"
+        )
+    return ToolResult(
+        ok=True,
+        output=cap_text("\n".join(lines), output_cap(ctx), what="the matches", head_share=0.9),
+        data={"matches": total, "files_scanned": scanned},
+    )
 
 
 async def write_file(ctx: ToolContext, path: str, content: str) -> ToolResult:
@@ -275,17 +335,21 @@ async def write_file(ctx: ToolContext, path: str, content: str) -> ToolResult:
     n_bytes = len(content.encode("utf-8"))
     n_lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
     rel = relative(ctx, p)
-    return ToolResult(ok=True, output=f"{'Overwrote' if existed else 'Created'} {rel} "
-                      f"({n_bytes:,} bytes, {n_lines} lines).",
-                      data={"path": rel, "bytes": n_bytes, "created": not existed})
+    return ToolResult(
+        ok=True,
+        output=f"{'Overwrote' if existed else 'Created'} {rel} "
+        f"({n_bytes:,} bytes, {n_lines} lines).",
+        data={"path": rel, "bytes": n_bytes, "created": not existed},
+    )
 
 
 def _line_of(text: str, index: int) -> int:
     return text.count("\n", 0, index) + 1
 
 
-async def edit_file(ctx: ToolContext, path: str, old_text: str, new_text: str,
-                    replace_all: bool = False) -> ToolResult:
+async def edit_file(
+    ctx: ToolContext, path: str, old_text: str, new_text: str, replace_all: bool = False
+) -> ToolResult:
     """Replace an exact piece of text in a file with new text.
 
     The old text must occur exactly once (include surrounding lines to make it unique), or set
@@ -312,20 +376,29 @@ async def edit_file(ctx: ToolContext, path: str, old_text: str, new_text: str,
         hint = ""
         stripped = old_text.strip()
         if stripped and stripped in text:
-            hint = (f" (the text without its leading/trailing whitespace does occur, at line "
-                    f"{_line_of(text, text.index(stripped))}: check indentation and newlines)")
-        raise ToolError(f"old_text not found in {rel}: 0 matches{hint}; read the file and copy "
-                        f"the text exactly")
+            hint = (
+                f" (the text without its leading/trailing whitespace does occur, at line "
+                f"{_line_of(text, text.index(stripped))}: check indentation and newlines)"
+            )
+        raise ToolError(
+            f"old_text not found in {rel}: 0 matches{hint}; read the file and copy the text exactly"
+        )
     if count > 1 and not replace_all:
         starts = [m.start() for m in re.finditer(re.escape(old_text), text)]
         where = ", ".join(str(_line_of(text, s)) for s in starts[:10])
-        raise ToolError(f"old_text is not unique in {rel}: {count} matches (at lines {where}); "
-                        f"include more surrounding text, or set replace_all=true")
+        raise ToolError(
+            f"old_text is not unique in {rel}: {count} matches (at lines {where}); "
+            f"include more surrounding text, or set replace_all=true"
+        )
     first_line = _line_of(text, text.index(old_text))
-    updated = text.replace(old_text, new_text) if replace_all else text.replace(old_text,
-                                                                                 new_text, 1)
+    updated = (
+        text.replace(old_text, new_text) if replace_all else text.replace(old_text, new_text, 1)
+    )
     await asyncio.to_thread(write_utf8, workspace(ctx), p, updated)
     n = count if replace_all else 1
-    return ToolResult(ok=True, output=f"Edited {rel}: replaced {n} occurrence{'s' if n > 1 else ''}"
-                      f" (first at line {first_line}).",
-                      data={"path": rel, "replacements": n, "line": first_line})
+    return ToolResult(
+        ok=True,
+        output=f"Edited {rel}: replaced {n} occurrence{'s' if n > 1 else ''}"
+        f" (first at line {first_line}).",
+        data={"path": rel, "replacements": n, "line": first_line},
+    )

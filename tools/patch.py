@@ -79,8 +79,9 @@ def parse_patch(text: str) -> list[FilePatch]:
         m = _HUNK.match(line)
         if m:
             if current is None:
-                raise ToolError(f"patch line {i + 1}: hunk before any '--- a/file' / "
-                                f"'+++ b/file' header")
+                raise ToolError(
+                    f"patch line {i + 1}: hunk before any '--- a/file' / '+++ b/file' header"
+                )
             hunk = Hunk(old_start=int(m.group(1)), header=line)
             current.hunks.append(hunk)
         elif hunk is not None and line.startswith("\\"):
@@ -92,23 +93,36 @@ def parse_patch(text: str) -> list[FilePatch]:
                     hunk.new_no_eol = True
         elif hunk is not None and (line == "" or line[0] in " +-"):
             hunk.lines.append((line[0], line[1:]) if line else (" ", ""))
-        elif line.startswith(("diff ", "index ", "new file mode", "deleted file mode",
-                              "similarity", "rename ", "old mode", "new mode")) or \
-                (hunk is None and current is None):
+        elif line.startswith(
+            (
+                "diff ",
+                "index ",
+                "new file mode",
+                "deleted file mode",
+                "similarity",
+                "rename ",
+                "old mode",
+                "new mode",
+            )
+        ) or (hunk is None and current is None):
             hunk = None  # git's extended headers and any preamble are not ours to check
         elif hunk is None:
             pass  # text between a file header and its first hunk
         else:
-            raise ToolError(f"patch line {i + 1}: {line[:80]!r} is not part of a hunk (hunk lines "
-                            f"start with ' ', '+' or '-')")
+            raise ToolError(
+                f"patch line {i + 1}: {line[:80]!r} is not part of a hunk (hunk lines "
+                f"start with ' ', '+' or '-')"
+            )
         i += 1
     for p in patches:
         for h in p.hunks:
             while h.lines and h.lines[-1] == (" ", ""):
                 h.lines.pop()
     if not patches:
-        raise ToolError("no file headers found: a unified diff needs '--- a/path' and "
-                        "'+++ b/path' lines before its '@@' hunks")
+        raise ToolError(
+            "no file headers found: a unified diff needs '--- a/path' and "
+            "'+++ b/path' lines before its '@@' hunks"
+        )
     for p in patches:
         if not p.hunks:
             raise ToolError(f"the patch for {p.new if p.new != DEV_NULL else p.old} has no hunks")
@@ -117,6 +131,7 @@ def parse_patch(text: str) -> list[FilePatch]:
 
 def _find(lines: list[str], want: list[str], expected: int, lowest: int) -> int | None:
     """Index where ``want`` matches ``lines`` (CR-insensitive), nearest ``expected`` first."""
+
     def at(pos: int) -> bool:
         return all(lines[pos + k].rstrip("\r") == w.rstrip("\r") for k, w in enumerate(want))
 
@@ -144,12 +159,11 @@ def apply_hunks(content: str, hunks: list[Hunk], name: str) -> str:
         old = h.old
         # "-l,0" means: insert after line l
         expected = (h.old_start - 1 if old else h.old_start) + offset
-        pos = _find(lines, old, expected, lowest) if old else min(max(expected, lowest),
-                                                                   len(lines))
+        pos = _find(lines, old, expected, lowest) if old else min(max(expected, lowest), len(lines))
         if pos is None:
             raise ToolError(_explain(lines, h, n, name, expected))
         new = [t + "\r" if crlf and not t.endswith("\r") else t for t in h.new]
-        lines[pos:pos + len(old)] = new
+        lines[pos : pos + len(old)] = new
         offset += len(new) - len(old)
         lowest = pos + len(new)
         if lowest == len(lines):
@@ -176,17 +190,23 @@ def _explain(lines: list[str], h: Hunk, n: int, name: str, expected: int) -> str
     k = prefix(best)
     if k == 0:
         best = min(max(expected, 0), max(len(have) - 1, 0))
-    msg = (f"hunk {n} ({h.header}) does not apply to {name}: its {len(old)} context/removed "
-           f"line(s) were not found together anywhere after the previous hunk")
+    msg = (
+        f"hunk {n} ({h.header}) does not apply to {name}: its {len(old)} context/removed "
+        f"line(s) were not found together anywhere after the previous hunk"
+    )
     at = best + k
     if k == len(old):
-        msg += (f". They do occur at line {best + 1}, but that is before the end of the previous "
-                f"hunk: hunks must come in file order and must not overlap")
+        msg += (
+            f". They do occur at line {best + 1}, but that is before the end of the previous "
+            f"hunk: hunks must come in file order and must not overlap"
+        )
     elif at < len(have):
         msg += f". At line {at + 1} the hunk expects {old[k]!r} but the file has {have[at]!r}"
     else:
-        msg += (f". The hunk expects {old[k]!r} at line {at + 1}, past the end of the file "
-                f"({len(have)} lines)")
+        msg += (
+            f". The hunk expects {old[k]!r} at line {at + 1}, past the end of the file "
+            f"({len(have)} lines)"
+        )
     return msg + ". Re-read the file and make the patch from its current text."
 
 
@@ -226,8 +246,7 @@ async def apply_patch(ctx: ToolContext, patch: str) -> ToolResult:
         minus = sum(op == "-" for h in fp.hunks for op, _ in h.lines)
         if deleting:
             if updated.strip():
-                raise ToolError(f"the patch deletes {fp.old} but does not remove all of its "
-                                f"lines")
+                raise ToolError(f"the patch deletes {fp.old} but does not remove all of its lines")
             assert src is not None
             writes[src] = None
             report.append(f"deleted {relative(ctx, src)}")
@@ -236,10 +255,19 @@ async def apply_patch(ctx: ToolContext, patch: str) -> ToolResult:
         writes[dst] = updated
         if src is not None and src != dst:
             writes[src] = None
-        verb = "created" if creating else ("renamed " + relative(ctx, src) + " ->" if
-                                           src is not None and src != dst else "patched")
-        report.append(f"{verb} {relative(ctx, dst)} ({len(fp.hunks)} hunk"
-                      f"{'s' if len(fp.hunks) > 1 else ''}, +{plus} -{minus})")
+        verb = (
+            "created"
+            if creating
+            else (
+                "renamed " + relative(ctx, src) + " ->"
+                if src is not None and src != dst
+                else "patched"
+            )
+        )
+        report.append(
+            f"{verb} {relative(ctx, dst)} ({len(fp.hunks)} hunk"
+            f"{'s' if len(fp.hunks) > 1 else ''}, +{plus} -{minus})"
+        )
 
     ws = workspace(ctx)
 
@@ -251,5 +279,8 @@ async def apply_patch(ctx: ToolContext, patch: str) -> ToolResult:
                 write_utf8(ws, path, text)
 
     await asyncio.to_thread(commit)
-    return ToolResult(ok=True, output="Applied the patch: " + "; ".join(report) + ".",
-                      data={"files": [relative(ctx, p) for p in writes]})
+    return ToolResult(
+        ok=True,
+        output="Applied the patch: " + "; ".join(report) + ".",
+        data={"files": [relative(ctx, p) for p in writes]},
+    )

@@ -35,8 +35,15 @@ def _effective_timeout(ctx: ToolContext, requested: float | None) -> float:
 async def execute(ctx: ToolContext, command: str, timeout_s: float) -> Outcome:
     """Run ``bash -c command`` in the run's jail; killed with all it started on timeout/cancel."""
     jail = await ctx.the_jail()
-    return await proc.run(jail, command, cwd=workspace(ctx), env=subprocess_env(ctx),
-                          timeout_s=timeout_s, cap=output_cap(ctx), background="kill")
+    return await proc.run(
+        jail,
+        command,
+        cwd=workspace(ctx),
+        env=subprocess_env(ctx),
+        timeout_s=timeout_s,
+        cap=output_cap(ctx),
+        background="kill",
+    )
 
 
 def succeeded(o: Outcome) -> bool:
@@ -46,8 +53,10 @@ def succeeded(o: Outcome) -> bool:
 
 def _describe_exit(o: Outcome) -> str:
     if o.timed_out:
-        return (f"timed out after {o.timeout_s:g} s: the command and every process it started "
-                f"were killed")
+        return (
+            f"timed out after {o.timeout_s:g} s: the command and every process it started "
+            f"were killed"
+        )
     if o.exit_code < 0:
         try:
             name = signal.Signals(-o.exit_code).name
@@ -77,14 +86,17 @@ def render(ctx: ToolContext, o: Outcome) -> str:
     if not o.stdout.total and not o.stderr.total:
         parts.append("(no output)")
     if o.process_limit_hits:
-        parts.append(f"[the run's process limit was hit: {o.process_limit_hits:,} fork(s) "
-                     f"refused; the command failed]")
+        parts.append(
+            f"[the run's process limit was hit: {o.process_limit_hits:,} fork(s) "
+            f"refused; the command failed]"
+        )
     if o.killed_lingering:
-        parts.append("[background processes kept the output open and were killed when the "
-                     "command ended; to keep one running, redirect its output: cmd > log 2>&1 &]")
+        parts.append(
+            "[background processes kept the output open and were killed when the "
+            "command ended; to keep one running, redirect its output: cmd > log 2>&1 &]"
+        )
     elif o.still_running:
-        parts.append("[background processes are still running; they are stopped when the run "
-                     "ends]")
+        parts.append("[background processes are still running; they are stopped when the run ends]")
     return "\n".join(parts)
 
 
@@ -101,16 +113,25 @@ async def run(ctx: ToolContext, command: str, timeout_s: float | None = None) ->
     if not command.strip():
         raise ToolError("command is empty")
     o = await execute(ctx, command, _effective_timeout(ctx, timeout_s))
-    return ToolResult(ok=succeeded(o), output=render(ctx, o),
-                      data={"exit_code": o.exit_code, "timed_out": o.timed_out,
-                            "duration_s": round(o.duration_s, 3),
-                            "process_limit_hits": o.process_limit_hits,
-                            "stdout_bytes": o.stdout.total, "stderr_bytes": o.stderr.total})
+    return ToolResult(
+        ok=succeeded(o),
+        output=render(ctx, o),
+        data={
+            "exit_code": o.exit_code,
+            "timed_out": o.timed_out,
+            "duration_s": round(o.duration_s, 3),
+            "process_limit_hits": o.process_limit_hits,
+            "stdout_bytes": o.stdout.total,
+            "stderr_bytes": o.stderr.total,
+        },
+    )
 
 
 _SUMMARY = re.compile(r"^=*\s*(?P<body>.*?)\s+in\s+[\d.]+\s*s(?:econds)?\b.*?=*\s*$")
-_COUNT = re.compile(r"(\d+)\s+(passed|failed|errors?|skipped|xfailed|xpassed|deselected|"
-                    r"warnings?|rerun)")
+_COUNT = re.compile(
+    r"(\d+)\s+(passed|failed|errors?|skipped|xfailed|xpassed|deselected|"
+    r"warnings?|rerun)"
+)
 
 
 def parse_pytest_summary(text: str) -> dict[str, int] | None:
@@ -141,19 +162,30 @@ async def run_tests(ctx: ToolContext, selector: str | None = None) -> ToolResult
     """
     command = ctx.settings.test_command
     if not command:
-        raise ToolError("this task has no test command (its test_command is empty); "
-                        "use run to run tests yourself")
+        raise ToolError(
+            "this task has no test command (its test_command is empty); "
+            "use run to run tests yourself"
+        )
     if selector:
         command = f"{command} {' '.join(shlex.quote(a) for a in shlex.split(selector))}"
     o = await execute(ctx, command, _effective_timeout(ctx, None))
     counts = parse_pytest_summary(o.stdout.text()) or parse_pytest_summary(o.stderr.text())
-    data: dict[str, object] = {"exit_code": o.exit_code, "timed_out": o.timed_out,
-                               "duration_s": round(o.duration_s, 3)}
+    data: dict[str, object] = {
+        "exit_code": o.exit_code,
+        "timed_out": o.timed_out,
+        "duration_s": round(o.duration_s, 3),
+    }
     if counts is not None:
-        data.update(passed=counts["passed"], failed=counts["failed"], errors=counts["errors"],
-                    skipped=counts["skipped"])
-        head = (f"[tests: {counts['passed']} passed, {counts['failed']} failed, "
-                f"{counts['errors']} errors]\n")
+        data.update(
+            passed=counts["passed"],
+            failed=counts["failed"],
+            errors=counts["errors"],
+            skipped=counts["skipped"],
+        )
+        head = (
+            f"[tests: {counts['passed']} passed, {counts['failed']} failed, "
+            f"{counts['errors']} errors]\n"
+        )
     else:
         data.update(passed=None, failed=None, errors=None)
         head = "[no pytest summary line found; see the output]\n"

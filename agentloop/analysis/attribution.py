@@ -59,17 +59,34 @@ class ModelParts(NamedTuple):
 
     @property
     def total(self) -> int:
-        return (self.base + self.reasoning + self.decode + self.tail + self.wait + self.retry
-                + self.overhead)
+        return (
+            self.base
+            + self.reasoning
+            + self.decode
+            + self.tail
+            + self.wait
+            + self.retry
+            + self.overhead
+        )
 
     def as_dict(self) -> dict[str, int]:
-        return {"base": self.base, "reasoning": self.reasoning, "decode": self.decode,
-                "tail": self.tail, "wait": self.wait, "retry": self.retry,
-                "overhead": self.overhead}
+        return {
+            "base": self.base,
+            "reasoning": self.reasoning,
+            "decode": self.decode,
+            "tail": self.tail,
+            "wait": self.wait,
+            "retry": self.retry,
+            "overhead": self.overhead,
+        }
 
 
-def model_parts(m: ModelAttrs | Mapping[str, Any] | None, duration_ns: int, fallback_tps: float,
-                failed: bool = False) -> ModelParts:
+def model_parts(
+    m: ModelAttrs | Mapping[str, Any] | None,
+    duration_ns: int,
+    fallback_tps: float,
+    failed: bool = False,
+) -> ModelParts:
     """Attribute a finished model span of ``duration_ns`` from its typed end attributes
     (``SpanRecord.model``; raw attributes are typed first).
 
@@ -91,16 +108,30 @@ def model_parts(m: ModelAttrs | Mapping[str, Any] | None, duration_ns: int, fall
     n_r, n_v = m.reasoning_tokens, m.visible_tokens
     tm = m.timing
     if tm is not None:
-        base, reasoning, decode, tail, tps = split_ns(tm.t_send, tm.t_first_visible, tm.t_last,
-                                                      tm.t_end, n_r, n_v, fallback_tps)
+        base, reasoning, decode, tail, tps = split_ns(
+            tm.t_send, tm.t_first_visible, tm.t_last, tm.t_end, n_r, n_v, fallback_tps
+        )
     else:
         base = reasoning = decode = tail = 0
         tps = fallback_tps
         if failed and retry == 0:
             retry = duration_ns - wait
     overhead = duration_ns - (base + reasoning + decode + tail + wait + retry)
-    return ModelParts(base, reasoning, decode, tail, wait, retry, overhead, m.input_tokens, n_r,
-                      n_v, tps, tm is not None, m.cached_input_tokens)
+    return ModelParts(
+        base,
+        reasoning,
+        decode,
+        tail,
+        wait,
+        retry,
+        overhead,
+        m.input_tokens,
+        n_r,
+        n_v,
+        tps,
+        tm is not None,
+        m.cached_input_tokens,
+    )
 
 
 def tool_category(name: str, tool: ToolAttrs | Mapping[str, Any] | None) -> str:

@@ -27,8 +27,15 @@ from agentloop.analysis.passes import chase, critical_path
 
 MODEL_CATS = frozenset(MODEL_PARTS)
 
-__all__ = ["MODEL_CATS", "category_order", "path_breakdown", "path_tally", "ratio_of",
-           "step_label", "step_labels"]
+__all__ = [
+    "MODEL_CATS",
+    "category_order",
+    "path_breakdown",
+    "path_tally",
+    "ratio_of",
+    "step_label",
+    "step_labels",
+]
 
 
 def ratio_of(measured: int, predicted: int) -> float:
@@ -38,9 +45,9 @@ def ratio_of(measured: int, predicted: int) -> float:
     return math.inf if measured > 0 else 1.0
 
 
-def path_breakdown(g: Graph, segments: list[tuple[int, int, bool]],
-                   parts: dict[int, tuple[int, int, int]] | None
-                   ) -> tuple[dict[str, int], dict[int, int]]:
+def path_breakdown(
+    g: Graph, segments: list[tuple[int, int, bool]], parts: dict[int, tuple[int, int, int]] | None
+) -> tuple[dict[str, int], dict[int, int]]:
     """Critical-path ns per category and per step (step span index, -1 for run level).
 
     ``parts`` are the re-timed (base, reasoning, decode) of model spans; None: as measured.
@@ -51,13 +58,24 @@ def path_breakdown(g: Graph, segments: list[tuple[int, int, bool]],
     step_of = g.step_of
     owners = [step_of[i] if i >= 0 else -1 for i in idx]
     leaves = list(itertools.compress(zip(idx, nss, strict=True), map(not_, gaps)))
-    return _tally(g, zip(owners, nss, strict=True), [i for i, _ in leaves],
-                  [ns for _, ns in leaves], sum(itertools.compress(nss, gaps)), parts)
+    return _tally(
+        g,
+        zip(owners, nss, strict=True),
+        [i for i, _ in leaves],
+        [ns for _, ns in leaves],
+        sum(itertools.compress(nss, gaps)),
+        parts,
+    )
 
 
-def path_tally(g: Graph, V: list[int], back: list[int], dur: list[int], total: int,
-                parts: dict[int, tuple[int, int, int]] | None
-                ) -> tuple[dict[str, int], dict[int, int]]:
+def path_tally(
+    g: Graph,
+    V: list[int],
+    back: list[int],
+    dur: list[int],
+    total: int,
+    parts: dict[int, tuple[int, int, int]] | None,
+) -> tuple[dict[str, int], dict[int, int]]:
     """:func:`path_breakdown` of the critical path of instants V (with their links ``back``,
     :func:`retime_path`) that the durations ``dur`` gave, without building its segments: a
     path can have a million.
@@ -72,9 +90,14 @@ def path_tally(g: Graph, V: list[int], back: list[int], dur: list[int], total: i
     return _tally(g, groups, leaves, leaf_ns, total - g.start_ns - sum(leaf_ns), parts)
 
 
-def _tally(g: Graph, owned: Iterable[tuple[int, int]], leaves: list[int], leaf_ns: list[int],
-           gap_ns: int, parts: dict[int, tuple[int, int, int]] | None
-           ) -> tuple[dict[str, int], dict[int, int]]:
+def _tally(
+    g: Graph,
+    owned: Iterable[tuple[int, int]],
+    leaves: list[int],
+    leaf_ns: list[int],
+    gap_ns: int,
+    parts: dict[int, tuple[int, int, int]] | None,
+) -> tuple[dict[str, int], dict[int, int]]:
     """Categories and steps from (step, ns) pairs, the leaves on the path with their ns, and
     the framework time of the path's other segments."""
     owned = list(owned)
@@ -92,15 +115,19 @@ def _tally(g: Graph, owned: Iterable[tuple[int, int]], leaves: list[int], leaf_n
     others = list(itertools.compress(leaves, map(not_, is_model)))
     other_ns = list(itertools.compress(leaf_ns, map(not_, is_model)))
     in_flight, kinds, names = g.in_flight, g.kinds, g.names
-    if not any(map(in_flight.__getitem__, others)) and \
-            set(map(kinds.__getitem__, others)) <= {"tool"}:
+    if not any(map(in_flight.__getitem__, others)) and set(map(kinds.__getitem__, others)) <= {
+        "tool"
+    }:
         # finished tools only (the usual case): sum per tool name in whole-list passes
         tools = list(map(names.__getitem__, others))
         first = dict(zip(reversed(tools), reversed(others), strict=True))  # first span of a name
         for nm in dict.fromkeys(tools):
             cat = tool_category(nm, g.spans[first[nm]].tool)
-            ns = sum(itertools.compress(other_ns, map(nm.__eq__, tools))) if len(first) > 1 \
+            ns = (
+                sum(itertools.compress(other_ns, map(nm.__eq__, tools)))
+                if len(first) > 1
                 else sum(other_ns)
+            )
             cats[cat] = cats.get(cat, 0) + ns
     else:
         cache: dict[str, str] = {}
@@ -109,16 +136,19 @@ def _tally(g: Graph, owned: Iterable[tuple[int, int]], leaves: list[int], leaf_n
                 cat = IN_FLIGHT
             elif kinds[i] == "tool":
                 cat = cache.get(names[i]) or cache.setdefault(
-                    names[i], tool_category(names[i], g.spans[i].tool))
+                    names[i], tool_category(names[i], g.spans[i].tool)
+                )
             else:  # a finished model span that had children, or a childless step: bookkeeping
                 cat = FRAMEWORK
             cats[cat] = cats.get(cat, 0) + ns
     if on_path:
         ms = list(map(models.__getitem__, on_path))
-        new = [(m.base, m.reasoning, m.decode) for m in ms] if parts is None else \
-            list(map(parts.__getitem__, on_path))
-        for name, col in zip(("base", "reasoning", "decode"), zip(*new, strict=True),
-                             strict=True):
+        new = (
+            [(m.base, m.reasoning, m.decode) for m in ms]
+            if parts is None
+            else list(map(parts.__getitem__, on_path))
+        )
+        for name, col in zip(("base", "reasoning", "decode"), zip(*new, strict=True), strict=True):
             cats[name] = sum(col)
         cols = list(zip(*ms, strict=True))
         for k, name in ((3, "tail"), (4, "wait"), (5, "retry"), (6, "overhead")):
@@ -146,5 +176,11 @@ def step_label(g: Graph, i: int) -> str:
 def step_labels(g: Graph, ids: list[int]) -> list[str]:
     """:func:`step_label` of each of ``ids``, in one comprehension (a run can have 200,000)."""
     spans, names = g.spans, g.names
-    return ["run" if i < 0 else str(n) if (n := spans[i].start_attrs.get("step")) is not None
-            else names[i] for i in ids]
+    return [
+        "run"
+        if i < 0
+        else str(n)
+        if (n := spans[i].start_attrs.get("step")) is not None
+        else names[i]
+        for i in ids
+    ]

@@ -63,8 +63,10 @@ class Comparison:
 def _profile(g: Graph) -> tuple[str, SpeedProfile]:
     tier = g.trace.run.tier
     if tier.profile is None:
-        raise TraceFileError(f"{g.trace.path or '<trace>'}: the run header has no tier speed "
-                             f"profile (tier.profile) to predict with")
+        raise TraceFileError(
+            f"{g.trace.path or '<trace>'}: the run header has no tier speed "
+            f"profile (tier.profile) to predict with"
+        )
     p = tier.profile
     return tier.name, SpeedProfile(p.base_latency_s, p.prefill_tps, p.output_tps)
 
@@ -77,47 +79,80 @@ def compare(a: Graph, b: Graph) -> Comparison:
     """Compare run ``a`` with run ``b``; a different task name is an error, a different number
     of steps a warning."""
     if _task(a) != _task(b):
-        raise TraceFileError(f"{a.trace.path} is task '{_task(a)}' but {b.trace.path} is task "
-                             f"'{_task(b)}': compare needs two runs of the same task")
+        raise TraceFileError(
+            f"{a.trace.path} is task '{_task(a)}' but {b.trace.path} is task "
+            f"'{_task(b)}': compare needs two runs of the same task"
+        )
     tier_a = a.trace.run.tier.name
     tier_b, prof_b = _profile(b)
     warnings = []
     na, nb = a.kinds.count("step"), b.kinds.count("step")
     if na != nb:
-        warnings.append(f"the runs took different numbers of steps (A {na}, B {nb}): the "
-                        f"prediction re-times A's steps, so it cannot match B step for step")
+        warnings.append(
+            f"the runs took different numbers of steps (A {na}, B {nb}): the "
+            f"prediction re-times A's steps, so it cannot match B step for step"
+        )
     for g, tag in ((a, "A"), (b, "B")):
         if not g.trace.complete:
             warnings.append(f"trace {tag} is incomplete (the run did not finish)")
     w = whatif(a, Scenario.tier(tier_b, prof_b))
     b_cats, b_steps = path_breakdown(b, critical_path(b, b.t0, b.t1, b.end_ns), None)
     b_by_label = {step_label(b, s): v for s, v in b_steps.items()}
-    labels = [c.name for c in w.steps] + [s for s in b_by_label if
-                                          s not in {c.name for c in w.steps}]
+    labels = [c.name for c in w.steps] + [
+        s for s in b_by_label if s not in {c.name for c in w.steps}
+    ]
     pred = {c.name: c for c in w.steps}
-    steps = tuple(Row(s, pred[s].measured_ns if s in pred else 0,
-                      pred[s].predicted_ns if s in pred else 0, b_by_label.get(s, 0))
-                  for s in labels)
+    steps = tuple(
+        Row(
+            s,
+            pred[s].measured_ns if s in pred else 0,
+            pred[s].predicted_ns if s in pred else 0,
+            b_by_label.get(s, 0),
+        )
+        for s in labels
+    )
     pc = {c.name: c for c in w.categories}
-    cats = tuple(Row(c, pc[c].measured_ns if c in pc else 0,
-                     pc[c].predicted_ns if c in pc else 0, b_cats.get(c, 0))
-                 for c in category_order(set(pc) | set(b_cats)))
+    cats = tuple(
+        Row(
+            c,
+            pc[c].measured_ns if c in pc else 0,
+            pc[c].predicted_ns if c in pc else 0,
+            b_cats.get(c, 0),
+        )
+        for c in category_order(set(pc) | set(b_cats))
+    )
     return Comparison(_task(a), tier_a, tier_b, w, b.measured_ns, steps, cats, tuple(warnings))
 
 
 def _rows_json(rows: tuple[Row, ...]) -> list[dict[str, Any]]:
-    return [{"name": r.name, "a_s": r.a_ns / 1e9, "predicted_s": r.predicted_ns / 1e9,
-             "b_s": r.b_ns / 1e9, "error_s": (r.predicted_ns - r.b_ns) / 1e9} for r in rows]
+    return [
+        {
+            "name": r.name,
+            "a_s": r.a_ns / 1e9,
+            "predicted_s": r.predicted_ns / 1e9,
+            "b_s": r.b_ns / 1e9,
+            "error_s": (r.predicted_ns - r.b_ns) / 1e9,
+        }
+        for r in rows
+    ]
 
 
 def compare_json(c: Comparison) -> dict[str, Any]:
     """The comparison as plain JSON-able data; times in seconds."""
-    return {"task": c.task, "tier_a": c.tier_a, "tier_b": c.tier_b,
-            "a_s": c.a_ns / 1e9, "b_s": c.b_ns / 1e9,
-            "predicted_b_s": c.prediction.predicted_ns / 1e9,
-            "measured_speedup": c.measured_speedup, "predicted_speedup": c.predicted_speedup,
-            "error_pct": c.error_pct, "warnings": list(c.warnings),
-            "steps": _rows_json(c.steps), "categories": _rows_json(c.categories)}
+    return {
+        "task": c.task,
+        "tier_a": c.tier_a,
+        "tier_b": c.tier_b,
+        "a_s": c.a_ns / 1e9,
+        "b_s": c.b_ns / 1e9,
+        "predicted_b_s": c.prediction.predicted_ns / 1e9,
+        "measured_speedup": c.measured_speedup,
+        "predicted_speedup": c.predicted_speedup,
+        "error_pct": c.error_pct,
+        "warnings": list(c.warnings),
+        "steps": _rows_json(c.steps),
+        "categories": _rows_json(c.categories),
+    }
 
 
 # a relative error of a near-zero time is noise (0.1 ms against 0.04 ms is "+150%"): below this
@@ -130,23 +165,39 @@ def _error_pct(r: Row) -> str:
 
 
 def _rows_text(rows: tuple[Row, ...], head: str) -> str:
-    return table([head, "A s", "predicted B s", "B s", "error s", "error"],
-                 [r if isinstance(r, str) else
-                  [r.name, secs(r.a_ns), secs(r.predicted_ns), secs(r.b_ns),
-                   secs(r.predicted_ns - r.b_ns), _error_pct(r)]
-                  for r in elide(rows)])
+    return table(
+        [head, "A s", "predicted B s", "B s", "error s", "error"],
+        [
+            r
+            if isinstance(r, str)
+            else [
+                r.name,
+                secs(r.a_ns),
+                secs(r.predicted_ns),
+                secs(r.b_ns),
+                secs(r.predicted_ns - r.b_ns),
+                _error_pct(r),
+            ]
+            for r in elide(rows)
+        ],
+    )
 
 
 def render_compare(c: Comparison) -> str:
     """The comparison as plain aligned text."""
     out = [f"task {c.task}: A on {c.tier_a}, B on {c.tier_b}"]
     out += [f"  warning: {w}" for w in c.warnings]
-    out += [f"  A measured           {secs(c.a_ns)} s",
-            f"  B measured           {secs(c.b_ns)} s   speedup {ratio(c.measured_speedup)}",
-            f"  B predicted from A   {secs(c.prediction.predicted_ns)} s   speedup "
-            f"{ratio(c.predicted_speedup)}",
-            f"  prediction error     {c.error_pct:+.2f}%", "",
-            "Per step (critical-path time; error = predicted - measured B):",
-            _rows_text(c.steps, "step"), "", "Per category (critical path):",
-            _rows_text(c.categories, "category")]
+    out += [
+        f"  A measured           {secs(c.a_ns)} s",
+        f"  B measured           {secs(c.b_ns)} s   speedup {ratio(c.measured_speedup)}",
+        f"  B predicted from A   {secs(c.prediction.predicted_ns)} s   speedup "
+        f"{ratio(c.predicted_speedup)}",
+        f"  prediction error     {c.error_pct:+.2f}%",
+        "",
+        "Per step (critical-path time; error = predicted - measured B):",
+        _rows_text(c.steps, "step"),
+        "",
+        "Per category (critical path):",
+        _rows_text(c.categories, "category"),
+    ]
     return "\n".join(out)

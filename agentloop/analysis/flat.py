@@ -89,8 +89,9 @@ def interleave(starts: list[int], ends: list[int], run_start: int) -> list[int]:
     return v
 
 
-def link_roots(roots: list[int], after_ends: list[tuple[int, ...]], V: list[int],
-               back: list[int]) -> None:
+def link_roots(
+    roots: list[int], after_ends: list[tuple[int, ...]], V: list[int], back: list[int]
+) -> None:
     """Link the roots' starts: to an after span ending at or after the run's start ``V[2n]``,
     else to the run's start (the passes compare roots with 0 instead)."""
     for r in roots:

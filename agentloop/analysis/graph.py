@@ -21,8 +21,16 @@ from agentloop.analysis.flat import Closing, Graph, interleave, link_roots
 from agentloop.analysis.passes import critical_path, retime, retime_pair
 from agentloop.trace.reader import Trace, load_trace
 
-__all__ = ["Graph", "build_graph", "critical_path", "fallback_tps", "gc_paused", "load_quickly",
-           "retime", "retime_pair"]
+__all__ = [
+    "Graph",
+    "build_graph",
+    "critical_path",
+    "fallback_tps",
+    "gc_paused",
+    "load_quickly",
+    "retime",
+    "retime_pair",
+]
 
 
 @contextlib.contextmanager
@@ -73,8 +81,13 @@ def _build(trace: Trace) -> Graph:
     t1 = [end_ns if s.t1 is None else s.t1 for s in spans]
     in_flight = [s.t1 is None for s in spans]
     # dict.get(parent, -1) mapped in C: a root's parent None maps to -1 too
-    par: list[int] = list(map(idx.get, [s.parent for s in spans],  # type: ignore[arg-type]
-                              itertools.repeat(-1, n)))
+    par: list[int] = list(
+        map(
+            idx.get,  # type: ignore[arg-type]
+            [s.parent for s in spans],
+            itertools.repeat(-1, n),
+        )
+    )
     problems: list[str] = []
     for i in [i for i, p in enumerate(par) if p >= i]:
         problems.append(f"span {ids[i]}: parent {spans[i].parent} did not start before it")
@@ -87,8 +100,9 @@ def _build(trace: Trace) -> Graph:
     for i in [i for i, a in enumerate(aft) if a and max(a) >= i]:
         for a in spans[i].after:
             if not 0 <= idx.get(a, n) < i:
-                problems.append(f"span {ids[i]}: 'after' names {a}, which did not start "
-                                f"before it; edge ignored")
+                problems.append(
+                    f"span {ids[i]}: 'after' names {a}, which did not start before it; edge ignored"
+                )
         aft[i] = tuple(j for j in aft[i] if j < i)
     # positions in V (module docstring): a start's candidates are the parent's start (V[2n], 0
     # while re-timing, for a root) and the ends of the after spans, in recorded order
@@ -127,7 +141,7 @@ def _build(trace: Trace) -> Graph:
     ends: list[tuple[int, ...] | None] = [None] * n
     finl: list[tuple[Closing, ...] | None] = [None] * n
     for p in sorted(kids, reverse=True):  # children have larger indices than their parent;
-        ks = kids[p]                       # at one trigger, deeper parents come first
+        ks = kids[p]  # at one trigger, deeper parents come first
         ends[p] = kend = tuple([2 * c + 1 for c in reversed(ks)])
         back[2 * p + 1] = latest = max(kend, key=vget)  # the last child wins a tie
         gap1[p] = g1 = t1[p] - V[latest]
@@ -143,18 +157,48 @@ def _build(trace: Trace) -> Graph:
     leaf_end[1::2] = [e is None for e in ends]
     end_gap = end_ns - max((t1[r] for r in roots), default=end_ns)
     tps = fallback_tps(trace)
-    models = {i: model_parts(spans[i].model, t1[i] - t0[i], tps, spans[i].status == "error")
-              for i, k in enumerate(kinds) if k == "model" and not in_flight[i] and i not in kids}
+    models = {
+        i: model_parts(spans[i].model, t1[i] - t0[i], tps, spans[i].status == "error")
+        for i, k in enumerate(kinds)
+        if k == "model" and not in_flight[i] and i not in kids
+    }
     # a tool span opens once the max_parallel_tools bound lets it: that wait is in its start gap
-    queue = [0 if s.tool is None else max(0, min(s.tool.queued_ns, g)) for s, g in
-             zip(spans, gap0, strict=True)]
-    return Graph(trace=trace, ids=ids, kinds=kinds, names=names, parent=par, after=aft, t0=t0,
-                 t1=t1, start_gap=gap0, children=kids, close_gap=gap1, closes=fin, roots=roots,
-                 end_ns=end_ns, start_ns=start_ns, run_end_gap=end_gap, in_flight=in_flight,
-                 step_of=step_of, models=models, queue=queue, problems=problems, spans=spans,
-                 recorded_dur=list(map(sub, t1, t0)), parent_start=p0, after_ends=af,
-                 child_ends=ends, closes_at=finl, step_at=sop, back_link=back,
-                 is_leaf_end=leaf_end)
+    queue = [
+        0 if s.tool is None else max(0, min(s.tool.queued_ns, g))
+        for s, g in zip(spans, gap0, strict=True)
+    ]
+    return Graph(
+        trace=trace,
+        ids=ids,
+        kinds=kinds,
+        names=names,
+        parent=par,
+        after=aft,
+        t0=t0,
+        t1=t1,
+        start_gap=gap0,
+        children=kids,
+        close_gap=gap1,
+        closes=fin,
+        roots=roots,
+        end_ns=end_ns,
+        start_ns=start_ns,
+        run_end_gap=end_gap,
+        in_flight=in_flight,
+        step_of=step_of,
+        models=models,
+        queue=queue,
+        problems=problems,
+        spans=spans,
+        recorded_dur=list(map(sub, t1, t0)),
+        parent_start=p0,
+        after_ends=af,
+        child_ends=ends,
+        closes_at=finl,
+        step_at=sop,
+        back_link=back,
+        is_leaf_end=leaf_end,
+    )
 
 
 def fallback_tps(trace: Trace) -> float:

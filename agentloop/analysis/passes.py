@@ -30,9 +30,9 @@ def retime_flat(g: Graph, dur: list[int]) -> tuple[list[int], int]:
     n = len(g.ids)
     V = [0] * (2 * n + 1)
     vget = V.__getitem__
-    for i2, p, af, gp, d, f in zip(range(0, 2 * n, 2), g.parent_start, g.after_ends,
-                                   g.start_gap, dur, g.closes_at,
-                                   strict=True):
+    for i2, p, af, gp, d, f in zip(
+        range(0, 2 * n, 2), g.parent_start, g.after_ends, g.start_gap, dur, g.closes_at, strict=True
+    ):
         s = V[p]
         for x in af:
             e = V[x]
@@ -56,8 +56,9 @@ def retime_path(g: Graph, dur: list[int]) -> tuple[list[int], list[int], int]:
     return V, back, end
 
 
-def retime_with_pair(g: Graph, dur: list[int], dur0: list[int] | None, dur1: list[int] | None
-                     ) -> tuple[list[int], list[int], int, tuple[int, int] | None]:
+def retime_with_pair(
+    g: Graph, dur: list[int], dur0: list[int] | None, dur1: list[int] | None
+) -> tuple[list[int], list[int], int, tuple[int, int] | None]:
     """:func:`retime_path` for ``dur`` and, in the same loop, :func:`retime_pair` for ``dur0``
     and ``dur1`` (None: not wanted); one loop over a million spans rather than two.
 
@@ -76,9 +77,16 @@ def retime_with_pair(g: Graph, dur: list[int], dur0: list[int] | None, dur1: lis
         ok, (B, end_b) = True, retime_flat(g, dur1)
     back = list(g.back_link)  # a leaf's end links to its own start already
     vget, aget = V.__getitem__, A.__getitem__
-    for i2, p, af, gp, d, da, f in zip(range(0, 2 * n, 2), g.parent_start, g.after_ends,
-                                       g.start_gap, dur, dur0,
-                                       g.closes_at, strict=True):
+    for i2, p, af, gp, d, da, f in zip(
+        range(0, 2 * n, 2),
+        g.parent_start,
+        g.after_ends,
+        g.start_gap,
+        dur,
+        dur0,
+        g.closes_at,
+        strict=True,
+    ):
         s, sa = V[p], A[p]
         if af:
             w, sb = p, B[p]
@@ -124,8 +132,9 @@ def retime_with_pair(g: Graph, dur: list[int], dur0: list[int] | None, dur1: lis
     return V, back, max(V[2 * r + 1] for r in g.roots) + g.run_end_gap, pair
 
 
-def chase(g: Graph, V: list[int], back: list[int], total: int
-          ) -> tuple[list[tuple[int, int]], list[int]]:
+def chase(
+    g: Graph, V: list[int], back: list[int], total: int
+) -> tuple[list[tuple[int, int]], list[int]]:
     """The critical path along precomputed links (:func:`retime_path`), as the segments of
     :func:`critical_path` summed per run of consecutive segments one step owns: (step span or
     -1, ns) pairs, plus the leaves passed.
@@ -153,7 +162,9 @@ def chase(g: Graph, V: list[int], back: list[int], total: int
         else:
             v = back[v]
     marks.append(V[sent])
-    return list(zip(owners, map(sub, marks, itertools.islice(marks, 1, None)), strict=False)), leaves
+    return list(
+        zip(owners, map(sub, marks, itertools.islice(marks, 1, None)), strict=False)
+    ), leaves
 
 
 def retime_pair(g: Graph, dur0: list[int], dur1: list[int]) -> tuple[int, int] | None:

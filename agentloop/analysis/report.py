@@ -105,16 +105,23 @@ def build_report(g: Graph) -> Report:
         else:
             path.append((step_label(g, g.step_of[i]), g.kinds[i], g.names[i], ns))
     return Report(
-        task=tr.run.task.name, tier=tr.run.tier.name,
+        task=tr.run.task.name,
+        tier=tr.run.tier.name,
         status=tr.end_record.status if tr.end_record else "incomplete",
-        complete=tr.complete, problems=tuple(tr.problems + g.problems),
-        in_flight=tuple(f"{s.id} {s.kind} '{s.name}', open since {secs(s.t0 - g.start_ns)} s "
-                        "into the run"
-                        for s in tr.in_flight),
-        measured_ns=g.measured_ns, critical={k: critical[k] for k in category_order(set(critical))},
-        busy={k: busy[k] for k in category_order(set(busy))}, steps=tuple(steps), path=tuple(path),
+        complete=tr.complete,
+        problems=tuple(tr.problems + g.problems),
+        in_flight=tuple(
+            f"{s.id} {s.kind} '{s.name}', open since {secs(s.t0 - g.start_ns)} s into the run"
+            for s in tr.in_flight
+        ),
+        measured_ns=g.measured_ns,
+        critical={k: critical[k] for k in category_order(set(critical))},
+        busy={k: busy[k] for k in category_order(set(busy))},
+        steps=tuple(steps),
+        path=tuple(path),
         input_tokens=sum(m.input_tokens for m in g.models.values()),
-        cached_tokens=sum(m.cached_tokens for m in g.models.values()))
+        cached_tokens=sum(m.cached_tokens for m in g.models.values()),
+    )
 
 
 def _step_row(g: Graph, i: int) -> StepRow:
@@ -136,29 +143,57 @@ def _step_row(g: Graph, i: int) -> StepRow:
             tools.append((_leaf_category(g, c).removeprefix("tool:"), g.t1[c] - g.t0[c]))
         elif g.kinds[c] == "model":  # in flight
             model["other"] += g.t1[c] - g.t0[c]
-    return StepRow(step_label(g, i), g.t0[i] - g.start_ns, g.t1[i] - g.t0[i], model,
-                   tuple(tools), n_in, n_out, n_r, g.t1[i] - g.start_ns, g.in_flight[i], n_c)
+    return StepRow(
+        step_label(g, i),
+        g.t0[i] - g.start_ns,
+        g.t1[i] - g.t0[i],
+        model,
+        tuple(tools),
+        n_in,
+        n_out,
+        n_r,
+        g.t1[i] - g.start_ns,
+        g.in_flight[i],
+        n_c,
+    )
 
 
 def report_json(r: Report) -> dict[str, Any]:
     """The report as plain JSON-able data; times in seconds."""
     return {
-        "task": r.task, "tier": r.tier, "status": r.status, "complete": r.complete,
-        "problems": list(r.problems), "in_flight": list(r.in_flight),
-        "measured_s": r.measured_ns / 1e9, "model_share": r.model_share,
-        "input_tokens": r.input_tokens, "cached_input_tokens": r.cached_tokens,
-        "categories": {k: {"critical_s": r.critical.get(k, 0) / 1e9,
-                           "busy_s": r.busy.get(k, 0) / 1e9}
-                       for k in category_order(set(r.critical) | set(r.busy))},
-        "steps": [{"step": s.step, "start_s": s.start_ns / 1e9, "duration_s": s.duration_ns / 1e9,
-                   "model_s": {k: v / 1e9 for k, v in s.model.items()},
-                   "tools": [{"name": n, "seconds": v / 1e9} for n, v in s.tools],
-                   "input_tokens": s.input_tokens, "output_tokens": s.output_tokens,
-                   "reasoning_tokens": s.reasoning_tokens, "cached_tokens": s.cached_tokens,
-                   "cumulative_s": s.cumulative_ns / 1e9, "in_flight": s.in_flight}
-                  for s in r.steps],
-        "critical_path": [{"step": s, "kind": k, "name": n, "seconds": v / 1e9}
-                          for s, k, n, v in r.path],
+        "task": r.task,
+        "tier": r.tier,
+        "status": r.status,
+        "complete": r.complete,
+        "problems": list(r.problems),
+        "in_flight": list(r.in_flight),
+        "measured_s": r.measured_ns / 1e9,
+        "model_share": r.model_share,
+        "input_tokens": r.input_tokens,
+        "cached_input_tokens": r.cached_tokens,
+        "categories": {
+            k: {"critical_s": r.critical.get(k, 0) / 1e9, "busy_s": r.busy.get(k, 0) / 1e9}
+            for k in category_order(set(r.critical) | set(r.busy))
+        },
+        "steps": [
+            {
+                "step": s.step,
+                "start_s": s.start_ns / 1e9,
+                "duration_s": s.duration_ns / 1e9,
+                "model_s": {k: v / 1e9 for k, v in s.model.items()},
+                "tools": [{"name": n, "seconds": v / 1e9} for n, v in s.tools],
+                "input_tokens": s.input_tokens,
+                "output_tokens": s.output_tokens,
+                "reasoning_tokens": s.reasoning_tokens,
+                "cached_tokens": s.cached_tokens,
+                "cumulative_s": s.cumulative_ns / 1e9,
+                "in_flight": s.in_flight,
+            }
+            for s in r.steps
+        ],
+        "critical_path": [
+            {"step": s, "kind": k, "name": n, "seconds": v / 1e9} for s, k, n, v in r.path
+        ],
     }
 
 
@@ -166,26 +201,44 @@ def cache_line(input_tokens: int, cached_tokens: int) -> str:
     """How much of the run's input the server's prompt cache served (prefill is paid only for
     the rest: agentloop.speed)."""
     share = f" ({100 * cached_tokens / input_tokens:.0f}%)" if input_tokens else ""
-    return (f"input tokens {input_tokens:,}, cached by the server {cached_tokens:,}{share}: "
-            f"prefill paid for {input_tokens - cached_tokens:,}")
+    return (
+        f"input tokens {input_tokens:,}, cached by the server {cached_tokens:,}{share}: "
+        f"prefill paid for {input_tokens - cached_tokens:,}"
+    )
 
 
 def render_report(r: Report) -> str:
     """The report as plain aligned text."""
-    out = [f"task {r.task} on tier {r.tier}: {secs(r.measured_ns)} s end to end, "
-           f"status {r.status}, {len(r.steps)} steps"]
+    out = [
+        f"task {r.task} on tier {r.tier}: {secs(r.measured_ns)} s end to end, "
+        f"status {r.status}, {len(r.steps)} steps"
+    ]
     if not r.complete:
-        out.append("INCOMPLETE trace: the run did not finish (killed or still running); "
-                   "analysing what was recorded.")
+        out.append(
+            "INCOMPLETE trace: the run did not finish (killed or still running); "
+            "analysing what was recorded."
+        )
         out += [f"  in flight: {s}" for s in r.in_flight]
     out += [f"  note: {p}" for p in r.problems if r.complete or "no end record" not in p]
     out.append("")
-    out.append("Time by category (critical path sums to the end-to-end time; busy adds "
-               "parallel spans):")
+    out.append(
+        "Time by category (critical path sums to the end-to-end time; busy adds parallel spans):"
+    )
     cats = category_order(set(r.critical) | set(r.busy))
-    out.append(table(["category", "critical s", "share", "busy s"],
-                     [[c, secs(r.critical.get(c, 0)), pct(r.critical.get(c, 0), r.measured_ns),
-                       secs(r.busy.get(c, 0))] for c in cats]))
+    out.append(
+        table(
+            ["category", "critical s", "share", "busy s"],
+            [
+                [
+                    c,
+                    secs(r.critical.get(c, 0)),
+                    pct(r.critical.get(c, 0), r.measured_ns),
+                    secs(r.busy.get(c, 0)),
+                ]
+                for c in cats
+            ],
+        )
+    )
     out.append(f"  model share of the critical path: {100 * r.model_share:.1f}%")
     out.append(f"  {cache_line(r.input_tokens, r.cached_tokens)}")
     out.append("")
@@ -196,19 +249,45 @@ def render_report(r: Report) -> str:
             rows.append(s)
             continue
         tools = ", ".join(f"{n} {secs(v, 2)}" for n, v in s.tools) or "-"
-        rows.append([s.step + (" (in flight)" if s.in_flight else ""), secs(s.duration_ns),
-                     secs(s.model["base"]), secs(s.model["reasoning"]),
-                     secs(s.model["decode"]), secs(s.model["other"]), tools,
-                     f"{s.input_tokens}/{s.output_tokens}/{s.reasoning_tokens}",
-                     secs(s.cumulative_ns)])
-    out.append(table(["step", "step s", "base", "reason", "decode", "m.other", "tools (s)",
-                      "tok in/out/reas", "cumul s"], rows))
+        rows.append(
+            [
+                s.step + (" (in flight)" if s.in_flight else ""),
+                secs(s.duration_ns),
+                secs(s.model["base"]),
+                secs(s.model["reasoning"]),
+                secs(s.model["decode"]),
+                secs(s.model["other"]),
+                tools,
+                f"{s.input_tokens}/{s.output_tokens}/{s.reasoning_tokens}",
+                secs(s.cumulative_ns),
+            ]
+        )
+    out.append(
+        table(
+            [
+                "step",
+                "step s",
+                "base",
+                "reason",
+                "decode",
+                "m.other",
+                "tools (s)",
+                "tok in/out/reas",
+                "cumul s",
+            ],
+            rows,
+        )
+    )
     out.append("")
     out.append(f"Critical path ({len(r.path)} segments, chronological; gaps < 1 ms not listed):")
     # framework gaps under a millisecond are counted above but not listed one by one
     listed = [p for p in r.path if p[1] != "gap" or p[3] >= 1_000_000]
-    out.append(table(["step", "kind", "span", "s"],
-                     [[s, k, n, secs(v)] for s, k, n, v in listed[:MAX_PATH_ROWS]]))
+    out.append(
+        table(
+            ["step", "kind", "span", "s"],
+            [[s, k, n, secs(v)] for s, k, n, v in listed[:MAX_PATH_ROWS]],
+        )
+    )
     if len(listed) > MAX_PATH_ROWS:
         out.append(f"  ... {len(listed) - MAX_PATH_ROWS} more segments (--json lists all)")
     return "\n".join(out)

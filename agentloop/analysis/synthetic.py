@@ -21,22 +21,49 @@ from agentloop.trace.schema import end_record, end_span_record, header_record, s
 S = 1_000_000_000  # ns per second
 
 
-def header(task: str = "demo", tier: str = "sim-standard", base_latency_s: float = 0.3,
-           prefill_tps: float = 20000, output_tps: float = 60) -> dict[str, Any]:
+def header(
+    task: str = "demo",
+    tier: str = "sim-standard",
+    base_latency_s: float = 0.3,
+    prefill_tps: float = 20000,
+    output_tps: float = 60,
+) -> dict[str, Any]:
     """A run header record for ``task`` recorded on ``tier`` with the given speed profile."""
     return header_record(
-        run_id="synthetic", agentloop="0",
+        run_id="synthetic",
+        agentloop="0",
         task={"name": task, "prompt": "", "system": "", "source": None},
-        tier={"name": tier, "base_url": "sim", "model": tier, "api": "responses",
-              "api_key_env": None, "options": {},
-              "profile": {"base_latency_s": base_latency_s, "prefill_tps": prefill_tps,
-                          "output_tps": output_tps}},
-        tools=[], limits={}, clock={"wall": "2026-01-01T00:00:00+00:00", "unit": "ns"})
+        tier={
+            "name": tier,
+            "base_url": "sim",
+            "model": tier,
+            "api": "responses",
+            "api_key_env": None,
+            "options": {},
+            "profile": {
+                "base_latency_s": base_latency_s,
+                "prefill_tps": prefill_tps,
+                "output_tps": output_tps,
+            },
+        },
+        tools=[],
+        limits={},
+        clock={"wall": "2026-01-01T00:00:00+00:00", "unit": "ns"},
+    )
 
 
-def model_attrs(t_send: int, base_ns: int, reasoning: int, visible: int, tps: float, *,
-                input_tokens: int = 1000, tail_ns: int = 0, step: int = 1,
-                attempts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def model_attrs(
+    t_send: int,
+    base_ns: int,
+    reasoning: int,
+    visible: int,
+    tps: float,
+    *,
+    input_tokens: int = 1000,
+    tail_ns: int = 0,
+    step: int = 1,
+    attempts: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """End attributes of a model span whose successful attempt sends at ``t_send``.
 
     The first visible token comes ``base_ns + reasoning / tps`` after ``t_send``, the last one
@@ -48,14 +75,24 @@ def model_attrs(t_send: int, base_ns: int, reasoning: int, visible: int, tps: fl
     att = attempts if attempts is not None else []
     att = [*att, {"t_start": t_send, "t_end": t_end, "error": None, "status": 200, "wait_ns": 0}]
     return {
-        "step": step, "tier": "synthetic", "gen_ai.usage.input_tokens": input_tokens,
+        "step": step,
+        "tier": "synthetic",
+        "gen_ai.usage.input_tokens": input_tokens,
         "gen_ai.usage.output_tokens": reasoning + visible,
         "gen_ai.usage.reasoning.output_tokens": reasoning,
         "gen_ai.usage.cached_input_tokens": 0,
-        "timing": {"t_send": t_send, "t_hdr": t_send + base_ns // 2,
-                   "t_first": t_send + base_ns, "t_first_visible": t_fv, "t_last": t_last,
-                   "t_end": t_end, "chunks": visible, "build_ns": 0},
-        "attempts": att, "wait_ns": sum(a.get("wait_ns", 0) for a in att),
+        "timing": {
+            "t_send": t_send,
+            "t_hdr": t_send + base_ns // 2,
+            "t_first": t_send + base_ns,
+            "t_first_visible": t_fv,
+            "t_last": t_last,
+            "t_end": t_end,
+            "chunks": visible,
+            "build_ns": 0,
+        },
+        "attempts": att,
+        "wait_ns": sum(a.get("wait_ns", 0) for a in att),
         "output": {"text": "", "reasoning_tokens": reasoning, "tool_calls": []},
     }
 
@@ -67,8 +104,15 @@ class TraceBuilder:
         self.records: list[dict[str, Any]] = [header(**header_fields)]
         self._ids = itertools.count(1)
 
-    def start(self, kind: str, name: str, t: int, parent: str | None = None,
-              after: list[str] | tuple[str, ...] = (), **attrs: Any) -> str:
+    def start(
+        self,
+        kind: str,
+        name: str,
+        t: int,
+        parent: str | None = None,
+        after: list[str] | tuple[str, ...] = (),
+        **attrs: Any,
+    ) -> str:
         sid = f"s{next(self._ids)}"
         self.records.append(start_record(sid, parent, kind, name, t, after, attrs))
         return sid
@@ -77,8 +121,9 @@ class TraceBuilder:
         self.records.append(end_span_record(sid, t, status, attrs))
 
     def finish(self, t: int, status: str = "ok", steps: int = 0) -> None:
-        self.records.append(end_record(status, t, reason="done", steps=steps, totals={},
-                                       success=None))
+        self.records.append(
+            end_record(status, t, reason="done", steps=steps, totals={}, success=None)
+        )
 
     def lines(self) -> list[bytes]:
         return [orjson.dumps(r) for r in self.records]
@@ -107,8 +152,14 @@ class StepSpec:
     tail_ns: int = 0
 
 
-def sequential_run(steps: list[StepSpec], *, gap_ns: int = 1_000_000, tps: float = 60.0,
-                   finish: bool = True, **header_fields: Any) -> TraceBuilder:
+def sequential_run(
+    steps: list[StepSpec],
+    *,
+    gap_ns: int = 1_000_000,
+    tps: float = 60.0,
+    finish: bool = True,
+    **header_fields: Any,
+) -> TraceBuilder:
     """A run shaped like the runner's: steps in sequence, each a model call then its tools.
 
     Every framework gap (step start, model start, request build before ``t_send``, after
@@ -128,12 +179,27 @@ def sequential_run(steps: list[StepSpec], *, gap_ns: int = 1_000_000, tps: float
         t += gap_ns
         failed = []
         for service, wait in sp.attempts:
-            failed.append({"t_start": t, "t_end": t + service, "error": "status 503",
-                           "status": 503, "wait_ns": wait})
+            failed.append(
+                {
+                    "t_start": t,
+                    "t_end": t + service,
+                    "error": "status 503",
+                    "status": 503,
+                    "wait_ns": wait,
+                }
+            )
             t += service + wait
-        attrs = model_attrs(t, sp.base_ns, sp.reasoning, sp.visible, tps,
-                            input_tokens=sp.input_tokens, tail_ns=sp.tail_ns, step=k,
-                            attempts=failed)
+        attrs = model_attrs(
+            t,
+            sp.base_ns,
+            sp.reasoning,
+            sp.visible,
+            tps,
+            input_tokens=sp.input_tokens,
+            tail_ns=sp.tail_ns,
+            step=k,
+            attempts=failed,
+        )
         t = attrs["timing"]["t_end"] + gap_ns
         b.end(m, t, **attrs)
         ends = []
@@ -153,8 +219,9 @@ def sequential_run(steps: list[StepSpec], *, gap_ns: int = 1_000_000, tps: float
     return b
 
 
-def agent_lines(steps: int, tools_per_step: int = 3, tps: float = 60.0,
-                task: str = "synthetic") -> Iterator[bytes]:
+def agent_lines(
+    steps: int, tools_per_step: int = 3, tps: float = 60.0, task: str = "synthetic"
+) -> Iterator[bytes]:
     """JSONL lines of a long sequential agent run: each step a model call then parallel tools.
 
     Spans: 1 run + ``steps * (2 + tools_per_step)``. Durations vary deterministically.
@@ -175,8 +242,16 @@ def agent_lines(steps: int, tools_per_step: int = 3, tps: float = 60.0,
         m = f"s{next(ids)}"
         yield dumps(start_record(m, st, "model", "chat synthetic", t, prev_tools, {"step": k}))
         r, v = (k * 37) % 200, 20 + (k * 13) % 100
-        attrs = model_attrs(t + 2_000_000, 300_000_000, r, v, tps, input_tokens=2000 + 10 * (k % 1000),
-                            tail_ns=1_000_000, step=k)
+        attrs = model_attrs(
+            t + 2_000_000,
+            300_000_000,
+            r,
+            v,
+            tps,
+            input_tokens=2000 + 10 * (k % 1000),
+            tail_ns=1_000_000,
+            step=k,
+        )
         t = attrs["timing"]["t_end"] + 500_000
         yield dumps(end_span_record(m, t, "ok", attrs))
         tools = []
@@ -184,17 +259,30 @@ def agent_lines(steps: int, tools_per_step: int = 3, tps: float = 60.0,
         for j in range(tools_per_step):
             tid = f"s{next(ids)}"
             tools.append(tid)
-            yield dumps(start_record(tid, st, "tool", "execute_tool shell", t + 30_000 * (j + 1),
-                                     [m], {"step": k}))
+            yield dumps(
+                start_record(
+                    tid, st, "tool", "execute_tool shell", t + 30_000 * (j + 1), [m], {"step": k}
+                )
+            )
             ends.append((t + 30_000 * (j + 1) + 5_000_000 * (1 + (k + j) % 7), tid))
         for te, tid in sorted(ends):
-            yield dumps(end_span_record(tid, te, "ok", {"gen_ai.tool.name": "shell", "ok": True,
-                                                        "output": "", "data": {},
-                                                        "queued_ns": 0}))
+            yield dumps(
+                end_span_record(
+                    tid,
+                    te,
+                    "ok",
+                    {
+                        "gen_ai.tool.name": "shell",
+                        "ok": True,
+                        "output": "",
+                        "data": {},
+                        "queued_ns": 0,
+                    },
+                )
+            )
         t = max(ends)[0] + 40_000
         yield dumps(end_span_record(st, t, "ok", {}))
         prev_step, prev_tools = [st], tools
     t += 10_000
     yield dumps(end_span_record(run, t, "ok", {}))
-    yield dumps(end_record("ok", t + 5_000, reason="done", steps=steps, totals={},
-                           success=None))
+    yield dumps(end_record("ok", t + 5_000, reason="done", steps=steps, totals={}, success=None))

@@ -67,9 +67,24 @@ from agentloop.tiers import no_profile
 
 CURVE_K = (1, 2, 3, 5, 8, 11, 20, 50, 100)
 
-__all__ = ["CURVE_K", "MODEL_CATS", "Contribution", "Scenario", "WhatIf", "category_order",
-           "durations", "new_parts", "path_breakdown", "predict_ns", "ratio_of", "render_whatif",
-           "step_label", "step_labels", "whatif", "whatif_json"]
+__all__ = [
+    "CURVE_K",
+    "MODEL_CATS",
+    "Contribution",
+    "Scenario",
+    "WhatIf",
+    "category_order",
+    "durations",
+    "new_parts",
+    "path_breakdown",
+    "predict_ns",
+    "ratio_of",
+    "render_whatif",
+    "step_label",
+    "step_labels",
+    "whatif",
+    "whatif_json",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +161,9 @@ def new_parts(g: Graph, sc: Scenario) -> dict[int, tuple[int, int, int]]:
         parts = prof.parts
         for i, m in g.models.items():
             if m.timed:
-                b_s, r_s, d_s = parts(m.input_tokens, m.reasoning_tokens, m.visible_tokens,
-                                      m.cached_tokens)
+                b_s, r_s, d_s = parts(
+                    m.input_tokens, m.reasoning_tokens, m.visible_tokens, m.cached_tokens
+                )
                 out[i] = (round(b_s * 1e9), round(r_s * 1e9), round(d_s * 1e9))
             else:
                 out[i] = (m.base, m.reasoning, m.decode)
@@ -199,8 +215,9 @@ def predict_ns(g: Graph, sc: Scenario) -> int:
         return retime(g, durations(g, new_parts(g, sc)))[2] - g.start_ns
 
 
-def _curve(g: Graph, p: float, ks: tuple[float, ...], ends: tuple[int, int] | None
-           ) -> tuple[int, tuple[tuple[float, int], ...]]:
+def _curve(
+    g: Graph, p: float, ks: tuple[float, ...], ends: tuple[int, int] | None
+) -> tuple[int, tuple[tuple[float, int], ...]]:
     """Ceiling and speedup curve (output x K, base / P) from the run's ends at K = infinity and
     K = 1 when its time is affine in 1/K (:func:`retime_pair`; None: it is not), else one pass
     per point."""
@@ -208,8 +225,9 @@ def _curve(g: Graph, p: float, ks: tuple[float, ...], ends: tuple[int, int] | No
         t_inf, t_one = ends[0] - g.start_ns, ends[1] - g.start_ns
         return t_inf, tuple((float(k), round(t_inf + (t_one - t_inf) / k)) for k in ks)
     ceiling = predict_ns(g, Scenario("ceiling", speedup=math.inf, prefill_speedup=p))
-    return ceiling, tuple((float(k), predict_ns(g, Scenario("curve", speedup=k,
-                                                               prefill_speedup=p))) for k in ks)
+    return ceiling, tuple(
+        (float(k), predict_ns(g, Scenario("curve", speedup=k, prefill_speedup=p))) for k in ks
+    )
 
 
 def whatif(g: Graph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> WhatIf:
@@ -223,39 +241,75 @@ def _whatif(g: Graph, sc: Scenario, curve: tuple[float, ...]) -> WhatIf:
     dur = durations(g, parts)
     p = 1.0 if sc.profile is not None else sc.prefill_speedup
     # the scenario's pass and the curve's pair of passes (K = infinity, K = 1) in one loop
-    V, back, end, ends = retime_with_pair(g, dur, _k_durations(g, p, math.inf),
-                                          _k_durations(g, p, 1))
+    V, back, end, ends = retime_with_pair(
+        g, dur, _k_durations(g, p, math.inf), _k_durations(g, p, 1)
+    )
     new_cats, new_steps = path_tally(g, V, back, dur, end, parts)
-    old_cats, old_steps = path_tally(g, interleave(g.t0, g.t1, g.start_ns), g.back_link, g.recorded_dur,
-                                      g.end_ns, None)
+    old_cats, old_steps = path_tally(
+        g, interleave(g.t0, g.t1, g.start_ns), g.back_link, g.recorded_dur, g.end_ns, None
+    )
     ceiling, points = _curve(g, p, curve, ends)
-    cats = tuple(Contribution(c, old_cats.get(c, 0), new_cats.get(c, 0))
-                 for c in category_order(set(old_cats) | set(new_cats)))
+    cats = tuple(
+        Contribution(c, old_cats.get(c, 0), new_cats.get(c, 0))
+        for c in category_order(set(old_cats) | set(new_cats))
+    )
     step_ids = sorted(old_steps.keys() | new_steps.keys())
-    steps = tuple(map(Contribution, step_labels(g, step_ids),
-                      map(old_steps.get, step_ids, itertools.repeat(0)),
-                      map(new_steps.get, step_ids, itertools.repeat(0))))
-    return WhatIf(sc, g.measured_ns, end - g.start_ns, ceiling, cats, steps, points,
-                  g.trace.complete, sum(m.input_tokens for m in g.models.values()),
-                  sum(m.cached_tokens for m in g.models.values()))
+    steps = tuple(
+        map(
+            Contribution,
+            step_labels(g, step_ids),
+            map(old_steps.get, step_ids, itertools.repeat(0)),
+            map(new_steps.get, step_ids, itertools.repeat(0)),
+        )
+    )
+    return WhatIf(
+        sc,
+        g.measured_ns,
+        end - g.start_ns,
+        ceiling,
+        cats,
+        steps,
+        points,
+        g.trace.complete,
+        sum(m.input_tokens for m in g.models.values()),
+        sum(m.cached_tokens for m in g.models.values()),
+    )
 
 
 def whatif_json(w: WhatIf) -> dict[str, Any]:
     """The result as plain JSON-able data; times in seconds."""
     return {
-        "scenario": w.scenario.label, "complete": w.complete,
-        "measured_s": w.measured_ns / 1e9, "predicted_s": w.predicted_ns / 1e9,
-        "speedup": w.speedup, "ceiling": w.ceiling, "ceiling_s": w.ceiling_ns / 1e9,
+        "scenario": w.scenario.label,
+        "complete": w.complete,
+        "measured_s": w.measured_ns / 1e9,
+        "predicted_s": w.predicted_ns / 1e9,
+        "speedup": w.speedup,
+        "ceiling": w.ceiling,
+        "ceiling_s": w.ceiling_ns / 1e9,
         "saved_s": (w.measured_ns - w.predicted_ns) / 1e9,
-        "input_tokens": w.input_tokens, "cached_input_tokens": w.cached_tokens,
-        "categories": {c.name: {"measured_s": c.measured_ns / 1e9,
-                                "predicted_s": c.predicted_ns / 1e9,
-                                "saved_s": c.saved_ns / 1e9} for c in w.categories},
-        "steps": [{"step": c.name, "measured_s": c.measured_ns / 1e9,
-                   "predicted_s": c.predicted_ns / 1e9, "saved_s": c.saved_ns / 1e9}
-                  for c in w.steps],
-        "curve": [{"k": k, "predicted_s": ns / 1e9, "speedup": ratio_of(w.measured_ns, ns)}
-                  for k, ns in w.curve],
+        "input_tokens": w.input_tokens,
+        "cached_input_tokens": w.cached_tokens,
+        "categories": {
+            c.name: {
+                "measured_s": c.measured_ns / 1e9,
+                "predicted_s": c.predicted_ns / 1e9,
+                "saved_s": c.saved_ns / 1e9,
+            }
+            for c in w.categories
+        },
+        "steps": [
+            {
+                "step": c.name,
+                "measured_s": c.measured_ns / 1e9,
+                "predicted_s": c.predicted_ns / 1e9,
+                "saved_s": c.saved_ns / 1e9,
+            }
+            for c in w.steps
+        ],
+        "curve": [
+            {"k": k, "predicted_s": ns / 1e9, "speedup": ratio_of(w.measured_ns, ns)}
+            for k, ns in w.curve
+        ],
     }
 
 
@@ -263,8 +317,11 @@ def _cache_rule(sc: Scenario) -> str:
     if sc.profile is None:
         return " (measured prefill, cache hits included, scaled)"
     rate = sc.profile.cached_prefill_tps
-    return (f" (the tier charges cached input at {rate:g} tok/s)" if rate else
-            " (the tier charges nothing for cached input)")
+    return (
+        f" (the tier charges cached input at {rate:g} tok/s)"
+        if rate
+        else " (the tier charges nothing for cached input)"
+    )
 
 
 def render_whatif(w: WhatIf) -> str:
@@ -273,26 +330,60 @@ def render_whatif(w: WhatIf) -> str:
     out = [f"what-if: {w.scenario.label}"]
     if not w.complete:
         out.append("INCOMPLETE trace: re-timing only what was recorded before the run stopped.")
-    out += [f"  measured   {secs(w.measured_ns)} s",
-            f"  predicted  {secs(w.predicted_ns)} s   speedup {ratio(w.speedup)}",
-            f"  ceiling    {secs(w.ceiling_ns)} s   speedup {ratio(w.ceiling)} "
-            f"(output speed -> infinity: reasoning and decode -> 0)",
-            f"  {cache_line(w.input_tokens, w.cached_tokens)}{_cache_rule(w.scenario)}", ""]
+    out += [
+        f"  measured   {secs(w.measured_ns)} s",
+        f"  predicted  {secs(w.predicted_ns)} s   speedup {ratio(w.speedup)}",
+        f"  ceiling    {secs(w.ceiling_ns)} s   speedup {ratio(w.ceiling)} "
+        f"(output speed -> infinity: reasoning and decode -> 0)",
+        f"  {cache_line(w.input_tokens, w.cached_tokens)}{_cache_rule(w.scenario)}",
+        "",
+    ]
     out.append("Where the time saved comes from (critical path, measured vs predicted):")
-    out.append(table(["category", "measured s", "predicted s", "saved s", "of saved"],
-                     [[c.name, secs(c.measured_ns), secs(c.predicted_ns), secs(c.saved_ns),
-                       pct(c.saved_ns, saved)] for c in w.categories]))
+    out.append(
+        table(
+            ["category", "measured s", "predicted s", "saved s", "of saved"],
+            [
+                [
+                    c.name,
+                    secs(c.measured_ns),
+                    secs(c.predicted_ns),
+                    secs(c.saved_ns),
+                    pct(c.saved_ns, saved),
+                ]
+                for c in w.categories
+            ],
+        )
+    )
     out.append("")
     out.append("Per step:")
-    out.append(table(["step", "measured s", "predicted s", "saved s", "of saved"],
-                     [c if isinstance(c, str) else
-                      [c.name, secs(c.measured_ns), secs(c.predicted_ns), secs(c.saved_ns),
-                       pct(c.saved_ns, saved)] for c in elide(w.steps)]))
+    out.append(
+        table(
+            ["step", "measured s", "predicted s", "saved s", "of saved"],
+            [
+                c
+                if isinstance(c, str)
+                else [
+                    c.name,
+                    secs(c.measured_ns),
+                    secs(c.predicted_ns),
+                    secs(c.saved_ns),
+                    pct(c.saved_ns, saved),
+                ]
+                for c in elide(w.steps)
+            ],
+        )
+    )
     out.append("")
-    base = "measured prefill" if w.scenario.prefill_speedup == 1 or w.scenario.profile else \
-        f"prefill x{w.scenario.prefill_speedup:g}"
+    base = (
+        "measured prefill"
+        if w.scenario.prefill_speedup == 1 or w.scenario.profile
+        else f"prefill x{w.scenario.prefill_speedup:g}"
+    )
     out.append(f"Speedup curve (output speed x K of the measured, {base}):")
-    out.append(table(["K", "predicted s", "speedup"],
-                     [[f"{k:g}", secs(ns), ratio(ratio_of(w.measured_ns, ns))]
-                      for k, ns in w.curve]))
+    out.append(
+        table(
+            ["K", "predicted s", "speedup"],
+            [[f"{k:g}", secs(ns), ratio(ratio_of(w.measured_ns, ns))] for k, ns in w.curve],
+        )
+    )
     return "\n".join(out)

@@ -42,8 +42,17 @@ class StreamErrorEvent(Exception):
         self.code, self.retryable = code, retryable
 
 
-_RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "server_is_overloaded",
-                              "slow_down", "internal_error", "overloaded", "timeout"})
+_RETRYABLE_CODES = frozenset(
+    {
+        "server_error",
+        "rate_limit_exceeded",
+        "server_is_overloaded",
+        "slow_down",
+        "internal_error",
+        "overloaded",
+        "timeout",
+    }
+)
 _HIDDEN = frozenset({"response.reasoning_summary_text.delta", "response.reasoning_text.delta"})
 
 
@@ -59,8 +68,9 @@ def _error_event(err: Any, fallback: str) -> StreamErrorEvent:
     err = err if isinstance(err, dict) else {}
     code = err.get("code") or err.get("type")
     message = err.get("message") or fallback
-    return StreamErrorEvent(str(message), str(code) if code else None,
-                            code is None or str(code) in _RETRYABLE_CODES)
+    return StreamErrorEvent(
+        str(message), str(code) if code else None, code is None or str(code) in _RETRYABLE_CODES
+    )
 
 
 class Turn:
@@ -97,8 +107,9 @@ class Turn:
     def _mark(self, now: int, visible: bool, size: int = 0) -> None:
         self.size += size
         if self.size > self.max_chars:
-            raise StreamTooLarge(f"more than {self.max_chars} characters in one response "
-                                 "without its end")
+            raise StreamTooLarge(
+                f"more than {self.max_chars} characters in one response without its end"
+            )
         if self.t_first is None:
             self.t_first = now
         if visible and self.t_first_visible is None:
@@ -131,8 +142,9 @@ class Turn:
                 key = item.get("id") or ev.get("output_index")
                 call = self.calls.get(key)
                 if call is None:
-                    call = self.calls[key] = _Call(item.get("call_id") or item.get("id") or "",
-                                                   item.get("name") or "", "")
+                    call = self.calls[key] = _Call(
+                        item.get("call_id") or item.get("id") or "", item.get("name") or "", ""
+                    )
                 if not call.args and item.get("arguments"):  # never streamed: take it whole
                     call.args.append(item["arguments"])
                 call.id = call.id or item.get("call_id") or ""
@@ -153,13 +165,17 @@ class Turn:
             input_tokens=u.get("input_tokens") or 0,
             output_tokens=u.get("output_tokens") or 0,
             reasoning_tokens=(u.get("output_tokens_details") or {}).get("reasoning_tokens") or 0,
-            cached_input_tokens=(u.get("input_tokens_details") or {}).get("cached_tokens") or 0)
+            cached_input_tokens=(u.get("input_tokens_details") or {}).get("cached_tokens") or 0,
+        )
         self.model = r.get("model") or ""
         self.service_tier = r.get("service_tier")
         self.usage_seen = bool(u)
         if not self.reasoning:  # a server that sent its reasoning items only in the final object
-            self.reasoning = [it for it in r.get("output") or () if isinstance(it, dict)
-                              and it.get("type") == "reasoning"]
+            self.reasoning = [
+                it
+                for it in r.get("output") or ()
+                if isinstance(it, dict) and it.get("type") == "reasoning"
+            ]
         if t == "response.incomplete":
             self.finish_reason = (r.get("incomplete_details") or {}).get("reason") or "incomplete"
         else:
@@ -192,10 +208,11 @@ class Turn:
             self.usage = Usage(
                 input_tokens=u.get("prompt_tokens") or 0,
                 output_tokens=u.get("completion_tokens") or 0,
-                reasoning_tokens=(u.get("completion_tokens_details") or {}).get(
-                    "reasoning_tokens") or 0,
-                cached_input_tokens=(u.get("prompt_tokens_details") or {}).get(
-                    "cached_tokens") or 0)
+                reasoning_tokens=(u.get("completion_tokens_details") or {}).get("reasoning_tokens")
+                or 0,
+                cached_input_tokens=(u.get("prompt_tokens_details") or {}).get("cached_tokens")
+                or 0,
+            )
         if not self.model and ev.get("model"):
             self.model = ev["model"]
         if ev.get("service_tier"):

@@ -23,21 +23,25 @@ Api = Literal["responses", "chat"]
 
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
-RESERVED_BODY_KEYS = frozenset({"model", "stream", "input", "messages", "tools", "store",
-                                "include"})  # set by agentloop: extra_body may not override
+RESERVED_BODY_KEYS = frozenset(
+    {"model", "stream", "input", "messages", "tools", "store", "include"}
+)  # set by agentloop: extra_body may not override
 
 
 def responses_items(m: Message) -> list[dict[str, Any]]:
     """One neutral message as Responses API input items (stateless: full history each call)."""
     if m.role == "tool":
-        return [{"type": "function_call_output", "call_id": m.tool_call_id or "",
-                 "output": m.content}]
+        return [
+            {"type": "function_call_output", "call_id": m.tool_call_id or "", "output": m.content}
+        ]
     if m.role == "assistant":
         items: list[dict[str, Any]] = [orjson.loads(r.raw) for r in m.reasoning if r.encrypted]
         if m.content or not m.tool_calls:
             items.append({"role": "assistant", "content": m.content})
-        items.extend({"type": "function_call", "call_id": c.id, "name": c.name,
-                      "arguments": c.arguments} for c in m.tool_calls)
+        items.extend(
+            {"type": "function_call", "call_id": c.id, "name": c.name, "arguments": c.arguments}
+            for c in m.tool_calls
+        )
         return items
     return [{"role": m.role, "content": m.content}]
 
@@ -47,18 +51,41 @@ def chat_items(m: Message) -> list[dict[str, Any]]:
     if m.role == "tool":
         return [{"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content}]
     if m.role == "assistant" and m.tool_calls:
-        return [{"role": "assistant", "content": m.content or None, "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in m.tool_calls]}]
+        return [
+            {
+                "role": "assistant",
+                "content": m.content or None,
+                "tool_calls": [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    }
+                    for c in m.tool_calls
+                ],
+            }
+        ]
     return [{"role": m.role, "content": m.content}]
 
 
 def tools_json(api: Api, tools: tuple[ToolSpec, ...]) -> list[dict[str, Any]]:
     if api == "responses":
-        return [{"type": "function", "name": t.name, "description": t.description,
-                 "parameters": t.parameters} for t in tools]
-    return [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                              "parameters": t.parameters}} for t in tools]
+        return [
+            {
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.parameters,
+            }
+            for t in tools
+        ]
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in tools
+    ]
 
 
 def static_params(api: Api, model: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -114,8 +141,9 @@ class BodyBuilder:
     def build(self, messages: tuple[Message, ...], tools: tuple[ToolSpec, ...]) -> bytes:
         if tools is not self._tools and tools != self._tools:
             self._tools = tools
-            self._tools_part = (b'"tools":' + orjson.dumps(tools_json(self.api, tools)) + b","
-                                if tools else b"")
+            self._tools_part = (
+                b'"tools":' + orjson.dumps(tools_json(self.api, tools)) + b"," if tools else b""
+            )
         old, parts = self._msgs, self._parts
         n = min(len(old), len(messages))
         i = 0
@@ -126,5 +154,6 @@ class BodyBuilder:
         for m in messages[i:]:
             old.append(m)
             parts.append(b",".join(orjson.dumps(item) for item in encode(m)))
-        return b"".join((self._head, self._tools_part, self._key,
-                         b",".join(p for p in parts if p), b"]}"))
+        return b"".join(
+            (self._head, self._tools_part, self._key, b",".join(p for p in parts if p), b"]}")
+        )

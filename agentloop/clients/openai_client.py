@@ -46,32 +46,48 @@ _RETRY_STATUS = frozenset({408, 409, 429})
 class _Retryable(Exception):
     """One attempt failed in a way worth another try."""
 
-    def __init__(self, error: str, status: int | None = None,
-                 retry_after: float | None = None) -> None:
+    def __init__(
+        self, error: str, status: int | None = None, retry_after: float | None = None
+    ) -> None:
         super().__init__(error)
         self.error, self.status, self.retry_after = error, status, retry_after
 
 
-def make_sdk_client(tier: Tier, *, base_url: str | None = None, timeout: float = 30.0,
-                    connect_timeout_s: float = 10.0) -> openai.AsyncOpenAI:
+def make_sdk_client(
+    tier: Tier,
+    *,
+    base_url: str | None = None,
+    timeout: float = 30.0,
+    connect_timeout_s: float = 10.0,
+) -> openai.AsyncOpenAI:
     """An ``AsyncOpenAI`` for ``tier``: key from ``tier.api_key_env``, SDK retries off."""
     url = base_url or tier.base_url
     if url == "sim":
-        raise ConfigError(f"tier '{tier.name}' is simulated: start a SimServer and pass its "
-                          "base_url (or use a tier with a real endpoint)")
+        raise ConfigError(
+            f"tier '{tier.name}' is simulated: start a SimServer and pass its "
+            "base_url (or use a tier with a real endpoint)"
+        )
     if tier.api_key_env and looks_like_key(tier.api_key_env):
-        raise ConfigError(f"tier '{tier.name}': api_key_env holds what looks like an API key, "
-                          "not the name of an environment variable (the value is not shown): "
-                          "put the key in a variable and name that variable here")
+        raise ConfigError(
+            f"tier '{tier.name}': api_key_env holds what looks like an API key, "
+            "not the name of an environment variable (the value is not shown): "
+            "put the key in a variable and name that variable here"
+        )
     if tier.api_key_env:
         key = os.environ.get(tier.api_key_env)
         if not key:
-            raise ModelAPIError(f"tier '{tier.name}': environment variable {tier.api_key_env} "
-                                "is not set (it must hold the API key for this endpoint)")
+            raise ModelAPIError(
+                f"tier '{tier.name}': environment variable {tier.api_key_env} "
+                "is not set (it must hold the API key for this endpoint)"
+            )
     else:
         key = SIM_PLACEHOLDER_KEY
-    return openai.AsyncOpenAI(api_key=key, base_url=url, max_retries=0,
-                              timeout=httpx2.Timeout(timeout, connect=connect_timeout_s))
+    return openai.AsyncOpenAI(
+        api_key=key,
+        base_url=url,
+        max_retries=0,
+        timeout=httpx2.Timeout(timeout, connect=connect_timeout_s),
+    )
 
 
 def _server_message(exc: openai.APIStatusError) -> str:
@@ -110,10 +126,17 @@ def _reasoning_items(raw: list[dict[str, Any]]) -> tuple[ReasoningItem, ...]:
     """Reasoning items as received, kept verbatim (their JSON) for the next requests."""
     out = []
     for item in raw:
-        summary = tuple(str(p.get("text") or "") for p in item.get("summary") or ()
-                        if isinstance(p, dict))
-        out.append(ReasoningItem(id=str(item.get("id") or ""), raw=orjson.dumps(item).decode(),
-                                 summary=summary, encrypted=bool(item.get("encrypted_content"))))
+        summary = tuple(
+            str(p.get("text") or "") for p in item.get("summary") or () if isinstance(p, dict)
+        )
+        out.append(
+            ReasoningItem(
+                id=str(item.get("id") or ""),
+                raw=orjson.dumps(item).decode(),
+                summary=summary,
+                encrypted=bool(item.get("encrypted_content")),
+            )
+        )
     return tuple(out)
 
 
@@ -130,19 +153,35 @@ class OpenAIClient:
     (retry budget spent); either declares the attempts made (``ModelError.attempts``).
     """
 
-    def __init__(self, tier: Tier, client: openai.AsyncOpenAI | None = None, *,
-                 stall_timeout_s: float | None = None, max_attempts: int | None = None,
-                 connect_timeout_s: float = 10.0, backoff_initial_s: float = 0.5,
-                 backoff_max_s: float = 8.0, retry_after_cap_s: float = 60.0,
-                 base_url: str | None = None, max_response_chars: int = DEFAULT_MAX_CHARS
-                 ) -> None:
+    def __init__(
+        self,
+        tier: Tier,
+        client: openai.AsyncOpenAI | None = None,
+        *,
+        stall_timeout_s: float | None = None,
+        max_attempts: int | None = None,
+        connect_timeout_s: float = 10.0,
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 8.0,
+        retry_after_cap_s: float = 60.0,
+        base_url: str | None = None,
+        max_response_chars: int = DEFAULT_MAX_CHARS,
+    ) -> None:
         self.tier = tier
         # the tier's own settings unless the caller overrides them
         stall_timeout_s = tier.stall_timeout_s if stall_timeout_s is None else stall_timeout_s
         max_attempts = tier.max_attempts if max_attempts is None else max_attempts
         self._owns = client is None
-        self._client = client if client is not None else make_sdk_client(
-            tier, base_url=base_url, timeout=stall_timeout_s, connect_timeout_s=connect_timeout_s)
+        self._client = (
+            client
+            if client is not None
+            else make_sdk_client(
+                tier,
+                base_url=base_url,
+                timeout=stall_timeout_s,
+                connect_timeout_s=connect_timeout_s,
+            )
+        )
         self.max_attempts = max(1, max_attempts)
         self.backoff_initial_s, self.backoff_max_s = backoff_initial_s, backoff_max_s
         self.retry_after_cap_s = retry_after_cap_s
@@ -174,8 +213,12 @@ class OpenAIClient:
             attempts[-1] = replace(attempts[-1], wait_ns=perf_counter_ns() - t)
 
         retrying = AsyncRetrying(
-            sleep=sleep, stop=stop_after_attempt(self.max_attempts), wait=self._wait,
-            retry=retry_if_exception_type(_Retryable), reraise=True)
+            sleep=sleep,
+            stop=stop_after_attempt(self.max_attempts),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Retryable),
+            reraise=True,
+        )
         try:
             async for attempt in retrying:
                 with attempt:
@@ -184,7 +227,8 @@ class OpenAIClient:
             raise ModelRetryError(
                 f"tier '{self.tier.name}': {self.endpoint} still failing after "
                 f"{len(attempts)} attempts; last error: {self._scrub(exc.error)}",
-                attempts=tuple(attempts)) from exc
+                attempts=tuple(attempts),
+            ) from exc
         except ModelAPIError as exc:  # the same error, now with every attempt (for the trace)
             raise ModelAPIError(exc.message, exc.status, attempts=tuple(attempts)) from exc
         raise AssertionError("unreachable: tenacity returns or raises")  # pragma: no cover
@@ -195,14 +239,18 @@ class OpenAIClient:
             wait = min(exc.retry_after, self.retry_after_cap_s)
         else:
             n = state.attempt_number - 1
-            wait = min(self.backoff_max_s, self.backoff_initial_s * 2.0 ** n)
+            wait = min(self.backoff_max_s, self.backoff_initial_s * 2.0**n)
             wait *= 1.0 - 0.25 * random.random()  # jitter so concurrent callers spread out
         # a fresh logger each time (retries are rare): it follows the configuration of the moment;
         # a broken log sink must never break a retry
         with contextlib.suppress(ValueError, OSError):
             get_logger("agentloop.client").warning(
-                "model_retry", tier=self.tier.name, attempt=state.attempt_number,
-                error=self._scrub(getattr(exc, "error", str(exc))), wait_s=round(wait, 3))
+                "model_retry",
+                tier=self.tier.name,
+                attempt=state.attempt_number,
+                error=self._scrub(getattr(exc, "error", str(exc))),
+                wait_s=round(wait, 3),
+            )
         return wait
 
     def _scrub(self, text: str) -> str:
@@ -221,8 +269,9 @@ class OpenAIClient:
         elif exc.body is not None:
             exc.body = orjson.loads(self._scrub(orjson.dumps(exc.body).decode()))
 
-    async def _attempt(self, body: bytes, build_ns: int, attempts: list[Attempt],
-                       request: ModelRequest) -> ModelResponse:
+    async def _attempt(
+        self, body: bytes, build_ns: int, attempts: list[Attempt], request: ModelRequest
+    ) -> ModelResponse:
         t_send = perf_counter_ns()
         try:
             resp = await self._send(body)
@@ -240,66 +289,96 @@ class OpenAIClient:
             attempts.append(Attempt(t_send, perf_counter_ns(), exc.message, exc.status))
             raise
         attempts.append(Attempt(t_send, turn.t_end or perf_counter_ns(), None, resp.status_code))
-        timing = CallTiming(t_send=t_send, t_hdr=t_hdr, t_first=turn.t_first,
-                            t_first_visible=turn.t_first_visible, t_last=turn.t_last,
-                            t_end=turn.t_end, chunks=turn.chunks, build_ns=build_ns)
+        timing = CallTiming(
+            t_send=t_send,
+            t_hdr=t_hdr,
+            t_first=turn.t_first,
+            t_first_visible=turn.t_first_visible,
+            t_last=turn.t_last,
+            t_end=turn.t_end,
+            chunks=turn.chunks,
+            build_ns=build_ns,
+        )
         text, calls, thought = "".join(turn.text), turn.tool_calls(), "".join(turn.reasoning_text)
         return ModelResponse(
-            text=text, tool_calls=calls, usage=_usage(turn, body, text, calls, thought),
-            timing=timing, attempts=tuple(attempts), model=turn.model or self.tier.model,
-            service_tier=turn.service_tier, finish_reason=turn.finish_reason,
-            reasoning=_reasoning_items(turn.reasoning), reasoning_text=thought,
-            server_timings=turn.server_timings)
+            text=text,
+            tool_calls=calls,
+            usage=_usage(turn, body, text, calls, thought),
+            timing=timing,
+            attempts=tuple(attempts),
+            model=turn.model or self.tier.model,
+            service_tier=turn.service_tier,
+            finish_reason=turn.finish_reason,
+            reasoning=_reasoning_items(turn.reasoning),
+            reasoning_text=thought,
+            server_timings=turn.server_timings,
+        )
 
     async def _send(self, body: bytes) -> httpx2.Response:
         """POST the prebuilt body; returns the open streaming response once headers are in."""
         try:
-            return await self._client.post(self._path, cast_to=httpx2.Response, content=body,
-                                           options=self._options, stream=True)
+            return await self._client.post(
+                self._path,
+                cast_to=httpx2.Response,
+                content=body,
+                options=self._options,
+                stream=True,
+            )
         except openai.APIStatusError as exc:
             status = exc.status_code
             self._scrub_exc(exc)
             message = _server_message(exc)
             if status in _RETRY_STATUS or status >= 500:
-                raise _Retryable(f"HTTP {status}: {message}", status,
-                                 _retry_after(exc.response.headers)) from exc
-            raise ModelAPIError(f"tier '{self.tier.name}': {self.endpoint} refused the request "
-                                f"(HTTP {status}): {message}", status=status) from exc
+                raise _Retryable(
+                    f"HTTP {status}: {message}", status, _retry_after(exc.response.headers)
+                ) from exc
+            raise ModelAPIError(
+                f"tier '{self.tier.name}': {self.endpoint} refused the request "
+                f"(HTTP {status}): {message}",
+                status=status,
+            ) from exc
         except openai.APITimeoutError as exc:
-            raise _Retryable(f"timeout: no response headers within {self.stall_timeout_s} s"
-                             ) from exc
+            raise _Retryable(
+                f"timeout: no response headers within {self.stall_timeout_s} s"
+            ) from exc
         except httpx2.DecodingError as exc:  # e.g. a gzip body that does not decompress
             raise _Retryable(f"undecodable response body: {exc}") from exc
         except openai.APIConnectionError as exc:
             cause = exc.__cause__
-            raise _Retryable(f"connection error: {type(cause).__name__ if cause else exc}"
-                             ) from exc
+            raise _Retryable(f"connection error: {type(cause).__name__ if cause else exc}") from exc
 
     async def _read(self, resp: httpx2.Response, turn: Turn) -> None:
         try:
             await read_sse(resp.aiter_bytes(), turn)
         except httpx2.TimeoutException as exc:
-            raise _Retryable(f"stall: no event for {self.stall_timeout_s} s", resp.status_code
-                             ) from exc
+            raise _Retryable(
+                f"stall: no event for {self.stall_timeout_s} s", resp.status_code
+            ) from exc
         except httpx2.TransportError as exc:
             raise _Retryable(f"stream broken: {type(exc).__name__}", resp.status_code) from exc
         except httpx2.DecodingError as exc:  # e.g. a gzip body that does not decompress
-            raise _Retryable(f"undecodable response body ({resp.headers.get('content-encoding')}"
-                             f"): {exc}", resp.status_code) from exc
+            raise _Retryable(
+                f"undecodable response body ({resp.headers.get('content-encoding')}): {exc}",
+                resp.status_code,
+            ) from exc
         except StreamTooLarge as exc:
-            raise ModelAPIError(f"tier '{self.tier.name}': {self.endpoint} sent {exc}; the "
-                                "attempt was ended there (max_response_chars "
-                                f"{self.max_response_chars}) and is not retried",
-                                status=resp.status_code) from exc
+            raise ModelAPIError(
+                f"tier '{self.tier.name}': {self.endpoint} sent {exc}; the "
+                "attempt was ended there (max_response_chars "
+                f"{self.max_response_chars}) and is not retried",
+                status=resp.status_code,
+            ) from exc
         except StreamBroken as exc:
             raise _Retryable(f"stream broken: {exc}", resp.status_code) from exc
         except StreamErrorEvent as exc:
             message = self._scrub(str(exc))
             if exc.retryable:
-                raise _Retryable(f"error event ({exc.code}): {message}", resp.status_code
-                                 ) from exc
-            raise ModelAPIError(f"tier '{self.tier.name}': {self.endpoint} failed the response "
-                                f"({exc.code}): {message}", status=resp.status_code) from exc
+                raise _Retryable(f"error event ({exc.code}): {message}", resp.status_code) from exc
+            raise ModelAPIError(
+                f"tier '{self.tier.name}': {self.endpoint} failed the response "
+                f"({exc.code}): {message}",
+                status=resp.status_code,
+            ) from exc
 
 
 def _usage(turn: Turn, body: bytes, text: str, calls: tuple[Any, ...], thought: str) -> Usage:
@@ -316,8 +395,13 @@ def _usage(turn: Turn, body: bytes, text: str, calls: tuple[Any, ...], thought: 
     if turn.api == "chat":
         inputs = chat_input_tokens(req.get("messages") or [], count_tokens)
     else:
-        inputs = responses_input_tokens(req.get("instructions"), req.get("input") or [],
-                                        count_tokens)
+        inputs = responses_input_tokens(
+            req.get("instructions"), req.get("input") or [], count_tokens
+        )
     visible = count_tokens(text) + sum(count_tokens(c.arguments) for c in calls)
-    return Usage(input_tokens=inputs, output_tokens=reasoning + visible,
-                 reasoning_tokens=reasoning, estimated=True)
+    return Usage(
+        input_tokens=inputs,
+        output_tokens=reasoning + visible,
+        reasoning_tokens=reasoning,
+        estimated=True,
+    )

@@ -16,17 +16,24 @@ FORMATS = ("perfetto", "otlp-json")
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("export", help="export a trace to Perfetto, OTLP JSON or a collector",
-                       description=(
-        "Write a trace as Chrome trace-event JSON for Perfetto's UI (--format perfetto) or as "
-        "an OTLP/JSON ExportTraceServiceRequest (--format otlp-json), or send it to an "
-        "OTLP/HTTP collector (--otlp URL). Incomplete traces export what they hold, with the "
-        "spans in flight marked."))
+    p = sub.add_parser(
+        "export",
+        help="export a trace to Perfetto, OTLP JSON or a collector",
+        description=(
+            "Write a trace as Chrome trace-event JSON for Perfetto's UI (--format perfetto) or as "
+            "an OTLP/JSON ExportTraceServiceRequest (--format otlp-json), or send it to an "
+            "OTLP/HTTP collector (--otlp URL). Incomplete traces export what they hold, with the "
+            "spans in flight marked."
+        ),
+    )
     p.add_argument("trace", type=Path, help="trace file (JSONL)")
     p.add_argument("--format", choices=FORMATS, help="file format to write (with -o)")
     p.add_argument("-o", "--output", type=Path, metavar="FILE", help="file to write")
-    p.add_argument("--otlp", metavar="URL",
-                   help="send the spans to this OTLP/HTTP collector (e.g. http://127.0.0.1:4318)")
+    p.add_argument(
+        "--otlp",
+        metavar="URL",
+        help="send the spans to this OTLP/HTTP collector (e.g. http://127.0.0.1:4318)",
+    )
     p.set_defaults(func=main)
 
 
@@ -50,8 +57,10 @@ async def main(args: argparse.Namespace) -> int:
 
         data = to_perfetto(trace)
         await asyncio.to_thread(_write, args.output, data)
-        print(f"wrote {args.output}: {len(data['traceEvents'])} trace events{note}; "
-              f"open it in Perfetto's UI or chrome://tracing")
+        print(
+            f"wrote {args.output}: {len(data['traceEvents'])} trace events{note}; "
+            f"open it in Perfetto's UI or chrome://tracing"
+        )
     if args.format == "otlp-json" or args.otlp:
         from agentloop.export.otlp import otlp_json, send_otlp, trace_spans
 

@@ -12,17 +12,30 @@ from agentloop.tiers import get_tier, load_tiers
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("import", help="turn OTLP JSON GenAI spans into an agentloop trace",
-                       description=(
-        "Read an OTLP/JSON export (ExportTraceServiceRequest) of an agent's OpenTelemetry "
-        "GenAI spans (invoke_agent, chat, execute_tool) and write an agentloop trace that "
-        "report, whatif and compare read. Dependency edges are inferred (marked in the "
-        "header); what the spans do not say (first-token time, reasoning split) stays unknown."))
+    p = sub.add_parser(
+        "import",
+        help="turn OTLP JSON GenAI spans into an agentloop trace",
+        description=(
+            "Read an OTLP/JSON export (ExportTraceServiceRequest) of an agent's OpenTelemetry "
+            "GenAI spans (invoke_agent, chat, execute_tool) and write an agentloop trace that "
+            "report, whatif and compare read. Dependency edges are inferred (marked in the "
+            "header); what the spans do not say (first-token time, reasoning split) stays unknown."
+        ),
+    )
     p.add_argument("file", type=Path, help="OTLP JSON file")
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="TRACE",
-                   help="trace file to write (JSONL)")
-    p.add_argument("--tier", help="the tier the spans ran on, if known: its speed profile goes "
-                                  "in the header (compare needs one)")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        required=True,
+        metavar="TRACE",
+        help="trace file to write (JSONL)",
+    )
+    p.add_argument(
+        "--tier",
+        help="the tier the spans ran on, if known: its speed profile goes "
+        "in the header (compare needs one)",
+    )
     p.add_argument("--tiers", type=Path, metavar="FILE", help="tiers file (with --tier)")
     p.set_defaults(func=main)
 
@@ -40,6 +53,8 @@ async def main(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ConfigError(f"{args.output}: cannot write: {exc.strerror}") from None
     steps = records[-1]["steps"]
-    print(f"wrote {args.output}: {len(records) - 2} records, {steps} steps "
-          f"(edges inferred; unknown: first-token time and reasoning split)")
+    print(
+        f"wrote {args.output}: {len(records) - 2} records, {steps} steps "
+        f"(edges inferred; unknown: first-token time and reasoning split)"
+    )
     return 0

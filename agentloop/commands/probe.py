@@ -37,31 +37,53 @@ from agentloop.tiers import (
 from agentloop.timing import base_seconds, call_metrics
 from agentloop.types import Message, ModelRequest, ModelResponse
 
-_FILLER = ("The probe reads this background paragraph about harbours, tides, ledgers and the "
-           "slow work of counting crates before the ships leave at dawn. ")
-_ASK = ("Write a long, plain-prose story about a lighthouse keeper who keeps careful logs. "
-        "Keep writing for at least {words} words; no headings, no lists.")
+_FILLER = (
+    "The probe reads this background paragraph about harbours, tides, ledgers and the "
+    "slow work of counting crates before the ships leave at dawn. "
+)
+_ASK = (
+    "Write a long, plain-prose story about a lighthouse keeper who keeps careful logs. "
+    "Keep writing for at least {words} words; no headings, no lists."
+)
 _AGAIN = "Now write another such story, at least {words} words, about the keeper's daughter."
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("probe", help="measure a tier's TTFT, output tok/s and prefill rate",
-                       description=(
-                           "Measure an endpoint's time to first token, output tokens/s and "
-                           "prefill rate with a few calls (llmperf-style); --write stores the "
-                           "medians as the tier's speed profile."))
+    p = sub.add_parser(
+        "probe",
+        help="measure a tier's TTFT, output tok/s and prefill rate",
+        description=(
+            "Measure an endpoint's time to first token, output tokens/s and "
+            "prefill rate with a few calls (llmperf-style); --write stores the "
+            "medians as the tier's speed profile."
+        ),
+    )
     p.add_argument("--tier", required=True, help="tier to probe")
-    p.add_argument("--tiers", dest="tiers_file", type=Path,
-                   help="tiers file (default: ./tiers.toml, else the shipped one)")
+    p.add_argument(
+        "--tiers",
+        dest="tiers_file",
+        type=Path,
+        help="tiers file (default: ./tiers.toml, else the shipped one)",
+    )
     p.add_argument("-n", type=int, default=5, help="rounds of (short, long) calls (default 5)")
-    p.add_argument("--tokens", type=int,
-                   help="answer length asked for (default: about 1 s at the tier's profile speed)")
-    p.add_argument("--long-tokens", type=int, default=8000,
-                   help="approximate input tokens of the long prompt (default 8000)")
+    p.add_argument(
+        "--tokens",
+        type=int,
+        help="answer length asked for (default: about 1 s at the tier's profile speed)",
+    )
+    p.add_argument(
+        "--long-tokens",
+        type=int,
+        default=8000,
+        help="approximate input tokens of the long prompt (default 8000)",
+    )
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logs on stderr")
-    p.add_argument("--write", action="store_true",
-                   help="rewrite the tier's profile in the tiers file with the measured one")
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="rewrite the tier's profile in the tiers file with the measured one",
+    )
     p.set_defaults(func=main)
 
 
@@ -77,8 +99,11 @@ def prompts(round_id: str, words: int, long_tokens: int) -> tuple[Message, Messa
 def cached_followup(long: Message, words: int) -> tuple[Message, ...]:
     """A request repeating the long prompt as its prefix (a prompt cache can serve it): the
     conversation an agent sends next, with the previous answer stubbed and a new ask."""
-    return (long, Message("assistant", "The keeper opened the log."),
-            Message("user", _AGAIN.format(words=words)))
+    return (
+        long,
+        Message("assistant", "The keeper opened the log."),
+        Message("user", _AGAIN.format(words=words)),
+    )
 
 
 def call_figures(r: ModelResponse) -> dict[str, Any] | None:
@@ -96,17 +121,24 @@ def call_figures(r: ModelResponse) -> dict[str, Any] | None:
     tps = m.output_tps if m.output_tps else float("nan")
     timings = r.server_timings or {}
     server_tps = timings.get("predicted_per_second")
-    return {"ttft_s": m.ttft_s, "ttft_visible_s": ttft_visible, "output_tps": tps,
-            "base_s": base_seconds(ttft_visible, u.reasoning_tokens, m.output_tps),
-            "input_tokens": u.input_tokens, "cached_input_tokens": u.cached_input_tokens,
-            "output_tokens": u.output_tokens, "reasoning_tokens": u.reasoning_tokens,
-            "context": u.input_tokens + u.reasoning_tokens + u.visible_tokens / 2,
-            "server_output_tps": server_tps if isinstance(server_tps, int | float) else None,
-            "attempts": len(r.attempts)}
+    return {
+        "ttft_s": m.ttft_s,
+        "ttft_visible_s": ttft_visible,
+        "output_tps": tps,
+        "base_s": base_seconds(ttft_visible, u.reasoning_tokens, m.output_tps),
+        "input_tokens": u.input_tokens,
+        "cached_input_tokens": u.cached_input_tokens,
+        "output_tokens": u.output_tokens,
+        "reasoning_tokens": u.reasoning_tokens,
+        "context": u.input_tokens + u.reasoning_tokens + u.visible_tokens / 2,
+        "server_output_tps": server_tps if isinstance(server_tps, int | float) else None,
+        "attempts": len(r.attempts),
+    }
 
 
-def _cached_rate(base: float, prefill: float | None, calls: list[dict[str, Any]]
-                 ) -> tuple[float | None, float]:
+def _cached_rate(
+    base: float, prefill: float | None, calls: list[dict[str, Any]]
+) -> tuple[float | None, float]:
     """``cached_prefill_tps`` from calls whose prefix the server had cached (None: too fast
     to tell from the base, i.e. free), and their median cached tokens."""
     med = statistics.median
@@ -119,49 +151,67 @@ def _cached_rate(base: float, prefill: float | None, calls: list[dict[str, Any]]
     return (cached / spent if spent > 0.005 else None), cached
 
 
-def summarize(short: list[dict[str, Any]], long: list[dict[str, Any]],
-              cached: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def summarize(
+    short: list[dict[str, Any]],
+    long: list[dict[str, Any]],
+    cached: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Medians; the prefill rate from the long prompt's extra base latency; decode speed as a
     line through the (context, tok/s) points (:func:`agentloop.speed.fit_decode`); the cached
     prefill rate from the calls that repeat the long prompt."""
     med = statistics.median
 
     def tps_of(calls: list[dict[str, Any]]) -> float:
-        return float(med([c["output_tps"] for c in calls if c["output_tps"] == c["output_tps"]]
-                         or [float("nan")]))
+        return float(
+            med(
+                [c["output_tps"] for c in calls if c["output_tps"] == c["output_tps"]]
+                or [float("nan")]
+            )
+        )
 
     in_s, in_l = med([c["input_tokens"] for c in short]), med([c["input_tokens"] for c in long])
     base_s, base_l = med([c["base_s"] for c in short]), med([c["base_s"] for c in long])
     prefill = (in_l - in_s) / (base_l - base_s) if base_l > base_s and in_l > in_s else None
     base = max(0.0, base_s - in_s / prefill) if prefill else max(0.0, base_s)
-    points = [(c["context"], c["output_tps"]) for c in short + long
-              if c["output_tps"] == c["output_tps"]]
+    points = [
+        (c["context"], c["output_tps"]) for c in short + long if c["output_tps"] == c["output_tps"]
+    ]
     tps0, slope = fit_decode(points) if points else (float("nan"), 0.0)
     cached_tps, cached_tokens = _cached_rate(base, prefill, cached or [])
     server = [c["server_output_tps"] for c in short if c["server_output_tps"]]
-    return {"ttft_s": med([c["ttft_s"] for c in short]),
-            "ttft_long_s": med([c["ttft_s"] for c in long]),
-            "output_tps": tps_of(short), "output_tps_long": tps_of(long),
-            "output_tps_at_0": tps0, "tpot_ms_per_1k": slope,
-            "context_short": med([c["context"] for c in short]),
-            "context_long": med([c["context"] for c in long]),
-            "server_output_tps": med(server) if server else None,
-            "prefill_tps": prefill, "base_latency_s": base,
-            "cached_prefill_tps": cached_tps, "cached_tokens": cached_tokens,
-            "ttft_cached_s": med([c["ttft_s"] for c in cached]) if cached else None,
-            "input_tokens_short": in_s, "input_tokens_long": in_l,
-            "output_tokens": med([c["output_tokens"] for c in short + long]),
-            "reasoning_tokens": med([c["reasoning_tokens"] for c in short + long])}
+    return {
+        "ttft_s": med([c["ttft_s"] for c in short]),
+        "ttft_long_s": med([c["ttft_s"] for c in long]),
+        "output_tps": tps_of(short),
+        "output_tps_long": tps_of(long),
+        "output_tps_at_0": tps0,
+        "tpot_ms_per_1k": slope,
+        "context_short": med([c["context"] for c in short]),
+        "context_long": med([c["context"] for c in long]),
+        "server_output_tps": med(server) if server else None,
+        "prefill_tps": prefill,
+        "base_latency_s": base,
+        "cached_prefill_tps": cached_tps,
+        "cached_tokens": cached_tokens,
+        "ttft_cached_s": med([c["ttft_s"] for c in cached]) if cached else None,
+        "input_tokens_short": in_s,
+        "input_tokens_long": in_l,
+        "output_tokens": med([c["output_tokens"] for c in short + long]),
+        "reasoning_tokens": med([c["reasoning_tokens"] for c in short + long]),
+    }
 
 
 def measured_profile(res: dict[str, Any], fallback_prefill: float = 0.0) -> SpeedProfile:
     """The profile ``--write`` stores: decode at context 0 and its slope when one was
     measured, prefill (and cached prefill) rates."""
     slope = res["tpot_ms_per_1k"]
-    return SpeedProfile(base_latency_s=res["base_latency_s"],
-                        prefill_tps=res["prefill_tps"] or fallback_prefill,
-                        output_tps=res["output_tps_at_0"] if slope else res["output_tps"],
-                        cached_prefill_tps=res["cached_prefill_tps"], tpot_ms_per_1k=slope)
+    return SpeedProfile(
+        base_latency_s=res["base_latency_s"],
+        prefill_tps=res["prefill_tps"] or fallback_prefill,
+        output_tps=res["output_tps_at_0"] if slope else res["output_tps"],
+        cached_prefill_tps=res["cached_prefill_tps"],
+        tpot_ms_per_1k=slope,
+    )
 
 
 async def server_context(base_url: str) -> int | None:
@@ -171,8 +221,7 @@ async def server_context(base_url: str) -> int | None:
     if not base_url.startswith("http://"):
         return None
     root = base_url.rstrip("/").removesuffix("/v1")
-    with contextlib.suppress(OSError, TimeoutError, ValueError, IndexError,
-                             orjson.JSONDecodeError):
+    with contextlib.suppress(OSError, TimeoutError, ValueError, IndexError, orjson.JSONDecodeError):
         status, body = await local.http_get(f"{root}/props")
         if status == 200:
             props = orjson.loads(body)
@@ -188,8 +237,9 @@ def long_prompt_tokens(asked: int, window: int | None, tokens: int) -> int:
     return max(50, min(asked, int((window - tokens - 64) * 0.65)))
 
 
-async def probe(tier: Tier, n: int = 5, tokens: int | None = None,
-                long_tokens: int = 8000) -> dict[str, Any]:
+async def probe(
+    tier: Tier, n: int = 5, tokens: int | None = None, long_tokens: int = 8000
+) -> dict[str, Any]:
     """Measure ``tier`` with ``n`` rounds; a simulated tier gets its own simulator, a local
     tier its own llama-server."""
     from agentloop.clients.openai_client import OpenAIClient
@@ -198,26 +248,35 @@ async def probe(tier: Tier, n: int = 5, tokens: int | None = None,
     if tier.simulated:
         from agentloop.sim import SimServer
 
-        async with SimServer(profile=require_profile(tier, "to pace its simulator"),
-                             filler_tokens=tokens) as sim:
+        async with SimServer(
+            profile=require_profile(tier, "to pace its simulator"), filler_tokens=tokens
+        ) as sim:
             client = OpenAIClient(tier, base_url=sim.base_url)
             try:
                 return await _rounds(client, tier, n, tokens, long_tokens, tier.context_window)
             finally:
                 await client.aclose()
     reasons = tier.options.get("reasoning_effort") not in (None, "none", "minimal")
-    asked = replace(tier, options={**tier.options,
-                                   "max_output_tokens": tokens + (4096 if reasons else 0)})
+    asked = replace(
+        tier, options={**tier.options, "max_output_tokens": tokens + (4096 if reasons else 0)}
+    )
     if tier.local is not None:
         async with local.serve(tier.local) as server:
-            return await _probe_at(asked, server.base_url, n, tokens, long_tokens,
-                                   tier.context_window or server.context_window)
+            return await _probe_at(
+                asked,
+                server.base_url,
+                n,
+                tokens,
+                long_tokens,
+                tier.context_window or server.context_window,
+            )
     window = tier.context_window or await server_context(tier.base_url)
     return await _probe_at(asked, None, n, tokens, long_tokens, window)
 
 
-async def _probe_at(tier: Tier, base_url: str | None, n: int, tokens: int, long_tokens: int,
-                    window: int | None) -> dict[str, Any]:
+async def _probe_at(
+    tier: Tier, base_url: str | None, n: int, tokens: int, long_tokens: int, window: int | None
+) -> dict[str, Any]:
     from agentloop.clients.openai_client import OpenAIClient
 
     client = OpenAIClient(tier, base_url=base_url, stall_timeout_s=120.0)
@@ -229,12 +288,14 @@ async def _probe_at(tier: Tier, base_url: str | None, n: int, tokens: int, long_
 
 def _context_error(exc: ModelAPIError) -> bool:
     text = exc.message.lower()
-    return "context" in text and any(w in text for w in ("exceed", "length", "too long",
-                                                         "maximum", "size"))
+    return "context" in text and any(
+        w in text for w in ("exceed", "length", "too long", "maximum", "size")
+    )
 
 
-async def _rounds(client: Any, tier: Tier, n: int, tokens: int, long_tokens: int,
-                  window: int | None = None) -> dict[str, Any]:
+async def _rounds(
+    client: Any, tier: Tier, n: int, tokens: int, long_tokens: int, window: int | None = None
+) -> dict[str, Any]:
     words = int(tokens * 0.8)
     size = long_prompt_tokens(long_tokens, window, tokens)
     short_calls: list[dict[str, Any]] = []
@@ -246,8 +307,10 @@ async def _rounds(client: Any, tier: Tier, n: int, tokens: int, long_tokens: int
     while len(short_calls) < rounds:
         short, long = prompts(uuid.uuid4().hex[:8], words, size)
         try:
-            got = [call_figures(await client.complete(ModelRequest(msgs, (), 0)))
-                   for msgs in ((short,), (long,), cached_followup(long, words))]
+            got = [
+                call_figures(await client.complete(ModelRequest(msgs, (), 0)))
+                for msgs in ((short,), (long,), cached_followup(long, words))
+            ]
         except ModelAPIError as exc:  # no window known and the long prompt is over it
             if not _context_error(exc) or size <= 100:
                 raise
@@ -259,47 +322,71 @@ async def _rounds(client: Any, tier: Tier, n: int, tokens: int, long_tokens: int
         if got[0] is None:
             break
     if not short_calls or not long_calls:
-        raise ModelError(f"tier '{tier.name}': the probe calls produced no visible output "
-                         "(all tokens went to reasoning?); try a larger --tokens")
-    return {"tier": tier.name, "model": tier.model, "base_url": tier.base_url, "api": tier.api,
-            "n": len(short_calls), "context_window": window, "long_prompt_tokens": size,
-            **summarize(short_calls, long_calls, cached_calls),
-            "configured": tier.summary()["profile"],
-            "samples": {"short": short_calls, "long": long_calls, "cached": cached_calls}}
+        raise ModelError(
+            f"tier '{tier.name}': the probe calls produced no visible output "
+            "(all tokens went to reasoning?); try a larger --tokens"
+        )
+    return {
+        "tier": tier.name,
+        "model": tier.model,
+        "base_url": tier.base_url,
+        "api": tier.api,
+        "n": len(short_calls),
+        "context_window": window,
+        "long_prompt_tokens": size,
+        **summarize(short_calls, long_calls, cached_calls),
+        "configured": tier.summary()["profile"],
+        "samples": {"short": short_calls, "long": long_calls, "cached": cached_calls},
+    }
 
 
 def _print(res: dict[str, Any]) -> None:
     c = res["configured"]
     prefill = f"{res['prefill_tps']:.0f} tok/s" if res["prefill_tps"] else "too fast to measure"
-    print(f"probe {res['tier']} ({res['base_url']}, model {res['model']}, {res['api']}): "
-          f"{res['n']} rounds, {res['output_tokens']:.0f} output tokens "
-          f"({res['reasoning_tokens']:.0f} reasoning), prompts of "
-          f"{res['input_tokens_short']:.0f} and {res['input_tokens_long']:.0f} input tokens")
+    print(
+        f"probe {res['tier']} ({res['base_url']}, model {res['model']}, {res['api']}): "
+        f"{res['n']} rounds, {res['output_tokens']:.0f} output tokens "
+        f"({res['reasoning_tokens']:.0f} reasoning), prompts of "
+        f"{res['input_tokens_short']:.0f} and {res['input_tokens_long']:.0f} input tokens"
+    )
     print(f"  ttft, short prompt   {res['ttft_s']:8.3f} s")
     print(f"  ttft, long prompt    {res['ttft_long_s']:8.3f} s")
-    print(f"  output speed         {res['output_tps']:8.1f} tok/s at context "
-          f"{res['context_short']:.0f}, {res['output_tps_long']:.1f} tok/s at "
-          f"{res['context_long']:.0f}")
+    print(
+        f"  output speed         {res['output_tps']:8.1f} tok/s at context "
+        f"{res['context_short']:.0f}, {res['output_tps_long']:.1f} tok/s at "
+        f"{res['context_long']:.0f}"
+    )
     if res["tpot_ms_per_1k"]:
-        print(f"  decode slows         {res['tpot_ms_per_1k']:8.3f} ms per token per 1,000 "
-              f"tokens of context ({res['output_tps_at_0']:.1f} tok/s at context 0)")
+        print(
+            f"  decode slows         {res['tpot_ms_per_1k']:8.3f} ms per token per 1,000 "
+            f"tokens of context ({res['output_tps_at_0']:.1f} tok/s at context 0)"
+        )
     if res["server_output_tps"]:
         print(f"  server's own figure  {res['server_output_tps']:8.1f} tok/s (short prompt)")
     print(f"  prefill              {prefill}")
     print(f"  base latency         {res['base_latency_s']:8.3f} s")
     if res["cached_tokens"]:
-        rate = (f"{res['cached_prefill_tps']:.0f} tok/s" if res["cached_prefill_tps"] else
-                "too fast to measure (free)")
-        print(f"  cached prefill       {rate} ({res['cached_tokens']:.0f} cached tokens, ttft "
-              f"{res['ttft_cached_s']:.3f} s)")
+        rate = (
+            f"{res['cached_prefill_tps']:.0f} tok/s"
+            if res["cached_prefill_tps"]
+            else "too fast to measure (free)"
+        )
+        print(
+            f"  cached prefill       {rate} ({res['cached_tokens']:.0f} cached tokens, ttft "
+            f"{res['ttft_cached_s']:.3f} s)"
+        )
     if res["context_window"]:
-        print(f"  context window       {res['context_window']} tokens (long prompt sized "
-              f"{res['long_prompt_tokens']})")
+        print(
+            f"  context window       {res['context_window']} tokens (long prompt sized "
+            f"{res['long_prompt_tokens']})"
+        )
     if c is None:
         print("  configured profile:  none yet (--write stores the measured one)")
         return
-    print(f"  configured profile:  base {c['base_latency_s']:g} s, prefill {c['prefill_tps']:g} "
-          f"tok/s, output {c['output_tps']:g} tok/s")
+    print(
+        f"  configured profile:  base {c['base_latency_s']:g} s, prefill {c['prefill_tps']:g} "
+        f"tok/s, output {c['output_tps']:g} tok/s"
+    )
 
 
 async def main(args: argparse.Namespace) -> int:

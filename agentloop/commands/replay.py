@@ -16,20 +16,37 @@ from agentloop.trace.redact import redactor
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("replay", help="re-run a trace's model turns at a tier", description=(
-        "Serve the recorded model turns from the simulator at the chosen tier's pacing and run "
-        "the tools again (tool time measured anew), reporting where results diverge from the "
-        "recording; --offline feeds the recorded tool outputs instead."))
+    p = sub.add_parser(
+        "replay",
+        help="re-run a trace's model turns at a tier",
+        description=(
+            "Serve the recorded model turns from the simulator at the chosen tier's pacing and run "
+            "the tools again (tool time measured anew), reporting where results diverge from the "
+            "recording; --offline feeds the recorded tool outputs instead."
+        ),
+    )
     p.add_argument("trace", type=Path, help="trace file (JSONL)")
     p.add_argument("--tier", help="tier to replay at (default: the recorded tier)")
-    p.add_argument("--tiers", dest="tiers_file", type=Path, help="a tiers file layered on top "
-                   "of the built-in tiers and ./tiers.toml")
-    p.add_argument("--offline", action="store_true",
-                   help="feed the recorded tool outputs instead of running the tools again")
-    p.add_argument("--until-step", type=positive_int, metavar="N",
-                   help="replay the first N steps only (>= 1)")
-    p.add_argument("--trace-dir", type=Path, default=Path("traces"),
-                   help="where the replay's own trace goes (default: ./traces)")
+    p.add_argument(
+        "--tiers",
+        dest="tiers_file",
+        type=Path,
+        help="a tiers file layered on top of the built-in tiers and ./tiers.toml",
+    )
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="feed the recorded tool outputs instead of running the tools again",
+    )
+    p.add_argument(
+        "--until-step", type=positive_int, metavar="N", help="replay the first N steps only (>= 1)"
+    )
+    p.add_argument(
+        "--trace-dir",
+        type=Path,
+        default=Path("traces"),
+        help="where the replay's own trace goes (default: ./traces)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="only the summary")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logs on stderr")
     p.set_defaults(func=main)
@@ -40,19 +57,29 @@ async def main(args: argparse.Namespace) -> int:
 
     configure(args.verbose)
     out = sys.stdout
-    res = await cancellable_on_sigterm(replay(
-        args.trace, tier=args.tier, tiers_file=args.tiers_file, offline=args.offline,
-        until_step=args.until_step, trace_dir=args.trace_dir,
-        events=Progress(out, args.quiet)))
+    res = await cancellable_on_sigterm(
+        replay(
+            args.trace,
+            tier=args.tier,
+            tiers_file=args.tiers_file,
+            offline=args.offline,
+            until_step=args.until_step,
+            trace_dir=args.trace_dir,
+            events=Progress(out, args.quiet),
+        )
+    )
     if res is None:
-        print("agentloop: terminated; the trace was closed with status cancelled",
-              file=sys.stderr)
+        print("agentloop: terminated; the trace was closed with status cancelled", file=sys.stderr)
         return 143
     print_summary(res.run, out, load_tiers(args.tiers_file))
     if res.divergences:
         # the differing text is tool output: hostile, so it is redacted like every other line
-        print(redactor().text(f"diverged {len(res.divergences)} time(s); first at "
-                              f"{res.divergences[0].describe()}"), file=out)
+        print(
+            redactor().text(
+                f"diverged {len(res.divergences)} time(s); first at {res.divergences[0].describe()}"
+            ),
+            file=out,
+        )
     elif not args.offline:
         print("diverged  no: every tool result matched the recording", file=out)
     if res.run.success is False:  # a failed success check fails the replay, as it fails a run

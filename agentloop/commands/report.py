@@ -18,14 +18,23 @@ from agentloop.trace.reader import Trace
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("report", help="where a recorded run's time went", description=(
-        "Time per category (base, reasoning, decode, tail, wait, retry, overhead, each tool, "
-        "framework), a per-step table with cumulative time, and the critical path from the "
-        "recorded dependency edges. Incomplete traces are analysed as far as they go."))
+    p = sub.add_parser(
+        "report",
+        help="where a recorded run's time went",
+        description=(
+            "Time per category (base, reasoning, decode, tail, wait, retry, overhead, each tool, "
+            "framework), a per-step table with cumulative time, and the critical path from the "
+            "recorded dependency edges. Incomplete traces are analysed as far as they go."
+        ),
+    )
     p.add_argument("trace", type=Path, help="trace file (JSONL)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML "
-                   "report: waterfall, categories, steps, speedup curve")
+    p.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write a self-contained HTML report: waterfall, categories, steps, speedup curve",
+    )
     p.set_defaults(func=main)
 
 
@@ -59,6 +68,7 @@ async def main(args: argparse.Namespace) -> int:
     report = build_report(build_graph(trace))
     if args.html is not None:  # issue 13: the same analysis as one HTML file
         from agentloop.export.html import report_html, write_html
+
         await asyncio.to_thread(write_html, args.html, report_html, trace)
     spent = cost.of_trace(trace)  # issue 14: cost by category and step at the tier's prices
     if args.json:

@@ -22,23 +22,47 @@ T = TypeVar("T")
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("run", help="run a task file", description=(
-        "Run a task file end to end. The default tier is the embedded simulator: no API key, "
-        "no network. Progress goes to stdout, logs to stderr, the trace to --trace-dir."))
-    p.add_argument("task", type=Path, help="task file (YAML), or the name of a shipped task "
-                   "(`agentloop tasks` lists them)")
+    p = sub.add_parser(
+        "run",
+        help="run a task file",
+        description=(
+            "Run a task file end to end. The default tier is the embedded simulator: no API key, "
+            "no network. Progress goes to stdout, logs to stderr, the trace to --trace-dir."
+        ),
+    )
+    p.add_argument(
+        "task",
+        type=Path,
+        help="task file (YAML), or the name of a shipped task (`agentloop tasks` lists them)",
+    )
     p.add_argument("--tier", help="model tier (default: the task's, else sim-standard)")
-    p.add_argument("--tiers", dest="tiers_file", type=Path, help="a tiers file layered on top of "
-                   "the built-in tiers and ./tiers.toml")
+    p.add_argument(
+        "--tiers",
+        dest="tiers_file",
+        type=Path,
+        help="a tiers file layered on top of the built-in tiers and ./tiers.toml",
+    )
     p.add_argument("--max-steps", type=positive_int, help="override the task's step limit (>= 1)")
-    p.add_argument("--timeout", type=positive_float,
-                   help="override the task's wall-time limit, seconds (> 0)")
-    p.add_argument("--trace-dir", type=Path, default=Path("traces"),
-                   help="where the trace file goes (default: ./traces)")
-    p.add_argument("--keep-workspace", action="store_true",
-                   help="keep the run's working copy and print its path")
-    p.add_argument("--otlp", metavar="URL", help="also stream each span as it ends to this "
-                   "OTLP/HTTP collector (e.g. http://127.0.0.1:4318); never slows or fails the run")
+    p.add_argument(
+        "--timeout", type=positive_float, help="override the task's wall-time limit, seconds (> 0)"
+    )
+    p.add_argument(
+        "--trace-dir",
+        type=Path,
+        default=Path("traces"),
+        help="where the trace file goes (default: ./traces)",
+    )
+    p.add_argument(
+        "--keep-workspace",
+        action="store_true",
+        help="keep the run's working copy and print its path",
+    )
+    p.add_argument(
+        "--otlp",
+        metavar="URL",
+        help="also stream each span as it ends to this "
+        "OTLP/HTTP collector (e.g. http://127.0.0.1:4318); never slows or fails the run",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="only the summary")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logs on stderr")
     p.set_defaults(func=main)
@@ -51,15 +75,27 @@ async def main(args: argparse.Namespace) -> int:
     tier = api.resolve_tier(task, args.tier, args.tiers_file)
     where = "embedded simulator" if tier.simulated else tier.base_url
     speed = f"{tier.profile.output_tps:g} tok/s" if tier.profile else "speed not profiled"
-    print(redactor().text(f"agentloop run {task.name}  tier {tier.name} ({tier.model} via "
-                          f"{where}, {speed})"), file=out, flush=True)
-    result = await cancellable_on_sigterm(api.run_task(
-        task, tier=tier, trace_dir=args.trace_dir, max_steps=args.max_steps,
-        timeout_s=args.timeout, events=Progress(out, args.quiet),
-        keep_workspace=args.keep_workspace, otlp=args.otlp))
+    print(
+        redactor().text(
+            f"agentloop run {task.name}  tier {tier.name} ({tier.model} via {where}, {speed})"
+        ),
+        file=out,
+        flush=True,
+    )
+    result = await cancellable_on_sigterm(
+        api.run_task(
+            task,
+            tier=tier,
+            trace_dir=args.trace_dir,
+            max_steps=args.max_steps,
+            timeout_s=args.timeout,
+            events=Progress(out, args.quiet),
+            keep_workspace=args.keep_workspace,
+            otlp=args.otlp,
+        )
+    )
     if result is None:
-        print("agentloop: terminated; the trace was closed with status cancelled",
-              file=sys.stderr)
+        print("agentloop: terminated; the trace was closed with status cancelled", file=sys.stderr)
         return 143
     print_summary(result, out, load_tiers(args.tiers_file, extra=task.tiers))
     if result.status != "ok":
@@ -91,8 +127,12 @@ async def cancellable_on_sigterm(job: Awaitable[T]) -> T | None:
         loop.remove_signal_handler(signal.SIGTERM)
 
 
-def print_summary(result: RunResult, out: TextIO, tiers: dict[str, Tier] | None = None,
-                  redact: Redactor | None = None) -> None:
+def print_summary(
+    result: RunResult,
+    out: TextIO,
+    tiers: dict[str, Tier] | None = None,
+    redact: Redactor | None = None,
+) -> None:
     """The run's ending, time by category and the what-if hint; every line redacted."""
     from agentloop.trace.reader import load_trace
 
@@ -127,12 +167,17 @@ def faster_tier(trace: Any, tiers: dict[str, Tier] | None) -> Tier | None:
     recorded = trace.header.get("tier") or {}
     own_tps = float(((recorded.get("profile") or {}).get("output_tps")) or 0)
     simulated = recorded.get("base_url") == "sim"
-    faster = [t for t in (tiers or {}).values()
-              if t.profile is not None and t.profile.output_tps > own_tps]
+    faster = [
+        t
+        for t in (tiers or {}).values()
+        if t.profile is not None and t.profile.output_tps > own_tps
+    ]
     if not own_tps or not faster:
         return None
-    return max(sorted(faster, key=lambda t: t.name),  # max keeps the first of equals
-               key=lambda t: (t.profile.output_tps if t.profile else 0, t.simulated == simulated))
+    return max(
+        sorted(faster, key=lambda t: t.name),  # max keeps the first of equals
+        key=lambda t: (t.profile.output_tps if t.profile else 0, t.simulated == simulated),
+    )
 
 
 def analysis_lines(trace: Any, tiers: dict[str, Tier] | None = None) -> list[str]:
@@ -156,6 +201,8 @@ def analysis_lines(trace: Any, tiers: dict[str, Tier] | None = None) -> list[str
     else:
         w = whatif(graph, Scenario.multipliers(WHATIF_K), curve=())
         what = f"output {WHATIF_K:g}x faster (K = {WHATIF_K:g}; no faster tier in the tiers)"
-    lines.append(f"what-if  {what}: {w.predicted_ns / 1e9:.2f} s ({w.speedup:.2f}x); "
-                 f"ceiling at infinite output speed {w.ceiling_ns / 1e9:.2f} s ({w.ceiling:.2f}x)")
+    lines.append(
+        f"what-if  {what}: {w.predicted_ns / 1e9:.2f} s ({w.speedup:.2f}x); "
+        f"ceiling at infinite output speed {w.ceiling_ns / 1e9:.2f} s ({w.ceiling:.2f}x)"
+    )
     return lines

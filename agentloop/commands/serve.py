@@ -18,21 +18,37 @@ TOKEN_ENV = "AGENTLOOP_TOKEN"  # the bearer token's variable; the token itself i
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("serve", help="run agentloop as an HTTP service", description=(
-        "Serve the run API over HTTP: submit runs (POST /v1/runs), follow their events as "
-        "server-sent events, fetch traces, reports and what-if predictions, cancel runs. "
-        f"Requests must carry 'Authorization: Bearer $${TOKEN_ENV}' when {TOKEN_ENV} is set; "
-        "without it the server only listens on a loopback address. The API is described at "
-        "/openapi.json."))
+    p = sub.add_parser(
+        "serve",
+        help="run agentloop as an HTTP service",
+        description=(
+            "Serve the run API over HTTP: submit runs (POST /v1/runs), follow their events as "
+            "server-sent events, fetch traces, reports and what-if predictions, cancel runs. "
+            f"Requests must carry 'Authorization: Bearer $${TOKEN_ENV}' when {TOKEN_ENV} is set; "
+            "without it the server only listens on a loopback address. The API is described at "
+            "/openapi.json."
+        ),
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
-    p.add_argument("--trace-dir", type=Path, default=Path("traces"),
-                   help="folder for the runs' traces (default ./traces)")
-    p.add_argument("--concurrency", type=int, default=4,
-                   help="runs at once; more wait in a queue (default 4)")
-    p.add_argument("--tasks-dir", type=Path, default=Path("tasks"),
-                   help="task paths in requests must lie inside this folder (default ./tasks)")
-    p.add_argument("--tiers", type=Path, metavar="FILE", help="tiers file layered on the built-in one")
+    p.add_argument(
+        "--trace-dir",
+        type=Path,
+        default=Path("traces"),
+        help="folder for the runs' traces (default ./traces)",
+    )
+    p.add_argument(
+        "--concurrency", type=int, default=4, help="runs at once; more wait in a queue (default 4)"
+    )
+    p.add_argument(
+        "--tasks-dir",
+        type=Path,
+        default=Path("tasks"),
+        help="task paths in requests must lie inside this folder (default ./tasks)",
+    )
+    p.add_argument(
+        "--tiers", type=Path, metavar="FILE", help="tiers file layered on the built-in one"
+    )
     p.set_defaults(func=main)
 
 
@@ -72,9 +88,11 @@ async def main(args: argparse.Namespace) -> int:
         raise ConfigError("--concurrency must be at least 1")
     token = os.environ.get(TOKEN_ENV) or None
     if token is None and not _loopback(args.host):
-        raise ConfigError(f"refusing to listen on {args.host} without a token: set {TOKEN_ENV} "
-                          "(clients then send 'Authorization: Bearer <token>'), or listen on "
-                          "127.0.0.1")
+        raise ConfigError(
+            f"refusing to listen on {args.host} without a token: set {TOKEN_ENV} "
+            "(clients then send 'Authorization: Bearer <token>'), or listen on "
+            "127.0.0.1"
+        )
     tiers_file = args.tiers
 
     def check_tier(task: Any, tier: str | None) -> None:
@@ -83,23 +101,36 @@ async def main(args: argparse.Namespace) -> int:
         except TierFileError as exc:
             raise RequestError(exc.message, field="tier") from None
 
-    book = RunBook(start_run, trace_dir=args.trace_dir, concurrency=args.concurrency,
-                   tiers_file=tiers_file)
-    service = Service(book, tasks_dir=args.tasks_dir, known_tools=set(api.tool_registry()),
-                      tiers_file=tiers_file,
-                      check_tier=check_tier)
+    book = RunBook(
+        start_run, trace_dir=args.trace_dir, concurrency=args.concurrency, tiers_file=tiers_file
+    )
+    service = Service(
+        book,
+        tasks_dir=args.tasks_dir,
+        known_tools=set(api.tool_registry()),
+        tiers_file=tiers_file,
+        check_tier=check_tier,
+    )
     app = build_app(service, token)
     sock = _bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
-    server = _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"),
-                     book)
-    print(f"agentloop serve: listening on http://{host}:{port} ({args.concurrency} runs at once, "
-          f"tasks from {args.tasks_dir}, traces to {args.trace_dir}, "
-          f"{'bearer token required' if token else 'no token: loopback only'})", flush=True)
+    server = _Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"), book
+    )
+    print(
+        f"agentloop serve: listening on http://{host}:{port} ({args.concurrency} runs at once, "
+        f"tasks from {args.tasks_dir}, traces to {args.trace_dir}, "
+        f"{'bearer token required' if token else 'no token: loopback only'})",
+        flush=True,
+    )
     await server.serve(sockets=[sock])
     if server.stopped_runs is not None:
-        print(f"agentloop serve: stopped; {server.stopped_runs} run(s) cancelled with their "
-              "traces closed", file=sys.stderr, flush=True)
+        print(
+            f"agentloop serve: stopped; {server.stopped_runs} run(s) cancelled with their "
+            "traces closed",
+            file=sys.stderr,
+            flush=True,
+        )
     return 0
 
 

@@ -14,36 +14,71 @@ from agentloop.script import ScriptTurn
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("sim", help="run the paced OpenAI-compatible simulator", description=(
-        "The simulator agentloop embeds for offline runs, as a standalone server: point any "
-        "OpenAI client at the printed base URL (any API key)."))
+    p = sub.add_parser(
+        "sim",
+        help="run the paced OpenAI-compatible simulator",
+        description=(
+            "The simulator agentloop embeds for offline runs, as a standalone server: point any "
+            "OpenAI client at the printed base URL (any API key)."
+        ),
+    )
     actions = p.add_subparsers(dest="sim_action", required=True, metavar="ACTION")
-    s = actions.add_parser("serve", help="serve until Ctrl-C", description=(
-        "Serve POST /v1/responses and /v1/chat/completions paced at a tier's speed profile, "
-        "answering with a task's script, a recorded trace's turns, or filler text."))
+    s = actions.add_parser(
+        "serve",
+        help="serve until Ctrl-C",
+        description=(
+            "Serve POST /v1/responses and /v1/chat/completions paced at a tier's speed profile, "
+            "answering with a task's script, a recorded trace's turns, or filler text."
+        ),
+    )
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free)")
-    s.add_argument("--tier", default="sim-standard",
-                   help="tier whose speed profile paces the answers (default sim-standard)")
+    s.add_argument(
+        "--tier",
+        default="sim-standard",
+        help="tier whose speed profile paces the answers (default sim-standard)",
+    )
     s.add_argument("--tiers", dest="tiers_file", type=Path, help="tiers file")
     src = s.add_mutually_exclusive_group()
-    src.add_argument("--script", type=Path, metavar="TASK_FILE",
-                     help="answer with the scripted turns of this task file")
-    src.add_argument("--trace", type=Path, metavar="TRACE_FILE",
-                     help="answer with the model turns recorded in this trace")
-    src.add_argument("--filler", type=int, metavar="N",
-                     help="answer every request with N tokens of filler text")
+    src.add_argument(
+        "--script",
+        type=Path,
+        metavar="TASK_FILE",
+        help="answer with the scripted turns of this task file",
+    )
+    src.add_argument(
+        "--trace",
+        type=Path,
+        metavar="TRACE_FILE",
+        help="answer with the model turns recorded in this trace",
+    )
+    src.add_argument(
+        "--filler", type=int, metavar="N", help="answer every request with N tokens of filler text"
+    )
     s.add_argument("--output-tps", type=float, help="override the profile's output tokens/s")
     s.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per SSE chunk")
-    s.add_argument("--jitter", type=float, default=0.0,
-                   help="scale each token interval by 1 ± this fraction (seeded)")
+    s.add_argument(
+        "--jitter",
+        type=float,
+        default=0.0,
+        help="scale each token interval by 1 ± this fraction (seeded)",
+    )
     s.add_argument("--seed", type=int, default=0, help="seed for jitter and filler text")
-    s.add_argument("--dialect", default="", metavar="NAME[,FLAG...]", help=(
-        "speak Chat Completions as a real server does: llama.cpp, vllm, deepseek, bare, or "
-        "flags (reasoning_content, usage_without_reasoning, no_usage, no_done, "
-        "whole_tool_args, timings)"))
-    s.add_argument("--require-reasoning", action="store_true", help=(
-        "refuse (400) a Responses request that does not pass back earlier reasoning items"))
+    s.add_argument(
+        "--dialect",
+        default="",
+        metavar="NAME[,FLAG...]",
+        help=(
+            "speak Chat Completions as a real server does: llama.cpp, vllm, deepseek, bare, or "
+            "flags (reasoning_content, usage_without_reasoning, no_usage, no_done, "
+            "whole_tool_args, timings)"
+        ),
+    )
+    s.add_argument(
+        "--require-reasoning",
+        action="store_true",
+        help=("refuse (400) a Responses request that does not pass back earlier reasoning items"),
+    )
     s.set_defaults(func=main)
 
 
@@ -79,17 +114,31 @@ async def main(args: argparse.Namespace) -> int:
     script = _script(args)
     if args.filler is not None and args.filler < 0:
         raise ConfigError("--filler must be >= 0")
-    sim = SimServer(profile=profile, script=script, filler_tokens=args.filler,
-                    tokens_per_chunk=args.tokens_per_chunk, jitter=args.jitter, seed=args.seed,
-                    host=args.host, port=args.port, models=[tier.model],
-                    dialect=args.dialect, require_reasoning=args.require_reasoning)
+    sim = SimServer(
+        profile=profile,
+        script=script,
+        filler_tokens=args.filler,
+        tokens_per_chunk=args.tokens_per_chunk,
+        jitter=args.jitter,
+        seed=args.seed,
+        host=args.host,
+        port=args.port,
+        models=[tier.model],
+        dialect=args.dialect,
+        require_reasoning=args.require_reasoning,
+    )
     async with sim:
-        what = (f"{len(script)} scripted turn{'' if len(script) == 1 else 's'}"
-                if script is not None else
-                f"{args.filler if args.filler is not None else 'default'} filler tokens")
-        print(f"agentloop sim: serving {sim.base_url} (tier {tier.name}: base "
-              f"{profile.base_latency_s:g} s, prefill {profile.prefill_tps:g} tok/s, output "
-              f"{profile.output_tps:g} tok/s; {what}); Ctrl-C to stop", flush=True)
+        what = (
+            f"{len(script)} scripted turn{'' if len(script) == 1 else 's'}"
+            if script is not None
+            else f"{args.filler if args.filler is not None else 'default'} filler tokens"
+        )
+        print(
+            f"agentloop sim: serving {sim.base_url} (tier {tier.name}: base "
+            f"{profile.base_latency_s:g} s, prefill {profile.prefill_tps:g} tok/s, output "
+            f"{profile.output_tps:g} tok/s; {what}); Ctrl-C to stop",
+            flush=True,
+        )
         try:
             await sim.serve_forever()
         except asyncio.CancelledError:

@@ -14,25 +14,38 @@ from agentloop.suite.run import Progress, run_suite
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("suite", help="run many tasks, repeated, concurrently", description=(
-        "Run task files (or folders of them) concurrently in one process, each repeated R "
-        "times; simulated tiers share one simulator. Traces go under DIR/traces, the report "
-        "to DIR/suite.json and stdout; live progress on stderr. A failing run never stops the "
-        "others. Then: agentloop compare DIR_A DIR_B, agentloop whatif DIR --tier NAME."))
+    p = sub.add_parser(
+        "suite",
+        help="run many tasks, repeated, concurrently",
+        description=(
+            "Run task files (or folders of them) concurrently in one process, each repeated R "
+            "times; simulated tiers share one simulator. Traces go under DIR/traces, the report "
+            "to DIR/suite.json and stdout; live progress on stderr. A failing run never stops the "
+            "others. Then: agentloop compare DIR_A DIR_B, agentloop whatif DIR --tier NAME."
+        ),
+    )
     p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="task files or folders")
     p.add_argument("--tier", help="model tier for every task (default: each task's own)")
     p.add_argument("--tiers", dest="tiers_file", type=Path, help="tiers file (default tiers.toml)")
-    p.add_argument("--concurrency", type=int, default=8, metavar="N",
-                   help="runs at once (default 8)")
-    p.add_argument("--repeat", type=int, default=1, metavar="R",
-                   help="runs of each task (default 1)")
-    p.add_argument("--out", type=Path, metavar="DIR",
-                   help="suite folder (default suites/<UTC time>-<tier>)")
+    p.add_argument(
+        "--concurrency", type=int, default=8, metavar="N", help="runs at once (default 8)"
+    )
+    p.add_argument(
+        "--repeat", type=int, default=1, metavar="R", help="runs of each task (default 1)"
+    )
+    p.add_argument(
+        "--out", type=Path, metavar="DIR", help="suite folder (default suites/<UTC time>-<tier>)"
+    )
     p.add_argument("--max-steps", type=int, help="override every task's step limit")
     p.add_argument("--timeout", type=float, help="override every task's wall-time limit, s")
-    p.add_argument("--ray", metavar="ADDRESS", help=(
-        "run each run as a Ray task on this cluster (auto, HOST:PORT, ray://HOST:PORT, or "
-        "local to start one here); needs agentloop[ray]"))
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help=(
+            "run each run as a Ray task on this cluster (auto, HOST:PORT, ray://HOST:PORT, or "
+            "local to start one here); needs agentloop[ray]"
+        ),
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=main)
 
@@ -57,11 +70,20 @@ class ProgressLine:
 
 async def main(args: argparse.Namespace) -> int:
     out = args.out or Path("suites") / (
-        f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{args.tier or 'default'}")
-    suite = await run_suite(args.paths, out, tier=args.tier, tiers_file=args.tiers_file,
-                            concurrency=args.concurrency, repeat=args.repeat,
-                            max_steps=args.max_steps, timeout_s=args.timeout, ray=args.ray,
-                            progress=ProgressLine())
+        f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{args.tier or 'default'}"
+    )
+    suite = await run_suite(
+        args.paths,
+        out,
+        tier=args.tier,
+        tiers_file=args.tiers_file,
+        concurrency=args.concurrency,
+        repeat=args.repeat,
+        max_steps=args.max_steps,
+        timeout_s=args.timeout,
+        ray=args.ray,
+        progress=ProgressLine(),
+    )
     if args.json:
         emit_json(suite_json(suite))
     else:

@@ -12,9 +12,14 @@ from agentloop.shipped import shipped_tasks
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("tasks", help="list the shipped tasks (run one by name)", description=(
-        "List the task files installed with agentloop. Run one by name from any folder: "
-        "`agentloop run checkout-timeouts`; a path to a task file works too."))
+    p = sub.add_parser(
+        "tasks",
+        help="list the shipped tasks (run one by name)",
+        description=(
+            "List the task files installed with agentloop. Run one by name from any folder: "
+            "`agentloop run checkout-timeouts`; a path to a task file works too."
+        ),
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=main)
 
@@ -22,9 +27,21 @@ def register(sub: Any) -> None:
 async def main(args: argparse.Namespace) -> int:
     tasks = shipped_tasks()
     if args.json:
-        sys.stdout.write(orjson.dumps([{"name": t.name, "group": t.group, "path": str(t.path),
-                                        "description": t.description} for t in tasks],
-                                      option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(
+            orjson.dumps(
+                [
+                    {
+                        "name": t.name,
+                        "group": t.group,
+                        "path": str(t.path),
+                        "description": t.description,
+                    }
+                    for t in tasks
+                ],
+                option=orjson.OPT_INDENT_2,
+            ).decode()
+            + "\n"
+        )
         return 0
     if not tasks:
         print("no shipped tasks installed (the agentloop_tasks package is missing)")

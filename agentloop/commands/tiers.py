@@ -21,15 +21,28 @@ from agentloop.tiers import Tier, load_tiers, public_options, require_profile, t
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("tiers", help="list model tiers (and check their endpoints)", description=(
-        "List the tiers of a tiers file: endpoint, model, API, options and speed profile. "
-        "With --check, ask each endpoint which models it serves."))
-    p.add_argument("--tiers", dest="tiers_file", type=Path,
-                   help="a tiers file layered on top of the built-in tiers and ./tiers.toml")
-    p.add_argument("--check", action="store_true",
-                   help="ask each endpoint's models list whether the tier's model is enabled")
-    p.add_argument("--timeout", type=float, default=5.0,
-                   help="seconds per endpoint for --check (default 5)")
+    p = sub.add_parser(
+        "tiers",
+        help="list model tiers (and check their endpoints)",
+        description=(
+            "List the tiers of a tiers file: endpoint, model, API, options and speed profile. "
+            "With --check, ask each endpoint which models it serves."
+        ),
+    )
+    p.add_argument(
+        "--tiers",
+        dest="tiers_file",
+        type=Path,
+        help="a tiers file layered on top of the built-in tiers and ./tiers.toml",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="ask each endpoint's models list whether the tier's model is enabled",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=5.0, help="seconds per endpoint for --check (default 5)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logs on stderr")
     p.set_defaults(func=main)
@@ -59,8 +72,12 @@ async def _ask(tier: Tier, base_url: str, key: str, timeout_s: float) -> dict[st
     import httpx2
     import openai
 
-    client = openai.AsyncOpenAI(api_key=key, base_url=base_url, max_retries=0,
-                                timeout=httpx2.Timeout(timeout_s, connect=min(timeout_s, 3.0)))
+    client = openai.AsyncOpenAI(
+        api_key=key,
+        base_url=base_url,
+        max_retries=0,
+        timeout=httpx2.Timeout(timeout_s, connect=min(timeout_s, 3.0)),
+    )
     try:
         async with asyncio.timeout(timeout_s + 1.0):
             ids = [m.id async for m in client.models.list()]
@@ -68,8 +85,11 @@ async def _ask(tier: Tier, base_url: str, key: str, timeout_s: float) -> dict[st
         text = exc.message.replace(key, "***") if len(key) >= 8 else exc.message
         return {"ok": False, "status": f"endpoint refused: HTTP {exc.status_code}: {text[:160]}"}
     except (openai.APIConnectionError, TimeoutError) as exc:
-        what = "timed out" if isinstance(exc, (TimeoutError, openai.APITimeoutError)) else \
-            f"unreachable ({type(exc.__cause__ or exc).__name__})"
+        what = (
+            "timed out"
+            if isinstance(exc, (TimeoutError, openai.APITimeoutError))
+            else f"unreachable ({type(exc.__cause__ or exc).__name__})"
+        )
         return {"ok": False, "status": f"{what}: {base_url}"}
     except openai.OpenAIError as exc:
         return {"ok": False, "status": f"error: {type(exc).__name__}"}
@@ -89,7 +109,9 @@ def _profile(tier: Tier) -> str:
     p = tier.profile
     if p is None:
         return f"not measured (agentloop probe --tier {tier.name} --write)"
-    return f"base {p.base_latency_s:g} s, prefill {p.prefill_tps:g} tok/s, out {p.output_tps:g} tok/s"
+    return (
+        f"base {p.base_latency_s:g} s, prefill {p.prefill_tps:g} tok/s, out {p.output_tps:g} tok/s"
+    )
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -102,15 +124,18 @@ async def main(args: argparse.Namespace) -> int:
             tasks = {name: tg.create_task(check_tier(t, args.timeout)) for name, t in tiers.items()}
         checks = {name: task.result() for name, task in tasks.items()}
     if args.json:
-        out = [{**t.summary(), "source": sources[n],
-                **({"check": checks[n]} if n in checks else {})}
-               for n, t in tiers.items()]
+        out = [
+            {**t.summary(), "source": sources[n], **({"check": checks[n]} if n in checks else {})}
+            for n, t in tiers.items()
+        ]
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
         return 0 if all(c["ok"] for c in checks.values()) else 1
     print("tiers, layered: built-in < ./tiers.toml < --tiers (SOURCE: where each came from)")
     rows = [("TIER", "ENDPOINT", "MODEL", "API", "OPTIONS", "SOURCE", "PROFILE")]
-    rows += [(n, t.base_url, t.model, t.api, _options(t), sources[n], _profile(t))
-             for n, t in tiers.items()]
+    rows += [
+        (n, t.base_url, t.model, t.api, _options(t), sources[n], _profile(t))
+        for n, t in tiers.items()
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(6)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r[:6], widths, strict=True)) + "  " + r[6])

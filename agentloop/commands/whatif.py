@@ -15,20 +15,38 @@ from agentloop.tiers import get_tier, load_tiers, require_profile
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("whatif", help="predict a recorded run on another tier", description=(
-        "Re-time the recorded dependency graph with new model durations (tools and framework "
-        "gaps unchanged): predicted time, speedup, Amdahl ceiling, where the saving comes "
-        "from, and the speedup curve as output speed grows."))
+    p = sub.add_parser(
+        "whatif",
+        help="predict a recorded run on another tier",
+        description=(
+            "Re-time the recorded dependency graph with new model durations (tools and framework "
+            "gaps unchanged): predicted time, speedup, Amdahl ceiling, where the saving comes "
+            "from, and the speedup curve as output speed grows."
+        ),
+    )
     p.add_argument("trace", type=Path, help="trace file (JSONL), or a suite folder")
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--tier", help="predict on this tier's speed profile")
-    how.add_argument("--speedup", type=float, metavar="K",
-                     help="divide the measured reasoning + decode time by K")
+    how.add_argument(
+        "--speedup",
+        type=float,
+        metavar="K",
+        help="divide the measured reasoning + decode time by K",
+    )
     p.add_argument("--tiers", type=Path, metavar="FILE", help="tiers file (with --tier)")
-    p.add_argument("--prefill-speedup", type=float, default=1.0, metavar="P",
-                   help="with --speedup: divide the measured base (queue+prefill) time by P")
-    p.add_argument("--concurrency", type=int, metavar="N", help=(
-        "with a suite folder: runs at once on the new tier (default: as the suite ran)"))
+    p.add_argument(
+        "--prefill-speedup",
+        type=float,
+        default=1.0,
+        metavar="P",
+        help="with --speedup: divide the measured base (queue+prefill) time by P",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        metavar="N",
+        help=("with a suite folder: runs at once on the new tier (default: as the suite ran)"),
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=main)
 
@@ -38,8 +56,10 @@ async def main(args: argparse.Namespace) -> int:
         return await _suite(args)
     if args.tier is not None:
         if args.prefill_speedup != 1.0:
-            raise ConfigError("--prefill-speedup goes with --speedup; a tier's profile already "
-                              "says its prefill speed")
+            raise ConfigError(
+                "--prefill-speedup goes with --speedup; a tier's profile already "
+                "says its prefill speed"
+            )
         tiers = await asyncio.to_thread(load_tiers, args.tiers)
         tier = get_tier(tiers, args.tier, args.tiers or "tiers.toml")
         scenario = Scenario.tier(tier.name, require_profile(tier))

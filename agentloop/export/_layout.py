@@ -100,8 +100,12 @@ def model_phases(span: SpanRecord, t1: int, tps: float) -> tuple[Phase, ...]:
     r0 = max(send, fv - parts.reasoning)
     end = _clamp(tm.get("t_end", hi), fv, hi)
     lst = _clamp(last, fv, end) if last is not None else fv
-    for name, s, e in (("base", send, r0), ("reasoning", r0, fv), ("decode", fv, lst),
-                       ("tail", lst, end)):
+    for name, s, e in (
+        ("base", send, r0),
+        ("reasoning", r0, fv),
+        ("decode", fv, lst),
+        ("tail", lst, end),
+    ):
         if e > s:
             out.append(Phase(name, s, e))
     return tuple(out)
@@ -118,8 +122,9 @@ def layout(trace: Trace) -> Timeline:
     g = build_graph(trace)
     start = g.start_ns
     last = trace.end_ns
-    on_path = {g.ids[i] for i, _, gap in critical_path(g, g.t0, g.t1, g.end_ns)
-               if not gap and i >= 0}
+    on_path = {
+        g.ids[i] for i, _, gap in critical_path(g, g.t0, g.t1, g.end_ns) if not gap and i >= 0
+    }
     tps = fallback_tps(trace)
     lane_free: list[int] = []  # per tool lane: when its last tool ends
     bars: list[Bar] = []
@@ -134,12 +139,30 @@ def layout(trace: Trace) -> Timeline:
             else:
                 lane_free[lane] = t1
             lane += 1
-        phases = tuple(Phase(p.name, p.t0 - start, p.t1 - start)
-                       for p in model_phases(s, t1, tps)) if s.kind == "model" else ()
+        phases = (
+            tuple(Phase(p.name, p.t0 - start, p.t1 - start) for p in model_phases(s, t1, tps))
+            if s.kind == "model"
+            else ()
+        )
         cat = tool_category(s.name, s.attrs) if s.kind == "tool" else s.kind
-        bars.append(Bar(s.id, s.parent, s.kind, s.name, _label(s), cat, lane,
-                        max(0, s.t0 - start), max(0, t1 - start), s.status, s.t1 is None,
-                        s.id in on_path, phases, s))
+        bars.append(
+            Bar(
+                s.id,
+                s.parent,
+                s.kind,
+                s.name,
+                _label(s),
+                cat,
+                lane,
+                max(0, s.t0 - start),
+                max(0, t1 - start),
+                s.status,
+                s.t1 is None,
+                s.id in on_path,
+                phases,
+                s,
+            )
+        )
         edges += [(a, s.id) for a in s.after if a in trace.spans]
     lanes = (AGENT_LANE, *(f"tools {k + 1}" for k in range(len(lane_free))))
     return Timeline(trace, tuple(bars), lanes, tuple(edges), start, max(0, last - start))

@@ -12,10 +12,26 @@ from html import escape
 
 from agentloop.export._layout import Bar, Timeline
 
-PHASE_COLOURS = {"base": "#8da0cb", "reasoning": "#e78ac3", "decode": "#66c2a5",
-                 "tail": "#b3b3b3", "retry": "#fc8d62", "wait": "#ffd92f"}
-TOOL_PALETTE = ("#1b9e77", "#d95f02", "#7570b3", "#66a61e", "#e6ab02", "#a6761d", "#e7298a",
-                "#17becf", "#bcbd22", "#8c564b")
+PHASE_COLOURS = {
+    "base": "#8da0cb",
+    "reasoning": "#e78ac3",
+    "decode": "#66c2a5",
+    "tail": "#b3b3b3",
+    "retry": "#fc8d62",
+    "wait": "#ffd92f",
+}
+TOOL_PALETTE = (
+    "#1b9e77",
+    "#d95f02",
+    "#7570b3",
+    "#66a61e",
+    "#e6ab02",
+    "#a6761d",
+    "#e7298a",
+    "#17becf",
+    "#bcbd22",
+    "#8c564b",
+)
 CRITICAL = "#c0392b"
 MODEL_OTHER = "#cfd8e3"
 MAX_BARS = 4000  # a bigger trace draws its first bars and says how many it left out
@@ -57,16 +73,25 @@ def _bar_title(b: Bar) -> str:
         bits.append("IN FLIGHT when the trace stopped")
     if b.critical:
         bits.append("on the critical path")
-    for k, label in (("gen_ai.usage.input_tokens", "in"), ("gen_ai.usage.output_tokens", "out"),
-                     ("gen_ai.usage.reasoning.output_tokens", "reasoning")):
+    for k, label in (
+        ("gen_ai.usage.input_tokens", "in"),
+        ("gen_ai.usage.output_tokens", "out"),
+        ("gen_ai.usage.reasoning.output_tokens", "reasoning"),
+    ):
         if isinstance(a.get(k), int):
             bits.append(f"{label} {a[k]} tok")
     return " | ".join(bits)
 
 
-def waterfall(tl: Timeline, *, width: int = 1100, total_ns: int | None = None,
-              element_id: str = "waterfall", caption: str = "",
-              tools: list[str] | None = None) -> str:
+def waterfall(
+    tl: Timeline,
+    *,
+    width: int = 1100,
+    total_ns: int | None = None,
+    element_id: str = "waterfall",
+    caption: str = "",
+    tools: list[str] | None = None,
+) -> str:
     """The run on its lanes: steps as bands, model calls split into phases, tools by name,
     critical-path spans outlined; ``total_ns`` fixes the time axis (to share it in compare),
     ``tools`` the tool names whose order picks their colours (as in :func:`legend`)."""
@@ -79,26 +104,34 @@ def waterfall(tl: Timeline, *, width: int = 1100, total_ns: int | None = None,
     def x(t: int) -> float:
         return left + plot_w * min(t, total) / total
 
-    out = [f'<svg id="{element_id}" class="waterfall" xmlns="http://www.w3.org/2000/svg" '
-           f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">']
+    out = [
+        f'<svg id="{element_id}" class="waterfall" xmlns="http://www.w3.org/2000/svg" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
+    ]
     if caption:
         out.append(f'<text x="{left}" y="14" class="cap">{escape(caption)}</text>')
     for t in _ticks(total / 1e9):
         xt = x(round(t * 1e9))
-        out.append(f'<line x1="{xt:.1f}" y1="{top - 6}" x2="{xt:.1f}" y2="{height - 24}" '
-                   f'class="grid"/><text x="{xt:.1f}" y="{height - 10}" class="tick">'
-                   f'{t:g} s</text>')
+        out.append(
+            f'<line x1="{xt:.1f}" y1="{top - 6}" x2="{xt:.1f}" y2="{height - 24}" '
+            f'class="grid"/><text x="{xt:.1f}" y="{height - 10}" class="tick">'
+            f"{t:g} s</text>"
+        )
     for k, lane in enumerate(tl.lanes):
         out.append(f'<text x="4" y="{top + k * row_h + 17}" class="lane">{escape(lane)}</text>')
     bars = tl.bars[:MAX_BARS]
     for b in bars:
         if b.kind == "step":
             x0, x1 = x(b.t0), x(b.t1)
-            out.append(f'<rect class="step" x="{x0:.1f}" y="{top - 8}" width="{max(0.5, x1 - x0):.1f}" '
-                       f'height="{lanes * row_h + 4}"><title>{escape(b.name)}: '
-                       f'{_fmt_s((b.t1 - b.t0) / 1e9)}</title></rect>')
+            out.append(
+                f'<rect class="step" x="{x0:.1f}" y="{top - 8}" width="{max(0.5, x1 - x0):.1f}" '
+                f'height="{lanes * row_h + 4}"><title>{escape(b.name)}: '
+                f"{_fmt_s((b.t1 - b.t0) / 1e9)}</title></rect>"
+            )
             label = b.span.start_attrs.get("step", b.name)
-            out.append(f'<text x="{x0 + 2:.1f}" y="{top - 10}" class="steplabel">{escape(str(label))}</text>')
+            out.append(
+                f'<text x="{x0 + 2:.1f}" y="{top - 10}" class="steplabel">{escape(str(label))}</text>'
+            )
     for b in bars:
         if b.kind not in ("model", "tool"):
             continue
@@ -109,24 +142,31 @@ def waterfall(tl: Timeline, *, width: int = 1100, total_ns: int | None = None,
             cls += " inflight"
         title = escape(_bar_title(b))
         if b.kind == "model":
-            out.append(f'<g class="model" data-span="{escape(b.id)}"><title>{title}</title>'
-                       f'<rect class="{cls}" x="{x0:.1f}" y="{y}" width="{max(0.5, x1 - x0):.1f}" '
-                       f'height="{row_h - 6}" fill="{MODEL_OTHER}"/>')
+            out.append(
+                f'<g class="model" data-span="{escape(b.id)}"><title>{title}</title>'
+                f'<rect class="{cls}" x="{x0:.1f}" y="{y}" width="{max(0.5, x1 - x0):.1f}" '
+                f'height="{row_h - 6}" fill="{MODEL_OTHER}"/>'
+            )
             for p in b.phases:
                 px0, px1 = x(p.t0), x(p.t1)
-                out.append(f'<rect class="phase phase-{p.name}" x="{px0:.1f}" y="{y + 2}" '
-                           f'width="{max(0.3, px1 - px0):.1f}" height="{row_h - 10}" '
-                           f'fill="{PHASE_COLOURS[p.name]}"><title>{p.name}: '
-                           f'{_fmt_s((p.t1 - p.t0) / 1e9)}</title></rect>')
+                out.append(
+                    f'<rect class="phase phase-{p.name}" x="{px0:.1f}" y="{y + 2}" '
+                    f'width="{max(0.3, px1 - px0):.1f}" height="{row_h - 10}" '
+                    f'fill="{PHASE_COLOURS[p.name]}"><title>{p.name}: '
+                    f"{_fmt_s((p.t1 - p.t0) / 1e9)}</title></rect>"
+                )
             out.append("</g>")
         else:
             colour = tool_colour(b.label, tools)
-            out.append(f'<g class="tool" data-span="{escape(b.id)}"><title>{title}</title>'
-                       f'<rect class="{cls}" x="{x0:.1f}" y="{y}" width="{max(0.8, x1 - x0):.1f}" '
-                       f'height="{row_h - 6}" fill="{colour}"/>')
+            out.append(
+                f'<g class="tool" data-span="{escape(b.id)}"><title>{title}</title>'
+                f'<rect class="{cls}" x="{x0:.1f}" y="{y}" width="{max(0.8, x1 - x0):.1f}" '
+                f'height="{row_h - 6}" fill="{colour}"/>'
+            )
             if x1 - x0 > 8 * len(b.label):
-                out.append(f'<text x="{x0 + 3:.1f}" y="{y + 14}" class="barlabel">'
-                           f'{escape(b.label)}</text>')
+                out.append(
+                    f'<text x="{x0 + 3:.1f}" y="{y + 14}" class="barlabel">{escape(b.label)}</text>'
+                )
             out.append("</g>")
     out.append("</svg>")
     if len(tl.bars) > MAX_BARS:
@@ -137,15 +177,24 @@ def waterfall(tl: Timeline, *, width: int = 1100, total_ns: int | None = None,
 def legend(tools: list[str]) -> str:
     items = [(f"model {k}", c) for k, c in PHASE_COLOURS.items()]
     items += [(f"tool {t}", tool_colour(t, tools)) for t in tools]
-    cells = "".join(f'<span class="key"><i style="background:{c}"></i>{escape(n)}</span>'
-                    for n, c in items)
-    return (f'<div class="legend">{cells}<span class="key"><i class="critkey"></i>'
-            f'critical path</span></div>')
+    cells = "".join(
+        f'<span class="key"><i style="background:{c}"></i>{escape(n)}</span>' for n, c in items
+    )
+    return (
+        f'<div class="legend">{cells}<span class="key"><i class="critkey"></i>'
+        f"critical path</span></div>"
+    )
 
 
-def curve(points: list[tuple[float, float]], ceiling: float, *,
-          marks: dict[str, tuple[float, float]] | None = None,
-          width: int = 560, height: int = 300, element_id: str = "curve") -> str:
+def curve(
+    points: list[tuple[float, float]],
+    ceiling: float,
+    *,
+    marks: dict[str, tuple[float, float]] | None = None,
+    width: int = 560,
+    height: int = 300,
+    element_id: str = "curve",
+) -> str:
     """Speedup (y) against output speed multiplier K (x, log scale), up to the Amdahl ceiling;
     ``marks``: labelled (K, speedup) dots (another run's measured and predicted speedups)."""
     left, right, top, bottom = 52, 20, 16, 40
@@ -161,52 +210,71 @@ def curve(points: list[tuple[float, float]], ceiling: float, *,
     def y(s: float) -> float:
         return top + ph * (1 - min(s, ymax) / ymax)
 
-    out = [f'<svg id="{element_id}" class="curve" xmlns="http://www.w3.org/2000/svg" '
-           f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">']
+    out = [
+        f'<svg id="{element_id}" class="curve" xmlns="http://www.w3.org/2000/svg" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
+    ]
     for s in _ticks(ymax, 5):
-        out.append(f'<line x1="{left}" y1="{y(s):.1f}" x2="{left + pw}" y2="{y(s):.1f}" '
-                   f'class="grid"/><text x="{left - 6}" y="{y(s) + 4:.1f}" class="tick" '
-                   f'text-anchor="end">{s:g}x</text>')
+        out.append(
+            f'<line x1="{left}" y1="{y(s):.1f}" x2="{left + pw}" y2="{y(s):.1f}" '
+            f'class="grid"/><text x="{left - 6}" y="{y(s) + 4:.1f}" class="tick" '
+            f'text-anchor="end">{s:g}x</text>'
+        )
     for tick in (1, 2, 5, 10, 20, 50, 100):
         if tick <= kmax:
-            out.append(f'<text x="{x(tick):.1f}" y="{top + ph + 16}" class="tick" '
-                       f'text-anchor="middle">{tick}</text>')
-    out.append(f'<text x="{left + pw / 2}" y="{height - 4}" class="axis" text-anchor="middle">'
-               f'output speed × K (log scale)</text>')
-    out.append(f'<line id="{element_id}-ceiling" class="ceiling" x1="{left}" y1="{y(ceil_y):.1f}" '
-               f'x2="{left + pw}" y2="{y(ceil_y):.1f}"><title>Amdahl ceiling {ceil_y:.2f}x'
-               f'</title></line><text x="{left + pw - 4}" y="{y(ceil_y) - 5:.1f}" class="tick" '
-               f'text-anchor="end">ceiling {ceil_y:.2f}x</text>')
+            out.append(
+                f'<text x="{x(tick):.1f}" y="{top + ph + 16}" class="tick" '
+                f'text-anchor="middle">{tick}</text>'
+            )
+    out.append(
+        f'<text x="{left + pw / 2}" y="{height - 4}" class="axis" text-anchor="middle">'
+        f"output speed × K (log scale)</text>"
+    )
+    out.append(
+        f'<line id="{element_id}-ceiling" class="ceiling" x1="{left}" y1="{y(ceil_y):.1f}" '
+        f'x2="{left + pw}" y2="{y(ceil_y):.1f}"><title>Amdahl ceiling {ceil_y:.2f}x'
+        f'</title></line><text x="{left + pw - 4}" y="{y(ceil_y) - 5:.1f}" class="tick" '
+        f'text-anchor="end">ceiling {ceil_y:.2f}x</text>'
+    )
     pts = " ".join(f"{x(k):.1f},{y(s):.1f}" for k, s in points if math.isfinite(s))
     out.append(f'<polyline id="{element_id}-line" class="line" points="{pts}"/>')
     for k, s in points:
         if math.isfinite(s):
-            out.append(f'<circle class="pt" cx="{x(k):.1f}" cy="{y(s):.1f}" r="3.5">'
-                       f'<title>K = {k:g}: {s:.2f}x</title></circle>')
+            out.append(
+                f'<circle class="pt" cx="{x(k):.1f}" cy="{y(s):.1f}" r="3.5">'
+                f"<title>K = {k:g}: {s:.2f}x</title></circle>"
+            )
     for n, (label, (k, s)) in enumerate((marks or {}).items()):
-        out.append(f'<circle class="mark mark{n}" cx="{x(k):.1f}" cy="{y(s):.1f}" r="6">'
-                   f'<title>{escape(label)}: {s:.2f}x at K = {k:.3g}</title></circle>'
-                   f'<text x="{x(k) + 9:.1f}" y="{y(s) + 4 + 13 * n:.1f}" class="tick">'
-                   f'{escape(label)} {s:.2f}x</text>')
+        out.append(
+            f'<circle class="mark mark{n}" cx="{x(k):.1f}" cy="{y(s):.1f}" r="6">'
+            f"<title>{escape(label)}: {s:.2f}x at K = {k:.3g}</title></circle>"
+            f'<text x="{x(k) + 9:.1f}" y="{y(s) + 4 + 13 * n:.1f}" class="tick">'
+            f"{escape(label)} {s:.2f}x</text>"
+        )
     out.append("</svg>")
     return "".join(out)
 
 
-def hbars(rows: list[tuple[str, float, str]], *, width: int = 560, element_id: str,
-          unit: str = "s") -> str:
+def hbars(
+    rows: list[tuple[str, float, str]], *, width: int = 560, element_id: str, unit: str = "s"
+) -> str:
     """Horizontal bars: (label, value, colour) per row, scaled to the largest."""
     row_h, left = 22, 150
     height = row_h * len(rows) + 8
     vmax = max((v for _, v, _ in rows), default=1.0) or 1.0
-    out = [f'<svg id="{element_id}" class="hbars" xmlns="http://www.w3.org/2000/svg" '
-           f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">']
+    out = [
+        f'<svg id="{element_id}" class="hbars" xmlns="http://www.w3.org/2000/svg" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
+    ]
     for i, (label, v, colour) in enumerate(rows):
         w = (width - left - 80) * v / vmax
         y = 4 + i * row_h
-        out.append(f'<text x="{left - 6}" y="{y + 14}" class="tick" text-anchor="end">'
-                   f'{escape(label)}</text><rect x="{left}" y="{y}" width="{max(0.5, w):.1f}" '
-                   f'height="{row_h - 6}" fill="{colour}"><title>{escape(label)}: {v:.3f} {unit}'
-                   f'</title></rect><text x="{left + w + 4:.1f}" y="{y + 14}" class="tick">'
-                   f'{v:.3f} {unit}</text>')
+        out.append(
+            f'<text x="{left - 6}" y="{y + 14}" class="tick" text-anchor="end">'
+            f'{escape(label)}</text><rect x="{left}" y="{y}" width="{max(0.5, w):.1f}" '
+            f'height="{row_h - 6}" fill="{colour}"><title>{escape(label)}: {v:.3f} {unit}'
+            f'</title></rect><text x="{left + w + 4:.1f}" y="{y + 14}" class="tick">'
+            f"{v:.3f} {unit}</text>"
+        )
     out.append("</svg>")
     return "".join(out)

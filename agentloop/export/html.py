@@ -53,11 +53,14 @@ def _s(ns: int) -> str:
 
 
 def _page(title: str, body: list[str]) -> str:
-    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-            "style-src 'unsafe-inline'\">"
-            f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
-            + "".join(body) + "</body></html>\n")
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "style-src 'unsafe-inline'\">"
+        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
+        + "".join(body)
+        + "</body></html>\n"
+    )
 
 
 def _tools(tl: Timeline) -> list[str]:
@@ -65,17 +68,24 @@ def _tools(tl: Timeline) -> list[str]:
 
 
 def _categories(r: Report, tools: list[str]) -> str:
-    rows = [(c, r.critical.get(c, 0) / 1e9, _svg.category_colour(c, tools)) for c in r.critical
-            if r.critical.get(c, 0) > 0]
-    table = "".join(f"<tr><td>{escape(c)}</td><td>{_s(r.critical.get(c, 0))}</td>"
-                    f"<td>{100 * r.critical.get(c, 0) / max(1, r.measured_ns):.1f}%</td>"
-                    f"<td>{_s(r.busy.get(c, 0))}</td></tr>"
-                    for c in dict.fromkeys([*r.critical, *r.busy]))
-    return (f'<div class="cols"><div>{_svg.hbars(rows, element_id="categories")}</div>'
-            f'<table id="category-table"><tr><th>category</th><th>critical s</th><th>share</th>'
-            f'<th>busy s</th></tr>{table}</table></div>'
-            f'<p>Model share of the critical path: <b>{100 * r.model_share:.1f}%</b>. Critical '
-            f'path time sums to the end-to-end time; busy time adds parallel spans.</p>')
+    rows = [
+        (c, r.critical.get(c, 0) / 1e9, _svg.category_colour(c, tools))
+        for c in r.critical
+        if r.critical.get(c, 0) > 0
+    ]
+    table = "".join(
+        f"<tr><td>{escape(c)}</td><td>{_s(r.critical.get(c, 0))}</td>"
+        f"<td>{100 * r.critical.get(c, 0) / max(1, r.measured_ns):.1f}%</td>"
+        f"<td>{_s(r.busy.get(c, 0))}</td></tr>"
+        for c in dict.fromkeys([*r.critical, *r.busy])
+    )
+    return (
+        f'<div class="cols"><div>{_svg.hbars(rows, element_id="categories")}</div>'
+        f'<table id="category-table"><tr><th>category</th><th>critical s</th><th>share</th>'
+        f"<th>busy s</th></tr>{table}</table></div>"
+        f"<p>Model share of the critical path: <b>{100 * r.model_share:.1f}%</b>. Critical "
+        f"path time sums to the end-to-end time; busy time adds parallel spans.</p>"
+    )
 
 
 def _steps(r: Report) -> str:
@@ -83,27 +93,35 @@ def _steps(r: Report) -> str:
     rows = []
     for s in r.steps:
         tools = ", ".join(f"{escape(n)} {v / 1e9:.2f}" for n, v in s.tools) or "-"
-        rows.append(f"<tr><td>{escape(s.step)}{' (in flight)' if s.in_flight else ''}</td>"
-                    f"<td>{_s(s.duration_ns)}</td><td>{_s(s.model['base'])}</td>"
-                    f"<td>{_s(s.model['reasoning'])}</td><td>{_s(s.model['decode'])}</td>"
-                    f"<td>{_s(s.model['other'])}</td><td>{tools}</td>"
-                    f"<td>{s.input_tokens}/{s.output_tokens}/{s.reasoning_tokens}</td>"
-                    f"<td>{_s(s.cumulative_ns)}</td><td style=\"text-align:left\">"
-                    f"<span class=\"cum\" style=\"width:{200 * s.cumulative_ns / end:.0f}px\">"
-                    f"</span></td></tr>")
-    return ('<table id="steps"><tr><th>step</th><th>step s</th><th>base</th><th>reasoning</th>'
-            '<th>decode</th><th>model other</th><th>tools (s)</th><th>tokens in/out/reas</th>'
-            '<th>cumulative s</th><th>run so far</th></tr>' + "".join(rows) + "</table>")
+        rows.append(
+            f"<tr><td>{escape(s.step)}{' (in flight)' if s.in_flight else ''}</td>"
+            f"<td>{_s(s.duration_ns)}</td><td>{_s(s.model['base'])}</td>"
+            f"<td>{_s(s.model['reasoning'])}</td><td>{_s(s.model['decode'])}</td>"
+            f"<td>{_s(s.model['other'])}</td><td>{tools}</td>"
+            f"<td>{s.input_tokens}/{s.output_tokens}/{s.reasoning_tokens}</td>"
+            f'<td>{_s(s.cumulative_ns)}</td><td style="text-align:left">'
+            f'<span class="cum" style="width:{200 * s.cumulative_ns / end:.0f}px">'
+            f"</span></td></tr>"
+        )
+    return (
+        '<table id="steps"><tr><th>step</th><th>step s</th><th>base</th><th>reasoning</th>'
+        "<th>decode</th><th>model other</th><th>tools (s)</th><th>tokens in/out/reas</th>"
+        "<th>cumulative s</th><th>run so far</th></tr>" + "".join(rows) + "</table>"
+    )
 
 
 def _curve(w: WhatIf, marks: dict[str, tuple[float, float]] | None = None) -> str:
     pts = [(k, ratio_of(w.measured_ns, ns)) for k, ns in w.curve]
-    table = "".join(f"<tr><td>{k:g}</td><td>{ns / 1e9:.3f}</td>"
-                    f"<td>{ratio_of(w.measured_ns, ns):.2f}x</td></tr>" for k, ns in w.curve)
-    return (f'<div class="cols"><div>{_svg.curve(pts, w.ceiling, marks=marks)}</div>'
-            f'<table id="curve-table"><tr><th>K</th><th>predicted s</th><th>speedup</th></tr>'
-            f'{table}</table></div><p>Amdahl ceiling (output speed to infinity, base, tools and '
-            f'framework as measured): <b>{w.ceiling_ns / 1e9:.3f} s, {w.ceiling:.2f}x</b>.</p>')
+    table = "".join(
+        f"<tr><td>{k:g}</td><td>{ns / 1e9:.3f}</td><td>{ratio_of(w.measured_ns, ns):.2f}x</td></tr>"
+        for k, ns in w.curve
+    )
+    return (
+        f'<div class="cols"><div>{_svg.curve(pts, w.ceiling, marks=marks)}</div>'
+        f'<table id="curve-table"><tr><th>K</th><th>predicted s</th><th>speedup</th></tr>'
+        f"{table}</table></div><p>Amdahl ceiling (output speed to infinity, base, tools and "
+        f"framework as measured): <b>{w.ceiling_ns / 1e9:.3f} s, {w.ceiling:.2f}x</b>.</p>"
+    )
 
 
 def _tps(trace: Trace) -> float:
@@ -115,12 +133,16 @@ def _tps(trace: Trace) -> float:
 def _header_notes(trace: Trace) -> list[str]:
     out = []
     if not trace.complete:
-        out.append(f'<p class="warn">Incomplete trace: the run did not finish; '
-                   f'{len(trace.in_flight)} span(s) in flight (dashed outline).</p>')
+        out.append(
+            f'<p class="warn">Incomplete trace: the run did not finish; '
+            f"{len(trace.in_flight)} span(s) in flight (dashed outline).</p>"
+        )
     if trace.header.get("inferred"):
-        out.append('<p class="warn">Imported trace: dependency edges are inferred, and what '
-                   'the spans did not record (first-token time, reasoning split) is unknown.'
-                   '</p>')
+        out.append(
+            '<p class="warn">Imported trace: dependency edges are inferred, and what '
+            "the spans did not record (first-token time, reasoning split) is unknown."
+            "</p>"
+        )
     return out
 
 
@@ -131,15 +153,22 @@ def report_html(trace: Trace) -> str:
     w = whatif(g, Scenario.multipliers(CURVE_SPEEDUP))
     tl = layout(trace)
     tools = _tools(tl)
-    body = [f"<h1>agentloop report: {escape(r.task)} on {escape(r.tier)}</h1>",
-            f'<p class="sub">{r.measured_ns / 1e9:.3f} s end to end, status '
-            f'{escape(r.status)}, {len(r.steps)} steps; output {CURVE_SPEEDUP:g}x faster: '
-            f'{w.predicted_ns / 1e9:.3f} s ({w.speedup:.2f}x), ceiling {w.ceiling:.2f}x</p>',
-            *_header_notes(trace),
-            "<h2>Waterfall</h2>", _svg.legend(tools), _svg.waterfall(tl, tools=tools),
-            "<h2>Time by category (critical path)</h2>", _categories(r, tools),
-            "<h2>Steps: how the time compounds</h2>", _steps(r),
-            "<h2>What a faster tier buys: speedup curve</h2>", _curve(w)]
+    body = [
+        f"<h1>agentloop report: {escape(r.task)} on {escape(r.tier)}</h1>",
+        f'<p class="sub">{r.measured_ns / 1e9:.3f} s end to end, status '
+        f"{escape(r.status)}, {len(r.steps)} steps; output {CURVE_SPEEDUP:g}x faster: "
+        f"{w.predicted_ns / 1e9:.3f} s ({w.speedup:.2f}x), ceiling {w.ceiling:.2f}x</p>",
+        *_header_notes(trace),
+        "<h2>Waterfall</h2>",
+        _svg.legend(tools),
+        _svg.waterfall(tl, tools=tools),
+        "<h2>Time by category (critical path)</h2>",
+        _categories(r, tools),
+        "<h2>Steps: how the time compounds</h2>",
+        _steps(r),
+        "<h2>What a faster tier buys: speedup curve</h2>",
+        _curve(w),
+    ]
     return _page(f"agentloop report {r.task}", body)
 
 
@@ -152,39 +181,66 @@ def compare_html(a: Trace, b: Trace) -> str:
     tools = sorted(set(_tools(tla)) | set(_tools(tlb)))
     curve_w = whatif(ga, Scenario.multipliers(CURVE_SPEEDUP))
     k_b = _tps(b) / _tps(a) if _tps(a) and _tps(b) else CURVE_SPEEDUP  # B's K on A's curve
-    rows = "".join(f"<tr><td>{escape(x.name)}</td><td>{_s(x.a_ns)}</td><td>{_s(x.predicted_ns)}"
-                   f"</td><td>{_s(x.b_ns)}</td><td>{(x.predicted_ns - x.b_ns) / 1e9:+.3f}</td>"
-                   f"</tr>" for x in c.steps)
-    cats = "".join(f"<tr><td>{escape(x.name)}</td><td>{_s(x.a_ns)}</td><td>{_s(x.predicted_ns)}"
-                   f"</td><td>{_s(x.b_ns)}</td><td>{(x.predicted_ns - x.b_ns) / 1e9:+.3f}</td>"
-                   f"</tr>" for x in c.categories if x.a_ns or x.b_ns or x.predicted_ns)
-    speed = _svg.hbars([("measured", c.measured_speedup, "#2ca02c"),
-                        ("predicted from A", c.predicted_speedup, "#ff7f0e")],
-                       element_id="speedups", unit="x")
-    body = [f"<h1>agentloop compare: {escape(c.task)}, {escape(c.tier_a)} vs "
-            f"{escape(c.tier_b)}</h1>",
-            f'<p class="sub">A {c.a_ns / 1e9:.3f} s, B {c.b_ns / 1e9:.3f} s: measured speedup '
-            f'<b>{c.measured_speedup:.2f}x</b>; predicted from A alone '
-            f'{c.prediction.predicted_ns / 1e9:.3f} s, <b>{c.predicted_speedup:.2f}x</b> '
-            f'(error {c.error_pct:+.2f}%)</p>',
-            *[f'<p class="warn">{escape(x)}</p>' for x in c.warnings],
-            *_header_notes(a), *_header_notes(b),
-            "<h2>Both runs on one time axis</h2>",
-            _svg.legend(tools),
-            _svg.waterfall(tla, total_ns=axis, element_id="waterfall-a", tools=tools,
-                           caption=f"A: {c.tier_a}, {c.a_ns / 1e9:.3f} s"),
-            _svg.waterfall(tlb, total_ns=axis, element_id="waterfall-b", tools=tools,
-                           caption=f"B: {c.tier_b}, {c.b_ns / 1e9:.3f} s"),
-            "<h2>Speedup: measured vs predicted</h2>", speed,
-            "<h2>Run A's speedup curve, with B's measured and predicted speedups</h2>",
-            _curve(curve_w, {"B measured": (k_b, c.measured_speedup),
-                             "B predicted": (k_b, c.predicted_speedup)}),
-            "<h2>Per step (critical path)</h2>",
-            '<table id="compare-steps"><tr><th>step</th><th>A s</th><th>predicted B s</th>'
-            f'<th>B s</th><th>error s</th></tr>{rows}</table>',
-            "<h2>Per category (critical path)</h2>",
-            '<table id="compare-categories"><tr><th>category</th><th>A s</th>'
-            f'<th>predicted B s</th><th>B s</th><th>error s</th></tr>{cats}</table>']
+    rows = "".join(
+        f"<tr><td>{escape(x.name)}</td><td>{_s(x.a_ns)}</td><td>{_s(x.predicted_ns)}"
+        f"</td><td>{_s(x.b_ns)}</td><td>{(x.predicted_ns - x.b_ns) / 1e9:+.3f}</td>"
+        f"</tr>"
+        for x in c.steps
+    )
+    cats = "".join(
+        f"<tr><td>{escape(x.name)}</td><td>{_s(x.a_ns)}</td><td>{_s(x.predicted_ns)}"
+        f"</td><td>{_s(x.b_ns)}</td><td>{(x.predicted_ns - x.b_ns) / 1e9:+.3f}</td>"
+        f"</tr>"
+        for x in c.categories
+        if x.a_ns or x.b_ns or x.predicted_ns
+    )
+    speed = _svg.hbars(
+        [
+            ("measured", c.measured_speedup, "#2ca02c"),
+            ("predicted from A", c.predicted_speedup, "#ff7f0e"),
+        ],
+        element_id="speedups",
+        unit="x",
+    )
+    body = [
+        f"<h1>agentloop compare: {escape(c.task)}, {escape(c.tier_a)} vs {escape(c.tier_b)}</h1>",
+        f'<p class="sub">A {c.a_ns / 1e9:.3f} s, B {c.b_ns / 1e9:.3f} s: measured speedup '
+        f"<b>{c.measured_speedup:.2f}x</b>; predicted from A alone "
+        f"{c.prediction.predicted_ns / 1e9:.3f} s, <b>{c.predicted_speedup:.2f}x</b> "
+        f"(error {c.error_pct:+.2f}%)</p>",
+        *[f'<p class="warn">{escape(x)}</p>' for x in c.warnings],
+        *_header_notes(a),
+        *_header_notes(b),
+        "<h2>Both runs on one time axis</h2>",
+        _svg.legend(tools),
+        _svg.waterfall(
+            tla,
+            total_ns=axis,
+            element_id="waterfall-a",
+            tools=tools,
+            caption=f"A: {c.tier_a}, {c.a_ns / 1e9:.3f} s",
+        ),
+        _svg.waterfall(
+            tlb,
+            total_ns=axis,
+            element_id="waterfall-b",
+            tools=tools,
+            caption=f"B: {c.tier_b}, {c.b_ns / 1e9:.3f} s",
+        ),
+        "<h2>Speedup: measured vs predicted</h2>",
+        speed,
+        "<h2>Run A's speedup curve, with B's measured and predicted speedups</h2>",
+        _curve(
+            curve_w,
+            {"B measured": (k_b, c.measured_speedup), "B predicted": (k_b, c.predicted_speedup)},
+        ),
+        "<h2>Per step (critical path)</h2>",
+        '<table id="compare-steps"><tr><th>step</th><th>A s</th><th>predicted B s</th>'
+        f"<th>B s</th><th>error s</th></tr>{rows}</table>",
+        "<h2>Per category (critical path)</h2>",
+        '<table id="compare-categories"><tr><th>category</th><th>A s</th>'
+        f"<th>predicted B s</th><th>B s</th><th>error s</th></tr>{cats}</table>",
+    ]
     return _page(f"agentloop compare {c.task}", body)
 
 

@@ -49,14 +49,33 @@ SCOPE = InstrumentationScope("agentloop", __version__)
 MAX_ATTR_CHARS = 8_000  # long outputs are cut: a collector is not an archive of the run
 OPERATION = {"run": "invoke_agent", "model": "chat", "tool": "execute_tool"}
 # recorded gen_ai attributes that go out under their own name, as their semantic conventions say
-_GEN_AI_COPY = (A.GEN_AI_REQUEST_MODEL, A.GEN_AI_RESPONSE_MODEL, A.GEN_AI_USAGE_INPUT_TOKENS,
-                A.GEN_AI_USAGE_OUTPUT_TOKENS, A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
-                A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, A.GEN_AI_RESPONSE_FINISH_REASONS,
-                A.GEN_AI_TOOL_NAME, A.GEN_AI_TOOL_CALL_ID, A.GEN_AI_USAGE_CACHED_INPUT_TOKENS)
-_SECONDS = (A.TTFB_S, A.TTFT_S, A.TTFT_VISIBLE_S, A.DECODE_S, A.TPOT_S, A.OUTPUT_TPS, A.CALL_S,
-            A.TOKENS_PER_CHUNK)
-_INSTANTS = (("t_first", "gen_ai.first_chunk"), ("t_first_visible", "agentloop.first_visible_token"),
-             ("t_last", "agentloop.last_token"))
+_GEN_AI_COPY = (
+    A.GEN_AI_REQUEST_MODEL,
+    A.GEN_AI_RESPONSE_MODEL,
+    A.GEN_AI_USAGE_INPUT_TOKENS,
+    A.GEN_AI_USAGE_OUTPUT_TOKENS,
+    A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+    A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
+    A.GEN_AI_RESPONSE_FINISH_REASONS,
+    A.GEN_AI_TOOL_NAME,
+    A.GEN_AI_TOOL_CALL_ID,
+    A.GEN_AI_USAGE_CACHED_INPUT_TOKENS,
+)
+_SECONDS = (
+    A.TTFB_S,
+    A.TTFT_S,
+    A.TTFT_VISIBLE_S,
+    A.DECODE_S,
+    A.TPOT_S,
+    A.OUTPUT_TPS,
+    A.CALL_S,
+    A.TOKENS_PER_CHUNK,
+)
+_INSTANTS = (
+    ("t_first", "gen_ai.first_chunk"),
+    ("t_first_visible", "agentloop.first_visible_token"),
+    ("t_last", "agentloop.last_token"),
+)
 
 
 def _id(run_id: str, salt: str, nbytes: int) -> int:
@@ -88,13 +107,16 @@ def resource_for(header: Mapping[str, Any]) -> Resource:
     """The run's resource: agentloop, the task, the tier with its model and speed profile."""
     tier = header.get("tier") or {}
     prof = tier.get("profile") or {}
-    attrs: dict[str, Any] = {"service.name": "agentloop", "service.version": __version__,
-                             "service.instance.id": str(header.get("run_id", "")),
-                             "agentloop.run_id": str(header.get("run_id", "")),
-                             "agentloop.task.name": str((header.get("task") or {}).get("name", "?")),
-                             "agentloop.tier.name": str(tier.get("name", "?")),
-                             "agentloop.tier.model": str(tier.get("model", "?")),
-                             "agentloop.tier.api": str(tier.get("api", "?"))}
+    attrs: dict[str, Any] = {
+        "service.name": "agentloop",
+        "service.version": __version__,
+        "service.instance.id": str(header.get("run_id", "")),
+        "agentloop.run_id": str(header.get("run_id", "")),
+        "agentloop.task.name": str((header.get("task") or {}).get("name", "?")),
+        "agentloop.tier.name": str(tier.get("name", "?")),
+        "agentloop.tier.model": str(tier.get("model", "?")),
+        "agentloop.tier.api": str(tier.get("api", "?")),
+    }
     for k in ("base_latency_s", "prefill_tps", "output_tps"):
         if isinstance(prof.get(k), int | float):
             attrs[f"agentloop.tier.profile.{k}"] = float(prof[k])
@@ -116,14 +138,21 @@ class SpanMapper:
         self.scrub = scrub or redactor(secret_values())
 
     def context(self, span_id: str) -> SpanContext:
-        return SpanContext(self.trace_id, _id(self.run_id, span_id, 8), is_remote=False,
-                           trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        return SpanContext(
+            self.trace_id,
+            _id(self.run_id, span_id, 8),
+            is_remote=False,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )
 
     def span(self, s: SpanRecord, end_ns: int) -> ReadableSpan:
         """The SDK span of ``s``; a span in flight ends at ``end_ns`` (run clock), marked so."""
         a = self.scrub(dict(s.attrs))
-        attrs: dict[str, Any] = {"agentloop.span.id": s.id, "agentloop.span.kind": s.kind,
-                                 "agentloop.status": s.status}
+        attrs: dict[str, Any] = {
+            "agentloop.span.id": s.id,
+            "agentloop.span.kind": s.kind,
+            "agentloop.status": s.status,
+        }
         if s.kind in OPERATION:
             attrs[GA.GEN_AI_OPERATION_NAME] = OPERATION[s.kind]
         step = s.start_attrs.get(A.STEP, a.get(A.STEP))
@@ -161,16 +190,27 @@ class SpanMapper:
             attrs["agentloop.queued_s"] = a[A.QUEUED_NS] / 1e9
         if a.get(A.ERROR) is not None:
             attrs["error.type"] = _scalar(a[A.ERROR])
-        status = Status(StatusCode.UNSET) if s.status in ("ok", "in_flight") else \
-            Status(StatusCode.ERROR, str(a.get(A.ERROR) or s.status))
+        status = (
+            Status(StatusCode.UNSET)
+            if s.status in ("ok", "in_flight")
+            else Status(StatusCode.ERROR, str(a.get(A.ERROR) or s.status))
+        )
         parent = self.context(s.parent) if s.parent else None
         t1 = end_ns if s.t1 is None else s.t1
         return ReadableSpan(
-            name=s.name, context=self.context(s.id), parent=parent, resource=self.resource,
-            attributes=attrs, events=self._events(a), kind=SpanKind.CLIENT if s.kind == "model"
-            else SpanKind.INTERNAL, status=status, start_time=self.epoch + s.t0,
-            end_time=self.epoch + t1, instrumentation_scope=SCOPE,
-            links=[Link(self.context(x), {"agentloop.link": "after"}) for x in s.after])
+            name=s.name,
+            context=self.context(s.id),
+            parent=parent,
+            resource=self.resource,
+            attributes=attrs,
+            events=self._events(a),
+            kind=SpanKind.CLIENT if s.kind == "model" else SpanKind.INTERNAL,
+            status=status,
+            start_time=self.epoch + s.t0,
+            end_time=self.epoch + t1,
+            instrumentation_scope=SCOPE,
+            links=[Link(self.context(x), {"agentloop.link": "after"}) for x in s.after],
+        )
 
     def _events(self, a: Mapping[str, Any]) -> list[Event]:
         out: list[Event] = []
@@ -232,8 +272,10 @@ def traces_endpoint(url: str) -> str:
     """An OTLP/HTTP traces URL: a bare collector address gets the standard ``/v1/traces``."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"--otlp {url!r}: not an http(s) URL of an OTLP/HTTP collector "
-                          f"(for example http://127.0.0.1:4318)")
+        raise ConfigError(
+            f"--otlp {url!r}: not an http(s) URL of an OTLP/HTTP collector "
+            f"(for example http://127.0.0.1:4318)"
+        )
     path = parts.path if parts.path not in ("", "/") else "/v1/traces"
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
@@ -268,6 +310,8 @@ def send_otlp(spans: list[ReadableSpan], url: str, timeout_s: float = 10.0) -> N
     finally:
         exp.shutdown()
     if result is not SpanExportResult.SUCCESS:
-        raise ExportError(f"the OTLP collector at {traces_endpoint(url)} did not accept the "
-                          f"{len(spans)} spans (unreachable, or it refused them within "
-                          f"{timeout_s:g} s)")
+        raise ExportError(
+            f"the OTLP collector at {traces_endpoint(url)} did not accept the "
+            f"{len(spans)} spans (unreachable, or it refused them within "
+            f"{timeout_s:g} s)"
+        )

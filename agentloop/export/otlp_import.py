@@ -54,12 +54,16 @@ from agentloop.trace.schema import (
 MODEL_OPS = frozenset({"chat", "text_completion", "generate_content"})
 # other spellings of the same counts (pydantic-ai's ``gen_ai.usage.details.*``, semconv's
 # ``cache_read``): the first one present is taken
-_ALIASES = ((A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, "gen_ai.usage.details.reasoning_tokens"),
-            (A.GEN_AI_USAGE_CACHED_INPUT_TOKENS, "gen_ai.usage.cache_read.input_tokens"))
+_ALIASES = (
+    (A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, "gen_ai.usage.details.reasoning_tokens"),
+    (A.GEN_AI_USAGE_CACHED_INPUT_TOKENS, "gen_ai.usage.cache_read.input_tokens"),
+)
 UNKNOWN_MODEL = ("timing.t_first_visible", "timing.t_last", "reasoning split")
-INFERRED = ("edges: a span waits for the latest sibling (same parent) that ended before it "
-            "started; a step waits for the previous step; steps: one per model call, with the "
-            "tool calls that start before the next")
+INFERRED = (
+    "edges: a span waits for the latest sibling (same parent) that ended before it "
+    "started; a step waits for the previous step; steps: one per model call, with the "
+    "tool calls that start before the next"
+)
 
 
 @dataclass(slots=True)
@@ -132,8 +136,10 @@ def _requests(path: Path) -> Iterator[tuple[int, Any]]:
         try:
             yield lineno, orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            raise TraceFileError(f"{path}, line {lineno}: not JSON ({exc}); expected an OTLP "
-                                 f"ExportTraceServiceRequest per line or one for the file") from None
+            raise TraceFileError(
+                f"{path}, line {lineno}: not JSON ({exc}); expected an OTLP "
+                f"ExportTraceServiceRequest per line or one for the file"
+            ) from None
 
 
 def read_otlp_json(path: str | Path) -> list[OtelSpan]:
@@ -147,24 +153,35 @@ def read_otlp_json(path: str | Path) -> list[OtelSpan]:
     out: list[OtelSpan] = []
     for lineno, obj in _requests(p):
         if not isinstance(obj, dict) or "resourceSpans" not in obj:
-            raise TraceFileError(f"{p}, line {lineno}: field 'resourceSpans' missing: not an "
-                                 f"OTLP ExportTraceServiceRequest in JSON")
+            raise TraceFileError(
+                f"{p}, line {lineno}: field 'resourceSpans' missing: not an "
+                f"OTLP ExportTraceServiceRequest in JSON"
+            )
         _hex_ids_to_b64(obj)
         try:
             req = ParseDict(obj, ExportTraceServiceRequest())
         except (ParseError, binascii.Error) as exc:
-            raise TraceFileError(f"{p}, line {lineno}: not a valid OTLP trace request: "
-                                 f"{exc}") from None
+            raise TraceFileError(
+                f"{p}, line {lineno}: not a valid OTLP trace request: {exc}"
+            ) from None
         for rs in req.resource_spans:
             res = {kv.key: _value(kv.value) for kv in rs.resource.attributes}
             for ss in rs.scope_spans:
                 for s in ss.spans:
-                    out.append(OtelSpan(
-                        s.trace_id.hex(), s.span_id.hex(), s.parent_span_id.hex() or None,
-                        s.name, int(s.start_time_unix_nano),
-                        max(int(s.start_time_unix_nano), int(s.end_time_unix_nano)),
-                        {kv.key: _value(kv.value) for kv in s.attributes},
-                        s.status.code == 2, s.status.message, res))
+                    out.append(
+                        OtelSpan(
+                            s.trace_id.hex(),
+                            s.span_id.hex(),
+                            s.parent_span_id.hex() or None,
+                            s.name,
+                            int(s.start_time_unix_nano),
+                            max(int(s.start_time_unix_nano), int(s.end_time_unix_nano)),
+                            {kv.key: _value(kv.value) for kv in s.attributes},
+                            s.status.code == 2,
+                            s.status.message,
+                            res,
+                        )
+                    )
     if not out:
         raise TraceFileError(f"{p}: no spans in the file")
     return out
@@ -199,31 +216,57 @@ class _Builder:
     def rel(self, t: int) -> int:
         return max(0, t - self.t_origin)
 
-    def span(self, sid: str, parent: str | None, kind: str, name: str, t0: int, t1: int,
-             after: list[str], start_attrs: dict[str, Any], end_attrs: dict[str, Any],
-             status: str) -> None:
+    def span(
+        self,
+        sid: str,
+        parent: str | None,
+        kind: str,
+        name: str,
+        t0: int,
+        t1: int,
+        after: list[str],
+        start_attrs: dict[str, Any],
+        end_attrs: dict[str, Any],
+        status: str,
+    ) -> None:
         self.n += 1
-        self.records.append((self.rel(t0), 2 * self.n,
-                             start_record(sid, parent, kind, name, self.rel(t0), after,
-                                          start_attrs)))
-        self.records.append((self.rel(t1), 2 * self.n + 1,
-                             end_span_record(sid, self.rel(t1), status, end_attrs)))
+        self.records.append(
+            (
+                self.rel(t0),
+                2 * self.n,
+                start_record(sid, parent, kind, name, self.rel(t0), after, start_attrs),
+            )
+        )
+        self.records.append(
+            (self.rel(t1), 2 * self.n + 1, end_span_record(sid, self.rel(t1), status, end_attrs))
+        )
 
 
 def _model_attrs(s: OtelSpan, step: int, rel: Any) -> dict[str, Any]:
     a = s.attrs
     out: dict[str, Any] = {A.STEP: step, "unknown": list(UNKNOWN_MODEL)}
-    for k in (A.GEN_AI_REQUEST_MODEL, A.GEN_AI_RESPONSE_MODEL, A.GEN_AI_USAGE_INPUT_TOKENS,
-              A.GEN_AI_USAGE_OUTPUT_TOKENS, A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
-              A.GEN_AI_USAGE_CACHED_INPUT_TOKENS, A.GEN_AI_RESPONSE_FINISH_REASONS,
-              GA.GEN_AI_PROVIDER_NAME, GA.GEN_AI_SYSTEM):
+    for k in (
+        A.GEN_AI_REQUEST_MODEL,
+        A.GEN_AI_RESPONSE_MODEL,
+        A.GEN_AI_USAGE_INPUT_TOKENS,
+        A.GEN_AI_USAGE_OUTPUT_TOKENS,
+        A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+        A.GEN_AI_USAGE_CACHED_INPUT_TOKENS,
+        A.GEN_AI_RESPONSE_FINISH_REASONS,
+        GA.GEN_AI_PROVIDER_NAME,
+        GA.GEN_AI_SYSTEM,
+    ):
         if a.get(k) is not None:
             out[k] = a[k]
     for ours, theirs in _ALIASES:
         if ours not in out and a.get(theirs) is not None:
             out[ours] = a[theirs]
-    for k in (A.GEN_AI_USAGE_INPUT_TOKENS, A.GEN_AI_USAGE_OUTPUT_TOKENS,
-              A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, A.GEN_AI_USAGE_CACHED_INPUT_TOKENS):
+    for k in (
+        A.GEN_AI_USAGE_INPUT_TOKENS,
+        A.GEN_AI_USAGE_OUTPUT_TOKENS,
+        A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+        A.GEN_AI_USAGE_CACHED_INPUT_TOKENS,
+    ):
         n = _int(out.pop(k, None))
         if n is None:  # missing or not a count: said unknown, never guessed
             out["unknown"].append(k)
@@ -231,8 +274,12 @@ def _model_attrs(s: OtelSpan, step: int, rel: Any) -> dict[str, Any]:
             out[k] = n
     timing: dict[str, Any] = {"t_send": rel(s.t0), "t_end": rel(s.t1)}
     ttfc = a.get(A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK)
-    if isinstance(ttfc, int | float) and not isinstance(ttfc, bool) and math.isfinite(ttfc) \
-            and ttfc >= 0:
+    if (
+        isinstance(ttfc, int | float)
+        and not isinstance(ttfc, bool)
+        and math.isfinite(ttfc)
+        and ttfc >= 0
+    ):
         out[A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
         timing["t_first"] = rel(min(s.t1, s.t0 + round(ttfc * 1e9)))
     else:
@@ -261,10 +308,18 @@ def _pick_trace(spans: list[OtelSpan]) -> tuple[list[OtelSpan], list[str]]:
     by_trace: dict[str, list[OtelSpan]] = {}
     for s in spans:
         by_trace.setdefault(s.trace_id, []).append(s)
-    ranked = sorted(by_trace.values(), key=lambda ss: (not any(_kind(s) == "run" for s in ss),
-                                                      min(s.t0 for s in ss)))
-    notes = [f"the file holds {len(ranked)} traces; imported the first agent run "
-             f"(trace {ranked[0][0].trace_id})"] if len(ranked) > 1 else []
+    ranked = sorted(
+        by_trace.values(),
+        key=lambda ss: (not any(_kind(s) == "run" for s in ss), min(s.t0 for s in ss)),
+    )
+    notes = (
+        [
+            f"the file holds {len(ranked)} traces; imported the first agent run "
+            f"(trace {ranked[0][0].trace_id})"
+        ]
+        if len(ranked) > 1
+        else []
+    )
     return ranked[0], notes
 
 
@@ -278,8 +333,10 @@ def import_otlp(path: str | Path, tier: dict[str, Any] | None = None) -> list[di
         if s.parent in by_id:
             by_id[s.parent].children.append(s)
     roots = [s for s in spans if s.parent not in by_id]
-    run = next((s for s in sorted(spans, key=lambda s: s.t0) if _kind(s) == "run"),
-               min(roots, key=lambda s: s.t0))
+    run = next(
+        (s for s in sorted(spans, key=lambda s: s.t0) if _kind(s) == "run"),
+        min(roots, key=lambda s: s.t0),
+    )
     kept: list[tuple[OtelSpan, str]] = []  # (span, kind) under the run, in start order
 
     def walk(s: OtelSpan) -> None:
@@ -294,29 +351,64 @@ def import_otlp(path: str | Path, tier: dict[str, Any] | None = None) -> list[di
     kept.sort(key=lambda x: x[0].t0)
     for s in [run, *(k for k, _ in kept)]:  # before the run's start is clamped to it
         if s.t1 - run.t0 > MAX_INSTANT_NS:
-            raise TraceFileError(f"{path}: span {s.span_id} ('{s.name}') lies outside its agent "
-                                 f"run ({run.name}) by more than a trace can hold; "
-                                 f"startTimeUnixNano / endTimeUnixNano look damaged")
+            raise TraceFileError(
+                f"{path}: span {s.span_id} ('{s.name}') lies outside its agent "
+                f"run ({run.name}) by more than a trace can hold; "
+                f"startTimeUnixNano / endTimeUnixNano look damaged"
+            )
     b = _Builder(run.t0)
     models = [s for s, k in kept if k == "model"]
-    model_name = next((str(s.attrs.get(A.GEN_AI_RESPONSE_MODEL) or s.attrs.get(
-        A.GEN_AI_REQUEST_MODEL)) for s in models), "?")
-    agent = str(run.attrs.get(GA.GEN_AI_AGENT_NAME) or
-                run.name.removeprefix("invoke_agent").strip() or "agent")
-    the_tier = tier or {"name": model_name, "base_url": "", "model": model_name, "api": "",
-                        "api_key_env": None, "options": {}, "profile": None}
+    model_name = next(
+        (
+            str(s.attrs.get(A.GEN_AI_RESPONSE_MODEL) or s.attrs.get(A.GEN_AI_REQUEST_MODEL))
+            for s in models
+        ),
+        "?",
+    )
+    agent = str(
+        run.attrs.get(GA.GEN_AI_AGENT_NAME)
+        or run.name.removeprefix("invoke_agent").strip()
+        or "agent"
+    )
+    the_tier = tier or {
+        "name": model_name,
+        "base_url": "",
+        "model": model_name,
+        "api": "",
+        "api_key_env": None,
+        "options": {},
+        "profile": None,
+    }
     header = header_record(
         clock={"wall": datetime.fromtimestamp(run.t0 / 1e9, UTC).isoformat(), "unit": "ns"},
-        run_id=f"otlp-{run.trace_id[:12]}", agentloop=__version__,
+        run_id=f"otlp-{run.trace_id[:12]}",
+        agentloop=__version__,
         task={"name": agent, "prompt": "", "system": "", "source": str(path)},
-        tier=the_tier, tools=[], limits={},
-        imported={"format": "otlp-json", "trace_id": run.trace_id,
-                  "service": run.resource.get("service.name"), "spans": len(spans),
-                  "notes": notes},
+        tier=the_tier,
+        tools=[],
+        limits={},
+        imported={
+            "format": "otlp-json",
+            "trace_id": run.trace_id,
+            "service": run.resource.get("service.name"),
+            "spans": len(spans),
+            "notes": notes,
+        },
         inferred={"edges": INFERRED},
-        unknown=["per model call: " + ", ".join(UNKNOWN_MODEL) + " (no first-token instant)"])
-    b.span("s1", None, "run", f"invoke_agent {agent}", run.t0, run.t1, [], {},
-           {GA.GEN_AI_AGENT_NAME: agent}, "error" if run.error else "ok")
+        unknown=["per model call: " + ", ".join(UNKNOWN_MODEL) + " (no first-token instant)"],
+    )
+    b.span(
+        "s1",
+        None,
+        "run",
+        f"invoke_agent {agent}",
+        run.t0,
+        run.t1,
+        [],
+        {},
+        {GA.GEN_AI_AGENT_NAME: agent},
+        "error" if run.error else "ok",
+    )
     # steps: each model call opens one, holding the tools that start before the next call
     steps: list[tuple[OtelSpan, list[OtelSpan]]] = []
     for s, k in kept:
@@ -330,8 +422,9 @@ def import_otlp(path: str | Path, tier: dict[str, Any] | None = None) -> list[di
     for n, (m, tools) in enumerate(steps, start=1):
         sid = f"s{next(next_id)}"
         t_end = max([m.t1, *(t.t1 for t in tools)])
-        b.span(sid, "s1", "step", f"step {n}", m.t0, t_end, prev_step, {A.STEP: n}, {A.STEP: n},
-               "ok")
+        b.span(
+            sid, "s1", "step", f"step {n}", m.t0, t_end, prev_step, {A.STEP: n}, {A.STEP: n}, "ok"
+        )
         prev_step = [sid]
         for s in (m, *tools):
             aid = f"s{next(next_id)}"
@@ -341,16 +434,37 @@ def import_otlp(path: str | Path, tier: dict[str, Any] | None = None) -> list[di
             attrs = _model_attrs(s, n, b.rel) if s is m else _tool_attrs(s, n)
             if s.error:
                 attrs[A.ERROR] = s.status_message or "error"
-            name = s.name if s.name.startswith(("chat", "execute_tool")) else \
-                (f"chat {model_name}" if kind == "model" else f"execute_tool {attrs[A.GEN_AI_TOOL_NAME]}")
-            b.span(aid, sid, kind, name, s.t0, s.t1, after, {A.STEP: n}, attrs,
-                   "error" if s.error else "ok")
+            name = (
+                s.name
+                if s.name.startswith(("chat", "execute_tool"))
+                else (
+                    f"chat {model_name}"
+                    if kind == "model"
+                    else f"execute_tool {attrs[A.GEN_AI_TOOL_NAME]}"
+                )
+            )
+            b.span(
+                aid,
+                sid,
+                kind,
+                name,
+                s.t0,
+                s.t1,
+                after,
+                {A.STEP: n},
+                attrs,
+                "error" if s.error else "ok",
+            )
             done.append((s.t1, aid))
     out_tokens = sum(_int(m.attrs.get(A.GEN_AI_USAGE_OUTPUT_TOKENS)) or 0 for m, _ in steps)
-    end = end_record("error" if run.error else "ok", b.rel(run.t1),
-                     reason=f"imported from {Path(path).name}", steps=len(steps),
-                     totals={"output_tokens": out_tokens, "elapsed_s": (run.t1 - run.t0) / 1e9},
-                     success=None)
+    end = end_record(
+        "error" if run.error else "ok",
+        b.rel(run.t1),
+        reason=f"imported from {Path(path).name}",
+        steps=len(steps),
+        totals={"output_tokens": out_tokens, "elapsed_s": (run.t1 - run.t0) / 1e9},
+        success=None,
+    )
     body = [r for _, _, r in sorted(b.records, key=lambda x: (x[0], x[1]))]
     return [header, *body, end]
 

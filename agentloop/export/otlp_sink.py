@@ -41,7 +41,9 @@ class _LogOnce(SpanExporter):
         self.dead = True
         get_logger("agentloop.export").warning(
             "OTLP collector unreachable or refusing spans; streaming to it stops for this run "
-            "(the trace file is unaffected)", endpoint=self.url)
+            "(the trace file is unaffected)",
+            endpoint=self.url,
+        )
         return result
 
     def shutdown(self) -> None:
@@ -55,13 +57,23 @@ class _LogOnce(SpanExporter):
 class OtlpSink:
     """A :class:`agentloop.protocols.SpanSink` that streams spans to an OTLP/HTTP collector."""
 
-    def __init__(self, url: str, *, schedule_delay_s: float = 0.2, max_queue: int = 4096,
-                 export_timeout_s: float = 5.0, close_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        schedule_delay_s: float = 0.2,
+        max_queue: int = 4096,
+        export_timeout_s: float = 5.0,
+        close_timeout_s: float = 5.0,
+    ) -> None:
         self.url = traces_endpoint(url)
         self._exporter = _LogOnce(exporter(url, export_timeout_s), self.url)
         self._processor = BatchSpanProcessor(
-            self._exporter, max_queue_size=max_queue, schedule_delay_millis=schedule_delay_s * 1000,
-            max_export_batch_size=min(512, max_queue))
+            self._exporter,
+            max_queue_size=max_queue,
+            schedule_delay_millis=schedule_delay_s * 1000,
+            max_export_batch_size=min(512, max_queue),
+        )
         self._close_ms = int(close_timeout_s * 1000)
         self._mapper: SpanMapper | None = None
         self._open: dict[str, SpanRecord] = {}
@@ -77,13 +89,23 @@ class OtlpSink:
             self._mapper = SpanMapper(record, scrub=lambda r: r)  # records come redacted
         elif typ == "span_start":
             self._open[record["id"]] = SpanRecord(
-                record["id"], record.get("parent"), record["kind"], record["name"], record["t"],
-                list(record.get("after") or ()), start_attrs=record.get("attrs") or {})
+                record["id"],
+                record.get("parent"),
+                record["kind"],
+                record["name"],
+                record["t"],
+                list(record.get("after") or ()),
+                start_attrs=record.get("attrs") or {},
+            )
         elif typ == "span_end" and self._mapper is not None:
             s = self._open.pop(record["id"], None)
             if s is None:
                 return
-            s.t1, s.status, s.attrs = record["t"], record.get("status", "ok"), record.get("attrs") or {}
+            s.t1, s.status, s.attrs = (
+                record["t"],
+                record.get("status", "ok"),
+                record.get("attrs") or {},
+            )
             if not self._exporter.dead:
                 self._processor.on_end(self._mapper.span(s, s.t1))
 

@@ -43,9 +43,17 @@ def _args(b: Bar) -> dict[str, Any]:
     out: dict[str, Any] = {"span_id": b.id, "status": b.status, "critical_path": b.critical}
     if b.in_flight:
         out["in_flight"] = True
-    for key in ("step", "gen_ai.request.model", "gen_ai.usage.input_tokens",
-                "gen_ai.usage.output_tokens", "gen_ai.usage.reasoning.output_tokens",
-                "gen_ai.response.time_to_first_chunk", "output_tps", "ok", "error"):
+    for key in (
+        "step",
+        "gen_ai.request.model",
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.output_tokens",
+        "gen_ai.usage.reasoning.output_tokens",
+        "gen_ai.response.time_to_first_chunk",
+        "output_tps",
+        "ok",
+        "error",
+    ):
         v = a.get(key, b.span.start_attrs.get(key))
         if v is not None:
             out[key] = v
@@ -62,15 +70,44 @@ def _meta(tl: Timeline) -> list[dict[str, Any]]:
     status = end.get("status", "?") if end else "incomplete (in flight when the trace stopped)"
     labels = f"status {status}; tier {tier.get('name', '?')} profile {tier.get('profile')}"
     ev: list[dict[str, Any]] = [
-        {"ph": "M", "pid": PID, "tid": 0, "ts": 0, "name": "process_name",
-         "args": {"name": f"agentloop {task} on {tier.get('name', '?')}"}},
-        {"ph": "M", "pid": PID, "tid": 0, "ts": 0, "name": "process_labels",
-         "args": {"labels": labels}}]
+        {
+            "ph": "M",
+            "pid": PID,
+            "tid": 0,
+            "ts": 0,
+            "name": "process_name",
+            "args": {"name": f"agentloop {task} on {tier.get('name', '?')}"},
+        },
+        {
+            "ph": "M",
+            "pid": PID,
+            "tid": 0,
+            "ts": 0,
+            "name": "process_labels",
+            "args": {"labels": labels},
+        },
+    ]
     for k, lane in enumerate(tl.lanes):
-        ev.append({"ph": "M", "pid": PID, "tid": k + 1, "ts": 0, "name": "thread_name",
-                   "args": {"name": lane}})
-        ev.append({"ph": "M", "pid": PID, "tid": k + 1, "ts": 0, "name": "thread_sort_index",
-                   "args": {"sort_index": k}})
+        ev.append(
+            {
+                "ph": "M",
+                "pid": PID,
+                "tid": k + 1,
+                "ts": 0,
+                "name": "thread_name",
+                "args": {"name": lane},
+            }
+        )
+        ev.append(
+            {
+                "ph": "M",
+                "pid": PID,
+                "tid": k + 1,
+                "ts": 0,
+                "name": "thread_sort_index",
+                "args": {"sort_index": k},
+            }
+        )
     return ev
 
 
@@ -86,27 +123,87 @@ def perfetto_events(tl: Timeline) -> list[dict[str, Any]]:
     for b in tl.bars:
         tid = b.lane + 1
         name = b.label + (" (in flight)" if b.in_flight else "")
-        add({"ph": "X", "pid": PID, "tid": tid, "ts": _us(b.t0), "dur": _dur(b.t0, b.t1),
-             "name": name, "cat": b.category, "args": _args(b)})
+        add(
+            {
+                "ph": "X",
+                "pid": PID,
+                "tid": tid,
+                "ts": _us(b.t0),
+                "dur": _dur(b.t0, b.t1),
+                "name": name,
+                "cat": b.category,
+                "args": _args(b),
+            }
+        )
         for p in b.phases:
-            add({"ph": "X", "pid": PID, "tid": tid, "ts": _us(p.t0), "dur": _dur(p.t0, p.t1),
-                 "name": p.name, "cat": f"model.{p.name}", "args": {"span_id": b.id}})
+            add(
+                {
+                    "ph": "X",
+                    "pid": PID,
+                    "tid": tid,
+                    "ts": _us(p.t0),
+                    "dur": _dur(p.t0, p.t1),
+                    "name": p.name,
+                    "cat": f"model.{p.name}",
+                    "args": {"span_id": b.id},
+                }
+            )
             if p.name == "decode" and isinstance(b.span.attrs.get("output_tps"), int | float):
-                add({"ph": "C", "pid": PID, "ts": _us(p.t0), "name": "output tok/s",
-                     "args": {"tok/s": round(float(b.span.attrs["output_tps"]), 2)}})
-                add({"ph": "C", "pid": PID, "ts": _us(p.t1), "name": "output tok/s",
-                     "args": {"tok/s": 0}})
+                add(
+                    {
+                        "ph": "C",
+                        "pid": PID,
+                        "ts": _us(p.t0),
+                        "name": "output tok/s",
+                        "args": {"tok/s": round(float(b.span.attrs["output_tps"]), 2)},
+                    }
+                )
+                add(
+                    {
+                        "ph": "C",
+                        "pid": PID,
+                        "ts": _us(p.t1),
+                        "name": "output tok/s",
+                        "args": {"tok/s": 0},
+                    }
+                )
         n_out = b.span.attrs.get("gen_ai.usage.output_tokens")
         if b.kind == "model" and isinstance(n_out, int) and not b.in_flight:
             out_tokens += n_out
-            add({"ph": "C", "pid": PID, "ts": _us(b.t1), "name": "output tokens",
-                 "args": {"tokens": out_tokens}})
+            add(
+                {
+                    "ph": "C",
+                    "pid": PID,
+                    "ts": _us(b.t1),
+                    "name": "output tokens",
+                    "args": {"tokens": out_tokens},
+                }
+            )
     for flow_id, (a, w) in enumerate(tl.edges, start=1):
         src, dst = by_id[a], by_id[w]
-        add({"ph": "s", "pid": PID, "tid": src.lane + 1, "id": flow_id, "cat": "after",
-             "name": "after", "ts": max(_us(src.t0), round(_us(src.t1) - _EPS_US, 3))})
-        add({"ph": "f", "bp": "e", "pid": PID, "tid": dst.lane + 1, "id": flow_id,
-             "cat": "after", "name": "after", "ts": _us(dst.t0)})
+        add(
+            {
+                "ph": "s",
+                "pid": PID,
+                "tid": src.lane + 1,
+                "id": flow_id,
+                "cat": "after",
+                "name": "after",
+                "ts": max(_us(src.t0), round(_us(src.t1) - _EPS_US, 3)),
+            }
+        )
+        add(
+            {
+                "ph": "f",
+                "bp": "e",
+                "pid": PID,
+                "tid": dst.lane + 1,
+                "id": flow_id,
+                "cat": "after",
+                "name": "after",
+                "ts": _us(dst.t0),
+            }
+        )
     timed.sort(key=lambda x: (x[0], x[1]))
     return _meta(tl) + [ev for _, _, ev in timed]
 
@@ -116,10 +213,15 @@ def to_perfetto(trace: Trace) -> dict[str, Any]:
     tl = layout(trace)
     h = trace.header
     end = trace.end
-    meta = {"agentloop": __version__, "run_id": h.get("run_id"),
-            "task": (h.get("task") or {}).get("name"), "tier": h.get("tier"),
-            "clock_wall": (h.get("clock") or {}).get("wall"), "complete": trace.complete,
-            "status": end.get("status") if end else None,
-            "end_to_end_s": tl.end_ns / 1e9,
-            "in_flight": [s.id for s in trace.in_flight]}
+    meta = {
+        "agentloop": __version__,
+        "run_id": h.get("run_id"),
+        "task": (h.get("task") or {}).get("name"),
+        "tier": h.get("tier"),
+        "clock_wall": (h.get("clock") or {}).get("wall"),
+        "complete": trace.complete,
+        "status": end.get("status") if end else None,
+        "end_to_end_s": tl.end_ns / 1e9,
+        "in_flight": [s.id for s in trace.in_flight],
+    }
     return {"traceEvents": perfetto_events(tl), "displayTimeUnit": "ms", "metadata": meta}

@@ -38,9 +38,14 @@ from agentloop.service.analysis import report_for, whatif_for
 from agentloop.service.requests import task_from_request
 from agentloop.service.runs import Run, RunBook
 
-OPENAPI_INFO = {"openapi": "3.0.3",
-                "info": {"title": "agentloop service", "version": "1",
-                         "description": "Run, stream and explain agent runs over HTTP."}}
+OPENAPI_INFO = {
+    "openapi": "3.0.3",
+    "info": {
+        "title": "agentloop service",
+        "version": "1",
+        "description": "Run, stream and explain agent runs over HTTP.",
+    },
+}
 
 
 def error(status: int, message: str, field: str | None = None) -> JSONResponse:
@@ -62,7 +67,8 @@ class BearerAuth:
             given = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(given, self._expected):
                 await error(401, "missing or wrong bearer token (Authorization: Bearer ...)")(
-                    scope, receive, send)
+                    scope, receive, send
+                )
                 return
         await self.app(scope, receive, send)
 
@@ -70,8 +76,15 @@ class BearerAuth:
 class Service:
     """The request handlers, bound to one RunBook and the server's settings."""
 
-    def __init__(self, book: RunBook, *, tasks_dir: Path, known_tools: set[str],
-                 tiers_file: Path | None, check_tier: Any) -> None:
+    def __init__(
+        self,
+        book: RunBook,
+        *,
+        tasks_dir: Path,
+        known_tools: set[str],
+        tiers_file: Path | None,
+        check_tier: Any,
+    ) -> None:
         self.book, self.tasks_dir, self.known_tools = book, tasks_dir, known_tools
         self.tiers_file, self.check_tier = tiers_file, check_tier
 
@@ -94,12 +107,14 @@ class Service:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError as exc:
             return error(400, f"the body is not JSON: {exc}", field="")
-        task, tier = task_from_request(body, tasks_dir=self.tasks_dir,
-                                       known_tools=self.known_tools)
+        task, tier = task_from_request(body, tasks_dir=self.tasks_dir, known_tools=self.known_tools)
         self.check_tier(task, tier)
         run = self.book.submit(task, tier)
-        return JSONResponse({"id": run.id, "status": run.status}, status_code=202,
-                            headers={"Location": f"/v1/runs/{run.id}"})
+        return JSONResponse(
+            {"id": run.id, "status": run.status},
+            status_code=202,
+            headers={"Location": f"/v1/runs/{run.id}"},
+        )
 
     async def list_runs(self, request: Request) -> Response:
         """
@@ -128,13 +143,15 @@ class Service:
             async for name, data in self.book.events(run):
                 yield b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
-        return StreamingResponse(stream(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store"})
+        return StreamingResponse(
+            stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
+        )
 
     def _trace(self, run: Run) -> Path:
         if run.trace_path is None or not run.trace_path.is_file():
-            raise RequestError(f"run {run.id} has no trace yet (status {run.status})",
-                               field="id", status=409)
+            raise RequestError(
+                f"run {run.id} has no trace yet (status {run.status})", field="id", status=409
+            )
         return run.trace_path
 
     async def trace(self, request: Request) -> Response:
@@ -206,7 +223,7 @@ def build_app(service: Service, token: str | None) -> ASGIApp:
         return error(404, f"no run with id {exc.args[0]!r}" if exc.args else "not found", "id")
 
     app = Starlette(
-        routes=[*routes, Route("/openapi.json", openapi, methods=["GET"],
-                               include_in_schema=False)],
-        exception_handlers={AgentloopError: bad_request, LookupError: not_found})
+        routes=[*routes, Route("/openapi.json", openapi, methods=["GET"], include_in_schema=False)],
+        exception_handlers={AgentloopError: bad_request, LookupError: not_found},
+    )
     return BearerAuth(app, token) if token else app

@@ -30,7 +30,8 @@ def _first_error(exc: ValidationError, prefix: str = "") -> RequestError:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("str", "dict")))
     msg = {"extra_forbidden": "unknown field", "missing": "required field is missing"}.get(
-        err["type"], err["msg"])
+        err["type"], err["msg"]
+    )
     return RequestError(f"field '{prefix}{loc}': {msg}", field=f"{prefix}{loc}")
 
 
@@ -38,12 +39,12 @@ def _inside(path: Path, folder: Path) -> bool:
     return path.resolve().is_relative_to(folder.resolve())
 
 
-def task_from_request(body: Any, *, tasks_dir: Path,
-                      known_tools: set[str]) -> tuple[Task, str | None]:
+def task_from_request(
+    body: Any, *, tasks_dir: Path, known_tools: set[str]
+) -> tuple[Task, str | None]:
     """Validate a ``POST /v1/runs`` body; (the task with its limits applied, the tier asked for)."""
     if not isinstance(body, dict):
-        raise RequestError("the body must be a JSON object: {\"task\": ..., \"tier\": ...}",
-                           field="")
+        raise RequestError('the body must be a JSON object: {"task": ..., "tier": ...}', field="")
     try:
         req = _RunRequest.model_validate(body)
     except ValidationError as exc:
@@ -53,16 +54,21 @@ def task_from_request(body: Any, *, tasks_dir: Path,
     elif not looks_like_name(req.task):
         path = Path(req.task)
         if path.is_absolute() or not _inside(Path.cwd() / path, tasks_dir):
-            raise RequestError(f"field 'task': {req.task!r} is not inside the tasks folder "
-                               f"{tasks_dir}", field="task")
+            raise RequestError(
+                f"field 'task': {req.task!r} is not inside the tasks folder {tasks_dir}",
+                field="task",
+            )
         task = _load(Path.cwd() / path, known_tools)
     else:
         try:
             found = find_task(req.task)
         except TaskFileError:
-            raise RequestError(f"field 'task': no shipped task named {req.task!r} (give a "
-                               f"shipped task's name, a path inside {tasks_dir}, or an inline "
-                               "task object)", field="task") from None
+            raise RequestError(
+                f"field 'task': no shipped task named {req.task!r} (give a "
+                f"shipped task's name, a path inside {tasks_dir}, or an inline "
+                "task object)",
+                field="task",
+            ) from None
         task = _load(found, known_tools)
     return _with_limits(task, req.limits), req.tier
 
@@ -88,8 +94,10 @@ def _inline(data: dict[str, Any], tasks_dir: Path, known_tools: set[str]) -> Tas
         message = exc.message.split(": ", 1)[-1]
         raise RequestError(f"field '{field}': {message}", field=field) from None
     if task.workspace is not None and not _inside(task.workspace, tasks_dir):
-        raise RequestError("field 'task.workspace': must be a folder inside the tasks folder",
-                           field="task.workspace")
+        raise RequestError(
+            "field 'task.workspace': must be a folder inside the tasks folder",
+            field="task.workspace",
+        )
     return task
 
 
@@ -97,13 +105,12 @@ def _with_limits(task: Task, limits: dict[str, Any]) -> Task:
     """``task`` with ``limits`` on top of its own, validated like a task file's ``limits:``."""
     if not limits:
         return task
-    mine = {k: getattr(task.limits, k) for k in LimitsModel.model_fields
-            if hasattr(task.limits, k)}
+    mine = {k: getattr(task.limits, k) for k in LimitsModel.model_fields if hasattr(task.limits, k)}
     try:
         merged = LimitsModel.model_validate({**mine, **limits})
     except ValidationError as exc:
         raise _first_error(exc, "limits.") from None
     values = merged.model_dump()
-    return replace(task, limits=Limits(**{k: values[k] for k in values
-                                          if k in Limits.__dataclass_fields__}))
-
+    return replace(
+        task, limits=Limits(**{k: values[k] for k in values if k in Limits.__dataclass_fields__})
+    )

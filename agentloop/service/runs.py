@@ -57,10 +57,18 @@ class Run:
     def summary(self) -> dict[str, Any]:
         """The JSON a client sees for this run."""
         return {
-            "id": self.id, "task": self.task.name, "tier": self.tier, "status": self.status,
-            "reason": self.reason, "submitted_at": self.submitted_at,
-            "started_at": self.started_at, "ended_at": self.ended_at, "run_id": self.run_id,
-            "steps": self.steps, "elapsed_s": self.elapsed_s, "success": self.success,
+            "id": self.id,
+            "task": self.task.name,
+            "tier": self.tier,
+            "status": self.status,
+            "reason": self.reason,
+            "submitted_at": self.submitted_at,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "run_id": self.run_id,
+            "steps": self.steps,
+            "elapsed_s": self.elapsed_s,
+            "success": self.success,
             "success_detail": self.success_detail,
             "trace": str(self.trace_path) if self.trace_path else None,
         }
@@ -72,8 +80,14 @@ StartRun = Callable[..., Any]  # agentloop.start_run's shape: (task, **kwargs) -
 class RunBook:
     """Submitted runs by id; at most ``concurrency`` run at once, the rest wait in order."""
 
-    def __init__(self, start_run: StartRun, *, trace_dir: Path, concurrency: int = 4,
-                 tiers_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        start_run: StartRun,
+        *,
+        trace_dir: Path,
+        concurrency: int = 4,
+        tiers_file: Path | None = None,
+    ) -> None:
         self._start_run = start_run
         self._trace_dir = trace_dir
         self._tiers_file = tiers_file
@@ -114,7 +128,9 @@ class RunBook:
                     result = await handle
                 except Exception as exc:  # a crash inside the run: the run is an error, the
                     # service goes on (the trace, if one was started, was closed by the runner)
-                    get_logger("agentloop.service").error("run_crashed", id=run.id, error=f"{type(exc).__name__}: {exc}")
+                    get_logger("agentloop.service").error(
+                        "run_crashed", id=run.id, error=f"{type(exc).__name__}: {exc}"
+                    )
                     self._end(run, "error", f"crashed: {type(exc).__name__}: {exc}")
                     return
                 finally:
@@ -160,11 +176,23 @@ class RunBook:
         # the run ended without a run_end event of its own (it never started, or crashed):
         # the stream still ends the way every stream does
         await run.ended.wait()
-        yield "run_end", {"kind": "run_end", "run_id": run.run_id, "t_s": run.elapsed_s or 0.0,
-                          "step": None, "span_id": None,
-                          "data": {"status": run.status, "reason": run.reason,
-                                   "steps": run.steps, "elapsed_s": run.elapsed_s or 0.0,
-                                   "success": None}}
+        yield (
+            "run_end",
+            {
+                "kind": "run_end",
+                "run_id": run.run_id,
+                "t_s": run.elapsed_s or 0.0,
+                "step": None,
+                "span_id": None,
+                "data": {
+                    "status": run.status,
+                    "reason": run.reason,
+                    "steps": run.steps,
+                    "elapsed_s": run.elapsed_s or 0.0,
+                    "success": None,
+                },
+            },
+        )
 
     async def close(self, grace_s: float = 30.0) -> int:
         """Cancel every run that has not ended and wait for their traces to close."""
@@ -185,5 +213,11 @@ class RunBook:
 
 def event_json(ev: Any) -> dict[str, Any]:
     """A frozen :class:`agentloop.events.RunEvent` as the JSON of one server-sent event."""
-    return {"kind": ev.kind, "run_id": ev.run_id, "t_s": ev.t_s, "step": ev.step,
-            "span_id": ev.span_id, "data": dict(ev.data)}
+    return {
+        "kind": ev.kind,
+        "run_id": ev.run_id,
+        "t_s": ev.t_s,
+        "step": ev.step,
+        "span_id": ev.span_id,
+        "data": dict(ev.data),
+    }

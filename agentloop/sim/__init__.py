@@ -1,7 +1,7 @@
 """The paced OpenAI-compatible simulator: a real HTTP server on loopback for offline runs and tests.
 
-    async with SimServer(profile=SpeedProfile(0.3, 20000, 60), script=[...]) as sim:
-        client = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sim")
+async with SimServer(profile=SpeedProfile(0.3, 20000, 60), script=[...]) as sim:
+    client = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sim")
 """
 
 from agentloop.sim.replay import script_from_trace

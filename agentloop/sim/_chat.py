@@ -27,12 +27,21 @@ from agentloop.sim._stream import Segment, StreamPlan, Tpl
 from agentloop.sim.conversation import Call, filler_turn
 from agentloop.sim.tokens import split_tokens
 
-DIALECT_FLAGS = frozenset({"reasoning_content", "usage_without_reasoning", "no_usage", "no_done",
-                           "whole_tool_args", "timings"})
+DIALECT_FLAGS = frozenset(
+    {
+        "reasoning_content",
+        "usage_without_reasoning",
+        "no_usage",
+        "no_done",
+        "whole_tool_args",
+        "timings",
+    }
+)
 DIALECTS: dict[str, frozenset[str]] = {
     "openai": frozenset(),
-    "llama.cpp": frozenset({"reasoning_content", "usage_without_reasoning", "whole_tool_args",
-                            "timings"}),
+    "llama.cpp": frozenset(
+        {"reasoning_content", "usage_without_reasoning", "whole_tool_args", "timings"}
+    ),
     "vllm": frozenset({"reasoning_content"}),
     "deepseek": frozenset({"reasoning_content"}),
     "bare": frozenset({"no_usage", "no_done"}),
@@ -57,34 +66,53 @@ def parse_dialect(value: str | Iterable[str]) -> frozenset[str]:
     return frozenset(flags)
 
 
-def llama_timings(prompt_n: int, cache_n: int, prompt_s: float, predicted_n: int,
-                  predicted_s: float) -> dict[str, Any]:
+def llama_timings(
+    prompt_n: int, cache_n: int, prompt_s: float, predicted_n: int, predicted_s: float
+) -> dict[str, Any]:
     """A ``timings`` object shaped like llama-server's."""
+
     def rate(n: int, s: float) -> float:
         return n / s if s > 0 else 0.0
-    return {"cache_n": cache_n, "prompt_n": prompt_n - cache_n, "prompt_ms": prompt_s * 1e3,
-            "prompt_per_token_ms": prompt_s * 1e3 / max(1, prompt_n - cache_n),
-            "prompt_per_second": rate(prompt_n - cache_n, prompt_s),
-            "predicted_n": predicted_n, "predicted_ms": predicted_s * 1e3,
-            "predicted_per_token_ms": predicted_s * 1e3 / max(1, predicted_n),
-            "predicted_per_second": rate(predicted_n, predicted_s)}
+
+    return {
+        "cache_n": cache_n,
+        "prompt_n": prompt_n - cache_n,
+        "prompt_ms": prompt_s * 1e3,
+        "prompt_per_token_ms": prompt_s * 1e3 / max(1, prompt_n - cache_n),
+        "prompt_per_second": rate(prompt_n - cache_n, prompt_s),
+        "predicted_n": predicted_n,
+        "predicted_ms": predicted_s * 1e3,
+        "predicted_per_token_ms": predicted_s * 1e3 / max(1, predicted_n),
+        "predicted_per_second": rate(predicted_n, predicted_s),
+    }
 
 
 def usage(call: Call) -> dict[str, Any]:
     reasoning = call.plan.turn.reasoning_tokens
     out = reasoning + call.plan.visible_tokens
-    return {"prompt_tokens": call.input_tokens, "completion_tokens": out,
-            "total_tokens": call.input_tokens + out,
-            "prompt_tokens_details": {"cached_tokens": call.cached_tokens, "audio_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": reasoning, "audio_tokens": 0,
-                                          "accepted_prediction_tokens": 0,
-                                          "rejected_prediction_tokens": 0}}
+    return {
+        "prompt_tokens": call.input_tokens,
+        "completion_tokens": out,
+        "total_tokens": call.input_tokens + out,
+        "prompt_tokens_details": {"cached_tokens": call.cached_tokens, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": reasoning,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    }
 
 
 def _base(call: Call, obj: str) -> dict[str, Any]:
-    return {"id": f"chatcmpl-sim{call.number:06d}", "object": obj, "created": call.created,
-            "model": call.model, "service_tier": call.service_tier,
-            "system_fingerprint": "fp_agentloop_sim"}
+    return {
+        "id": f"chatcmpl-sim{call.number:06d}",
+        "object": obj,
+        "created": call.created,
+        "model": call.model,
+        "service_tier": call.service_tier,
+        "system_fingerprint": "fp_agentloop_sim",
+    }
 
 
 def _finish(call: Call) -> str:
@@ -94,22 +122,36 @@ def _finish(call: Call) -> str:
 
 
 def _tool_calls(call: Call) -> list[dict[str, Any]]:
-    return [{"id": call.plan.call_id(k), "type": "function",
-             "function": {"name": c.name, "arguments": c.arguments}}
-            for k, c in enumerate(call.plan.turn.tool_calls)]
+    return [
+        {
+            "id": call.plan.call_id(k),
+            "type": "function",
+            "function": {"name": c.name, "arguments": c.arguments},
+        }
+        for k, c in enumerate(call.plan.turn.tool_calls)
+    ]
 
 
 def final_json(call: Call, req: dict[str, Any]) -> bytes:
     """The non-streaming completion body."""
     turn = call.plan.turn
-    message: dict[str, Any] = {"role": "assistant", "content": turn.text or None,
-                               "refusal": None, "annotations": []}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": turn.text or None,
+        "refusal": None,
+        "annotations": [],
+    }
     if turn.tool_calls:
         message["tool_calls"] = _tool_calls(call)
-    return orjson.dumps({**_base(call, "chat.completion"),
-                         "choices": [{"index": 0, "message": message, "logprobs": None,
-                                      "finish_reason": _finish(call)}],
-                         "usage": usage(call)})
+    return orjson.dumps(
+        {
+            **_base(call, "chat.completion"),
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": _finish(call)}
+            ],
+            "usage": usage(call),
+        }
+    )
 
 
 def _chunk(call: Call, choices: list[dict[str, Any]], **extra: Any) -> Tpl:
@@ -124,39 +166,65 @@ def _choice(delta: dict[str, Any], finish: str | None = None) -> list[dict[str, 
 def _delta_tpl(call: Call, delta_before: bytes, delta_after: bytes) -> tuple[bytes, bytes, bytes]:
     """A chunk template whose content goes between ``delta_before`` and ``delta_after``."""
     marker = "\x00SIM\x00"
-    body = orjson.dumps({**_base(call, "chat.completion.chunk"),
-                         "choices": _choice({"x": marker})})
+    body = orjson.dumps({**_base(call, "chat.completion.chunk"), "choices": _choice({"x": marker})})
     before, after = body.split(orjson.dumps({"x": marker}))
     return (b"data: " + before + delta_before, b"", delta_after + after + b"\n\n")
 
 
-def stream_plan(call: Call, req: dict[str, Any], dialect: frozenset[str] = frozenset(),
-                timings: dict[str, Any] | None = None) -> StreamPlan:
+def stream_plan(
+    call: Call,
+    req: dict[str, Any],
+    dialect: frozenset[str] = frozenset(),
+    timings: dict[str, Any] | None = None,
+) -> StreamPlan:
     """The streamed chunks of ``call`` as templates around its token deltas, in ``dialect``."""
     turn = call.plan.turn
     head = [_chunk(call, _choice({"role": "assistant", "content": "", "refusal": None}))]
     thinking = None
     if "reasoning_content" in dialect and turn.reasoning_tokens:
         text = filler_turn(turn.reasoning_tokens, call.plan.index + 1).text
-        thinking = Segment([], tuple(split_tokens(text)),
-                           _delta_tpl(call, b'{"reasoning_content":', b"}"), [])
+        thinking = Segment(
+            [], tuple(split_tokens(text)), _delta_tpl(call, b'{"reasoning_content":', b"}"), []
+        )
     segments: list[Segment] = []
     if turn.text or not turn.tool_calls:
-        segments.append(Segment([], call.plan.text_tokens,
-                                _delta_tpl(call, b'{"content":', b"}"), []))
+        segments.append(
+            Segment([], call.plan.text_tokens, _delta_tpl(call, b'{"content":', b"}"), [])
+        )
     whole = "whole_tool_args" in dialect
     for k, c in enumerate(turn.tool_calls):
         if whole:  # id, name and all the arguments in one chunk
-            head_ = orjson.dumps({"index": k, "id": call.plan.call_id(k), "type": "function",
-                                  "function": {"name": c.name}})[:-2]
+            head_ = orjson.dumps(
+                {
+                    "index": k,
+                    "id": call.plan.call_id(k),
+                    "type": "function",
+                    "function": {"name": c.name},
+                }
+            )[:-2]
             delta = _delta_tpl(call, b'{"tool_calls":[' + head_ + b',"arguments":', b"}}]}")
             segments.append(Segment([], call.plan.arg_tokens[k], delta, [], whole=True))
             continue
-        opened = [_chunk(call, _choice({"tool_calls": [{
-            "index": k, "id": call.plan.call_id(k), "type": "function",
-            "function": {"name": c.name, "arguments": ""}}]}))]
-        delta = _delta_tpl(call, b'{"tool_calls":[{"index":%d,"function":{"arguments":' % k,
-                           b"}}]}")
+        opened = [
+            _chunk(
+                call,
+                _choice(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": k,
+                                "id": call.plan.call_id(k),
+                                "type": "function",
+                                "function": {"name": c.name, "arguments": ""},
+                            }
+                        ]
+                    }
+                ),
+            )
+        ]
+        delta = _delta_tpl(
+            call, b'{"tool_calls":[{"index":%d,"function":{"arguments":' % k, b"}}]}"
+        )
         segments.append(Segment(opened, call.plan.arg_tokens[k], delta, []))
     extra: dict[str, Any] = {"timings": timings} if timings is not None else {}
     tail = [_chunk(call, _choice({}, _finish(call)), **extra)]

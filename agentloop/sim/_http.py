@@ -18,9 +18,16 @@ from typing import Any
 
 import orjson
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            413: "Payload Too Large", 429: "Too Many Requests", 500: "Internal Server Error",
-            503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Payload Too Large",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 MAX_BODY = 64 * 1024 * 1024
 
 
@@ -39,8 +46,9 @@ class Request:
     keep_alive: bool
 
 
-async def read_request(reader: asyncio.StreamReader,
-                       writer: asyncio.StreamWriter) -> Request | None:
+async def read_request(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> Request | None:
     """Read one request; ``None`` when the peer closed the connection between requests."""
     try:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -94,25 +102,35 @@ def head_bytes(status: int, headers: list[tuple[str, str]], keep_alive: bool) ->
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-def json_response(status: int, body: bytes, keep_alive: bool,
-                  extra: Sequence[tuple[str, str]] = ()) -> bytes:
+def json_response(
+    status: int, body: bytes, keep_alive: bool, extra: Sequence[tuple[str, str]] = ()
+) -> bytes:
     """A complete response with a JSON body."""
     headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *extra]
     return head_bytes(status, headers, keep_alive) + body
 
 
-def error_body(message: str, type_: str, code: str | None = None,
-               param: str | None = None) -> bytes:
+def error_body(
+    message: str, type_: str, code: str | None = None, param: str | None = None
+) -> bytes:
     """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
-    return orjson.dumps({"error": {"message": message, "type": type_, "param": param,
-                                   "code": code}})
+    return orjson.dumps(
+        {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    )
 
 
 def sse_head(keep_alive: bool, extra: Sequence[tuple[str, str]] = ()) -> bytes:
     """Headers of a chunked server-sent-events stream."""
-    return head_bytes(200, [("Content-Type", "text/event-stream; charset=utf-8"),
-                            ("Cache-Control", "no-cache"), ("Transfer-Encoding", "chunked"),
-                            *extra], keep_alive)
+    return head_bytes(
+        200,
+        [
+            ("Content-Type", "text/event-stream; charset=utf-8"),
+            ("Cache-Control", "no-cache"),
+            ("Transfer-Encoding", "chunked"),
+            *extra,
+        ],
+        keep_alive,
+    )
 
 
 def chunk(data: bytes) -> bytes:

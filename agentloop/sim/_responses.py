@@ -39,16 +39,19 @@ _MAC_KEY = b"agentloop-sim-reasoning"  # not a secret: it only lets the sim reco
 
 def _event(kind: str, payload: dict[str, Any]) -> Tpl:
     body = orjson.dumps({"type": kind, **payload})
-    return (b"event: %b\ndata: %b,\"sequence_number\":" % (kind.encode(), body[:-1]), b"}\n\n")
+    return (b'event: %b\ndata: %b,"sequence_number":' % (kind.encode(), body[:-1]), b"}\n\n")
 
 
 def usage(call: Call) -> dict[str, Any]:
     reasoning = call.plan.turn.reasoning_tokens
     out = reasoning + call.plan.visible_tokens
-    return {"input_tokens": call.input_tokens,
-            "input_tokens_details": {"cached_tokens": call.cached_tokens, "cache_write_tokens": 0},
-            "output_tokens": out, "output_tokens_details": {"reasoning_tokens": reasoning},
-            "total_tokens": call.input_tokens + out}
+    return {
+        "input_tokens": call.input_tokens,
+        "input_tokens_details": {"cached_tokens": call.cached_tokens, "cache_write_tokens": 0},
+        "output_tokens": out,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": call.input_tokens + out,
+    }
 
 
 def _ids(call: Call) -> tuple[str, str, str]:
@@ -69,8 +72,10 @@ def _wants_encrypted(req: dict[str, Any]) -> bool:
 def summary_text(call: Call) -> str:
     """The reasoning summary the simulator gives for ``call``'s turn (deterministic)."""
     turn = call.plan.turn
-    return (f"**Planning turn {call.plan.index + 1}**\n\nWorked through "
-            f"{turn.reasoning_tokens} reasoning tokens before answering.")
+    return (
+        f"**Planning turn {call.plan.index + 1}**\n\nWorked through "
+        f"{turn.reasoning_tokens} reasoning tokens before answering."
+    )
 
 
 def encrypt(turn_index: int, rs_id: str) -> str:
@@ -119,8 +124,9 @@ class ReasoningCheck:
     error: tuple[int, str, str | None] | None = None
 
 
-def check_reasoning(priors: Sequence[PriorTurn], store: object,
-                    plans: Sequence[TurnPlan] | None, require: bool) -> ReasoningCheck:
+def check_reasoning(
+    priors: Sequence[PriorTurn], store: object, plans: Sequence[TurnPlan] | None, require: bool
+) -> ReasoningCheck:
     """Check the reasoning items of a request's earlier model turns, as OpenAI's API would.
 
     With ``store`` false an item without ``encrypted_content`` cannot be resolved (the real API's
@@ -136,27 +142,53 @@ def check_reasoning(priors: Sequence[PriorTurn], store: object,
             token = item.get("encrypted_content")
             if token is None:
                 if store is False:
-                    return ReasoningCheck(received, tuple(missing), (404, (
-                        f"Item with id '{rs_id}' not found. Items are not persisted when `store` "
-                        "is set to false. Try again with `store` set to true, or remove this "
-                        "item from your input."), None))
+                    return ReasoningCheck(
+                        received,
+                        tuple(missing),
+                        (
+                            404,
+                            (
+                                f"Item with id '{rs_id}' not found. Items are not persisted when `store` "
+                                "is set to false. Try again with `store` set to true, or remove this "
+                                "item from your input."
+                            ),
+                            None,
+                        ),
+                    )
                 continue
             payload = decrypt(token)
             if payload is None or payload.get("id") != rs_id or payload.get("turn") != j:
-                return ReasoningCheck(received, tuple(missing), (400, (
-                    f"The encrypted content for item '{rs_id}' could not be verified (it does "
-                    f"not belong to model turn {j} of this conversation)."),
-                    "invalid_encrypted_content"))
+                return ReasoningCheck(
+                    received,
+                    tuple(missing),
+                    (
+                        400,
+                        (
+                            f"The encrypted content for item '{rs_id}' could not be verified (it does "
+                            f"not belong to model turn {j} of this conversation)."
+                        ),
+                        "invalid_encrypted_content",
+                    ),
+                )
             received += 1
         reasoned = plans is not None and j < len(plans) and plans[j].turn.reasoning_tokens > 0
         if reasoned and not prior.reasoning:
             missing.append(j)
     if require and missing:
-        return ReasoningCheck(received, tuple(missing), (400, (
-            f"agentloop sim (require_reasoning): model turn(s) {list(missing)} reasoned, but this "
-            "request does not pass their reasoning items back; with store=false send every "
-            "reasoning item (id, encrypted_content, summary) the model returned, ask for them "
-            f"with include=['{ENCRYPTED_INCLUDE}']"), "reasoning_items_missing"))
+        return ReasoningCheck(
+            received,
+            tuple(missing),
+            (
+                400,
+                (
+                    f"agentloop sim (require_reasoning): model turn(s) {list(missing)} reasoned, but this "
+                    "request does not pass their reasoning items back; with store=false send every "
+                    "reasoning item (id, encrypted_content, summary) the model returned, ask for them "
+                    f"with include=['{ENCRYPTED_INCLUDE}']"
+                ),
+                "reasoning_items_missing",
+            ),
+        )
     return ReasoningCheck(received, tuple(missing))
 
 
@@ -168,36 +200,61 @@ def _items(call: Call, req: dict[str, Any]) -> list[dict[str, Any]]:
     if turn.reasoning_tokens:
         items.append(_reasoning_item(call, req))
     if turn.text or not turn.tool_calls:
-        items.append({"id": msg_id, "type": "message", "role": "assistant", "status": "completed",
-                      "content": [{"type": "output_text", "text": turn.text, "annotations": [],
-                                   "logprobs": []}]})
+        items.append(
+            {
+                "id": msg_id,
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": [
+                    {"type": "output_text", "text": turn.text, "annotations": [], "logprobs": []}
+                ],
+            }
+        )
     for k, c in enumerate(turn.tool_calls):
-        items.append({"id": f"fc_sim{call.number:06d}_{k}", "type": "function_call",
-                      "call_id": call.plan.call_id(k), "name": c.name, "arguments": c.arguments,
-                      "status": "completed"})
+        items.append(
+            {
+                "id": f"fc_sim{call.number:06d}_{k}",
+                "type": "function_call",
+                "call_id": call.plan.call_id(k),
+                "name": c.name,
+                "arguments": c.arguments,
+                "status": "completed",
+            }
+        )
     if call.plan.truncated and items:
         items[-1]["status"] = "incomplete"
     return items
 
 
-def response_object(call: Call, req: dict[str, Any], status: str,
-                    output: list[dict[str, Any]], with_usage: bool) -> dict[str, Any]:
+def response_object(
+    call: Call, req: dict[str, Any], status: str, output: list[dict[str, Any]], with_usage: bool
+) -> dict[str, Any]:
     resp_id, _, _ = _ids(call)
     return {
-        "id": resp_id, "object": "response", "created_at": call.created, "status": status,
+        "id": resp_id,
+        "object": "response",
+        "created_at": call.created,
+        "status": status,
         "completed_at": call.created if status == "completed" else None,
-        "model": call.model, "output": output, "error": None,
-        "incomplete_details": ({"reason": "max_output_tokens"} if status == "incomplete"
-                               else None),
-        "instructions": req.get("instructions"), "metadata": req.get("metadata") or {},
+        "model": call.model,
+        "output": output,
+        "error": None,
+        "incomplete_details": ({"reason": "max_output_tokens"} if status == "incomplete" else None),
+        "instructions": req.get("instructions"),
+        "metadata": req.get("metadata") or {},
         "parallel_tool_calls": req.get("parallel_tool_calls", True),
-        "temperature": req.get("temperature"), "top_p": req.get("top_p"),
-        "tool_choice": req.get("tool_choice", "auto"), "tools": req.get("tools") or [],
+        "temperature": req.get("temperature"),
+        "top_p": req.get("top_p"),
+        "tool_choice": req.get("tool_choice", "auto"),
+        "tools": req.get("tools") or [],
         "max_output_tokens": req.get("max_output_tokens"),
         "previous_response_id": req.get("previous_response_id"),
         "reasoning": req.get("reasoning") or {"effort": None, "summary": None},
-        "service_tier": call.service_tier, "store": req.get("store", False),
-        "text": req.get("text") or {"format": {"type": "text"}}, "truncation": "disabled",
+        "service_tier": call.service_tier,
+        "store": req.get("store", False),
+        "text": req.get("text") or {"format": {"type": "text"}},
+        "truncation": "disabled",
         "usage": usage(call) if with_usage else None,
     }
 
@@ -215,20 +272,31 @@ def stream_plan(call: Call, req: dict[str, Any]) -> StreamPlan:
     """The streamed events of ``call`` as templates around its token deltas."""
     items = _items(call, req)
     turn = call.plan.turn
-    head = [_event("response.created",
-                   {"response": response_object(call, req, "in_progress", [], False)}),
-            _event("response.in_progress",
-                   {"response": response_object(call, req, "in_progress", [], False)})]
+    head = [
+        _event(
+            "response.created", {"response": response_object(call, req, "in_progress", [], False)}
+        ),
+        _event(
+            "response.in_progress",
+            {"response": response_object(call, req, "in_progress", [], False)},
+        ),
+    ]
     reasoning: list[Tpl] = []
     pre: list[Tpl] = []  # closes the reasoning item just before the first visible token
     idx = 0
     if turn.reasoning_tokens:
         item = items[0]
         added = {k: v for k, v in item.items() if k != "encrypted_content"}  # not final yet
-        reasoning = [_event("response.output_item.added", {
-            "output_index": 0, "item": {**added, "summary": [], "status": "in_progress"}})]
-        pre = [*_summary_events(item), _event("response.output_item.done",
-                                              {"output_index": 0, "item": item})]
+        reasoning = [
+            _event(
+                "response.output_item.added",
+                {"output_index": 0, "item": {**added, "summary": [], "status": "in_progress"}},
+            )
+        ]
+        pre = [
+            *_summary_events(item),
+            _event("response.output_item.done", {"output_index": 0, "item": item}),
+        ]
         idx = 1
     segments: list[Segment] = []
     if turn.text or not turn.tool_calls:
@@ -236,39 +304,65 @@ def stream_plan(call: Call, req: dict[str, Any]) -> StreamPlan:
         msg_id = item["id"]
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         where = {"item_id": msg_id, "output_index": idx, "content_index": 0}
-        opened = [*pre,
-                  _event("response.output_item.added", {"output_index": idx, "item": {
-                      **item, "status": "in_progress", "content": []}}),
-                  _event("response.content_part.added", {**where, "part": part})]
+        opened = [
+            *pre,
+            _event(
+                "response.output_item.added",
+                {"output_index": idx, "item": {**item, "status": "in_progress", "content": []}},
+            ),
+            _event("response.content_part.added", {**where, "part": part}),
+        ]
         pre = []
-        delta = (b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
-                 b'"item_id":"%b","output_index":%d,"content_index":0,"logprobs":[],'
-                 b'"sequence_number":' % (msg_id.encode(), idx), b',"delta":', b"}\n\n")
-        closed = [_event("response.output_text.done", {**where, "text": turn.text,
-                                                       "logprobs": []}),
-                  _event("response.content_part.done", {**where, "part": {
-                      **part, "text": turn.text}}),
-                  _event("response.output_item.done", {"output_index": idx, "item": item})]
+        delta = (
+            b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+            b'"item_id":"%b","output_index":%d,"content_index":0,"logprobs":[],'
+            b'"sequence_number":' % (msg_id.encode(), idx),
+            b',"delta":',
+            b"}\n\n",
+        )
+        closed = [
+            _event("response.output_text.done", {**where, "text": turn.text, "logprobs": []}),
+            _event("response.content_part.done", {**where, "part": {**part, "text": turn.text}}),
+            _event("response.output_item.done", {"output_index": idx, "item": item}),
+        ]
         segments.append(Segment(opened, call.plan.text_tokens, delta, closed))
         idx += 1
     for k, tokens in enumerate(call.plan.arg_tokens):
         item = items[idx]
         fc_id = item["id"]
-        opened = [*pre, _event("response.output_item.added", {"output_index": idx, "item": {
-            **item, "arguments": "", "status": "in_progress"}})]
+        opened = [
+            *pre,
+            _event(
+                "response.output_item.added",
+                {"output_index": idx, "item": {**item, "arguments": "", "status": "in_progress"}},
+            ),
+        ]
         pre = []
-        delta = (b'event: response.function_call_arguments.delta\ndata: {"type":'
-                 b'"response.function_call_arguments.delta","item_id":"%b","output_index":%d,'
-                 b'"sequence_number":' % (fc_id.encode(), idx), b',"delta":', b"}\n\n")
-        closed = [_event("response.function_call_arguments.done", {
-                      "item_id": fc_id, "output_index": idx, "name": item["name"],
-                      "arguments": turn.tool_calls[k].arguments}),
-                  _event("response.output_item.done", {"output_index": idx, "item": item})]
+        delta = (
+            b'event: response.function_call_arguments.delta\ndata: {"type":'
+            b'"response.function_call_arguments.delta","item_id":"%b","output_index":%d,'
+            b'"sequence_number":' % (fc_id.encode(), idx),
+            b',"delta":',
+            b"}\n\n",
+        )
+        closed = [
+            _event(
+                "response.function_call_arguments.done",
+                {
+                    "item_id": fc_id,
+                    "output_index": idx,
+                    "name": item["name"],
+                    "arguments": turn.tool_calls[k].arguments,
+                },
+            ),
+            _event("response.output_item.done", {"output_index": idx, "item": item}),
+        ]
         segments.append(Segment(opened, tokens, delta, closed))
         idx += 1
     status = _final_status(call)
-    tail = [_event(f"response.{status}",
-                   {"response": response_object(call, req, status, items, True)})]
+    tail = [
+        _event(f"response.{status}", {"response": response_object(call, req, status, items, True)})
+    ]
     return StreamPlan(True, head, reasoning, segments, tail)
 
 
@@ -278,10 +372,16 @@ def _summary_events(item: dict[str, Any]) -> list[Tpl]:
     for k, part in enumerate(item["summary"]):
         where = {"item_id": item["id"], "output_index": 0, "summary_index": k}
         text = part["text"]
-        out += [_event("response.reasoning_summary_part.added",
-                       {**where, "part": {"type": "summary_text", "text": ""}}),
-                _event("response.reasoning_summary_text.delta", {**where, "delta": text}),
-                _event("response.reasoning_summary_text.done", {**where, "text": text}),
-                _event("response.reasoning_summary_part.done",
-                       {**where, "part": {"type": "summary_text", "text": text}})]
+        out += [
+            _event(
+                "response.reasoning_summary_part.added",
+                {**where, "part": {"type": "summary_text", "text": ""}},
+            ),
+            _event("response.reasoning_summary_text.delta", {**where, "delta": text}),
+            _event("response.reasoning_summary_text.done", {**where, "text": text}),
+            _event(
+                "response.reasoning_summary_part.done",
+                {**where, "part": {"type": "summary_text", "text": text}},
+            ),
+        ]
     return out

@@ -95,8 +95,15 @@ class Schedule:
         self.t_first += seconds
 
 
-def make_schedule(t0: float, prefill_s: float, reasoning_s: float, inv_tps: float, n: int,
-                  jitter: float, rng: random.Random | None) -> Schedule:
+def make_schedule(
+    t0: float,
+    prefill_s: float,
+    reasoning_s: float,
+    inv_tps: float,
+    n: int,
+    jitter: float,
+    rng: random.Random | None,
+) -> Schedule:
     """Deadlines from the request's arrival ``t0``; jitter scales each interval by 1 ± jitter."""
     if jitter <= 0 or rng is None:
         return Schedule(t0 + prefill_s, t0 + prefill_s + reasoning_s, inv_tps)
@@ -125,16 +132,22 @@ class StreamCut(Exception):
     """A ``cut`` fault fired: the caller closes the connection with no terminal event."""
 
 
-async def emit(write: Callable[[bytes], None], plan: StreamPlan, sched: Schedule,
-               tokens_per_chunk: int, faults: list[StreamFault],
-               is_closing: Callable[[], bool],
-               min_interval: Callable[[], float] = lambda: 0.0) -> None:
+async def emit(
+    write: Callable[[bytes], None],
+    plan: StreamPlan,
+    sched: Schedule,
+    tokens_per_chunk: int,
+    faults: list[StreamFault],
+    is_closing: Callable[[], bool],
+    min_interval: Callable[[], float] = lambda: 0.0,
+) -> None:
     """Write ``plan`` paced by ``sched``; raises StreamCut when a cut fault fires."""
     clock = asyncio.get_running_loop().time
     sleep = asyncio.sleep
     total = sum(len(s.tokens) for s in plan.segments)
-    pending = sorted((StreamFault(min(f.after, total), f.kind, f.stall_s) for f in faults),
-                     key=lambda f: f.after)
+    pending = sorted(
+        (StreamFault(min(f.after, total), f.kind, f.stall_s) for f in faults), key=lambda f: f.after
+    )
     k = max(1, tokens_per_chunk)
 
     async def apply(g: int) -> None:
@@ -148,8 +161,15 @@ async def emit(write: Callable[[bytes], None], plan: StreamPlan, sched: Schedule
             elif f.kind == "malformed":
                 write(MALFORMED)
             elif f.kind == "endless":
-                await _endless(write, plan, seg_now[0] if seg_now else None, sched.inv_tps,
-                               k, is_closing, min_interval)
+                await _endless(
+                    write,
+                    plan,
+                    seg_now[0] if seg_now else None,
+                    sched.inv_tps,
+                    k,
+                    is_closing,
+                    min_interval,
+                )
 
     seg_now: list[Segment] = [plan.segments[0]] if plan.segments else []
 
@@ -210,8 +230,15 @@ async def emit(write: Callable[[bytes], None], plan: StreamPlan, sched: Schedule
     write(buf + plan.render(plan.tail))
 
 
-async def _think(write: Callable[[bytes], None], plan: StreamPlan, seg: Segment, sched: Schedule,
-                 k: int, is_closing: Callable[[], bool], min_interval: Callable[[], float]) -> None:
+async def _think(
+    write: Callable[[bytes], None],
+    plan: StreamPlan,
+    seg: Segment,
+    sched: Schedule,
+    k: int,
+    is_closing: Callable[[], bool],
+    min_interval: Callable[[], float],
+) -> None:
     """Stream hidden reasoning as text between its start and the first visible token: reasoning
     token ``j`` is due at ``t_reason + (j + 1) * (t_first - t_reason) / R``."""
     clock = asyncio.get_running_loop().time
@@ -232,9 +259,15 @@ async def _think(write: Callable[[bytes], None], plan: StreamPlan, seg: Segment,
         i = stop
 
 
-async def _endless(write: Callable[[bytes], None], plan: StreamPlan, seg: Segment | None,
-                   inv_tps: float, k: int, is_closing: Callable[[], bool],
-                   min_interval: Callable[[], float]) -> None:
+async def _endless(
+    write: Callable[[bytes], None],
+    plan: StreamPlan,
+    seg: Segment | None,
+    inv_tps: float,
+    k: int,
+    is_closing: Callable[[], bool],
+    min_interval: Callable[[], float],
+) -> None:
     """The ``endless`` fault: filler deltas at the stream's pace until the client hangs up."""
     if seg is None:
         return

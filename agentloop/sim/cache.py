@@ -23,8 +23,7 @@ MAX_PREFIXES = 200_000  # remembered prefixes over all models (about 20 MB at mo
 
 
 def _digest(item: Any) -> bytes:
-    return hashlib.blake2b(orjson.dumps(item, option=orjson.OPT_SORT_KEYS),
-                           digest_size=16).digest()
+    return hashlib.blake2b(orjson.dumps(item, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
 
 
 class PrefixCache:

@@ -53,8 +53,12 @@ class TurnPlan:
 
 def plan_turn(index: int, turn: ScriptTurn) -> TurnPlan:
     """Split a script turn into the tokens the simulator will stream."""
-    return TurnPlan(index, turn, tuple(split_tokens(turn.text)),
-                    tuple(tuple(split_tokens(c.arguments)) for c in turn.tool_calls))
+    return TurnPlan(
+        index,
+        turn,
+        tuple(split_tokens(turn.text)),
+        tuple(tuple(split_tokens(c.arguments)) for c in turn.tool_calls),
+    )
 
 
 def truncate(plan: TurnPlan, limit: int | None) -> TurnPlan:
@@ -75,13 +79,35 @@ def truncate(plan: TurnPlan, limit: int | None) -> TurnPlan:
         budget -= len(kept)
         args.append(kept)
         calls.append(ScriptToolCall(call.name, "".join(kept)))
-    turn = ScriptTurn(text="".join(text), reasoning_tokens=min(reasoning, limit),
-                      tool_calls=tuple(calls))
+    turn = ScriptTurn(
+        text="".join(text), reasoning_tokens=min(reasoning, limit), tool_calls=tuple(calls)
+    )
     return TurnPlan(plan.index, turn, text, tuple(args), truncated=True)
 
 
-_WORDS = ("the", "model", "reads", "a", "file", "and", "then", "writes", "tests", "for", "each",
-          "step", "of", "plan", "it", "checks", "output", "before", "next", "tool", "call")
+_WORDS = (
+    "the",
+    "model",
+    "reads",
+    "a",
+    "file",
+    "and",
+    "then",
+    "writes",
+    "tests",
+    "for",
+    "each",
+    "step",
+    "of",
+    "plan",
+    "it",
+    "checks",
+    "output",
+    "before",
+    "next",
+    "tool",
+    "call",
+)
 
 
 def filler_turn(n_tokens: int, seed: int = 0) -> ScriptTurn:
@@ -96,8 +122,11 @@ def filler_turn(n_tokens: int, seed: int = 0) -> ScriptTurn:
             start = True
             continue
         word = rng.choice(_WORDS)
-        pieces.append(word.capitalize() if start and not pieces else
-                      " " + (word.capitalize() if start else word))
+        pieces.append(
+            word.capitalize()
+            if start and not pieces
+            else " " + (word.capitalize() if start else word)
+        )
         start = False
     return ScriptTurn(text="".join(pieces))
 
@@ -107,9 +136,13 @@ def chat_priors(messages: list[dict[str, Any]]) -> list[PriorTurn]:
     out = []
     for m in messages:
         if m.get("role") == "assistant":
-            calls = tuple(((c.get("function") or {}).get("name") or "",
-                           (c.get("function") or {}).get("arguments") or "")
-                          for c in m.get("tool_calls") or ())
+            calls = tuple(
+                (
+                    (c.get("function") or {}).get("name") or "",
+                    (c.get("function") or {}).get("arguments") or "",
+                )
+                for c in m.get("tool_calls") or ()
+            )
             content = m.get("content")
             out.append(PriorTurn(content if isinstance(content, str) else "", calls))
     return out
@@ -126,8 +159,9 @@ def responses_priors(items: str | list[dict[str, Any]]) -> list[PriorTurn]:
     in_turn = False
     for it in items:
         kind = it.get("type", "message")
-        is_model = (kind in ("function_call", "reasoning")
-                    or (kind == "message" and it.get("role") == "assistant"))
+        is_model = kind in ("function_call", "reasoning") or (
+            kind == "message" and it.get("role") == "assistant"
+        )
         if is_model:
             in_turn = True
             if kind == "function_call":
@@ -167,20 +201,23 @@ def pick_turn(plans: list[TurnPlan], priors: list[PriorTurn]) -> TurnPlan:
     if n >= len(plans):
         raise ScriptMismatch(
             f"the conversation already holds {n} model turn(s) but the script has only "
-            f"{len(plans)} turn(s) (turns 0..{len(plans) - 1}): nothing scripted for turn {n}")
+            f"{len(plans)} turn(s) (turns 0..{len(plans) - 1}): nothing scripted for turn {n}"
+        )
     for j, prior in enumerate(priors):
         want = plans[j].turn
         got_names, want_names = _names(prior.calls), _names(want.tool_calls)
         if got_names != want_names:
             raise ScriptMismatch(
                 f"model turn {j} in the conversation does not match script turn {j}: it calls "
-                f"tools {got_names}, the script calls {want_names}")
+                f"tools {got_names}, the script calls {want_names}"
+            )
         for k, ((name, args), call) in enumerate(zip(prior.calls, want.tool_calls, strict=True)):
             if not _same_args(args, call.arguments):
                 raise ScriptMismatch(
                     f"model turn {j} in the conversation does not match script turn {j}: tool "
                     f"call {k} ({name}) has arguments {args!r}, the script has "
-                    f"{call.arguments!r}")
+                    f"{call.arguments!r}"
+                )
     return plans[n]
 
 

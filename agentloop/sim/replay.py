@@ -12,10 +12,17 @@ def script_from_trace(trace: Trace) -> list[ScriptTurn]:
     Model spans without an ``output`` (calls that failed for good, or were in flight when the
     run died) are left out: they never became part of the conversation.
     """
-    turns = [(s.model.step if s.model.step is not None else 1 << 62, s.t0, s.model.output)
-             for s in trace.of_kind("model") if s.model is not None and s.model.output is not None]
+    turns = [
+        (s.model.step if s.model.step is not None else 1 << 62, s.t0, s.model.output)
+        for s in trace.of_kind("model")
+        if s.model is not None and s.model.output is not None
+    ]
     turns.sort(key=lambda x: (x[0], x[1]))
-    return [ScriptTurn(text=out.text, reasoning_tokens=out.reasoning_tokens,
-                       tool_calls=tuple(ScriptToolCall(c.name, c.arguments)
-                                        for c in out.tool_calls))
-            for _, _, out in turns]
+    return [
+        ScriptTurn(
+            text=out.text,
+            reasoning_tokens=out.reasoning_tokens,
+            tool_calls=tuple(ScriptToolCall(c.name, c.arguments) for c in out.tool_calls),
+        )
+        for _, _, out in turns
+    ]

@@ -53,9 +53,11 @@ from agentloop.sim.tokens import TokenCache, chat_item_tokens, responses_item_to
 from agentloop.tiers import SpeedProfile
 
 FAULT_KINDS = ("429", "500", "503", "reset", "cut", "stall", "malformed", "endless", "badgzip")
-_STATUS_FAULTS = {"429": (429, "rate_limit_exceeded", "Rate limit reached (simulated)."),
-                  "500": (500, "server_error", "The server had an error (simulated)."),
-                  "503": (503, "server_error", "The engine is overloaded (simulated).")}
+_STATUS_FAULTS = {
+    "429": (429, "rate_limit_exceeded", "Rate limit reached (simulated)."),
+    "500": (500, "server_error", "The server had an error (simulated)."),
+    "503": (503, "server_error", "The engine is overloaded (simulated)."),
+}
 DEFAULT_MODEL = "sim"
 # Chunk pacing floor: a stream is written at most once per MIN_CHUNK_INTERVAL_S (asyncio's timer
 # granularity anyway), and all streams together at most about WRITE_BUDGET times per second (what
@@ -108,21 +110,36 @@ class Fault:
 class SimServer:
     """The simulator; ``async with SimServer(...) as sim`` serves at ``sim.base_url``."""
 
-    def __init__(self, profile: SpeedProfile, script: Sequence[ScriptTurn] | None = None,
-                 filler_tokens: int | None = None,
-                 profiles: dict[str, SpeedProfile] | None = None, faults: Iterable[Fault] = (),
-                 tokens_per_chunk: int = 1, jitter: float = 0.0, seed: int = 0,
-                 host: str = "127.0.0.1", port: int = 0, models: Sequence[str] = (),
-                 min_chunk_interval_s: float = MIN_CHUNK_INTERVAL_S,
-                 dialect: str | Iterable[str] = (), require_reasoning: bool = False) -> None:
+    def __init__(
+        self,
+        profile: SpeedProfile,
+        script: Sequence[ScriptTurn] | None = None,
+        filler_tokens: int | None = None,
+        profiles: dict[str, SpeedProfile] | None = None,
+        faults: Iterable[Fault] = (),
+        tokens_per_chunk: int = 1,
+        jitter: float = 0.0,
+        seed: int = 0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        models: Sequence[str] = (),
+        min_chunk_interval_s: float = MIN_CHUNK_INTERVAL_S,
+        dialect: str | Iterable[str] = (),
+        require_reasoning: bool = False,
+    ) -> None:
         if profile.output_tps <= 0:
             raise ConfigError("simulator profile: output_tps must be > 0")
         self.profile = profile
         self.profiles = dict(profiles or {})
         self.script = None if script is None else list(script)
         self._plans = None if script is None else [plan_turn(i, t) for i, t in enumerate(script)]
-        self._filler = None if script is not None else plan_turn(
-            0, filler_turn(DEFAULT_FILLER if filler_tokens is None else filler_tokens, seed))
+        self._filler = (
+            None
+            if script is not None
+            else plan_turn(
+                0, filler_turn(DEFAULT_FILLER if filler_tokens is None else filler_tokens, seed)
+            )
+        )
         self.faults = tuple(faults)
         self.tokens_per_chunk = max(1, int(tokens_per_chunk))
         self.jitter = float(jitter)
@@ -162,11 +179,13 @@ class SimServer:
 
     async def start(self) -> None:
         try:
-            self._server = await asyncio.start_server(self._connection, self.host, self.port,
-                                                      limit=1 << 20)
+            self._server = await asyncio.start_server(
+                self._connection, self.host, self.port, limit=1 << 20
+            )
         except OSError as exc:
-            raise SimulatorError(f"simulator cannot listen on {self.host}:{self.port}: "
-                                 f"{exc.strerror}") from exc
+            raise SimulatorError(
+                f"simulator cannot listen on {self.host}:{self.port}: {exc.strerror}"
+            ) from exc
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
@@ -185,8 +204,9 @@ class SimServer:
         await self.start()
         return self
 
-    async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.close()
 
     async def serve_forever(self) -> None:
@@ -195,8 +215,12 @@ class SimServer:
         await self._server.serve_forever()
 
     @contextlib.asynccontextmanager
-    async def route(self, profile: SpeedProfile, script: Sequence[ScriptTurn] | None = None,
-                    filler_tokens: int | None = None) -> AsyncIterator[Route]:
+    async def route(
+        self,
+        profile: SpeedProfile,
+        script: Sequence[ScriptTurn] | None = None,
+        filler_tokens: int | None = None,
+    ) -> AsyncIterator[Route]:
         """A base URL of its own (``route.base_url``) serving ``script`` paced by ``profile``
         while the context lasts; afterwards requests to it get a 404 ``unknown_route``."""
         self._route_seq += 1
@@ -217,16 +241,23 @@ class SimServer:
         key, _, rest = path[3:].partition("/")
         view = self._routes.get(key)
         if view is None:
-            writer.write(_http.json_response(404, _http.error_body(
-                f"Unknown simulator route '{key}' in {req.path} (its run has ended)",
-                "invalid_request_error", "unknown_route"), req.keep_alive))
+            writer.write(
+                _http.json_response(
+                    404,
+                    _http.error_body(
+                        f"Unknown simulator route '{key}' in {req.path} (its run has ended)",
+                        "invalid_request_error",
+                        "unknown_route",
+                    ),
+                    req.keep_alive,
+                )
+            )
             return True
         return await view._dispatch(dataclasses.replace(req, path="/" + rest), writer)
 
     # ---- connections -------------------------------------------------------------------------
 
-    async def _connection(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._conns.add(task)
@@ -236,8 +267,13 @@ class SimServer:
                 try:
                     req = await _http.read_request(reader, writer)
                 except _http.BadRequest as exc:
-                    writer.write(_http.json_response(400, _http.error_body(
-                        str(exc), "invalid_request_error", "bad_http"), False))
+                    writer.write(
+                        _http.json_response(
+                            400,
+                            _http.error_body(str(exc), "invalid_request_error", "bad_http"),
+                            False,
+                        )
+                    )
                     break
                 if req is None:
                     break
@@ -247,9 +283,18 @@ class SimServer:
                     raise
                 except Exception as exc:  # a simulator bug: say so to the client, drop the line
                     if not writer.transport.is_closing():
-                        writer.write(_http.json_response(500, _http.error_body(
-                            f"agentloop sim failed on {req.method} {req.path}: "
-                            f"{type(exc).__name__}: {exc}", "server_error", "sim_bug"), False))
+                        writer.write(
+                            _http.json_response(
+                                500,
+                                _http.error_body(
+                                    f"agentloop sim failed on {req.method} {req.path}: "
+                                    f"{type(exc).__name__}: {exc}",
+                                    "server_error",
+                                    "sim_bug",
+                                ),
+                                False,
+                            )
+                        )
                     break
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -276,30 +321,60 @@ class SimServer:
             return await self._model_call(req, writer, "chat")
         if req.method == "GET" and path == "/models":
             names = dict.fromkeys([DEFAULT_MODEL, *self.models, *self.profiles])
-            body = orjson.dumps({"object": "list", "data": [
-                {"id": n, "object": "model", "created": 0, "owned_by": "agentloop-sim"}
-                for n in names]})
+            body = orjson.dumps(
+                {
+                    "object": "list",
+                    "data": [
+                        {"id": n, "object": "model", "created": 0, "owned_by": "agentloop-sim"}
+                        for n in names
+                    ],
+                }
+            )
             writer.write(_http.json_response(200, body, req.keep_alive))
             return True
         if req.method == "GET" and path.startswith("/models/"):
-            body = orjson.dumps({"id": path[len("/models/"):], "object": "model", "created": 0,
-                                 "owned_by": "agentloop-sim"})  # any model name is served
+            body = orjson.dumps(
+                {
+                    "id": path[len("/models/") :],
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "agentloop-sim",
+                }
+            )  # any model name is served
             writer.write(_http.json_response(200, body, req.keep_alive))
             return True
         known = path in ("/responses", "/chat/completions", "/models")
         status = 405 if known else 404
-        msg = (f"Method {req.method} not allowed on {req.path}" if known else
-               f"Unknown request URL: {req.method} {req.path}. The simulator serves POST "
-               f"/v1/responses, POST /v1/chat/completions and GET /v1/models.")
-        writer.write(_http.json_response(status, _http.error_body(
-            msg, "invalid_request_error", "unknown_url"), req.keep_alive))
+        msg = (
+            f"Method {req.method} not allowed on {req.path}"
+            if known
+            else f"Unknown request URL: {req.method} {req.path}. The simulator serves POST "
+            f"/v1/responses, POST /v1/chat/completions and GET /v1/models."
+        )
+        writer.write(
+            _http.json_response(
+                status,
+                _http.error_body(msg, "invalid_request_error", "unknown_url"),
+                req.keep_alive,
+            )
+        )
         return True
 
-    def _error(self, writer: asyncio.StreamWriter, req: _http.Request, status: int,
-               message: str, code: str, type_: str = "invalid_request_error",
-               extra: list[tuple[str, str]] | None = None) -> bool:
-        writer.write(_http.json_response(status, _http.error_body(message, type_, code),
-                                         req.keep_alive, extra or []))
+    def _error(
+        self,
+        writer: asyncio.StreamWriter,
+        req: _http.Request,
+        status: int,
+        message: str,
+        code: str,
+        type_: str = "invalid_request_error",
+        extra: list[tuple[str, str]] | None = None,
+    ) -> bool:
+        writer.write(
+            _http.json_response(
+                status, _http.error_body(message, type_, code), req.keep_alive, extra or []
+            )
+        )
         return True
 
     # ---- model calls -------------------------------------------------------------------------
@@ -313,8 +388,9 @@ class SimServer:
             priors = responses_priors(items)
         except (AttributeError, TypeError):
             return None  # _turn_for answers a malformed body
-        check = _responses.check_reasoning(priors, body.get("store", True), self._plans,
-                                           self.require_reasoning)
+        check = _responses.check_reasoning(
+            priors, body.get("store", True), self._plans, self.require_reasoning
+        )
         self.reasoning_received += check.received
         if check.missing:
             self.reasoning_missing += 1
@@ -336,8 +412,7 @@ class SimServer:
             return self._filler, tokens, per_item
         return pick_turn(self._plans, priors), tokens, per_item
 
-    async def _model_call(self, req: _http.Request, writer: asyncio.StreamWriter,
-                          api: str) -> bool:
+    async def _model_call(self, req: _http.Request, writer: asyncio.StreamWriter, api: str) -> bool:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         self._requests += 1
@@ -352,11 +427,17 @@ class SimServer:
                 status, code, msg = _STATUS_FAULTS[f.kind]
                 extra = rid.copy()
                 if f.kind == "429" and f.retry_after_date:
-                    extra.append(("retry-after", email.utils.formatdate(
-                        time.time() + f.retry_after_s, usegmt=True)))
+                    extra.append(
+                        (
+                            "retry-after",
+                            email.utils.formatdate(time.time() + f.retry_after_s, usegmt=True),
+                        )
+                    )
                 elif f.kind == "429":
-                    extra += [("retry-after", f"{f.retry_after_s:g}"),
-                              ("retry-after-ms", f"{f.retry_after_s * 1000:g}")]
+                    extra += [
+                        ("retry-after", f"{f.retry_after_s:g}"),
+                        ("retry-after-ms", f"{f.retry_after_s * 1000:g}"),
+                    ]
                 kind = "requests" if status == 429 else "server_error"
                 return self._error(writer, req, status, msg, code, kind, extra)
         try:
@@ -364,12 +445,26 @@ class SimServer:
             if not isinstance(body, dict):
                 raise TypeError
         except (orjson.JSONDecodeError, TypeError):
-            return self._error(writer, req, 400, "The request body is not a JSON object.",
-                               "invalid_json", extra=rid)
+            return self._error(
+                writer,
+                req,
+                400,
+                "The request body is not a JSON object.",
+                "invalid_json",
+                extra=rid,
+            )
         if body.get("previous_response_id"):
-            return self._error(writer, req, 400, (
-                "agentloop sim is stateless: it cannot follow previous_response_id; send the "
-                "whole conversation in 'input'"), "unsupported_parameter", extra=rid)
+            return self._error(
+                writer,
+                req,
+                400,
+                (
+                    "agentloop sim is stateless: it cannot follow previous_response_id; send the "
+                    "whole conversation in 'input'"
+                ),
+                "unsupported_parameter",
+                extra=rid,
+            )
         if api == "responses":
             error = self._check_reasoning(body)
             if error is not None:
@@ -378,13 +473,23 @@ class SimServer:
         try:
             plan, input_tokens, per_item = self._turn_for(api, body)
         except ScriptMismatch as exc:
-            return self._error(writer, req, 400, f"agentloop sim: {exc}", "script_mismatch",
-                               extra=rid)
+            return self._error(
+                writer, req, 400, f"agentloop sim: {exc}", "script_mismatch", extra=rid
+            )
         except (AttributeError, TypeError) as exc:
-            return self._error(writer, req, 400, f"Malformed {api} request body: {exc}",
-                               "invalid_request", extra=rid)
-        limit = (body.get("max_output_tokens") if api == "responses" else
-                 body.get("max_completion_tokens") or body.get("max_tokens"))
+            return self._error(
+                writer,
+                req,
+                400,
+                f"Malformed {api} request body: {exc}",
+                "invalid_request",
+                extra=rid,
+            )
+        limit = (
+            body.get("max_output_tokens")
+            if api == "responses"
+            else body.get("max_completion_tokens") or body.get("max_tokens")
+        )
         plan = truncate(plan, limit if isinstance(limit, int) else None)
         model = str(body.get("model") or DEFAULT_MODEL)
         profile = self.profiles.get(model, self.profile)
@@ -393,22 +498,29 @@ class SimServer:
         call = Call(number, model, tier, plan, input_tokens, int(time.time()), cached)
         # THE speed model paces the stream: base + prefill (cached prefix at its own rate),
         # reasoning, then the visible tokens at the call's mean context-dependent interval
-        parts = profile.parts(input_tokens, plan.turn.reasoning_tokens, plan.visible_tokens,
-                              cached)
+        parts = profile.parts(input_tokens, plan.turn.reasoning_tokens, plan.visible_tokens, cached)
         v = plan.visible_tokens
-        inv = (parts.decode_s / (v - 1) if v > 1 else
-               profile.tpot_s(input_tokens + plan.turn.reasoning_tokens))
+        inv = (
+            parts.decode_s / (v - 1)
+            if v > 1
+            else profile.tpot_s(input_tokens + plan.turn.reasoning_tokens)
+        )
         rng = random.Random(self.seed * 1_000_003 + number) if self.jitter > 0 else None
-        sched = make_schedule(t0, parts.base_s, parts.reasoning_s, inv,
-                              plan.visible_tokens, self.jitter, rng)
-        in_stream = [StreamFault(f.after_tokens, f.kind, f.stall_s) for f in faults
-                     if f.kind in ("cut", "stall", "malformed", "endless")]
+        sched = make_schedule(
+            t0, parts.base_s, parts.reasoning_s, inv, plan.visible_tokens, self.jitter, rng
+        )
+        in_stream = [
+            StreamFault(f.after_tokens, f.kind, f.stall_s)
+            for f in faults
+            if f.kind in ("cut", "stall", "malformed", "endless")
+        ]
         mod = _chat if api == "chat" else _responses
         if any(f.kind == "badgzip" for f in faults):
             return self._bad_gzip(writer, req, bool(body.get("stream")), rid)
         if not body.get("stream"):
-            return await self._whole(writer, req, mod.final_json(call, body), sched,
-                                     plan.visible_tokens, in_stream, rid)
+            return await self._whole(
+                writer, req, mod.final_json(call, body), sched, plan.visible_tokens, in_stream, rid
+            )
         writer.write(_http.sse_head(req.keep_alive, rid))
         write = writer.write
         chunk = _http.chunk
@@ -419,14 +531,31 @@ class SimServer:
 
         self._streaming += 1
         try:
-            timings = (_chat.llama_timings(
-                input_tokens, cached, parts.base_s, plan.turn.reasoning_tokens + v,
-                parts.reasoning_s + parts.decode_s) if "timings" in self.dialect else None)
-            plan_ = (_chat.stream_plan(call, body, self.dialect, timings) if api == "chat" else
-                     _responses.stream_plan(call, body))
-            await emit(send, plan_, sched,
-                       self.tokens_per_chunk, in_stream, writer.transport.is_closing,
-                       self._chunk_interval)
+            timings = (
+                _chat.llama_timings(
+                    input_tokens,
+                    cached,
+                    parts.base_s,
+                    plan.turn.reasoning_tokens + v,
+                    parts.reasoning_s + parts.decode_s,
+                )
+                if "timings" in self.dialect
+                else None
+            )
+            plan_ = (
+                _chat.stream_plan(call, body, self.dialect, timings)
+                if api == "chat"
+                else _responses.stream_plan(call, body)
+            )
+            await emit(
+                send,
+                plan_,
+                sched,
+                self.tokens_per_chunk,
+                in_stream,
+                writer.transport.is_closing,
+                self._chunk_interval,
+            )
         except StreamCut:
             return False
         finally:
@@ -436,21 +565,34 @@ class SimServer:
         writer.write(_http.LAST_CHUNK)
         return True
 
-    def _bad_gzip(self, writer: asyncio.StreamWriter, req: _http.Request, stream: bool,
-                  extra: list[tuple[str, str]]) -> bool:
+    def _bad_gzip(
+        self,
+        writer: asyncio.StreamWriter,
+        req: _http.Request,
+        stream: bool,
+        extra: list[tuple[str, str]],
+    ) -> bool:
         """A reply whose body claims gzip but is not: the client's decoder must fail cleanly."""
         junk = b"this is not gzip data \x00\x01\x02" * 4
         gz = [("Content-Encoding", "gzip")]
         if stream:
-            writer.write(_http.sse_head(req.keep_alive, [*extra, *gz]) + _http.chunk(junk)
-                         + _http.LAST_CHUNK)
+            writer.write(
+                _http.sse_head(req.keep_alive, [*extra, *gz]) + _http.chunk(junk) + _http.LAST_CHUNK
+            )
         else:
             writer.write(_http.json_response(200, junk, req.keep_alive, [*extra, *gz]))
         return False
 
-    async def _whole(self, writer: asyncio.StreamWriter, req: _http.Request, body: bytes,
-                     sched: Schedule, visible: int, faults: list[StreamFault],
-                     extra: list[tuple[str, str]]) -> bool:
+    async def _whole(
+        self,
+        writer: asyncio.StreamWriter,
+        req: _http.Request,
+        body: bytes,
+        sched: Schedule,
+        visible: int,
+        faults: list[StreamFault],
+        extra: list[tuple[str, str]],
+    ) -> bool:
         """A non-streamed answer: sent whole when its last token is due, faults applied."""
         for f in faults:
             if f.kind == "stall":
@@ -476,14 +618,25 @@ class _Routed(SimServer):
     """A route's view of its simulator: its own script, profile and request count; the shared
     server's stream count (so the write budget spans every route), tokenizer and chunking."""
 
-    def __init__(self, parent: SimServer, profile: SpeedProfile,
-                 script: Sequence[ScriptTurn] | None, filler_tokens: int | None) -> None:
+    def __init__(
+        self,
+        parent: SimServer,
+        profile: SpeedProfile,
+        script: Sequence[ScriptTurn] | None,
+        filler_tokens: int | None,
+    ) -> None:
         self._parent = parent
         streaming = parent._streaming
-        super().__init__(profile, script=script, filler_tokens=filler_tokens,
-                         tokens_per_chunk=parent.tokens_per_chunk,
-                         min_chunk_interval_s=parent.min_chunk_interval_s, seed=parent.seed,
-                         host=parent.host, port=parent.port)
+        super().__init__(
+            profile,
+            script=script,
+            filler_tokens=filler_tokens,
+            tokens_per_chunk=parent.tokens_per_chunk,
+            min_chunk_interval_s=parent.min_chunk_interval_s,
+            seed=parent.seed,
+            host=parent.host,
+            port=parent.port,
+        )
         parent._streaming = streaming  # __init__ zeroed the shared counter through the setter
         self._tokens = parent._tokens
 

@@ -82,8 +82,9 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-def chat_item_tokens(messages: list[dict[str, Any]],
-                     count: Callable[[str], int] = count_tokens) -> list[int]:
+def chat_item_tokens(
+    messages: list[dict[str, Any]], count: Callable[[str], int] = count_tokens
+) -> list[int]:
     """Input tokens of each message of a Chat Completions ``messages`` list."""
     out = []
     for m in messages:
@@ -95,14 +96,18 @@ def chat_item_tokens(messages: list[dict[str, Any]],
     return out
 
 
-def chat_input_tokens(messages: list[dict[str, Any]],
-                      count: Callable[[str], int] = count_tokens) -> int:
+def chat_input_tokens(
+    messages: list[dict[str, Any]], count: Callable[[str], int] = count_tokens
+) -> int:
     """Input tokens of a Chat Completions ``messages`` list."""
     return sum(chat_item_tokens(messages, count))
 
 
-def responses_item_tokens(instructions: str | None, items: str | list[dict[str, Any]],
-                          count: Callable[[str], int] = count_tokens) -> list[int]:
+def responses_item_tokens(
+    instructions: str | None,
+    items: str | list[dict[str, Any]],
+    count: Callable[[str], int] = count_tokens,
+) -> list[int]:
     """Input tokens of each part of a Responses request: ``instructions`` (when given) first,
     then each ``input`` item (a string input is one item; reasoning items cost nothing)."""
     out = [MESSAGE_OVERHEAD + count(instructions)] if instructions else []
@@ -124,7 +129,10 @@ def responses_item_tokens(instructions: str | None, items: str | list[dict[str, 
     return out
 
 
-def responses_input_tokens(instructions: str | None, items: str | list[dict[str, Any]],
-                           count: Callable[[str], int] = count_tokens) -> int:
+def responses_input_tokens(
+    instructions: str | None,
+    items: str | list[dict[str, Any]],
+    count: Callable[[str], int] = count_tokens,
+) -> int:
     """Input tokens of a Responses request: ``instructions`` plus its ``input`` items."""
     return sum(responses_item_tokens(instructions, items, count))

@@ -159,8 +159,9 @@ class SuiteCompare:
     notes: list[str]
 
 
-def _ratio_ci(xs: list[float], ys: list[float], groups: list[tuple[list[int], list[int]]],
-              paired: bool) -> tuple[float, float, float]:
+def _ratio_ci(
+    xs: list[float], ys: list[float], groups: list[tuple[list[int], list[int]]], paired: bool
+) -> tuple[float, float, float]:
     """sum(xs) / sum(ys) and a 95% bootstrap interval, resampling within each group (index
     lists into xs and ys); ``paired`` resamples one index set for both."""
     px = sum(xs[i] for ia, _ in groups for i in ia)
@@ -181,19 +182,36 @@ def _ratio_ci(xs: list[float], ys: list[float], groups: list[tuple[list[int], li
     return point, lo if lo is not None else point, hi if hi is not None else point
 
 
-def _task_row(name: str, a_idx: list[int], b_idx: list[int], a_s: list[float],
-              b_s: list[float], pred: list[float], ret: list[float], share: list[float],
-              k: float) -> TaskCompare:
+def _task_row(
+    name: str,
+    a_idx: list[int],
+    b_idx: list[int],
+    a_s: list[float],
+    b_s: list[float],
+    pred: list[float],
+    ret: list[float],
+    share: list[float],
+    k: float,
+) -> TaskCompare:
     # a task's mean ratio: means scale both sums by the same run counts, so weight A's side
     na, nb = len(a_idx), len(b_idx)
     xs = [a_s[i] / na for i in range(len(a_s))]
     ys = [b_s[i] / nb for i in range(len(b_s))]
     measured = _ratio_ci(xs, ys, [(a_idx, b_idx)], paired=False)
     predicted = _ratio_ci(a_s, pred, [(a_idx, a_idx)], paired=True)
-    return TaskCompare(name, na, nb, mean([a_s[i] for i in a_idx]),
-                       mean([b_s[i] for i in b_idx]), mean([pred[i] for i in a_idx]),
-                       mean([ret[i] for i in a_idx]), measured, predicted,
-                       mean([share[i] for i in a_idx]), implied_share(measured[0], k))
+    return TaskCompare(
+        name,
+        na,
+        nb,
+        mean([a_s[i] for i in a_idx]),
+        mean([b_s[i] for i in b_idx]),
+        mean([pred[i] for i in a_idx]),
+        mean([ret[i] for i in a_idx]),
+        measured,
+        predicted,
+        mean([share[i] for i in a_idx]),
+        implied_share(measured[0], k),
+    )
 
 
 def compare_suites(a_dir: Path, b_dir: Path) -> SuiteCompare:
@@ -220,8 +238,11 @@ def compare_suites(a_dir: Path, b_dir: Path) -> SuiteCompare:
         pair = b_by.get((r.task, r.repeat))
         if pair is None and r.task in b_tasks:
             pair = b_tasks[r.task][0]
-        ret.append(retime_with_tools(g, B.graphs[pair], sc) / 1e9 if pair is not None
-                   else predict_ns(g, sc) / 1e9)
+        ret.append(
+            retime_with_tools(g, B.graphs[pair], sc) / 1e9
+            if pair is not None
+            else predict_ns(g, sc) / 1e9
+        )
     a_tasks: dict[str, list[int]] = {}
     for i, r in enumerate(A.runs):
         a_tasks.setdefault(r.task, []).append(i)
@@ -243,13 +264,22 @@ def compare_suites(a_dir: Path, b_dir: Path) -> SuiteCompare:
     # suite: sums of run times, each task weighted by its runs (equal repeats: plain sums)
     measured = _ratio_ci(a_s, b_s, groups, paired=False)
     predicted = _ratio_ci(a_s, pred, [(ai, ai) for ai, _ in groups], paired=True)
-    suite = TaskCompare("suite", len(all_a), len(all_b), sum(a_s[i] for i in all_a),
-                        sum(b_s[j] for j in all_b), sum(pred[i] for i in all_a),
-                        sum(ret[i] for i in all_a), measured, predicted,
-                        sum(share[i] * a_s[i] for i in all_a) / sum(a_s[i] for i in all_a),
-                        implied_share(measured[0], k))
-    return SuiteCompare(A.suite.tier, B.suite.tier, k, rows, suite, A.suite.wall_s,
-                        B.suite.wall_s, notes)
+    suite = TaskCompare(
+        "suite",
+        len(all_a),
+        len(all_b),
+        sum(a_s[i] for i in all_a),
+        sum(b_s[j] for j in all_b),
+        sum(pred[i] for i in all_a),
+        sum(ret[i] for i in all_a),
+        measured,
+        predicted,
+        sum(share[i] * a_s[i] for i in all_a) / sum(a_s[i] for i in all_a),
+        implied_share(measured[0], k),
+    )
+    return SuiteCompare(
+        A.suite.tier, B.suite.tier, k, rows, suite, A.suite.wall_s, B.suite.wall_s, notes
+    )
 
 
 def _x(t: tuple[float, float, float]) -> str:
@@ -257,41 +287,87 @@ def _x(t: tuple[float, float, float]) -> str:
 
 
 def render_suite_compare(c: SuiteCompare) -> str:
-    rows = [[t.task, f"{t.runs_a}/{t.runs_b}", f"{t.a_s:.2f}", f"{t.b_s:.2f}", _x(t.measured),
-             _x(t.predicted), f"{t.error_pct:+.1f}%", f"{t.model_error_pct:+.1f}%",
-             f"{t.tool_noise_pct:+.1f}%", f"{t.output_share_a:.3f}",
-             "-" if t.implied_share is None else f"{t.implied_share:.3f}"]
-            for t in [*c.tasks, c.suite]]
-    out = [f"suite compare  A {c.tier_a}  ->  B {c.tier_b}  (per-token speedup {c.k:.2f}x; "
-           f"speedups with 95% bootstrap intervals over the repeats)",
-           table(["task", "runs A/B", "A s", "B s", "measured", "predicted from A", "error",
-                  "model-side", "tool noise", "output share A", "implied share"], rows),
-           f"wall time   A {c.wall_a_s:.2f} s, B {c.wall_b_s:.2f} s "
-           f"({c.wall_a_s / c.wall_b_s:.2f}x at the suites' concurrency)" if c.wall_b_s else "",
-           "A s / B s: mean run time per task (the suite row: sums); error = (predicted - B) / B "
-           "= model-side (A re-timed with B's measured tool times) + tool noise; implied share "
-           "= (1 - 1/S) / (1 - 1/K), the output share that speedup S means at K per token."]
+    rows = [
+        [
+            t.task,
+            f"{t.runs_a}/{t.runs_b}",
+            f"{t.a_s:.2f}",
+            f"{t.b_s:.2f}",
+            _x(t.measured),
+            _x(t.predicted),
+            f"{t.error_pct:+.1f}%",
+            f"{t.model_error_pct:+.1f}%",
+            f"{t.tool_noise_pct:+.1f}%",
+            f"{t.output_share_a:.3f}",
+            "-" if t.implied_share is None else f"{t.implied_share:.3f}",
+        ]
+        for t in [*c.tasks, c.suite]
+    ]
+    out = [
+        f"suite compare  A {c.tier_a}  ->  B {c.tier_b}  (per-token speedup {c.k:.2f}x; "
+        f"speedups with 95% bootstrap intervals over the repeats)",
+        table(
+            [
+                "task",
+                "runs A/B",
+                "A s",
+                "B s",
+                "measured",
+                "predicted from A",
+                "error",
+                "model-side",
+                "tool noise",
+                "output share A",
+                "implied share",
+            ],
+            rows,
+        ),
+        f"wall time   A {c.wall_a_s:.2f} s, B {c.wall_b_s:.2f} s "
+        f"({c.wall_a_s / c.wall_b_s:.2f}x at the suites' concurrency)"
+        if c.wall_b_s
+        else "",
+        "A s / B s: mean run time per task (the suite row: sums); error = (predicted - B) / B "
+        "= model-side (A re-timed with B's measured tool times) + tool noise; implied share "
+        "= (1 - 1/S) / (1 - 1/K), the output share that speedup S means at K per token.",
+    ]
     out += [f"note: {n}" for n in c.notes]
     return "\n".join(x for x in out if x)
 
 
 def _tc_json(t: TaskCompare) -> dict[str, Any]:
-    return {"task": t.task, "runs_a": t.runs_a, "runs_b": t.runs_b, "a_s": t.a_s, "b_s": t.b_s,
-            "predicted_s": t.predicted_s, "retimed_with_b_tools_s": t.retimed_s,
-            "measured_speedup": {"value": t.measured[0], "ci95": list(t.measured[1:])},
-            "predicted_speedup": {"value": t.predicted[0], "ci95": list(t.predicted[1:])},
-            "error_pct": t.error_pct, "model_error_pct": t.model_error_pct,
-            "tool_noise_pct": t.tool_noise_pct, "output_share_a": t.output_share_a,
-            "implied_share": t.implied_share}
+    return {
+        "task": t.task,
+        "runs_a": t.runs_a,
+        "runs_b": t.runs_b,
+        "a_s": t.a_s,
+        "b_s": t.b_s,
+        "predicted_s": t.predicted_s,
+        "retimed_with_b_tools_s": t.retimed_s,
+        "measured_speedup": {"value": t.measured[0], "ci95": list(t.measured[1:])},
+        "predicted_speedup": {"value": t.predicted[0], "ci95": list(t.predicted[1:])},
+        "error_pct": t.error_pct,
+        "model_error_pct": t.model_error_pct,
+        "tool_noise_pct": t.tool_noise_pct,
+        "output_share_a": t.output_share_a,
+        "implied_share": t.implied_share,
+    }
 
 
 def suite_compare_json(c: SuiteCompare) -> dict[str, Any]:
-    return {"tier_a": c.tier_a, "tier_b": c.tier_b, "per_token_speedup": c.k,
-            "tasks": [_tc_json(t) for t in c.tasks], "suite": _tc_json(c.suite),
-            "wall_a_s": c.wall_a_s, "wall_b_s": c.wall_b_s, "notes": c.notes}
+    return {
+        "tier_a": c.tier_a,
+        "tier_b": c.tier_b,
+        "per_token_speedup": c.k,
+        "tasks": [_tc_json(t) for t in c.tasks],
+        "suite": _tc_json(c.suite),
+        "wall_a_s": c.wall_a_s,
+        "wall_b_s": c.wall_b_s,
+        "notes": c.notes,
+    }
 
 
 # ---- what-if -------------------------------------------------------------------------------
+
 
 def schedule(slots: Sequence[float], workers: int) -> float:
     """Makespan of ``slots`` (seconds, in start order) on ``workers`` by list scheduling."""
@@ -339,8 +415,10 @@ def suite_whatif(a_dir: Path, tier: Tier, concurrency: int | None = None) -> Sui
         raise ConfigError(f"--concurrency must be at least 1 (got {concurrency})")
     n = concurrency or A.suite.concurrency
     if tier.profile is None:
-        raise ConfigError(f"tier '{tier.name}' has no speed profile to predict with "
-                          f"(agentloop probe --tier {tier.name} --write measures one)")
+        raise ConfigError(
+            f"tier '{tier.name}' has no speed profile to predict with "
+            f"(agentloop probe --tier {tier.name} --write measures one)"
+        )
     sc = Scenario.tier(tier.name, tier.profile)
     a_prices = Prices.from_summary((A.graphs[0].trace.header.get("tier") or {}).get("prices"))
     order = sorted(range(len(A.runs)), key=lambda i: A.runs[i].started_s)
@@ -352,20 +430,34 @@ def suite_whatif(a_dir: Path, tier: Tier, concurrency: int | None = None) -> Sui
         by.setdefault(r.task, []).append(i)
     ca = [_cost(g, a_prices) for g in A.graphs]
     cb = [_cost(g, tier.prices) for g in A.graphs]
-    rows = [{"task": name, "runs": len(ix), "a_s": mean([a_s[i] for i in ix]),
-             "predicted_s": mean([p_s[i] for i in ix]),
-             "speedup": sum(a_s[i] for i in ix) / sum(p_s[i] for i in ix),
-             "cost_a_usd": None if a_prices is None else sum(ca[i] or 0 for i in ix) / len(ix),
-             "cost_b_usd": None if tier.prices is None else sum(cb[i] or 0 for i in ix) / len(ix)}
-            for name, ix in by.items()]
+    rows = [
+        {
+            "task": name,
+            "runs": len(ix),
+            "a_s": mean([a_s[i] for i in ix]),
+            "predicted_s": mean([p_s[i] for i in ix]),
+            "speedup": sum(a_s[i] for i in ix) / sum(p_s[i] for i in ix),
+            "cost_a_usd": None if a_prices is None else sum(ca[i] or 0 for i in ix) / len(ix),
+            "cost_b_usd": None if tier.prices is None else sum(cb[i] or 0 for i in ix) / len(ix),
+        }
+        for name, ix in by.items()
+    ]
     placeholder = bool(tier.prices and tier.prices.placeholder) or A.suite.placeholder_prices
     return SuiteWhatIf(
-        A.suite.tier, tier.name, n, rows, A.suite.wall_s,
+        A.suite.tier,
+        tier.name,
+        n,
+        rows,
+        A.suite.wall_s,
         schedule([slot[i] + a_s[i] for i in order], A.suite.concurrency),
-        schedule([slot[i] + p_s[i] for i in order], n), sum(a_s), sum(p_s),
+        schedule([slot[i] + p_s[i] for i in order], n),
+        sum(a_s),
+        sum(p_s),
         None if a_prices is None else sum(c or 0 for c in ca),
-        None if tier.prices is None else sum(c or 0 for c in cb), placeholder,
-        [f"A: {s}" for s in A.skipped])
+        None if tier.prices is None else sum(c or 0 for c in cb),
+        placeholder,
+        [f"A: {s}" for s in A.skipped],
+    )
 
 
 def _usd(v: float | None) -> str:
@@ -373,19 +465,42 @@ def _usd(v: float | None) -> str:
 
 
 def render_suite_whatif(w: SuiteWhatIf) -> str:
-    rows = [[t["task"], t["runs"], f"{t['a_s']:.2f}", f"{t['predicted_s']:.2f}",
-             f"{t['speedup']:.2f}x", _usd(t["cost_a_usd"]), _usd(t["cost_b_usd"])]
-            for t in w.tasks]
-    out = [f"suite whatif  {w.tier_a} -> {w.tier_b}, concurrency {w.concurrency}",
-           table(["task", "runs", "A s (mean)", "predicted s", "speedup", "cost A (mean)",
-                  f"cost {w.tier_b} (mean)"], rows),
-           f"wall time   measured {w.measured_wall_s:.2f} s (schedule check with measured times: "
-           f"{w.scheduled_a_s:.2f} s); predicted {w.predicted_wall_s:.2f} s on {w.tier_b} "
-           f"with {w.concurrency} at once",
-           f"run time    {w.run_time_a_s:.2f} s -> {w.run_time_b_s:.2f} s "
-           f"({w.run_time_a_s / w.run_time_b_s:.2f}x)" if w.run_time_b_s else "",
-           f"cost        {_usd(w.cost_a_usd)} -> {_usd(w.cost_b_usd)}"
-           + (" (placeholder prices)" if w.placeholder_prices else "")]
+    rows = [
+        [
+            t["task"],
+            t["runs"],
+            f"{t['a_s']:.2f}",
+            f"{t['predicted_s']:.2f}",
+            f"{t['speedup']:.2f}x",
+            _usd(t["cost_a_usd"]),
+            _usd(t["cost_b_usd"]),
+        ]
+        for t in w.tasks
+    ]
+    out = [
+        f"suite whatif  {w.tier_a} -> {w.tier_b}, concurrency {w.concurrency}",
+        table(
+            [
+                "task",
+                "runs",
+                "A s (mean)",
+                "predicted s",
+                "speedup",
+                "cost A (mean)",
+                f"cost {w.tier_b} (mean)",
+            ],
+            rows,
+        ),
+        f"wall time   measured {w.measured_wall_s:.2f} s (schedule check with measured times: "
+        f"{w.scheduled_a_s:.2f} s); predicted {w.predicted_wall_s:.2f} s on {w.tier_b} "
+        f"with {w.concurrency} at once",
+        f"run time    {w.run_time_a_s:.2f} s -> {w.run_time_b_s:.2f} s "
+        f"({w.run_time_a_s / w.run_time_b_s:.2f}x)"
+        if w.run_time_b_s
+        else "",
+        f"cost        {_usd(w.cost_a_usd)} -> {_usd(w.cost_b_usd)}"
+        + (" (placeholder prices)" if w.placeholder_prices else ""),
+    ]
     out += [f"note: {n}" for n in w.notes]
     return "\n".join(x for x in out if x)
 

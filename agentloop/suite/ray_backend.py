@@ -31,15 +31,17 @@ from agentloop.runner import RunResult
 TASK_CPUS = 0.25
 
 
-def _run_one(task: Any, tier: Any, max_steps: int | None, timeout_s: float | None
-             ) -> dict[str, Any]:
+def _run_one(
+    task: Any, tier: Any, max_steps: int | None, timeout_s: float | None
+) -> dict[str, Any]:
     """On a Ray worker: one run, its result and its trace's name and bytes."""
     from agentloop.api import run_task
 
     folder = Path(tempfile.mkdtemp(prefix="agentloop-ray-"))
     try:
-        result = asyncio.run(run_task(task, tier=tier, trace_dir=folder, max_steps=max_steps,
-                                      timeout_s=timeout_s))
+        result = asyncio.run(
+            run_task(task, tier=tier, trace_dir=folder, max_steps=max_steps, timeout_s=timeout_s)
+        )
         trace = Path(result.trace_path) if result.trace_path else None
         data = trace.read_bytes() if trace is not None and trace.is_file() else b""
         fields = dataclasses.asdict(result)
@@ -52,8 +54,14 @@ def _run_one(task: Any, tier: Any, max_steps: int | None, timeout_s: float | Non
 class RayBackend:
     """A connection to a Ray cluster that runs suite jobs as Ray tasks."""
 
-    def __init__(self, address: str, *, tiers_file: object = None, max_steps: int | None = None,
-                 timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        *,
+        tiers_file: object = None,
+        max_steps: int | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
         try:
             import ray
         except ImportError:

@@ -74,11 +74,17 @@ def trace_figures(trace: Trace) -> dict[str, Any]:
         if isinstance(c, int | float):
             cost = (cost or 0.0) + float(c)
     split = of_trace(trace)
-    return {"input_tokens": tin, "cached_input_tokens": cached, "output_tokens": out,
-            "reasoning_tokens": reasoning, "cost_usd": cost,
-            "cost_by_category": split.by_category if split.priced else None,
-            "cost_by_step": {str(k): v for k, v in sorted(split.by_step.items())}
-            if split.priced else None}
+    return {
+        "input_tokens": tin,
+        "cached_input_tokens": cached,
+        "output_tokens": out,
+        "reasoning_tokens": reasoning,
+        "cost_usd": cost,
+        "cost_by_category": split.by_category if split.priced else None,
+        "cost_by_step": {str(k): v for k, v in sorted(split.by_step.items())}
+        if split.priced
+        else None,
+    }
 
 
 @dataclass(frozen=True)
@@ -118,11 +124,18 @@ def summarize_tasks(runs: Sequence[RunRecord]) -> list[TaskSummary]:
     out = []
     for name, rs in by.items():
         costs = [r.cost_usd for r in rs if r.cost_usd is not None]
-        out.append(TaskSummary(
-            name, len(rs), sum(r.passed for r in rs), spread([r.elapsed_s for r in rs]),
-            spread([float(r.output_tokens) for r in rs]),
-            spread([float(r.input_tokens) for r in rs]),
-            spread(costs) if costs else None, sum(costs) if costs else None))
+        out.append(
+            TaskSummary(
+                name,
+                len(rs),
+                sum(r.passed for r in rs),
+                spread([r.elapsed_s for r in rs]),
+                spread([float(r.output_tokens) for r in rs]),
+                spread([float(r.input_tokens) for r in rs]),
+                spread(costs) if costs else None,
+                sum(costs) if costs else None,
+            )
+        )
     return out
 
 
@@ -131,21 +144,34 @@ def totals(runs: Sequence[RunRecord], wall_s: float) -> dict[str, Any]:
     costs = [r.cost_usd for r in runs if r.cost_usd is not None]
     out_tok = sum(r.output_tokens for r in runs)
     per_s = (lambda x: x / wall_s) if wall_s > 0 else (lambda x: math.nan)
-    return {"runs": len(runs), "passed": sum(r.passed for r in runs),
-            "failed": sum(not r.passed for r in runs),
-            "input_tokens": sum(r.input_tokens for r in runs),
-            "cached_input_tokens": sum(r.cached_input_tokens for r in runs),
-            "output_tokens": out_tok, "reasoning_tokens": sum(r.reasoning_tokens for r in runs),
-            "cost_usd": sum(costs) if costs else None,
-            "runs_per_min": per_s(len(runs)) * 60, "output_tokens_per_s": per_s(out_tok),
-            "run_time_s": sum(r.elapsed_s for r in runs)}
+    return {
+        "runs": len(runs),
+        "passed": sum(r.passed for r in runs),
+        "failed": sum(not r.passed for r in runs),
+        "input_tokens": sum(r.input_tokens for r in runs),
+        "cached_input_tokens": sum(r.cached_input_tokens for r in runs),
+        "output_tokens": out_tok,
+        "reasoning_tokens": sum(r.reasoning_tokens for r in runs),
+        "cost_usd": sum(costs) if costs else None,
+        "runs_per_min": per_s(len(runs)) * 60,
+        "output_tokens_per_s": per_s(out_tok),
+        "run_time_s": sum(r.elapsed_s for r in runs),
+    }
 
 
 def finish(suite: Suite) -> Suite:
     """The suite with its per-task summaries and totals filled in."""
-    return Suite(suite.tier, suite.concurrency, suite.repeat, suite.wall_s, suite.runs,
-                 suite.backend, suite.placeholder_prices, summarize_tasks(suite.runs),
-                 totals(suite.runs, suite.wall_s))
+    return Suite(
+        suite.tier,
+        suite.concurrency,
+        suite.repeat,
+        suite.wall_s,
+        suite.runs,
+        suite.backend,
+        suite.placeholder_prices,
+        summarize_tasks(suite.runs),
+        totals(suite.runs, suite.wall_s),
+    )
 
 
 def write_suite(folder: Path, suite: Suite) -> Path:
@@ -167,17 +193,24 @@ def load_suite(folder: Path) -> Suite:
     try:
         data = orjson.loads(path.read_bytes())
     except FileNotFoundError:
-        raise ConfigError(f"{folder}: not a suite folder (no {SUITE_FILE}; "
-                          f"`agentloop suite` writes one)") from None
+        raise ConfigError(
+            f"{folder}: not a suite folder (no {SUITE_FILE}; `agentloop suite` writes one)"
+        ) from None
     except (OSError, orjson.JSONDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read as JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("kind") != "agentloop-suite":
         raise ConfigError(f"{path}: not an agentloop suite file (field 'kind')")
     try:
         runs = _RUNS.validate_python(data.get("runs"))
-        return Suite(str(data["tier"]), int(data["concurrency"]), int(data["repeat"]),
-                     float(data["wall_s"]), runs, str(data.get("backend", "local")),
-                     bool(data.get("placeholder_prices", False)))
+        return Suite(
+            str(data["tier"]),
+            int(data["concurrency"]),
+            int(data["repeat"]),
+            float(data["wall_s"]),
+            runs,
+            str(data.get("backend", "local")),
+            bool(data.get("placeholder_prices", False)),
+        )
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])

@@ -36,25 +36,49 @@ def render_suite(suite: Suite) -> str:
     rows = []
     for t in s.tasks:
         w = t.wall_s
-        rows.append([t.task, t.runs, t.passed, _s(w["median"]),
-                     f"{_s(w['p10'])}-{_s(w['p90'])}", _s(t.output_tokens["median"], "{:.0f}"),
-                     _usd(t.cost_usd["median"]) if t.cost_usd else "-",
-                     _usd(t.total_cost_usd)])
+        rows.append(
+            [
+                t.task,
+                t.runs,
+                t.passed,
+                _s(w["median"]),
+                f"{_s(w['p10'])}-{_s(w['p90'])}",
+                _s(t.output_tokens["median"], "{:.0f}"),
+                _usd(t.cost_usd["median"]) if t.cost_usd else "-",
+                _usd(t.total_cost_usd),
+            ]
+        )
     tot = s.totals
-    out = [f"suite  {tot['runs']} runs ({len(s.tasks)} tasks x {s.repeat}) on {s.tier}, "
-           f"concurrency {s.concurrency}, {s.backend}",
-           table(["task", "runs", "passed", "wall s (median)", "p10-p90", "output tok",
-                  "cost (median)", "cost (total)"], rows)]
+    out = [
+        f"suite  {tot['runs']} runs ({len(s.tasks)} tasks x {s.repeat}) on {s.tier}, "
+        f"concurrency {s.concurrency}, {s.backend}",
+        table(
+            [
+                "task",
+                "runs",
+                "passed",
+                "wall s (median)",
+                "p10-p90",
+                "output tok",
+                "cost (median)",
+                "cost (total)",
+            ],
+            rows,
+        ),
+    ]
     out.append(f"wall time   {s.wall_s:.2f} s for {tot['run_time_s']:.2f} s of runs")
     out.append(f"passed      {tot['passed']}/{tot['runs']} ({tot['failed']} failed)")
-    out.append(f"tokens      {tot['input_tokens']:,} input ({tot['cached_input_tokens']:,} "
-               f"cached), {tot['output_tokens']:,} output ({tot['reasoning_tokens']:,} "
-               f"reasoning)")
-    out.append(f"throughput  {tot['runs_per_min']:.1f} runs/min, "
-               f"{tot['output_tokens_per_s']:.0f} output tok/s")
+    out.append(
+        f"tokens      {tot['input_tokens']:,} input ({tot['cached_input_tokens']:,} "
+        f"cached), {tot['output_tokens']:,} output ({tot['reasoning_tokens']:,} "
+        f"reasoning)"
+    )
+    out.append(
+        f"throughput  {tot['runs_per_min']:.1f} runs/min, "
+        f"{tot['output_tokens_per_s']:.0f} output tok/s"
+    )
     if tot["cost_usd"] is not None:
-        label = " (placeholder prices: set your own in tiers.toml)" if s.placeholder_prices \
-            else ""
+        label = " (placeholder prices: set your own in tiers.toml)" if s.placeholder_prices else ""
         out.append(f"cost        {_usd(tot['cost_usd'])}{label}")
         cats, steps = cost_split(s.runs)
         out.append("  by category: " + ", ".join(f"{k} {_usd(v)}" for k, v in cats.items()))
@@ -62,9 +86,11 @@ def render_suite(suite: Suite) -> str:
     failed = [r for r in s.runs if not r.passed]
     if failed:
         out.append("failed runs:")
-        out += [f"  {r.task} #{r.repeat}: {r.status}: {r.reason}"
-                + ("" if r.success is not False else " (success check failed)")
-                for r in failed[:20]]
+        out += [
+            f"  {r.task} #{r.repeat}: {r.status}: {r.reason}"
+            + ("" if r.success is not False else " (success check failed)")
+            for r in failed[:20]
+        ]
         if len(failed) > 20:
             out.append(f"  ... {len(failed) - 20} more (suite.json lists all)")
     return "\n".join(out)

@@ -77,15 +77,22 @@ class Progress:
 
     def line(self) -> str:
         el = time.perf_counter() - self.started
-        return (f"suite  {self.done}/{self.total} done  {self.running} running  "
-                f"{self.failed} failed  {el:7.1f} s  {self.output_tokens:,} output tokens")
+        return (
+            f"suite  {self.done}/{self.total} done  {self.running} running  "
+            f"{self.failed} failed  {el:7.1f} s  {self.output_tokens:,} output tokens"
+        )
 
 
 ProgressCallback = Callable[[Progress], None]
 
 
-def plan_jobs(paths: Sequence[str | Path], *, tier: str | None = None,
-              tiers_file: str | Path | None = None, repeat: int = 1) -> list[Job]:
+def plan_jobs(
+    paths: Sequence[str | Path],
+    *,
+    tier: str | None = None,
+    tiers_file: str | Path | None = None,
+    repeat: int = 1,
+) -> list[Job]:
     """Load and validate every task first (bad input stops the suite before any run), then
     order the runs repeat by repeat, so that early runs cover every task."""
     if repeat < 1:
@@ -109,10 +116,12 @@ async def shared_simulator(jobs: Sequence[Job]) -> AsyncIterator[None]:
         yield
         return
     async with SimServer(profile=profiles[0]) as sim:  # each route brings its own profile
-        http = httpx2.AsyncClient(limits=httpx2.Limits(max_connections=None,
-                                                       max_keepalive_connections=None))
-        sdk = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sim", max_retries=0,
-                                 http_client=http)
+        http = httpx2.AsyncClient(
+            limits=httpx2.Limits(max_connections=None, max_keepalive_connections=None)
+        )
+        sdk = openai.AsyncOpenAI(
+            base_url=sim.base_url, api_key="sim", max_retries=0, http_client=http
+        )
         token = SHARED.set(Shared(sim, sdk))
         try:
             yield
@@ -121,8 +130,15 @@ async def shared_simulator(jobs: Sequence[Job]) -> AsyncIterator[None]:
             await sdk.close()
 
 
-def _record(job: Job, result: RunResult | None, error: str | None, folder: Path,
-            t0: float, t1: float, suite_t0: float) -> RunRecord:
+def _record(
+    job: Job,
+    result: RunResult | None,
+    error: str | None,
+    folder: Path,
+    t0: float,
+    t1: float,
+    suite_t0: float,
+) -> RunRecord:
     trace = Path(result.trace_path) if result is not None and result.trace_path else None
     figures: dict[str, Any] = {}
     if trace is not None and trace.is_file():
@@ -130,30 +146,78 @@ def _record(job: Job, result: RunResult | None, error: str | None, folder: Path,
             figures = trace_figures(load_trace(trace))
         except AgentloopError as exc:
             error = error or f"trace unreadable: {exc.message}"
-    rel = str(trace.relative_to(folder)) if trace is not None and trace.is_relative_to(folder) \
+    rel = (
+        str(trace.relative_to(folder))
+        if trace is not None and trace.is_relative_to(folder)
         else (str(trace) if trace is not None else None)
+    )
     if result is None:
-        return RunRecord(job.task.name, str(job.source), job.repeat, job.tier.name, "error",
-                         error or "the run failed", None, t1 - t0, 0, rel, t0 - suite_t0,
-                         t1 - suite_t0, **figures)
-    return RunRecord(job.task.name, str(job.source), job.repeat, job.tier.name, result.status,
-                     result.reason, result.success, result.elapsed_s, result.steps, rel,
-                     t0 - suite_t0, t1 - suite_t0, **figures)
+        return RunRecord(
+            job.task.name,
+            str(job.source),
+            job.repeat,
+            job.tier.name,
+            "error",
+            error or "the run failed",
+            None,
+            t1 - t0,
+            0,
+            rel,
+            t0 - suite_t0,
+            t1 - suite_t0,
+            **figures,
+        )
+    return RunRecord(
+        job.task.name,
+        str(job.source),
+        job.repeat,
+        job.tier.name,
+        result.status,
+        result.reason,
+        result.success,
+        result.elapsed_s,
+        result.steps,
+        rel,
+        t0 - suite_t0,
+        t1 - suite_t0,
+        **figures,
+    )
 
 
-async def _local(job: Job, traces: Path, observer: Callable[[str, dict[str, Any]], None],
-                 max_steps: int | None, timeout_s: float | None,
-                 tools: dict[str, Any]) -> RunResult:
-    return await run_task(job.task, tier=job.tier, trace_dir=traces, max_steps=max_steps,
-                          timeout_s=timeout_s, observer=observer, tools=tools)
+async def _local(
+    job: Job,
+    traces: Path,
+    observer: Callable[[str, dict[str, Any]], None],
+    max_steps: int | None,
+    timeout_s: float | None,
+    tools: dict[str, Any],
+) -> RunResult:
+    return await run_task(
+        job.task,
+        tier=job.tier,
+        trace_dir=traces,
+        max_steps=max_steps,
+        timeout_s=timeout_s,
+        observer=observer,
+        tools=tools,
+    )
 
 
-async def run_suite(paths: Sequence[str | Path], out: str | Path, *, tier: str | None = None,
-                    tiers_file: str | Path | None = None, concurrency: int = 8,
-                    repeat: int = 1, max_steps: int | None = None,
-                    timeout_s: float | None = None, ray: str | None = None,
-                    progress: ProgressCallback | None = None,
-                    progress_interval_s: float = 1.0, share_simulator: bool = True) -> Suite:
+async def run_suite(
+    paths: Sequence[str | Path],
+    out: str | Path,
+    *,
+    tier: str | None = None,
+    tiers_file: str | Path | None = None,
+    concurrency: int = 8,
+    repeat: int = 1,
+    max_steps: int | None = None,
+    timeout_s: float | None = None,
+    ray: str | None = None,
+    progress: ProgressCallback | None = None,
+    progress_interval_s: float = 1.0,
+    share_simulator: bool = True,
+) -> Suite:
     """Run every task ``repeat`` times, at most ``concurrency`` at once; write ``out/suite.json``.
 
     ``ray``: a Ray cluster address (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``, or ``local``
@@ -175,8 +239,7 @@ async def run_suite(paths: Sequence[str | Path], out: str | Path, *, tier: str |
     if ray is not None:
         from agentloop.suite.ray_backend import RayBackend
 
-        remote = RayBackend(ray, tiers_file=tiers_file, max_steps=max_steps,
-                            timeout_s=timeout_s)
+        remote = RayBackend(ray, tiers_file=tiers_file, max_steps=max_steps, timeout_s=timeout_s)
 
     def observe(kind: str, data: dict[str, Any]) -> None:
         if kind == "model_end":
@@ -193,8 +256,7 @@ async def run_suite(paths: Sequence[str | Path], out: str | Path, *, tier: str |
                     result = await remote.run(job, traces)
                     state.output_tokens += int(result.totals.get("output_tokens", 0) or 0)
                 else:
-                    result = await _local(job, traces, observe, max_steps, timeout_s,
-                                          tools)
+                    result = await _local(job, traces, observe, max_steps, timeout_s, tools)
             except AgentloopError as exc:
                 error = exc.message
             except Exception as exc:  # one run's crash is its own record, never the suite's end
@@ -202,8 +264,9 @@ async def run_suite(paths: Sequence[str | Path], out: str | Path, *, tier: str |
             finally:
                 state.running -= 1
             t1 = time.perf_counter()
-            rec = await asyncio.to_thread(_record, job, result, error, folder, t0, t1,
-                                          state.started)
+            rec = await asyncio.to_thread(
+                _record, job, result, error, folder, t0, t1, state.started
+            )
             records[i] = rec
             state.done += 1
             state.failed += not rec.passed
@@ -216,8 +279,10 @@ async def run_suite(paths: Sequence[str | Path], out: str | Path, *, tier: str |
 
     suite_t0 = state.started = time.perf_counter()
     try:
-        async with shared_simulator(jobs if remote is None and share_simulator else []), \
-                asyncio.TaskGroup() as tg:
+        async with (
+            shared_simulator(jobs if remote is None and share_simulator else []),
+            asyncio.TaskGroup() as tg,
+        ):
             tick = tg.create_task(ticker())
             work = [tg.create_task(one(i, j)) for i, j in enumerate(jobs)]
             await asyncio.gather(*work)
@@ -228,10 +293,14 @@ async def run_suite(paths: Sequence[str | Path], out: str | Path, *, tier: str |
         if progress is not None:
             progress(state)
         done = [r for r in records if r is not None]
-        suite = Suite(tier or (jobs[0].tier.name if jobs else ""), concurrency, repeat,
-                      time.perf_counter() - suite_t0, done,
-                      "ray" if remote is not None else "local",
-                      any(j.tier.prices is not None and j.tier.prices.placeholder
-                          for j in jobs))
+        suite = Suite(
+            tier or (jobs[0].tier.name if jobs else ""),
+            concurrency,
+            repeat,
+            time.perf_counter() - suite_t0,
+            done,
+            "ray" if remote is not None else "local",
+            any(j.tier.prices is not None and j.tier.prices.placeholder for j in jobs),
+        )
         await asyncio.to_thread(write_suite, folder, suite)
     return finish(suite)

@@ -30,8 +30,9 @@ def mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
-def bootstrap_ci(stat: Callable[[list[int]], float], n: int, level: float = 0.95,
-                 rounds: int = BOOTSTRAP_ROUNDS) -> tuple[float, float]:
+def bootstrap_ci(
+    stat: Callable[[list[int]], float], n: int, level: float = 0.95, rounds: int = BOOTSTRAP_ROUNDS
+) -> tuple[float, float]:
     """Percentile bootstrap interval of ``stat`` over ``n`` items (``stat`` gets the resampled
     indices); one item gives a zero-width interval at its value."""
     rng = random.Random(BOOTSTRAP_SEED)

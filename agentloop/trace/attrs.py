@@ -28,7 +28,9 @@ TIER: Final = "tier"
 TIMING: Final = "timing"  # run-clock ns of the successful attempt: see TIMING_KEYS
 ATTEMPTS: Final = "attempts"  # [{t_start, t_end, error, status, wait_ns}], run-clock ns
 WAIT_NS: Final = "wait_ns"  # back-off slept between attempts, total
-OUTPUT: Final = "output"  # model: {text, tool_calls, reasoning_tokens}; tool: the text the model saw
+OUTPUT: Final = (
+    "output"  # model: {text, tool_calls, reasoning_tokens}; tool: the text the model saw
+)
 # derived seconds (agentloop.timing.CallMetrics field names)
 TTFB_S: Final = "ttfb_s"
 TTFT_S: Final = "ttft_s"
@@ -39,8 +41,16 @@ OUTPUT_TPS: Final = "output_tps"
 CALL_S: Final = "call_s"
 TOKENS_PER_CHUNK: Final = "tokens_per_chunk"
 
-TIMING_KEYS: Final = ("t_send", "t_hdr", "t_first", "t_first_visible", "t_last", "t_end",
-                      "chunks", "build_ns")
+TIMING_KEYS: Final = (
+    "t_send",
+    "t_hdr",
+    "t_first",
+    "t_first_visible",
+    "t_last",
+    "t_end",
+    "chunks",
+    "build_ns",
+)
 ATTEMPT_KEYS: Final = ("t_start", "t_end", "error", "status", "wait_ns")
 
 # -- tool spans (end attrs) ----------------------------------------------------------------

@@ -113,8 +113,9 @@ def parse_lines(lines: list[bytes], path: object = "<trace>") -> Trace:
     try:
         first = orjson.loads(lines[0])
     except orjson.JSONDecodeError:
-        raise TraceFileError(f"{path}, line 1: not JSON; an agentloop trace starts with a run "
-                             "header") from None
+        raise TraceFileError(
+            f"{path}, line 1: not JSON; an agentloop trace starts with a run header"
+        ) from None
     header = parse_header(first, path)
     spans: dict[str, SpanRecord] = {}
     end: EndRecord | None = None
@@ -137,8 +138,9 @@ def parse_lines(lines: list[bytes], path: object = "<trace>") -> Trace:
         if type(rec) is SpanStart:
             if rec.id in spans:
                 where.fail("id", f"span {rec.id} started twice")
-            spans[rec.id] = SpanRecord(rec.id, rec.parent, rec.kind, rec.name, rec.t, rec.after,
-                                       start_attrs=rec.attrs)
+            spans[rec.id] = SpanRecord(
+                rec.id, rec.parent, rec.kind, rec.name, rec.t, rec.after, start_attrs=rec.attrs
+            )
         elif type(rec) is SpanEnd:
             s = spans.get(rec.id)
             if s is None:
@@ -146,8 +148,7 @@ def parse_lines(lines: list[bytes], path: object = "<trace>") -> Trace:
             if s.t1 is not None:
                 where.fail("id", f"span {rec.id} ended twice")
             if rec.t < s.t0:
-                where.fail("t", f"span {rec.id} ends at {rec.t} ns, before it started "
-                                f"({s.t0} ns)")
+                where.fail("t", f"span {rec.id} ends at {rec.t} ns, before it started ({s.t0} ns)")
             s.t1, s.status, s.attrs = rec.t, rec.status, rec.attrs
             if s.kind == "model":
                 s.model = model_attrs(rec.attrs, where)
@@ -164,8 +165,9 @@ def parse_lines(lines: list[bytes], path: object = "<trace>") -> Trace:
         started = min((s.t0 for s in spans.values() if s.parent is None), default=0)
         if end.t < started:
             where.line = end_line
-            where.fail("t", f"the run ends at {end.t} ns, before its run span started "
-                            f"({started} ns)")
+            where.fail(
+                "t", f"the run ends at {end.t} ns, before its run span started ({started} ns)"
+            )
     return Trace(path if isinstance(path, Path) else None, header, spans, end, problems)
 
 

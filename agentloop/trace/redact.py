@@ -30,14 +30,19 @@ MIN_SECRET = 6  # shorter values are not worth hiding (and would blot out ordina
 def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     """Values of environment variables whose names look secret (long enough to be worth hiding)."""
     env = os.environ if environ is None else environ
-    return sorted({v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= MIN_SECRET},
-                  key=len, reverse=True)
+    return sorted(
+        {v for k, v in env.items() if SECRET_NAME.search(k) and len(v) >= MIN_SECRET},
+        key=len,
+        reverse=True,
+    )
 
 
 _URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://[^\s:/?#@]*:)([^\s@/?#]+)(@)")
 # NAME=value where NAME ends in a secret word (max_tokens=... is not one: plural)
-_NAMED_VALUE = re.compile(r"(?i)\b([A-Z0-9_.\-]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)"
-                          r"\b[\"']?\s*[=:]\s*[\"']?)([^\s\"',;&]{6,})")
+_NAMED_VALUE = re.compile(
+    r"(?i)\b([A-Z0-9_.\-]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)"
+    r"\b[\"']?\s*[=:]\s*[\"']?)([^\s\"',;&]{6,})"
+)
 
 
 def _base64_cores(raw: bytes) -> list[str]:
@@ -57,8 +62,15 @@ def _base64_cores(raw: bytes) -> list[str]:
 def variants(secret: str) -> set[str]:
     """Every form of ``secret`` the redactor hides."""
     raw = secret.encode("utf-8")
-    found = {secret, secret[::-1], raw.hex(), raw.hex().upper(), quote(secret, safe=""),
-             quote_plus(secret), *_base64_cores(raw)}
+    found = {
+        secret,
+        secret[::-1],
+        raw.hex(),
+        raw.hex().upper(),
+        quote(secret, safe=""),
+        quote_plus(secret),
+        *_base64_cores(raw),
+    }
     return {v for v in found if len(v) >= MIN_SECRET}
 
 
@@ -66,8 +78,9 @@ class Redactor:
     """Hides known secret values (in their common encodings) and secret-shaped text."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        needles = sorted({v for s in secrets if len(s) >= MIN_SECRET for v in variants(s)},
-                         key=len, reverse=True)  # longest first: a value inside another
+        needles = sorted(
+            {v for s in secrets if len(s) >= MIN_SECRET for v in variants(s)}, key=len, reverse=True
+        )  # longest first: a value inside another
         self._known = re.compile("|".join(map(re.escape, needles))) if needles else None
 
     def text(self, text: str) -> str:
@@ -95,8 +108,12 @@ def _map_strings(obj: Any, fn: Callable[[str], str], hide_keys: tuple[str, ...] 
     if isinstance(obj, str):
         return fn(obj)
     if isinstance(obj, dict):
-        return {k: REDACTED if isinstance(k, str) and k.lower() in hide_keys
-                else _map_strings(v, fn, hide_keys) for k, v in obj.items()}
+        return {
+            k: REDACTED
+            if isinstance(k, str) and k.lower() in hide_keys
+            else _map_strings(v, fn, hide_keys)
+            for k, v in obj.items()
+        }
     if isinstance(obj, list | tuple):
         return [_map_strings(v, fn, hide_keys) for v in obj]
     return obj

@@ -40,11 +40,33 @@ READABLE_SCHEMAS = frozenset({1})
 MAX_INSTANT_NS = 100 * 86_400 * 10**9  # 100 days on the run's clock: later is a damaged file
 
 __all__ = [
-    "MAX_INSTANT_NS", "READABLE_SCHEMAS", "SCHEMA_VERSION", "Attempt", "EndRecord",
-    "ModelAttrs", "ModelOutput", "OutputToolCall", "Profile", "Record", "RunHeader",
-    "SpanEnd", "SpanStart", "TaskInfo", "TierInfo", "Timing", "ToolAttrs", "ToolInfo", "Where",
-    "end_record", "end_span_record", "header_record", "model_attrs", "parse_header",
-    "parse_record", "start_record", "tool_attrs",
+    "MAX_INSTANT_NS",
+    "READABLE_SCHEMAS",
+    "SCHEMA_VERSION",
+    "Attempt",
+    "EndRecord",
+    "ModelAttrs",
+    "ModelOutput",
+    "OutputToolCall",
+    "Profile",
+    "Record",
+    "RunHeader",
+    "SpanEnd",
+    "SpanStart",
+    "TaskInfo",
+    "TierInfo",
+    "Timing",
+    "ToolAttrs",
+    "ToolInfo",
+    "Where",
+    "end_record",
+    "end_span_record",
+    "header_record",
+    "model_attrs",
+    "parse_header",
+    "parse_record",
+    "start_record",
+    "tool_attrs",
 ]
 
 
@@ -61,12 +83,23 @@ class Where:
 
 
 def _kind(v: object) -> str:
-    return "null" if v is None else type(v).__name__.replace("str", "string").replace(
-        "dict", "object").replace("list", "array")
+    return (
+        "null"
+        if v is None
+        else type(v)
+        .__name__.replace("str", "string")
+        .replace("dict", "object")
+        .replace("list", "array")
+    )
 
 
-def _int(w: Where, d: Mapping[str, Any], key: str, fld: str, default: int | None = 0,
-         ) -> int:
+def _int(
+    w: Where,
+    d: Mapping[str, Any],
+    key: str,
+    fld: str,
+    default: int | None = 0,
+) -> int:
     v = d.get(key, default)
     if type(v) is not int or v < 0:
         if v is None and default is None:
@@ -185,11 +218,14 @@ def parse_header(rec: object, path: object) -> RunHeader:
     """Check and type line 1 of a trace."""
     w = Where(path, 1)
     if type(rec) is not dict or rec.get("type") != "run":
-        w.fail("type", 'missing the run header (field \'type\' must be "run")')
+        w.fail("type", "missing the run header (field 'type' must be \"run\")")
     schema = rec.get("schema")
     if schema not in READABLE_SCHEMAS or type(schema) is not int:
-        w.fail("schema", f"is {schema!r}; this agentloop reads schema "
-                         f"{', '.join(map(str, sorted(READABLE_SCHEMAS)))}")
+        w.fail(
+            "schema",
+            f"is {schema!r}; this agentloop reads schema "
+            f"{', '.join(map(str, sorted(READABLE_SCHEMAS)))}",
+        )
     task = _obj(w, rec, "task", "task")
     tier = _obj(w, rec, "tier", "tier")
     prof = tier.get("profile")
@@ -197,9 +233,11 @@ def parse_header(rec: object, path: object) -> RunHeader:
     if prof is not None:
         if type(prof) is not dict:
             w.fail("tier.profile", f"must be an object, not {_kind(prof)}")
-        profile = Profile(_num(w, prof, "base_latency_s", "tier.profile.base_latency_s"),
-                          _num(w, prof, "prefill_tps", "tier.profile.prefill_tps"),
-                          _num(w, prof, "output_tps", "tier.profile.output_tps", positive=True))
+        profile = Profile(
+            _num(w, prof, "base_latency_s", "tier.profile.base_latency_s"),
+            _num(w, prof, "prefill_tps", "tier.profile.prefill_tps"),
+            _num(w, prof, "output_tps", "tier.profile.output_tps", positive=True),
+        )
     tools = rec.get("tools") or []
     if type(tools) is not list:
         w.fail("tools", f"must be an array, not {_kind(tools)}")
@@ -207,20 +245,35 @@ def parse_header(rec: object, path: object) -> RunHeader:
     for k, t in enumerate(tools):
         if type(t) is not dict:
             w.fail(f"tools[{k}]", f"must be an object, not {_kind(t)}")
-        infos.append(ToolInfo(_str(w, t, "name", f"tools[{k}].name", None),
-                              _str(w, t, "description", f"tools[{k}].description"),
-                              _obj(w, t, "parameters", f"tools[{k}].parameters")))
+        infos.append(
+            ToolInfo(
+                _str(w, t, "name", f"tools[{k}].name", None),
+                _str(w, t, "description", f"tools[{k}].description"),
+                _obj(w, t, "parameters", f"tools[{k}].parameters"),
+            )
+        )
     clock = _obj(w, rec, "clock", "clock")
     return RunHeader(
-        schema, _str(w, rec, "run_id", "run_id"),
-        TaskInfo(_str(w, task, "name", "task.name", "?"), _str(w, task, "prompt", "task.prompt"),
-                 _str(w, task, "system", "task.system"),
-                 _opt_str(w, task, "source", "task.source")),
-        TierInfo(_str(w, tier, "name", "tier.name", "?"), _str(w, tier, "model", "tier.model"),
-                 _str(w, tier, "base_url", "tier.base_url"), _str(w, tier, "api", "tier.api"),
-                 profile),
-        tuple(infos), _opt_str(w, rec, "workspace", "workspace"),
-        _str(w, clock, "wall", "clock.wall"), rec)
+        schema,
+        _str(w, rec, "run_id", "run_id"),
+        TaskInfo(
+            _str(w, task, "name", "task.name", "?"),
+            _str(w, task, "prompt", "task.prompt"),
+            _str(w, task, "system", "task.system"),
+            _opt_str(w, task, "source", "task.source"),
+        ),
+        TierInfo(
+            _str(w, tier, "name", "tier.name", "?"),
+            _str(w, tier, "model", "tier.model"),
+            _str(w, tier, "base_url", "tier.base_url"),
+            _str(w, tier, "api", "tier.api"),
+            profile,
+        ),
+        tuple(infos),
+        _opt_str(w, rec, "workspace", "workspace"),
+        _str(w, clock, "wall", "clock.wall"),
+        rec,
+    )
 
 
 def header_record(**fields: Any) -> dict[str, Any]:
@@ -269,17 +322,30 @@ class EndRecord:
 Record = RunHeader | SpanStart | SpanEnd | EndRecord
 
 
-def start_record(span_id: str, parent: str | None, kind: str, name: str, t: int,
-                 after: list[str] | tuple[str, ...], attrs: Mapping[str, Any]) -> dict[str, Any]:
-    rec: dict[str, Any] = {"type": "span_start", "id": span_id, "parent": parent, "kind": kind,
-                           "name": name, "t": t, "after": list(after)}
+def start_record(
+    span_id: str,
+    parent: str | None,
+    kind: str,
+    name: str,
+    t: int,
+    after: list[str] | tuple[str, ...],
+    attrs: Mapping[str, Any],
+) -> dict[str, Any]:
+    rec: dict[str, Any] = {
+        "type": "span_start",
+        "id": span_id,
+        "parent": parent,
+        "kind": kind,
+        "name": name,
+        "t": t,
+        "after": list(after),
+    }
     if attrs:
         rec["attrs"] = dict(attrs)
     return rec
 
 
-def end_span_record(span_id: str, t: int, status: str, attrs: Mapping[str, Any]
-                    ) -> dict[str, Any]:
+def end_span_record(span_id: str, t: int, status: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "span_end", "id": span_id, "t": t, "status": status, "attrs": attrs}
 
 
@@ -314,16 +380,29 @@ def parse_record(rec: object, w: Where) -> SpanStart | SpanEnd | EndRecord | Non
             sid, t, parent = rec.get("id"), rec.get("t"), rec.get("parent")
             kind, name = rec.get("kind"), rec.get("name")
             after, attrs = rec.get("after") or [], rec.get("attrs")
-            if (type(sid) is str and sid and type(t) is int and 0 <= t <= MAX_INSTANT_NS
-                    and (parent is None or type(parent) is str) and type(kind) is str
-                    and type(name) is str and type(after) is list
-                    and (attrs is None or type(attrs) is dict) and all(map(_is_str, after))):
+            if (
+                type(sid) is str
+                and sid
+                and type(t) is int
+                and 0 <= t <= MAX_INSTANT_NS
+                and (parent is None or type(parent) is str)
+                and type(kind) is str
+                and type(name) is str
+                and type(after) is list
+                and (attrs is None or type(attrs) is dict)
+                and all(map(_is_str, after))
+            ):
                 return SpanStart(sid, parent, kind, name, t, after, attrs or {})
         elif typ == "span_end":
             sid, t, status = rec.get("id"), rec.get("t"), rec.get("status", "ok")
             attrs = rec.get("attrs")
-            if (type(sid) is str and type(t) is int and 0 <= t <= MAX_INSTANT_NS
-                    and type(status) is str and (attrs is None or type(attrs) is dict)):
+            if (
+                type(sid) is str
+                and type(t) is int
+                and 0 <= t <= MAX_INSTANT_NS
+                and type(status) is str
+                and (attrs is None or type(attrs) is dict)
+            ):
                 return SpanEnd(sid, t, status, attrs or {})
     return _parse_record_checked(rec, w)
 
@@ -333,8 +412,7 @@ def _parse_record_checked(rec: object, w: Where) -> SpanStart | SpanEnd | EndRec
         w.fail("type", f"a record must be a JSON object, not {_kind(rec)}")
     typ = rec.get("type")
     if typ == "span_start":
-        sid, parent, kind, name = rec.get("id"), rec.get("parent"), rec.get("kind"), \
-            rec.get("name")
+        sid, parent, kind, name = rec.get("id"), rec.get("parent"), rec.get("kind"), rec.get("name")
         if type(sid) is not str or not sid:
             w.fail("id", f"must be a span id (non-empty string), not {_kind(sid)}")
         if parent is not None and type(parent) is not str:
@@ -343,23 +421,35 @@ def _parse_record_checked(rec: object, w: Where) -> SpanStart | SpanEnd | EndRec
             w.fail("kind", f"must be a string, not {_kind(kind)}")
         if type(name) is not str:
             w.fail("name", f"must be a string, not {_kind(name)}")
-        return SpanStart(sid, parent, kind, name, _instant(w, rec.get("t"), "t"),
-                         _after(w, rec.get("after")), _obj(w, rec, "attrs", "attrs"))
+        return SpanStart(
+            sid,
+            parent,
+            kind,
+            name,
+            _instant(w, rec.get("t"), "t"),
+            _after(w, rec.get("after")),
+            _obj(w, rec, "attrs", "attrs"),
+        )
     if typ == "span_end":
         sid, status = rec.get("id"), rec.get("status", "ok")
         if type(sid) is not str:
             w.fail("id", f"must be a span id (string), not {_kind(sid)}")
         if type(status) is not str:
             w.fail("status", f"must be a string, not {_kind(status)}")
-        return SpanEnd(sid, _instant(w, rec.get("t"), "t"), status,
-                       _obj(w, rec, "attrs", "attrs"))
+        return SpanEnd(sid, _instant(w, rec.get("t"), "t"), status, _obj(w, rec, "attrs", "attrs"))
     if typ == "end":
         success = rec.get("success")
         if success is not None and type(success) is not dict:
             w.fail("success", f"must be an object or null, not {_kind(success)}")
-        return EndRecord(_str(w, rec, "status", "status", None), _instant(w, rec.get("t"), "t"),
-                         _str(w, rec, "reason", "reason"), _int(w, rec, "steps", "steps"),
-                         _obj(w, rec, "totals", "totals"), success, rec)
+        return EndRecord(
+            _str(w, rec, "status", "status", None),
+            _instant(w, rec.get("t"), "t"),
+            _str(w, rec, "reason", "reason"),
+            _int(w, rec, "steps", "steps"),
+            _obj(w, rec, "totals", "totals"),
+            success,
+            rec,
+        )
     if type(typ) is not str:
         w.fail("type", f"must be a record type (string), not {_kind(typ)}")
     return None
@@ -432,12 +522,16 @@ def _timing(w: Where, v: object) -> Timing | None:
     t_send = _opt_instant(w, v, "t_send", f + "t_send")
     if t_send is None:
         return None
-    return Timing(t_send, _opt_instant(w, v, "t_hdr", f + "t_hdr"),
-                  _opt_instant(w, v, "t_first", f + "t_first"),
-                  _opt_instant(w, v, "t_first_visible", f + "t_first_visible"),
-                  _opt_instant(w, v, "t_last", f + "t_last"),
-                  _opt_instant(w, v, "t_end", f + "t_end"),
-                  _int(w, v, "chunks", f + "chunks"), _int(w, v, "build_ns", f + "build_ns"))
+    return Timing(
+        t_send,
+        _opt_instant(w, v, "t_hdr", f + "t_hdr"),
+        _opt_instant(w, v, "t_first", f + "t_first"),
+        _opt_instant(w, v, "t_first_visible", f + "t_first_visible"),
+        _opt_instant(w, v, "t_last", f + "t_last"),
+        _opt_instant(w, v, "t_end", f + "t_end"),
+        _int(w, v, "chunks", f + "chunks"),
+        _int(w, v, "build_ns", f + "build_ns"),
+    )
 
 
 def _attempts(w: Where, v: object) -> tuple[Attempt, ...]:
@@ -450,13 +544,21 @@ def _attempts(w: Where, v: object) -> tuple[Attempt, ...]:
         f = f"attrs.{A.ATTEMPTS}[{k}]"
         if type(a) is not dict:
             w.fail(f, f"must be an object, not {_kind(a)}")
-        t0, t1 = _opt_instant(w, a, "t_start", f + ".t_start"), _opt_instant(w, a, "t_end",
-                                                                               f + ".t_end")
+        t0, t1 = (
+            _opt_instant(w, a, "t_start", f + ".t_start"),
+            _opt_instant(w, a, "t_end", f + ".t_end"),
+        )
         if t0 is not None and t1 is not None and t1 < t0:
             w.fail(f + ".t_end", f"ends ({t1}) before it starts ({t0})")
-        out.append(Attempt(t0, t1, _opt_str(w, a, "error", f + ".error"),
-                           _opt_int(w, a, "status", f + ".status"),
-                           _int(w, a, "wait_ns", f + ".wait_ns")))
+        out.append(
+            Attempt(
+                t0,
+                t1,
+                _opt_str(w, a, "error", f + ".error"),
+                _opt_int(w, a, "status", f + ".status"),
+                _int(w, a, "wait_ns", f + ".wait_ns"),
+            )
+        )
     return tuple(out)
 
 
@@ -477,10 +579,16 @@ def _output(w: Where, v: object) -> ModelOutput | None:
         args = c.get("arguments", "")
         if type(args) is not str:
             w.fail(fc + ".arguments", f"must be JSON text (a string), not {_kind(args)}")
-        out.append(OutputToolCall(_str(w, c, "id", fc + ".id"),
-                                  _str(w, c, "name", fc + ".name", None), args))
-    return ModelOutput(_str(w, v, "text", f + ".text"),
-                       _int(w, v, "reasoning_tokens", f + ".reasoning_tokens"), tuple(out))
+        out.append(
+            OutputToolCall(
+                _str(w, c, "id", fc + ".id"), _str(w, c, "name", fc + ".name", None), args
+            )
+        )
+    return ModelOutput(
+        _str(w, v, "text", f + ".text"),
+        _int(w, v, "reasoning_tokens", f + ".reasoning_tokens"),
+        tuple(out),
+    )
 
 
 _INT_OR_NONE = frozenset({int, type(None)})
@@ -493,13 +601,24 @@ def _timing_fast(tm: object) -> Timing | bool | None:
     if type(tm) is not dict:
         return False
     g = tm.get
-    s, h, f, fv, la, e = (g("t_send"), g("t_hdr"), g("t_first"), g("t_first_visible"),
-                          g("t_last"), g("t_end"))
+    s, h, f, fv, la, e = (
+        g("t_send"),
+        g("t_hdr"),
+        g("t_first"),
+        g("t_first_visible"),
+        g("t_last"),
+        g("t_end"),
+    )
     if s is None:
         return None
     chunks, build = g("chunks", 0), g("build_ns", 0)
-    if not (set(map(type, (s, h, f, fv, la, e))) <= _INT_OR_NONE and type(chunks) is int
-            and type(build) is int and chunks >= 0 and build >= 0):
+    if not (
+        set(map(type, (s, h, f, fv, la, e))) <= _INT_OR_NONE
+        and type(chunks) is int
+        and type(build) is int
+        and chunks >= 0
+        and build >= 0
+    ):
         return False
     prev = s
     for v in (f, fv, la, e):  # one clock: each known instant at or after the previous one
@@ -522,11 +641,23 @@ def _attempts_fast(v: object) -> tuple[Attempt, ...] | bool:
         if type(a) is not dict:
             return False
         g = a.get
-        t0, t1, err, status, wait = g("t_start"), g("t_end"), g("error"), g("status"), \
-            g("wait_ns", 0)
-        if not (type(t0) is int and type(t1) is int and 0 <= t0 <= t1 <= MAX_INSTANT_NS
-                and (err is None or type(err) is str) and (status is None or type(status) is int)
-                and type(wait) is int and wait >= 0 and (status is None or status >= 0)):
+        t0, t1, err, status, wait = (
+            g("t_start"),
+            g("t_end"),
+            g("error"),
+            g("status"),
+            g("wait_ns", 0),
+        )
+        if not (
+            type(t0) is int
+            and type(t1) is int
+            and 0 <= t0 <= t1 <= MAX_INSTANT_NS
+            and (err is None or type(err) is str)
+            and (status is None or type(status) is int)
+            and type(wait) is int
+            and wait >= 0
+            and (status is None or status >= 0)
+        ):
             return False
         out.append(Attempt(t0, t1, err, status, wait))
     return tuple(out)
@@ -554,18 +685,43 @@ def _output_fast(v: object) -> ModelOutput | bool | None:
 def model_attrs(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
     """Type a model span's end attributes; a damaged one names ``attrs.<key>``."""
     g = attrs.get
-    step, n_in, n_out = g(A.STEP), g(A.GEN_AI_USAGE_INPUT_TOKENS, 0), \
-        g(A.GEN_AI_USAGE_OUTPUT_TOKENS, 0)
-    n_r, n_c, wait = g(A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, 0), \
-        g(A.GEN_AI_USAGE_CACHED_INPUT_TOKENS, 0), g(A.WAIT_NS, 0)
-    if (type(n_in) is int and type(n_out) is int and type(n_r) is int and type(n_c) is int
-            and type(wait) is int and min(n_in, n_out, n_r, n_c, wait) >= 0
-            and (step is None or type(step) is int)):
-        timing, attempts, output = (_timing_fast(g(A.TIMING)), _attempts_fast(g(A.ATTEMPTS)),
-                                    _output_fast(g(A.OUTPUT)))
+    step, n_in, n_out = (
+        g(A.STEP),
+        g(A.GEN_AI_USAGE_INPUT_TOKENS, 0),
+        g(A.GEN_AI_USAGE_OUTPUT_TOKENS, 0),
+    )
+    n_r, n_c, wait = (
+        g(A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, 0),
+        g(A.GEN_AI_USAGE_CACHED_INPUT_TOKENS, 0),
+        g(A.WAIT_NS, 0),
+    )
+    if (
+        type(n_in) is int
+        and type(n_out) is int
+        and type(n_r) is int
+        and type(n_c) is int
+        and type(wait) is int
+        and min(n_in, n_out, n_r, n_c, wait) >= 0
+        and (step is None or type(step) is int)
+    ):
+        timing, attempts, output = (
+            _timing_fast(g(A.TIMING)),
+            _attempts_fast(g(A.ATTEMPTS)),
+            _output_fast(g(A.OUTPUT)),
+        )
         if timing is not False and attempts is not False and output is not False:
-            return ModelAttrs(step, n_in, n_out, n_r, n_c, timing, attempts,  # type: ignore[arg-type]
-                              wait, output)  # type: ignore[arg-type]  # False ruled out above
+            # False ruled out above
+            return ModelAttrs(
+                step,
+                n_in,
+                n_out,
+                n_r,
+                n_c,
+                timing,  # type: ignore[arg-type]
+                attempts,  # type: ignore[arg-type]
+                wait,
+                output,  # type: ignore[arg-type]
+            )
     return _model_attrs_checked(attrs, w)
 
 
@@ -574,25 +730,44 @@ def _model_attrs_checked(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
     if step is not None and type(step) is not int:
         w.fail(f"attrs.{A.STEP}", f"must be an integer, not {_kind(step)}")
     n_out = _int(w, attrs, A.GEN_AI_USAGE_OUTPUT_TOKENS, f"attrs.{A.GEN_AI_USAGE_OUTPUT_TOKENS}")
-    n_r = _int(w, attrs, A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
-               f"attrs.{A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS}")
+    n_r = _int(
+        w,
+        attrs,
+        A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+        f"attrs.{A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS}",
+    )
     timing = _timing(w, attrs.get(A.TIMING))
     if timing is not None:
         # one clock: send <= first payload <= first visible <= last <= terminal event
         t = timing
-        if not (t.t_send <= (t.t_first or t.t_send) <= (t.t_first_visible or t.t_send)
-                <= (t.t_last or t.t_send) <= (t.t_end or t.t_send)):
+        if not (
+            t.t_send
+            <= (t.t_first or t.t_send)
+            <= (t.t_first_visible or t.t_send)
+            <= (t.t_last or t.t_send)
+            <= (t.t_end or t.t_send)
+        ):
             seq = [(k, getattr(t, k)) for k in A.TIMING_KEYS[:6] if k != "t_hdr"]
             known = [(k, v) for k, v in seq if v is not None]
             for (k0, a), (k1, b) in itertools.pairwise(known):
                 if b < a:
                     w.fail(f"attrs.{A.TIMING}.{k1}", f"({b}) is before {k0} ({a})")
     return ModelAttrs(
-        step, _int(w, attrs, A.GEN_AI_USAGE_INPUT_TOKENS, f"attrs.{A.GEN_AI_USAGE_INPUT_TOKENS}"),
-        n_out, n_r, _int(w, attrs, A.GEN_AI_USAGE_CACHED_INPUT_TOKENS,
-                         f"attrs.{A.GEN_AI_USAGE_CACHED_INPUT_TOKENS}"),
-        timing, _attempts(w, attrs.get(A.ATTEMPTS)),
-        _int(w, attrs, A.WAIT_NS, f"attrs.{A.WAIT_NS}"), _output(w, attrs.get(A.OUTPUT)))
+        step,
+        _int(w, attrs, A.GEN_AI_USAGE_INPUT_TOKENS, f"attrs.{A.GEN_AI_USAGE_INPUT_TOKENS}"),
+        n_out,
+        n_r,
+        _int(
+            w,
+            attrs,
+            A.GEN_AI_USAGE_CACHED_INPUT_TOKENS,
+            f"attrs.{A.GEN_AI_USAGE_CACHED_INPUT_TOKENS}",
+        ),
+        timing,
+        _attempts(w, attrs.get(A.ATTEMPTS)),
+        _int(w, attrs, A.WAIT_NS, f"attrs.{A.WAIT_NS}"),
+        _output(w, attrs.get(A.OUTPUT)),
+    )
 
 
 class ToolAttrs(NamedTuple):
@@ -610,19 +785,30 @@ class ToolAttrs(NamedTuple):
 def tool_attrs(attrs: Mapping[str, Any], span_name: str, w: Where) -> ToolAttrs:
     """Type a tool span's end attributes; the tool's name falls back to the span's name."""
     g = attrs.get
-    name, ok, args, cid = g(A.GEN_AI_TOOL_NAME), g(A.OK, False), g(A.ARGUMENTS, ""), \
-        g(A.GEN_AI_TOOL_CALL_ID, "")
+    name, ok, args, cid = (
+        g(A.GEN_AI_TOOL_NAME),
+        g(A.OK, False),
+        g(A.ARGUMENTS, ""),
+        g(A.GEN_AI_TOOL_CALL_ID, ""),
+    )
     out, data, queued = g(A.OUTPUT, ""), g(A.DATA), g(A.QUEUED_NS, 0)
-    if (type(name) is str and name and type(ok) is bool and type(args) is str
-            and type(cid) is str and type(out) is str and (data is None or type(data) is dict)
-            and type(queued) is int and queued >= 0):
+    if (
+        type(name) is str
+        and name
+        and type(ok) is bool
+        and type(args) is str
+        and type(cid) is str
+        and type(out) is str
+        and (data is None or type(data) is dict)
+        and type(queued) is int
+        and queued >= 0
+    ):
         return ToolAttrs(name, cid, args, ok, out, data or {}, queued)
     return _tool_attrs_checked(attrs, span_name, w)
 
 
 def _tool_attrs_checked(attrs: Mapping[str, Any], span_name: str, w: Where) -> ToolAttrs:
-    name = attrs.get(A.GEN_AI_TOOL_NAME) or span_name.removeprefix("execute_tool ").strip() \
-        or "?"
+    name = attrs.get(A.GEN_AI_TOOL_NAME) or span_name.removeprefix("execute_tool ").strip() or "?"
     if type(name) is not str:
         w.fail(f"attrs.{A.GEN_AI_TOOL_NAME}", f"must be a string, not {_kind(name)}")
     ok = attrs.get(A.OK, False)
@@ -631,7 +817,12 @@ def _tool_attrs_checked(attrs: Mapping[str, Any], span_name: str, w: Where) -> T
     args = attrs.get(A.ARGUMENTS, "")
     if type(args) is not str:
         w.fail(f"attrs.{A.ARGUMENTS}", f"must be JSON text (a string), not {_kind(args)}")
-    return ToolAttrs(name, _str(w, attrs, A.GEN_AI_TOOL_CALL_ID, f"attrs.{A.GEN_AI_TOOL_CALL_ID}"),
-                     args, ok, _str(w, attrs, A.OUTPUT, f"attrs.{A.OUTPUT}"),
-                     _obj(w, attrs, A.DATA, f"attrs.{A.DATA}"),
-                     _int(w, attrs, A.QUEUED_NS, f"attrs.{A.QUEUED_NS}"))
+    return ToolAttrs(
+        name,
+        _str(w, attrs, A.GEN_AI_TOOL_CALL_ID, f"attrs.{A.GEN_AI_TOOL_CALL_ID}"),
+        args,
+        ok,
+        _str(w, attrs, A.OUTPUT, f"attrs.{A.OUTPUT}"),
+        _obj(w, attrs, A.DATA, f"attrs.{A.DATA}"),
+        _int(w, attrs, A.QUEUED_NS, f"attrs.{A.QUEUED_NS}"),
+    )

@@ -54,20 +54,27 @@ class Tracer:
         return None if perf_ns is None else perf_ns - self.anchor_ns
 
     def header(self, **fields: Any) -> None:
-        self.sink.write(header_record(
-            clock={"wall": self.anchor_wall.isoformat(), "unit": "ns"}, **fields))
+        self.sink.write(
+            header_record(clock={"wall": self.anchor_wall.isoformat(), "unit": "ns"}, **fields)
+        )
 
     def end(self, status: str, **fields: Any) -> None:
         fields.setdefault("t", self.now())
         self.sink.write(end_record(status, **fields))
 
     @contextlib.asynccontextmanager
-    async def span(self, kind: str, name: str, *, after: list[str] | tuple[str, ...] = (),
-                   **attrs: Any) -> AsyncIterator[Span]:
+    async def span(
+        self, kind: str, name: str, *, after: list[str] | tuple[str, ...] = (), **attrs: Any
+    ) -> AsyncIterator[Span]:
         """Open a span under the current one; its end record carries status and attributes."""
         parent = _current.get()
-        span = Span(id=f"s{next(self._ids)}", kind=kind, name=name,
-                    parent=parent.id if parent else None, t0=self.now())
+        span = Span(
+            id=f"s{next(self._ids)}",
+            kind=kind,
+            name=name,
+            parent=parent.id if parent else None,
+            t0=self.now(),
+        )
         self.sink.write(start_record(span.id, span.parent, kind, name, span.t0, after, attrs))
         self.open[span.id] = span
         token = _current.set(span)

@@ -59,8 +59,9 @@ class Pipeline:
             try:
                 sink.write(record)
             except Exception as exc:  # a broken sink must not end the run
-                get_logger("agentloop.trace").error("trace sink failed; dropping it", sink=type(sink).__name__,
-                          error=str(exc))
+                get_logger("agentloop.trace").error(
+                    "trace sink failed; dropping it", sink=type(sink).__name__, error=str(exc)
+                )
                 self.sinks.remove(sink)
 
     def close(self) -> None:
@@ -68,4 +69,6 @@ class Pipeline:
             try:
                 sink.close()
             except Exception as exc:
-                get_logger("agentloop.trace").error("trace sink failed to close", sink=type(sink).__name__, error=str(exc))
+                get_logger("agentloop.trace").error(
+                    "trace sink failed to close", sink=type(sink).__name__, error=str(exc)
+                )

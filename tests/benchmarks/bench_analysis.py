@@ -50,19 +50,29 @@ def main() -> None:
     n_models = sum(s.kind == "model" for s in trace.spans.values())
     retime_s = min(runs)
     n_records = 2 * n_spans + 2
-    print(f"spans {n_spans:,}  records {n_records:,}  file {size / 1e6:.0f} MB "
-          f"(written in {write_s:.2f} s)")
+    print(
+        f"spans {n_spans:,}  records {n_records:,}  file {size / 1e6:.0f} MB "
+        f"(written in {write_s:.2f} s)"
+    )
     print(f"load           {load_s:6.2f} s   {n_records / load_s:,.0f} records/s  (load_trace)")
-    print(f"load, GC off   {quick_s:6.2f} s   {n_records / quick_s:,.0f} records/s  "
-          f"(load_quickly: the cyclic collector paused, as the commands do)")
+    print(
+        f"load, GC off   {quick_s:6.2f} s   {n_records / quick_s:,.0f} records/s  "
+        f"(load_quickly: the cyclic collector paused, as the commands do)"
+    )
     print(f"build graph    {graph_s:6.2f} s   (flatten + attribute {n_models:,} model spans)")
-    print(f"one re-timing  {retime_s:6.2f} s   (target < 2 s; best of 3, runs "
-          f"{', '.join(f'{r:.2f}' for r in runs)} s)")
-    print(f"               predicted {predicted / 1e9:,.1f} s "
-          f"of {w.measured_ns / 1e9:,.1f} s measured, speedup {w.measured_ns / predicted:.2f}x")
+    print(
+        f"one re-timing  {retime_s:6.2f} s   (target < 2 s; best of 3, runs "
+        f"{', '.join(f'{r:.2f}' for r in runs)} s)"
+    )
+    print(
+        f"               predicted {predicted / 1e9:,.1f} s "
+        f"of {w.measured_ns / 1e9:,.1f} s measured, speedup {w.measured_ns / predicted:.2f}x"
+    )
     print(f"graph + re-timing {graph_s + retime_s:6.2f} s")
-    print(f"full whatif    {full_s:6.2f} s   (re-timing, both critical paths and their "
-          f"breakdowns, ceiling and {len(w.curve)}-point curve from one lockstep pass)")
+    print(
+        f"full whatif    {full_s:6.2f} s   (re-timing, both critical paths and their "
+        f"breakdowns, ceiling and {len(w.curve)}-point curve from one lockstep pass)"
+    )
 
 
 def analyse(trace: Trace) -> tuple[float, list[float], float, Graph, WhatIf, int]:

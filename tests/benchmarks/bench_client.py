@@ -100,17 +100,29 @@ def pin(cpu: int) -> None:
 
 def sim_process(profile: SpeedProfile, tokens: int, per_chunk: int = 1) -> Any:
     """The simulator in a child process on core 1; yields its base_url."""
-    return child(CHILD.format(root=str(ROOT), base=profile.base_latency_s,
-                              prefill=profile.prefill_tps, tps=profile.output_tps, tokens=tokens,
-                              per_chunk=per_chunk))
+    return child(
+        CHILD.format(
+            root=str(ROOT),
+            base=profile.base_latency_s,
+            prefill=profile.prefill_tps,
+            tps=profile.output_tps,
+            tokens=tokens,
+            per_chunk=per_chunk,
+        )
+    )
 
 
 @asynccontextmanager
 async def child(code: str) -> Any:
     """Run ``code`` in a child process on core 1; yields the first line it prints (a URL)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", code, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, preexec_fn=lambda: pin(1))
+        sys.executable,
+        "-c",
+        code,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        preexec_fn=lambda: pin(1),
+    )
     assert proc.stdout is not None and proc.stdin is not None
     try:
         url = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode().strip()
@@ -145,8 +157,12 @@ async def cost_typed(url: str) -> tuple[float, int]:
 
     async def once() -> int:
         n, text = 0, []
-        stream = await sdk.responses.create(model="sim-bench", input=[
-            {"role": "user", "content": USER.content}], stream=True, store=False)
+        stream = await sdk.responses.create(
+            model="sim-bench",
+            input=[{"role": "user", "content": USER.content}],
+            stream=True,
+            store=False,
+        )
         async for ev in stream:
             if ev.type == "response.output_text.delta":
                 text.append(ev.delta)
@@ -186,8 +202,10 @@ async def cost_transport(url: str) -> tuple[float, int]:
 
 
 async def part1(tokens: int = 2500) -> None:
-    print(f"1. per-event client cost, a recorded simulator stream of {tokens} tokens served "
-          "unpaced (Responses)")
+    print(
+        f"1. per-event client cost, a recorded simulator stream of {tokens} tokens served "
+        "unpaced (Responses)"
+    )
     async with child(REPLAY_CHILD.format(root=str(ROOT), record_tps=1000, tokens=tokens)) as url:
         rows: dict[str, list[float]] = {"raw": [], "typed": [], "transport": []}
         for _ in range(3):  # interleaved, so drift in machine load hits both alike
@@ -203,20 +221,31 @@ async def part1(tokens: int = 2500) -> None:
     print(f"   SDK typed stream (create(stream=True), async for): {typed * 1e6:7.2f} us/event")
     print(f"   agentloop raw path (post + SSE framing + orjson):   {raw * 1e6:7.2f} us/event")
     print(f"   bare transport (aiter_bytes drained, no parsing):   {floor * 1e6:7.2f} us/event")
-    print(f"   ratio raw / typed = {raw / typed:.3f}  (target <= 0.100: "
-          f"{'met' if raw / typed <= 0.1 else 'NOT met'})")
+    print(
+        f"   ratio raw / typed = {raw / typed:.3f}  (target <= 0.100: "
+        f"{'met' if raw / typed <= 0.1 else 'NOT met'})"
+    )
 
 
-async def part2(streams: int = 64, tps: float = 750.0, tokens: int = 1500,
-                per_chunk: int = 1) -> None:
-    print(f"2. {streams} concurrent streams at {tps:g} tok/s, {tokens} tokens each, sim "
-          f"tokens_per_chunk={per_chunk}, one client on one core")
+async def part2(
+    streams: int = 64, tps: float = 750.0, tokens: int = 1500, per_chunk: int = 1
+) -> None:
+    print(
+        f"2. {streams} concurrent streams at {tps:g} tok/s, {tokens} tokens each, sim "
+        f"tokens_per_chunk={per_chunk}, one client on one core"
+    )
     profile = SpeedProfile(0.2, 100000, tps)
     async with sim_process(profile, tokens, per_chunk) as url:
-        sdk = openai.AsyncOpenAI(base_url=url, api_key="sim", max_retries=0,
-                                 http_client=httpx2.AsyncClient(limits=httpx2.Limits(
-                                     max_connections=streams + 8,
-                                     max_keepalive_connections=streams + 8)))
+        sdk = openai.AsyncOpenAI(
+            base_url=url,
+            api_key="sim",
+            max_retries=0,
+            http_client=httpx2.AsyncClient(
+                limits=httpx2.Limits(
+                    max_connections=streams + 8, max_keepalive_connections=streams + 8
+                )
+            ),
+        )
         client = OpenAIClient(tier(), client=sdk, stall_timeout_s=30)
         try:
             req = ModelRequest((USER,), (), 0)
@@ -235,29 +264,45 @@ async def part2(streams: int = 64, tps: float = 750.0, tokens: int = 1500,
     mean = statistics.fmean(rates)
     ttfts = [(r.timing.t_first_visible - r.timing.t_send) / 1e9 for r in rs]  # type: ignore[operator]
     events = sum(r.timing.chunks for r in rs)
-    print(f"   mean output_tps {mean:7.1f} (min {min(rates):.1f}, max {max(rates):.1f}) vs server "
-          f"{tps:g}: {100 * (mean / tps - 1):+.2f}%  (target within 1%: "
-          f"{'met' if abs(mean / tps - 1) <= 0.01 else 'NOT met'})")
-    print(f"   ttft median {statistics.median(ttfts):.3f} s (server base 0.2 s + prefill); "
-          f"client CPU {100 * cpu / wall:.0f}% of one core over {wall:.1f} s, "
-          f"{events / wall:.0f} events/s ({streams * tokens / events:.1f} tokens per event: the "
-          "sim merges tokens that are due together)")
+    print(
+        f"   mean output_tps {mean:7.1f} (min {min(rates):.1f}, max {max(rates):.1f}) vs server "
+        f"{tps:g}: {100 * (mean / tps - 1):+.2f}%  (target within 1%: "
+        f"{'met' if abs(mean / tps - 1) <= 0.01 else 'NOT met'})"
+    )
+    print(
+        f"   ttft median {statistics.median(ttfts):.3f} s (server base 0.2 s + prefill); "
+        f"client CPU {100 * cpu / wall:.0f}% of one core over {wall:.1f} s, "
+        f"{events / wall:.0f} events/s ({streams * tokens / events:.1f} tokens per event: the "
+        "sim merges tokens that are due together)"
+    )
 
 
 async def part3(streams: int = 64, tps: float = 750.0, tokens: int = 1500) -> None:
-    print(f"3. for contrast: the same {streams} streams through the SDK's typed stream, "
-          "timed at each delta event")
+    print(
+        f"3. for contrast: the same {streams} streams through the SDK's typed stream, "
+        "timed at each delta event"
+    )
     async with sim_process(SpeedProfile(0.2, 100000, tps), tokens) as url:
-        sdk = openai.AsyncOpenAI(base_url=url, api_key="sim", max_retries=0,
-                                 http_client=httpx2.AsyncClient(limits=httpx2.Limits(
-                                     max_connections=streams + 8,
-                                     max_keepalive_connections=streams + 8)))
+        sdk = openai.AsyncOpenAI(
+            base_url=url,
+            api_key="sim",
+            max_retries=0,
+            http_client=httpx2.AsyncClient(
+                limits=httpx2.Limits(
+                    max_connections=streams + 8, max_keepalive_connections=streams + 8
+                )
+            ),
+        )
 
         async def one() -> float:
             first = last = 0
             visible = 0
-            stream = await sdk.responses.create(model="sim-bench", input=[
-                {"role": "user", "content": USER.content}], stream=True, store=False)
+            stream = await sdk.responses.create(
+                model="sim-bench",
+                input=[{"role": "user", "content": USER.content}],
+                stream=True,
+                store=False,
+            )
             async for ev in stream:
                 if ev.type == "response.output_text.delta":
                     last = time.perf_counter_ns()
@@ -274,8 +319,10 @@ async def part3(streams: int = 64, tps: float = 750.0, tokens: int = 1500) -> No
         finally:
             await sdk.close()
     mean = statistics.fmean(rates)
-    print(f"   mean output_tps {mean:7.1f} vs server {tps:g}: {100 * (mean / tps - 1):+.2f}%; "
-          f"client CPU {100 * cpu / wall:.0f}% of one core over {wall:.1f} s")
+    print(
+        f"   mean output_tps {mean:7.1f} vs server {tps:g}: {100 * (mean / tps - 1):+.2f}%; "
+        f"client CPU {100 * cpu / wall:.0f}% of one core over {wall:.1f} s"
+    )
 
 
 async def part0(messages: int = 80) -> None:
@@ -285,8 +332,9 @@ async def part0(messages: int = 80) -> None:
     from agentloop.clients._wire import BodyBuilder, responses_items
 
     print(f"0. request building, one step of a {messages}-message conversation (Responses)")
-    history = tuple(Message("user" if i % 2 else "assistant", "word " * 200)
-                    for i in range(messages))
+    history = tuple(
+        Message("user" if i % 2 else "assistant", "word " * 200) for i in range(messages)
+    )
     builder = BodyBuilder("responses", "m", {})
     builder.build(history, ())
     n = 50
@@ -298,11 +346,14 @@ async def part0(messages: int = 80) -> None:
     items = [item for m in history for item in responses_items(m)]
     t0 = time.perf_counter()
     for _ in range(10):
-        await async_maybe_transform({"model": "m", "input": items, "stream": True},
-                                    ResponseCreateParamsStreaming)
+        await async_maybe_transform(
+            {"model": "m", "input": items, "stream": True}, ResponseCreateParamsStreaming
+        )
     sdk = (time.perf_counter() - t0) / 10
-    print(f"   SDK parameter transform: {sdk * 1e3:7.3f} ms/step;  BodyBuilder: "
-          f"{ours * 1e3:7.3f} ms/step (recorded as build_ns in every model span)")
+    print(
+        f"   SDK parameter transform: {sdk * 1e3:7.3f} ms/step;  BodyBuilder: "
+        f"{ours * 1e3:7.3f} ms/step (recorded as build_ns in every model span)"
+    )
 
 
 async def main() -> None:

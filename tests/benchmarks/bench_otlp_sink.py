@@ -104,11 +104,15 @@ def main() -> None:
     server.shutdown()
     print(f"records per variant: {ROUNDS * len(records(0))} ({ROUNDS} runs of the reference trace)")
     print(f"JSONL sink alone           {base * 1e6:8.1f} us/record")
-    print(f"+ OTLP sink, live receiver {alive * 1e6:8.1f} us/record  ratio {alive / base:5.2f}  "
-          f"(+{(alive - base) * 1e6:.1f} us); close {close_live * 1e3:.0f} ms; "
-          f"spans accepted {live.sent}")
-    print(f"+ OTLP sink, dead collector{dead * 1e6:8.1f} us/record  ratio {dead / base:5.2f}  "
-          f"(+{(dead - base) * 1e6:.1f} us); close {close_dead * 1e3:.0f} ms")
+    print(
+        f"+ OTLP sink, live receiver {alive * 1e6:8.1f} us/record  ratio {alive / base:5.2f}  "
+        f"(+{(alive - base) * 1e6:.1f} us); close {close_live * 1e3:.0f} ms; "
+        f"spans accepted {live.sent}"
+    )
+    print(
+        f"+ OTLP sink, dead collector{dead * 1e6:8.1f} us/record  ratio {dead / base:5.2f}  "
+        f"(+{(dead - base) * 1e6:.1f} us); close {close_dead * 1e3:.0f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def visible_arrivals(parts: list[tuple[float, bytes]]) -> list[tuple[float, int]
         if size == 0:
             break
         spans.append((len(body), eol + 2))
-        body += raw[eol + 2:eol + 2 + size]
+        body += raw[eol + 2 : eol + 2 + size]
         pos = eol + 4 + size
     starts = [d for d, _ in spans]
     out: dict[int, int] = {}
@@ -108,7 +108,7 @@ def visible_arrivals(parts: list[tuple[float, bytes]]) -> list[tuple[float, int]
         k = bisect.bisect_right(starts, at - 3) - 1  # chunk holding the event's last byte
         raw_end = spans[k][1] + (at - 3 - spans[k][0])
         read = bisect.bisect_right(ends, raw_end)
-        payload = orjson.loads(ev[ev.index(b"data: ") + 6:])
+        payload = orjson.loads(ev[ev.index(b"data: ") + 6 :])
         out[read] = out.get(read, 0) + count_tokens(payload["delta"])
     return [(parts[i][0], n) for i, n in sorted(out.items())]
 
@@ -119,9 +119,10 @@ async def one_stream(host: str, port: int, body: bytes) -> tuple[float, list[tup
     done: asyncio.Future[None] = loop.create_future()
     transport, proto = await loop.create_connection(lambda: _Recorder(done), host, port)
     try:
-        transport.write(b"POST /v1/responses HTTP/1.1\r\nHost: %b\r\nContent-Type: "
-                        b"application/json\r\nContent-Length: %d\r\n\r\n%b"
-                        % (host.encode(), len(body), body))
+        transport.write(
+            b"POST /v1/responses HTTP/1.1\r\nHost: %b\r\nContent-Type: "
+            b"application/json\r\nContent-Length: %d\r\n\r\n%b" % (host.encode(), len(body), body)
+        )
         t_send = time.perf_counter()
         await done
     finally:
@@ -136,8 +137,12 @@ def figures(t_send: float, parts: list[tuple[float, bytes]]) -> dict[str, float]
     total = sum(n for _, n in arrivals)
     (t_first, m), (t_last, _) = arrivals[0], arrivals[-1]
     span = t_last - t_first
-    return {"rate": (total - m) / span if span > 0 else float("nan"), "ttft": t_first - t_send,
-            "tokens": total, "chunks": len(arrivals)}
+    return {
+        "rate": (total - m) / span if span > 0 else float("nan"),
+        "ttft": t_first - t_send,
+        "tokens": total,
+        "chunks": len(arrivals),
+    }
 
 
 def _cpu_s(pid: int) -> float:
@@ -158,14 +163,21 @@ class Server:
             from agentloop.sim import SimServer
             from agentloop.tiers import SpeedProfile
 
-            self.sim = SimServer(profile=SpeedProfile(BASE_S, PREFILL_TPS, self.rate),
-                                 filler_tokens=self.tokens, profiles=_warm_profile())
+            self.sim = SimServer(
+                profile=SpeedProfile(BASE_S, PREFILL_TPS, self.rate),
+                filler_tokens=self.tokens,
+                profiles=_warm_profile(),
+            )
             await self.sim.start()
             self.pid, url = os.getpid(), self.sim.base_url
         else:
             self.proc = subprocess.Popen(  # noqa: ASYNC220 - started once per rate, not timed
                 [sys.executable, __file__, "--serve", str(self.rate), str(self.tokens)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=ROOT,
+            )
             assert self.proc.stdout is not None
             self.pid, url = self.proc.pid, self.proc.stdout.readline().strip()
         host, port = url.split("//")[1].split("/")[0].split(":")
@@ -187,31 +199,42 @@ async def run_case(server: Server, streams: int) -> dict[str, float]:
     # warm-up at once (model "warm" streams instantly): first-call paths of both processes
     await one_stream(server.host, server.port, body.replace(b'"bench"', b'"warm"'))
     cpu0, own0, wall0 = _cpu_s(server.pid), time.process_time(), time.perf_counter()
-    recorded = await asyncio.gather(*(one_stream(server.host, server.port, body)
-                                      for _ in range(streams)))
+    recorded = await asyncio.gather(
+        *(one_stream(server.host, server.port, body) for _ in range(streams))
+    )
     wall = time.perf_counter() - wall0
     cpu, own = _cpu_s(server.pid) - cpu0, time.process_time() - own0
     results = [figures(*r) for r in recorded]
     rate = server.rate
     rates = [r["rate"] for r in results]
     target_ttft = BASE_S + (4 + count_tokens("go")) / PREFILL_TPS
-    return {"tokens": results[0]["tokens"], "mean": statistics.fmean(rates),
-            "min": min(rates), "max": max(rates),
-            "worst_err": max(abs(r / rate - 1) for r in rates),
-            "mean_err": abs(statistics.fmean(rates) / rate - 1),
-            "ttft": statistics.fmean(r["ttft"] for r in results), "target_ttft": target_ttft,
-            "tok_per_chunk": statistics.fmean(r["tokens"] / r["chunks"] for r in results),
-            "server_cpu": cpu / wall, "client_cpu": own / wall}
+    return {
+        "tokens": results[0]["tokens"],
+        "mean": statistics.fmean(rates),
+        "min": min(rates),
+        "max": max(rates),
+        "worst_err": max(abs(r / rate - 1) for r in rates),
+        "mean_err": abs(statistics.fmean(rates) / rate - 1),
+        "ttft": statistics.fmean(r["ttft"] for r in results),
+        "target_ttft": target_ttft,
+        "tok_per_chunk": statistics.fmean(r["tokens"] / r["chunks"] for r in results),
+        "server_cpu": cpu / wall,
+        "client_cpu": own / wall,
+    }
 
 
 async def main(rates: list[int], stream_counts: list[int], repeat: int, inproc: bool) -> int:
     where = "same process as the client" if inproc else "its own process"
-    print(f"simulator pacing benchmark: server in {where}, {os.cpu_count()} CPUs, load average "
-          f"{os.getloadavg()[0]:.2f}, ~{DURATION_S} s of tokens per stream, median of {repeat} "
-          f"runs by worst error")
-    head = (f"{'target':>6} {'streams':>7} {'tokens':>6} {'mean tok/s':>10} {'min':>8} "
-            f"{'max':>8} {'mean err':>8} {'worst':>7} {'tok/read':>8} {'TTFT ms':>7} "
-            f"{'target':>6} {'srv CPU':>7} {'cli CPU':>7}  goal")
+    print(
+        f"simulator pacing benchmark: server in {where}, {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.2f}, ~{DURATION_S} s of tokens per stream, median of {repeat} "
+        f"runs by worst error"
+    )
+    head = (
+        f"{'target':>6} {'streams':>7} {'tokens':>6} {'mean tok/s':>10} {'min':>8} "
+        f"{'max':>8} {'mean err':>8} {'worst':>7} {'tok/read':>8} {'TTFT ms':>7} "
+        f"{'target':>6} {'srv CPU':>7} {'cli CPU':>7}  goal"
+    )
     print(head)
     print("-" * len(head))
     ok = True
@@ -223,28 +246,45 @@ async def main(rates: list[int], stream_counts: list[int], repeat: int, inproc: 
                 goal = 0.005 if streams == 1 else 0.01
                 met = r["worst_err"] <= goal
                 ok &= met
-                print(f"{rate:>6} {streams:>7} {r['tokens']:>6} {r['mean']:>10.2f} "
-                      f"{r['min']:>8.2f} {r['max']:>8.2f} {r['mean_err']:>7.3%} "
-                      f"{r['worst_err']:>7.3%} {r['tok_per_chunk']:>8.2f} "
-                      f"{r['ttft'] * 1000:>7.1f} {r['target_ttft'] * 1000:>6.1f} "
-                      f"{r['server_cpu']:>7.0%} "
-                      f"{'(same)' if inproc else format(r['client_cpu'], '.0%'):>7}  "
-                      f"{'ok' if met else 'MISSED'} (<= {goal:.1%}; all runs worst: "
-                      f"{', '.join(format(x['worst_err'], '.2%') for x in runs)})", flush=True)
+                print(
+                    f"{rate:>6} {streams:>7} {r['tokens']:>6} {r['mean']:>10.2f} "
+                    f"{r['min']:>8.2f} {r['max']:>8.2f} {r['mean_err']:>7.3%} "
+                    f"{r['worst_err']:>7.3%} {r['tok_per_chunk']:>8.2f} "
+                    f"{r['ttft'] * 1000:>7.1f} {r['target_ttft'] * 1000:>6.1f} "
+                    f"{r['server_cpu']:>7.0%} "
+                    f"{'(same)' if inproc else format(r['client_cpu'], '.0%'):>7}  "
+                    f"{'ok' if met else 'MISSED'} (<= {goal:.1%}; all runs worst: "
+                    f"{', '.join(format(x['worst_err'], '.2%') for x in runs)})",
+                    flush=True,
+                )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--serve", nargs=2, type=float, metavar=("RATE", "TOKENS"),
-                        help=argparse.SUPPRESS)
-    parser.add_argument("--inproc", action="store_true",
-                        help="run the simulator in the measuring process (shares one core)")
-    parser.add_argument("--rates", type=int, nargs="+", default=list(RATES),
-                        help="target output tok/s (default 60 750 3000)")
-    parser.add_argument("--streams", type=int, nargs="+", default=list(STREAMS),
-                        help="concurrent stream counts (default 1 64)")
+    parser.add_argument(
+        "--serve", nargs=2, type=float, metavar=("RATE", "TOKENS"), help=argparse.SUPPRESS
+    )
+    parser.add_argument(
+        "--inproc",
+        action="store_true",
+        help="run the simulator in the measuring process (shares one core)",
+    )
+    parser.add_argument(
+        "--rates",
+        type=int,
+        nargs="+",
+        default=list(RATES),
+        help="target output tok/s (default 60 750 3000)",
+    )
+    parser.add_argument(
+        "--streams",
+        type=int,
+        nargs="+",
+        default=list(STREAMS),
+        help="concurrent stream counts (default 1 64)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per case (default 3)")
     a = parser.parse_args()
     if a.serve:

@@ -59,8 +59,15 @@ async def one(runs: int, shared: bool, folder: Path) -> dict:
     task = folder / "scale.yaml"
     task.write_text(TASK)
     t0 = time.perf_counter()
-    suite = await run_suite([task], folder / "out", tier=TIER, concurrency=runs, repeat=runs,
-                            share_simulator=shared, progress_interval_s=5.0)
+    suite = await run_suite(
+        [task],
+        folder / "out",
+        tier=TIER,
+        concurrency=runs,
+        repeat=runs,
+        share_simulator=shared,
+        progress_interval_s=5.0,
+    )
     wall = time.perf_counter() - t0
     prof = get_tier(load_tiers(), TIER).profile
     assert prof is not None
@@ -75,26 +82,38 @@ async def one(runs: int, shared: bool, folder: Path) -> dict:
                 tps.append(a["output_tps"])
                 errs.append(abs(a["output_tps"] - target) / target)
             if a.get("ttft_visible_s") is not None:
-                due = (prof.base_latency_s + a["gen_ai.usage.input_tokens"] / prof.prefill_tps
-                       + a["gen_ai.usage.reasoning.output_tokens"] / target)
+                due = (
+                    prof.base_latency_s
+                    + a["gen_ai.usage.input_tokens"] / prof.prefill_tps
+                    + a["gen_ai.usage.reasoning.output_tokens"] / target
+                )
                 late.append(a["ttft_visible_s"] - due)
     errs.sort()
-    return {"runs": runs, "shared": shared, "ok": sum(r.status == "ok" for r in suite.runs),
-            "errors": sum(r.status != "ok" for r in suite.runs),
-            "reasons": sorted({r.reason for r in suite.runs if r.status != "ok"})[:3],
-            "wall_s": wall, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "calls": len(tps), "mean_tps": statistics.fmean(tps) if tps else 0.0,
-            "mean_err": statistics.fmean(errs) if errs else 0.0,
-            "worst_err": errs[-1] if errs else 0.0,
-            "p99_err": errs[int(0.99 * (len(errs) - 1))] if errs else 0.0,
-            "ttft_late_ms": 1000 * statistics.fmean(late) if late else 0.0}
+    return {
+        "runs": runs,
+        "shared": shared,
+        "ok": sum(r.status == "ok" for r in suite.runs),
+        "errors": sum(r.status != "ok" for r in suite.runs),
+        "reasons": sorted({r.reason for r in suite.runs if r.status != "ok"})[:3],
+        "wall_s": wall,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "calls": len(tps),
+        "mean_tps": statistics.fmean(tps) if tps else 0.0,
+        "mean_err": statistics.fmean(errs) if errs else 0.0,
+        "worst_err": errs[-1] if errs else 0.0,
+        "p99_err": errs[int(0.99 * (len(errs) - 1))] if errs else 0.0,
+        "ttft_late_ms": 1000 * statistics.fmean(late) if late else 0.0,
+    }
 
 
 def child(runs: int, shared: bool) -> dict:
     """Run one configuration in a fresh interpreter; its result."""
-    out = subprocess.run([sys.executable, __file__, "--one", str(runs),
-                          "--shared" if shared else "--per-run"], capture_output=True,
-                         text=True, timeout=1800)
+    out = subprocess.run(
+        [sys.executable, __file__, "--one", str(runs), "--shared" if shared else "--per-run"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if out.returncode != 0:
         raise SystemExit(f"configuration failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -114,14 +133,18 @@ def main() -> None:
         return
     small, big = (20, 50) if args.quick else (200, args.runs)
     rows = [child(small, False), child(small, True), child(big, True)]
-    print(f"{'config':<14} {'runs':>5} {'ok':>5} {'err':>4} {'wall s':>7} {'peak RSS':>9} "
-          f"{'tok/s':>7} {'mean err':>9} {'p99 err':>8} {'worst':>7} {'TTFT late':>10}")
+    print(
+        f"{'config':<14} {'runs':>5} {'ok':>5} {'err':>4} {'wall s':>7} {'peak RSS':>9} "
+        f"{'tok/s':>7} {'mean err':>9} {'p99 err':>8} {'worst':>7} {'TTFT late':>10}"
+    )
     for r in rows:
         name = "shared sim" if r["shared"] else "per-run sims"
-        print(f"{name:<14} {r['runs']:>5} {r['ok']:>5} {r['errors']:>4} {r['wall_s']:>7.1f} "
-              f"{r['peak_rss_mb']:>6.0f} MB {r['mean_tps']:>7.2f} {100 * r['mean_err']:>8.2f}% "
-              f"{100 * r['p99_err']:>7.2f}% {100 * r['worst_err']:>6.2f}% "
-              f"{r['ttft_late_ms']:>7.1f} ms")
+        print(
+            f"{name:<14} {r['runs']:>5} {r['ok']:>5} {r['errors']:>4} {r['wall_s']:>7.1f} "
+            f"{r['peak_rss_mb']:>6.0f} MB {r['mean_tps']:>7.2f} {100 * r['mean_err']:>8.2f}% "
+            f"{100 * r['p99_err']:>7.2f}% {100 * r['worst_err']:>6.2f}% "
+            f"{r['ttft_late_ms']:>7.1f} ms"
+        )
         for reason in r["reasons"]:
             print(f"    error: {reason}")
     print(f"target: {TIER} at 60 tok/s; goal: zero errors and pacing within 2% at {big} runs")

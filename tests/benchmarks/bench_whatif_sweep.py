@@ -25,8 +25,10 @@ from agentloop.tiers import load_tiers  # noqa: E402
 from agentloop.trace.reader import load_trace  # noqa: E402
 
 TIERS = ("sim-standard", "sim-fast", "sim-ultrafast")
-TASKS = {"steady": ROOT / "tests" / "data" / "steady.yaml",
-         "checkout-timeouts": ROOT / "tasks" / "incident" / "checkout-timeouts.yaml"}
+TASKS = {
+    "steady": ROOT / "tests" / "data" / "steady.yaml",
+    "checkout-timeouts": ROOT / "tasks" / "incident" / "checkout-timeouts.yaml",
+}
 
 
 async def sweep(name: str, path: Path, out: Path) -> list[tuple[str, str, float, float]]:
@@ -58,8 +60,10 @@ def main() -> None:
         for name, path in TASKS.items():
             rows = asyncio.run(sweep(name, path, Path(tmp)))
             print(f"\n{name}")
-            print(f"  {'from':<14} {'predict':<14} {'predicted s':>11} {'measured s':>10} "
-                  f"{'error':>7}")
+            print(
+                f"  {'from':<14} {'predict':<14} {'predicted s':>11} {'measured s':>10} "
+                f"{'error':>7}"
+            )
             for a, b, pred, meas in rows:
                 err = pred / meas - 1
                 worst[name] = max(worst.get(name, 0.0), abs(err))

@@ -33,11 +33,12 @@ async def main(base_url: str, model: str) -> str:
     spans = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "incident-agent"}))
     provider.add_span_processor(SimpleSpanProcessor(spans))
-    agent = Agent(OpenAIChatModel(model, provider=OpenAIProvider(base_url=base_url,
-                                                                 api_key="not-a-key")),
-                  name="incident", capabilities=[Instrumentation(
-                      settings=InstrumentationSettings(tracer_provider=provider))],
-                  system_prompt="You are the on-call engineer's agent.")
+    agent = Agent(
+        OpenAIChatModel(model, provider=OpenAIProvider(base_url=base_url, api_key="not-a-key")),
+        name="incident",
+        capabilities=[Instrumentation(settings=InstrumentationSettings(tracer_provider=provider))],
+        system_prompt="You are the on-call engineer's agent.",
+    )
 
     @agent.tool_plain
     async def read_runbook(service: str) -> str:
