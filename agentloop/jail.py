@@ -238,13 +238,32 @@ def remove_cgroups(folders: list[Path]) -> None:
             folder.rmdir()
 
 
+def _owner_alive(name: str) -> bool:
+    """Whether the agentloop process named in a run cgroup ``r-<pid>-<mark>`` still lives."""
+    parts = name.split("-")
+    if len(parts) < 3 or parts[0] != "r" or not parts[1].isdigit():
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def sweep_cgroups() -> None:
-    """Remove run cgroups left by killed runs (empty ones only: the kernel refuses the rest)."""
+    """Remove run cgroups left by killed runs (empty ones only: the kernel refuses the rest).
+
+    A live agentloop's cgroups are kept even when empty: a run that has just made its cgroup
+    has not moved into it yet, and removing it then (a suite starting many runs at once)
+    would make that run's jail fail to start.
+    """
     for _ctl, base in _cgroup_bases():
         parent = base / CGROUP_DIR
         with contextlib.suppress(OSError):
             for child in parent.iterdir():
-                if child.is_dir():
+                if child.is_dir() and not _owner_alive(child.name):
                     with contextlib.suppress(OSError):
                         child.rmdir()
 

@@ -194,3 +194,16 @@ async def test_without_a_cgroup_commands_run_as_a_run_uid_and_a_fork_bomb_still_
         await ctx.aclose()
         await jail.aclose()
         workspace.remove(ws)
+
+
+async def test_runs_started_together_each_get_their_jail(tmp_path: Path) -> None:
+    """Twenty-four runs starting at once in one process are all jailed: none falls back to unconfined
+    because another run's clean-up removed its cgroup before it moved in."""
+    steady = Path(__file__).parent / "data" / "steady.yaml"
+    results = await asyncio.gather(
+        *[run_task(steady, tier="sim-ultrafast", trace_dir=tmp_path) for _ in range(24)]
+    )
+    headers = [
+        orjson.loads(Path(str(r.trace_path)).read_bytes().split(b"\n", 1)[0]) for r in results
+    ]
+    assert [True] * 24 == [h["sandbox"]["jail"] for h in headers]
