@@ -27,6 +27,7 @@ def main() -> int:
     data = {"generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "components": [{"name": r["component"], "status": r["status"]} for r in found]}
     out = ROOT / "site" / "data" / "status.js"
+    out.parent.mkdir(parents=True, exist_ok=True)  # git keeps no empty folder: made here
     out.write_text("window.STATUS = " + json.dumps(data, indent=2) + ";\n")
     if "--print" in sys.argv:
         for r in found:
