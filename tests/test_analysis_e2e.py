@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agentloop.analysis.compare import compare
 from agentloop.analysis.graph import build_graph, load_quickly
 from agentloop.analysis.whatif import Scenario, whatif
@@ -36,6 +38,7 @@ script:
 """
 
 
+@pytest.mark.flaky(reruns=2)  # wall-clock pacing on a shared machine (see pyproject)
 async def test_whatif_predicts_the_ultrafast_run_within_3_percent(tmp_path: Path) -> None:
     """A run on sim-standard re-timed to sim-ultrafast predicts the real sim-ultrafast run (3%)."""
     (tmp_path / "task.yaml").write_text(TASK)

@@ -104,6 +104,7 @@ def test_write_profile_rewrites_only_that_tiers_profile(tmp_path: Path) -> None:
     assert tomllib.loads(path.read_text())["tiers"]["sim-fast"]["profile"]["output_tps"] == 200
 
 
+@pytest.mark.flaky(reruns=2)  # wall-clock pacing on a shared machine (see pyproject)
 def test_probe_of_sim_ultrafast_measures_750_tokens_per_second(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
