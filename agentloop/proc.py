@@ -131,18 +131,15 @@ async def run(
     transports = []
     started = time.perf_counter()
     hits = jail.process_limit_hits()
+    null = os.open(os.devnull, os.O_RDONLY)
     try:
-        cmd = await jail.spawn(
-            ["bash", "-c", command],
-            cwd,
-            env,
-            (os.open(os.devnull, os.O_RDONLY), pipes[0][1], pipes[1][1]),
-        )
+        cmd = await jail.spawn(["bash", "-c", command], cwd, env, (null, pipes[0][1], pipes[1][1]))
     except BaseException:
         for r, _w in pipes:
             os.close(r)
         raise
-    finally:
+    finally:  # the child has its copies: ours would leak one descriptor per command
+        os.close(null)
         for _r, w in pipes:
             os.close(w)
     timed_out = lingering = False

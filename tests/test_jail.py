@@ -11,7 +11,7 @@ from pathlib import Path
 import agentloop_tools as tools
 import orjson
 
-from agentloop import run_task, workspace
+from agentloop import proc, run_task, workspace
 from agentloop._jail_init import proc_table
 from agentloop.context import RunContext
 from agentloop.jail import HostJail, JailSpec, open_jail
@@ -207,3 +207,17 @@ async def test_runs_started_together_each_get_their_jail(tmp_path: Path) -> None
         orjson.loads(Path(str(r.trace_path)).read_bytes().split(b"\n", 1)[0]) for r in results
     ]
     assert [True] * 24 == [h["sandbox"]["jail"] for h in headers]
+
+
+async def test_commands_leave_no_descriptor_open(tmp_path: Path) -> None:
+    """Twenty commands through the process runner leave agentloop's open descriptors as they were."""
+    jail = await open_jail(JailSpec(workspace=tmp_path))
+    try:
+        before = len(os.listdir("/proc/self/fd"))
+        for _ in range(20):
+            await proc.run(
+                jail, "true", cwd=tmp_path, env={"PATH": os.defpath}, timeout_s=10, cap=100
+            )
+        assert before == len(os.listdir("/proc/self/fd"))
+    finally:
+        await jail.aclose()
