@@ -17,12 +17,12 @@ agent's *tools* honest and keep secrets out of subprocesses, not a hostile progr
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from agentloop.errors import ToolError
+from agentloop.netaddr import is_loopback
 from agentloop.protocols import ToolContext
 from agentloop.trace.redact import SECRET_NAME
 
@@ -96,16 +96,6 @@ def cap_text(text: str, cap: int, *, what: str = "output", head_share: float = 0
 # -- network rule (browser) -------------------------------------------------------------------
 
 
-def _is_loopback(host: str) -> bool:
-    host = host.strip("[]").lower().rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _host_allowed(host: str, allow_hosts: list[str]) -> bool:
     host = host.strip("[]").lower().rstrip(".")
     for entry in allow_hosts:
@@ -150,7 +140,7 @@ def url_refusal(ctx: ToolContext, url: str) -> str | None:
         return f"{url!r} has an invalid host ({exc})"
     if not host:
         return f"{url!r} has no host"
-    if _is_loopback(host) or _host_allowed(host, allow_hosts(ctx)):
+    if is_loopback(host) or _host_allowed(host, allow_hosts(ctx)):
         return None
     return (
         f"{host!r} is not an allowed host: the browser may reach loopback (127.0.0.0/8, "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import os
 import signal
 import socket
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.errors import ConfigError, RequestError, TierFileError
+from agentloop.netaddr import is_loopback
 
 TOKEN_ENV = "AGENTLOOP_TOKEN"  # the bearer token's variable; the token itself is never printed
 
@@ -52,15 +52,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=main)
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -87,7 +78,7 @@ async def main(args: argparse.Namespace) -> int:
     if args.concurrency < 1:
         raise ConfigError("--concurrency must be at least 1")
     token = os.environ.get(TOKEN_ENV) or None
-    if token is None and not _loopback(args.host):
+    if token is None and not is_loopback(args.host):
         raise ConfigError(
             f"refusing to listen on {args.host} without a token: set {TOKEN_ENV} "
             "(clients then send 'Authorization: Bearer <token>'), or listen on "
