@@ -142,11 +142,24 @@ def _key_line(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     return int(node.start_mark.line) + 1 if node is not None else None
 
 
-def _field_name(loc: tuple[Any, ...]) -> str:
+def field_name(loc: tuple[Any, ...]) -> str:
+    """A validation error's location as a task file names it: ``script[0].tool_calls[1].name``."""
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+def problem(exc: ValidationError) -> str:
+    """The first problem of a validation error in a task file's words, and how many more."""
+    err = exc.errors()[0]
+    msg = {"extra_forbidden": "unknown field", "missing": "required field is missing"}.get(
+        err["type"], err["msg"]
+    )
+    more = len(exc.errors()) - 1
+    if more:
+        msg += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return msg
 
 
 def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Task:
@@ -174,15 +187,9 @@ def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Ta
             and err["type"] != "extra_forbidden"
         ):
             loc = loc[:-1]  # drop pydantic's union-branch tags, which are not YAML keys
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field"
-        elif err["type"] == "missing":
-            msg = "required field is missing"
-        more = len(exc.errors()) - 1
-        if more:
-            msg += f" (and {more} more problem{'s' if more > 1 else ''})"
-        raise TaskFileError(path, msg, line=_key_line(root, loc), field=_field_name(loc)) from None
+        raise TaskFileError(
+            path, problem(exc), line=_key_line(root, loc), field=field_name(loc)
+        ) from None
 
     base = path.parent
     workspace = None

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agentloop.errors import FileLocatedError, RequestError, TaskFileError
 from agentloop.shipped import find_task, looks_like_name
-from agentloop.tasks import Limits, LimitsModel, Task, parse_task
+from agentloop.tasks import Limits, LimitsModel, Task, field_name, parse_task, problem
 
 
 class _RunRequest(BaseModel):
@@ -27,12 +27,10 @@ class _RunRequest(BaseModel):
 
 
 def _first_error(exc: ValidationError, prefix: str = "") -> RequestError:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("str", "dict")))
-    msg = {"extra_forbidden": "unknown field", "missing": "required field is missing"}.get(
-        err["type"], err["msg"]
-    )
-    return RequestError(f"field '{prefix}{loc}': {msg}", field=f"{prefix}{loc}")
+    # pydantic tags a union's branches (str, dict[str,any]) onto the location: not body fields
+    loc = tuple(p for p in exc.errors()[0]["loc"] if not str(p).startswith(("str", "dict")))
+    where = prefix + field_name(loc)
+    return RequestError(f"field '{where}': {problem(exc)}", field=where)
 
 
 def _inside(path: Path, folder: Path) -> bool:
