@@ -12,10 +12,12 @@ import orjson
 from agentloop.errors import TraceFileError
 from agentloop.trace.attrs import STEP
 from agentloop.trace.schema import (
+    MAX_INSTANT_NS,
     EndRecord,
     ModelAttrs,
     RunHeader,
     SpanEnd,
+    SpanEvent,
     SpanStart,
     ToolAttrs,
     Where,
@@ -24,6 +26,8 @@ from agentloop.trace.schema import (
     parse_record,
     tool_attrs,
 )
+
+_EMPTY: dict[str, Any] = {}  # a start record without attrs; each span gets its own empty dict
 
 
 @dataclass(slots=True)
@@ -71,6 +75,7 @@ class Trace:
     spans: dict[str, SpanRecord]
     end_record: EndRecord | None
     problems: list[str] = field(default_factory=list)
+    events: list[SpanEvent] = field(default_factory=list)  # span_event records, in order
 
     @property
     def header(self) -> dict[str, Any]:
@@ -117,48 +122,119 @@ def parse_lines(lines: list[bytes], path: object = "<trace>") -> Trace:
             f"{path}, line 1: not JSON; an agentloop trace starts with a run header"
         ) from None
     header = parse_header(first, path)
-    spans: dict[str, SpanRecord] = {}
+    # an open span is held as its start's values (a tuple) in its place in start order, and
+    # becomes a SpanRecord, built once with every field, when it ends (or after the last line)
+    spans: dict[str, Any] = {}
     end: EndRecord | None = None
     end_line = 0
     problems: list[str] = []
-    loads = orjson.loads
+    events: list[SpanEvent] = []
+    loads, new, limit, is_str = orjson.loads, SpanRecord, MAX_INSTANT_NS, str.__instancecheck__
     last = len(lines)
     where = Where(path, 0)
     for lineno, raw in enumerate(lines[1:], start=2):
-        if not raw.strip():
-            continue
-        where.line = lineno
         try:
-            rec = parse_record(loads(raw), where)
+            rec = loads(raw)
         except orjson.JSONDecodeError:
+            if not raw.strip():
+                continue
             if lineno == last:
                 problems.append(f"line {lineno}: last record cut short (run was killed mid-write)")
                 continue
             raise TraceFileError(f"{path}, line {lineno}: not JSON") from None
-        if type(rec) is SpanStart:
-            if rec.id in spans:
-                where.fail("id", f"span {rec.id} started twice")
-            spans[rec.id] = SpanRecord(
-                rec.id, rec.parent, rec.kind, rec.name, rec.t, rec.after, start_attrs=rec.attrs
+        # the fast path: a span record as the writer writes it passes one combined check;
+        # anything else goes to schema.parse_record, which types it the same way or names the
+        # field at fault (and types the end record)
+        try:
+            typ = rec["type"]
+            if typ == "span_end":
+                sid, t, status, attrs = rec["id"], rec["t"], rec["status"], rec["attrs"]
+                fast = (
+                    type(sid) is str
+                    and type(t) is int
+                    and 0 <= t <= limit
+                    and type(status) is str
+                    and type(attrs) is dict
+                )
+            elif typ == "span_start":
+                sid, t, parent, kind, name, after = (
+                    rec["id"],
+                    rec["t"],
+                    rec["parent"],
+                    rec["kind"],
+                    rec["name"],
+                    rec["after"],
+                )
+                attrs = rec.get("attrs", _EMPTY)
+                fast = (
+                    type(sid) is str
+                    and sid != ""
+                    and type(t) is int
+                    and 0 <= t <= limit
+                    and (parent is None or type(parent) is str)
+                    and type(kind) is str
+                    and type(name) is str
+                    and type(after) is list
+                    and type(attrs) is dict
+                    and (
+                        not after
+                        or (len(after) == 1 and type(after[0]) is str)
+                        or all(map(is_str, after))
+                    )
+                )
+            else:
+                fast = False
+        except (KeyError, TypeError):  # a key missing, or the record is not an object
+            fast = False
+        if not fast:
+            where.line = lineno
+            r = parse_record(rec, where)
+            if type(r) is SpanEnd:
+                typ, (sid, t, status, attrs) = "span_end", r
+            elif type(r) is SpanStart:
+                typ, (sid, parent, kind, name, t, after, attrs) = "span_start", r
+            elif type(r) is EndRecord:
+                end, end_line = r, lineno
+                continue
+            elif type(r) is SpanEvent:
+                if r.span not in spans:
+                    where.fail("span", f"span_event names span {r.span!r}, which never started")
+                events.append(r)
+                continue
+            else:
+                problems.append(f"line {lineno}: unknown record type skipped")
+                continue
+        if typ == "span_end":
+            st = spans.get(sid)
+            if type(st) is not tuple:
+                where.line = lineno
+                if st is None:
+                    where.fail("id", f"span_end names span {sid!r}, which never started")
+                where.fail("id", f"span {sid} ended twice")
+            sid, parent, kind, name, t0, after, start_attrs = st
+            if t < t0:
+                where.line = lineno
+                where.fail("t", f"span {sid} ends at {t} ns, before it started ({t0} ns)")
+            if kind == "model":
+                where.line = lineno
+                model, tool = model_attrs(attrs, where), None
+            elif kind == "tool":
+                where.line = lineno
+                model, tool = None, tool_attrs(attrs, name, where)
+            else:
+                model = tool = None
+            spans[sid] = new(
+                sid, parent, kind, name, t0, after, t, status, attrs, start_attrs, model, tool
             )
-        elif type(rec) is SpanEnd:
-            s = spans.get(rec.id)
-            if s is None:
-                where.fail("id", f"span_end names span {rec.id!r}, which never started")
-            if s.t1 is not None:
-                where.fail("id", f"span {rec.id} ended twice")
-            if rec.t < s.t0:
-                where.fail("t", f"span {rec.id} ends at {rec.t} ns, before it started ({s.t0} ns)")
-            s.t1, s.status, s.attrs = rec.t, rec.status, rec.attrs
-            if s.kind == "model":
-                s.model = model_attrs(rec.attrs, where)
-            elif s.kind == "tool":
-                s.tool = tool_attrs(rec.attrs, s.name, where)
-        elif type(rec) is EndRecord:
-            end = rec
-            end_line = lineno
         else:
-            problems.append(f"line {lineno}: unknown record type skipped")
+            if sid in spans:
+                where.line = lineno
+                where.fail("id", f"span {sid} started twice")
+            spans[sid] = (sid, parent, kind, name, t, after, attrs if attrs is not _EMPTY else {})
+    for st in spans.values():  # still in flight at the last line
+        if type(st) is tuple:
+            sid, parent, kind, name, t0, after, start_attrs = st
+            spans[sid] = new(sid, parent, kind, name, t0, after, None, "in_flight", {}, start_attrs)
     if end is None:
         problems.append("no end record: the run did not finish (killed or still running)")
     else:
@@ -168,7 +244,7 @@ def parse_lines(lines: list[bytes], path: object = "<trace>") -> Trace:
             where.fail(
                 "t", f"the run ends at {end.t} ns, before its run span started ({started} ns)"
             )
-    return Trace(path if isinstance(path, Path) else None, header, spans, end, problems)
+    return Trace(path if isinstance(path, Path) else None, header, spans, end, problems, events)
 
 
 def load_trace(path: str | Path) -> Trace:

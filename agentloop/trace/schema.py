@@ -1,8 +1,10 @@
 """The trace file's record types, parsed once at load into typed values (schema 1).
 
-A trace is JSONL: a :class:`RunHeader`, then :class:`SpanStart` / :class:`SpanEnd` records, and
-a last :class:`EndRecord`; :data:`Record` is their union, discriminated by the ``type`` field
-(``run``, ``span_start``, ``span_end``, ``end``). The end attributes of model and tool spans have
+A trace is JSONL: a :class:`RunHeader`, then :class:`SpanStart` / :class:`SpanEnd` records (and
+:class:`SpanEvent`: a named instant inside a span, written when it happens), and a last
+:class:`EndRecord`; :data:`Record` is their union, discriminated by the ``type`` field (``run``,
+``span_start``, ``span_end``, ``span_event``, ``end``). A reader that predates ``span_event``
+skips those lines with a note, and traces without them load as before. The end attributes of model and tool spans have
 their own typed views, :class:`ModelAttrs` and :class:`ToolAttrs`; attribute names come from
 :mod:`agentloop.trace.attrs`.
 
@@ -14,10 +16,17 @@ Instants are integer ns on the run's clock, ``0 <= t <= MAX_INSTANT_NS``.
 The checks are plain functions rather than pydantic models on purpose: a trace can hold millions
 of span records, and pydantic's per-record validation measured 3x the cost of the JSON parse
 itself (12 us against 3.7 us per reference record); the header, parsed once, goes through the
-same helpers for one set of messages. For the same reason the per-span types are NamedTuples
-(a frozen dataclass's ``__init__`` costs several times more per instance); the header and the
-end record, one each, are frozen dataclasses. The union is discriminated by class
-(``isinstance``), each class standing for one value of the ``type`` field.
+same helpers for one set of messages. For the same reason the per-span types are NamedTuples,
+built with ``tuple.__new__`` on the fast paths (their generated ``__new__`` and a frozen
+dataclass's ``__init__`` cost several times more per instance); the header and the end record,
+one each, are frozen dataclasses. The union is discriminated by class (``isinstance``), each
+class standing for one value of the ``type`` field.
+
+Speed: the millions of records take fast paths, one combined check of the shape the writer
+writes (span records in the reader's loop, :func:`model_attrs` and :func:`tool_attrs` here);
+whatever a fast path does not pass, damaged or only unusual, goes to the detailed checks, which
+accept a superset with the same values and name the field at fault. A damaged file costs the
+detailed checks once, at the line that stops the load.
 
 ``SCHEMA_VERSION`` is what the writer writes; ``READABLE_SCHEMAS`` what this reader accepts.
 Records are built as dicts for the sinks by :func:`header_record`, :func:`start_record`,
@@ -52,6 +61,7 @@ __all__ = [
     "Record",
     "RunHeader",
     "SpanEnd",
+    "SpanEvent",
     "SpanStart",
     "TaskInfo",
     "TierInfo",
@@ -61,6 +71,7 @@ __all__ = [
     "Where",
     "end_record",
     "end_span_record",
+    "event_record",
     "header_record",
     "model_attrs",
     "parse_header",
@@ -305,6 +316,16 @@ class SpanEnd(NamedTuple):
     attrs: dict[str, Any]
 
 
+class SpanEvent(NamedTuple):
+    """A named instant inside a span (``type: "span_event"``), e.g. a context trim; ``attrs``
+    by event name in :mod:`agentloop.trace.attrs` (``EVENT_*``)."""
+
+    span: str
+    t: int
+    name: str
+    attrs: dict[str, Any]
+
+
 @dataclass(frozen=True, slots=True)
 class EndRecord:
     """The last line: how the run ended. ``raw`` keeps every field as written."""
@@ -319,7 +340,7 @@ class EndRecord:
     raw: dict[str, Any]
 
 
-Record = RunHeader | SpanStart | SpanEnd | EndRecord
+Record = RunHeader | SpanStart | SpanEnd | SpanEvent | EndRecord
 
 
 def start_record(
@@ -353,6 +374,10 @@ def end_record(status: str, t: int, **fields: Any) -> dict[str, Any]:
     return {"type": "end", "status": status, "t": t, **fields}
 
 
+def event_record(span_id: str, t: int, name: str, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    return {"type": "span_event", "span": span_id, "t": t, "name": name, "attrs": dict(attrs)}
+
+
 _is_str = str.__instancecheck__
 
 
@@ -368,46 +393,14 @@ def _after(w: Where, v: object) -> list[str]:
     return v
 
 
-def parse_record(rec: object, w: Where) -> SpanStart | SpanEnd | EndRecord | None:
-    """Type one record after line 1; None for a record type this reader does not know.
+def parse_record(rec: object, w: Where) -> SpanStart | SpanEnd | SpanEvent | EndRecord | None:
+    """Type one record after line 1, naming the field at fault; None for a record type this
+    reader does not know.
 
-    Span records, the millions of a big trace, take a fast path: one combined check, and the
-    detailed checks (which name the field at fault) only when it fails.
+    The reader types span records, the millions of a big trace, with its own combined check in
+    its loop (a call per record costs more than the check) and comes here for anything that
+    check does not pass: what it accepts is a subset of what this accepts, with the same values.
     """
-    if type(rec) is dict:
-        typ = rec.get("type")
-        if typ == "span_start":
-            sid, t, parent = rec.get("id"), rec.get("t"), rec.get("parent")
-            kind, name = rec.get("kind"), rec.get("name")
-            after, attrs = rec.get("after") or [], rec.get("attrs")
-            if (
-                type(sid) is str
-                and sid
-                and type(t) is int
-                and 0 <= t <= MAX_INSTANT_NS
-                and (parent is None or type(parent) is str)
-                and type(kind) is str
-                and type(name) is str
-                and type(after) is list
-                and (attrs is None or type(attrs) is dict)
-                and all(map(_is_str, after))
-            ):
-                return SpanStart(sid, parent, kind, name, t, after, attrs or {})
-        elif typ == "span_end":
-            sid, t, status = rec.get("id"), rec.get("t"), rec.get("status", "ok")
-            attrs = rec.get("attrs")
-            if (
-                type(sid) is str
-                and type(t) is int
-                and 0 <= t <= MAX_INSTANT_NS
-                and type(status) is str
-                and (attrs is None or type(attrs) is dict)
-            ):
-                return SpanEnd(sid, t, status, attrs or {})
-    return _parse_record_checked(rec, w)
-
-
-def _parse_record_checked(rec: object, w: Where) -> SpanStart | SpanEnd | EndRecord | None:
     if type(rec) is not dict:
         w.fail("type", f"a record must be a JSON object, not {_kind(rec)}")
     typ = rec.get("type")
@@ -450,6 +443,13 @@ def _parse_record_checked(rec: object, w: Where) -> SpanStart | SpanEnd | EndRec
             success,
             rec,
         )
+    if typ == "span_event":
+        sid, name = rec.get("span"), rec.get("name")
+        if type(sid) is not str or not sid:
+            w.fail("span", f"must be a span id (non-empty string), not {_kind(sid)}")
+        if type(name) is not str:
+            w.fail("name", f"must be a string, not {_kind(name)}")
+        return SpanEvent(sid, _instant(w, rec.get("t"), "t"), name, _obj(w, rec, "attrs", "attrs"))
     if type(typ) is not str:
         w.fail("type", f"must be a record type (string), not {_kind(typ)}")
     return None
@@ -591,137 +591,131 @@ def _output(w: Where, v: object) -> ModelOutput | None:
     )
 
 
+_new = tuple.__new__  # a NamedTuple built from a tuple in C: its generated __new__ costs 2x
 _INT_OR_NONE = frozenset({int, type(None)})
+_IN, _OUT = A.GEN_AI_USAGE_INPUT_TOKENS, A.GEN_AI_USAGE_OUTPUT_TOKENS
+_REASON, _CACHED = A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, A.GEN_AI_USAGE_CACHED_INPUT_TOKENS
 
 
-def _timing_fast(tm: object) -> Timing | bool | None:
-    """``_timing`` for well-formed input; False when something needs the detailed checks."""
-    if tm is None:
+def _ordered(s: int, h: object, f: object, fv: object, la: object, e: object) -> int | None:
+    """The last instant of a timing with some instants unknown (None), if its known ones are
+    integers on one clock in order (``t_hdr`` only in range); None when something is off."""
+    if not (set(map(type, (h, f, fv, la, e))) <= _INT_OR_NONE):
         return None
-    if type(tm) is not dict:
-        return False
-    g = tm.get
-    s, h, f, fv, la, e = (
-        g("t_send"),
-        g("t_hdr"),
-        g("t_first"),
-        g("t_first_visible"),
-        g("t_last"),
-        g("t_end"),
-    )
-    if s is None:
-        return None
-    chunks, build = g("chunks", 0), g("build_ns", 0)
-    if not (
-        set(map(type, (s, h, f, fv, la, e))) <= _INT_OR_NONE
-        and type(chunks) is int
-        and type(build) is int
-        and chunks >= 0
-        and build >= 0
-    ):
-        return False
     prev = s
-    for v in (f, fv, la, e):  # one clock: each known instant at or after the previous one
+    for v in (f, fv, la, e):
         if v is not None:
-            if v < prev:
-                return False
-            prev = v
-    if s < 0 or prev > MAX_INSTANT_NS or (h is not None and not 0 <= h <= MAX_INSTANT_NS):
-        return False
-    return Timing(s, h, f, fv, la, e, chunks, build)
-
-
-def _attempts_fast(v: object) -> tuple[Attempt, ...] | bool:
-    if not v:
-        return ()
-    if type(v) is not list:
-        return False
-    out = []
-    for a in v:
-        if type(a) is not dict:
-            return False
-        g = a.get
-        t0, t1, err, status, wait = (
-            g("t_start"),
-            g("t_end"),
-            g("error"),
-            g("status"),
-            g("wait_ns", 0),
-        )
-        if not (
-            type(t0) is int
-            and type(t1) is int
-            and 0 <= t0 <= t1 <= MAX_INSTANT_NS
-            and (err is None or type(err) is str)
-            and (status is None or type(status) is int)
-            and type(wait) is int
-            and wait >= 0
-            and (status is None or status >= 0)
-        ):
-            return False
-        out.append(Attempt(t0, t1, err, status, wait))
-    return tuple(out)
-
-
-def _output_fast(v: object) -> ModelOutput | bool | None:
-    if v is None:
+            if v < prev:  # type: ignore[operator]  # an int: checked above
+                return None
+            prev = v  # type: ignore[assignment]
+    if h is not None and not 0 <= h <= MAX_INSTANT_NS:  # type: ignore[operator]
         return None
-    if type(v) is not dict:
-        return False
-    text, rt, calls = v.get("text", ""), v.get("reasoning_tokens", 0), v.get("tool_calls") or []
-    if not (type(text) is str and type(rt) is int and rt >= 0 and type(calls) is list):
-        return False
-    out = []
-    for c in calls:
-        if type(c) is not dict:
-            return False
-        cid, name, args = c.get("id", ""), c.get("name"), c.get("arguments", "")
-        if not (type(cid) is str and type(name) is str and type(args) is str):
-            return False
-        out.append(OutputToolCall(cid, name, args))
-    return ModelOutput(text, rt, tuple(out))
+    return prev
 
 
 def model_attrs(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
-    """Type a model span's end attributes; a damaged one names ``attrs.<key>``."""
-    g = attrs.get
-    step, n_in, n_out = (
-        g(A.STEP),
-        g(A.GEN_AI_USAGE_INPUT_TOKENS, 0),
-        g(A.GEN_AI_USAGE_OUTPUT_TOKENS, 0),
-    )
-    n_r, n_c, wait = (
-        g(A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, 0),
-        g(A.GEN_AI_USAGE_CACHED_INPUT_TOKENS, 0),
-        g(A.WAIT_NS, 0),
-    )
+    """Type a model span's end attributes; a damaged one names ``attrs.<key>``.
+
+    The fast path takes the shape the runner writes (every key present, a successful attempt)
+    in one combined check; anything else, damaged or only unusual (a failed call, an old trace
+    without some key), goes to the detailed checks, which accept a superset with the same values.
+    """
+    try:
+        step, n_in, n_out, n_r, n_c, wait = (
+            attrs[A.STEP],
+            attrs[_IN],
+            attrs[_OUT],
+            attrs[_REASON],
+            attrs[_CACHED],
+            attrs[A.WAIT_NS],
+        )
+        tm, att, out = attrs[A.TIMING], attrs[A.ATTEMPTS], attrs[A.OUTPUT]
+        s, h, f, fv, la, e, chunks, build = (
+            tm["t_send"],
+            tm["t_hdr"],
+            tm["t_first"],
+            tm["t_first_visible"],
+            tm["t_last"],
+            tm["t_end"],
+            tm["chunks"],
+            tm["build_ns"],
+        )
+        text, rt, calls = out["text"], out["reasoning_tokens"], out["tool_calls"]
+    except (KeyError, TypeError):  # a key missing, or a non-object where an object belongs
+        return _model_attrs_checked(attrs, w)
     if (
         type(n_in) is int
         and type(n_out) is int
         and type(n_r) is int
         and type(n_c) is int
         and type(wait) is int
-        and min(n_in, n_out, n_r, n_c, wait) >= 0
         and (step is None or type(step) is int)
+        and type(s) is int
+        and type(chunks) is int
+        and type(build) is int
+        and type(text) is str
+        and type(rt) is int
+        and type(calls) is list
+        and type(att) is list
+        and n_in | n_out | n_r | n_c | wait | s | chunks | build | rt >= 0  # none negative
     ):
-        timing, attempts, output = (
-            _timing_fast(g(A.TIMING)),
-            _attempts_fast(g(A.ATTEMPTS)),
-            _output_fast(g(A.OUTPUT)),
-        )
-        if timing is not False and attempts is not False and output is not False:
-            # False ruled out above
-            return ModelAttrs(
-                step,
-                n_in,
-                n_out,
-                n_r,
-                n_c,
-                timing,  # type: ignore[arg-type]
-                attempts,  # type: ignore[arg-type]
-                wait,
-                output,  # type: ignore[arg-type]
+        if type(f) is int and type(fv) is int and type(la) is int and type(e) is int:
+            last = (
+                e
+                if s <= f <= fv <= la <= e
+                and (h is None or (type(h) is int and 0 <= h <= MAX_INSTANT_NS))
+                else None
             )
+        else:
+            last = _ordered(s, h, f, fv, la, e)
+        attempts = []
+        for a in att:
+            if type(a) is not dict:
+                break
+            g = a.get
+            t0, t1, err, status, wt = (
+                g("t_start"),
+                g("t_end"),
+                g("error"),
+                g("status"),
+                g("wait_ns", 0),
+            )
+            if not (
+                type(t0) is int
+                and type(t1) is int
+                and 0 <= t0 <= t1 <= MAX_INSTANT_NS
+                and (err is None or type(err) is str)
+                and (status is None or (type(status) is int and status >= 0))
+                and type(wt) is int
+                and wt >= 0
+            ):
+                break
+            attempts.append(_new(Attempt, (t0, t1, err, status, wt)))
+        else:
+            tcs = []
+            for c in calls:
+                if type(c) is not dict:
+                    break
+                cid, name, args = c.get("id", ""), c.get("name"), c.get("arguments", "")
+                if not (type(cid) is str and type(name) is str and type(args) is str):
+                    break
+                tcs.append(_new(OutputToolCall, (cid, name, args)))
+            else:
+                if last is not None and last <= MAX_INSTANT_NS:
+                    return _new(
+                        ModelAttrs,
+                        (
+                            step,
+                            n_in,
+                            n_out,
+                            n_r,
+                            n_c,
+                            _new(Timing, (s, h, f, fv, la, e, chunks, build)),
+                            tuple(attempts),
+                            wait,
+                            _new(ModelOutput, (text, rt, tuple(tcs))),
+                        ),
+                    )
     return _model_attrs_checked(attrs, w)
 
 
@@ -803,7 +797,7 @@ def tool_attrs(attrs: Mapping[str, Any], span_name: str, w: Where) -> ToolAttrs:
         and type(queued) is int
         and queued >= 0
     ):
-        return ToolAttrs(name, cid, args, ok, out, data or {}, queued)
+        return _new(ToolAttrs, (name, cid, args, ok, out, {} if data is None else data, queued))
     return _tool_attrs_checked(attrs, span_name, w)
 
 
