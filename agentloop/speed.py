@@ -3,9 +3,13 @@
 A call with ``N`` input tokens (``C`` of them served from the server's prompt cache), ``R`` hidden
 reasoning tokens and ``V`` visible output tokens takes
 
-- ``base = base_latency_s + (N - C) / prefill_tps + C / cached_prefill_tps`` until the first
-  output token (queue, network, prefill; a ``prefill_tps`` of 0 means prefill is not measured
-  apart from the base; no ``cached_prefill_tps``: cached input costs nothing);
+- ``base = base_latency_s + prefill(F, C)`` until the first output token (queue, network,
+  prefill), where the ``F = N - C`` uncached tokens are prefilled after the ``C`` cached ones:
+  ``prefill(F, C) = F / prefill_tps + prefill_ms_per_1k * F * (C + F / 2) / 1e6``; each fresh
+  token's cost grows with the context it attends to, like a decoded token's (a ``prefill_tps``
+  of 0 means prefill is not measured apart from the base). Cached tokens cost nothing of their
+  own (llama.cpp keeps their keys; they only make the fresh tokens' context longer), unless the
+  profile gives ``cached_prefill_tps`` (then ``C / cached_prefill_tps`` more);
 - then one time per output token, ``tpot(ctx) = 1 / output_tps + tpot_ms_per_1k * ctx / 1e6``
   for a token generated with ``ctx`` tokens already in context: llama.cpp's decode slows
   linearly as the context grows (attention reads every cached key), OpenAI-style endpoints
@@ -42,12 +46,15 @@ class SpeedProfile:
     output_tps: float  # at context 0 when tpot_ms_per_1k > 0
     cached_prefill_tps: float | None = None  # None: cached input tokens cost nothing
     tpot_ms_per_1k: float = 0.0  # time per output token grows this many ms per 1,000 context
+    prefill_ms_per_1k: float = 0.0  # time per prefilled token grows this many ms per 1,000 context
 
     def prefill_s(self, input_tokens: int, cached_tokens: int = 0) -> float:
-        """Prefill time: uncached input at ``prefill_tps``, cached input at its own rate."""
+        """Prefill time of the uncached input after the cached prefix (module docstring)."""
         cached = min(max(0, cached_tokens), max(0, input_tokens))
         fresh = max(0, input_tokens) - cached
         out = fresh / self.prefill_tps if self.prefill_tps > 0 else 0.0
+        if self.prefill_ms_per_1k:
+            out += self.prefill_ms_per_1k * fresh * (cached + fresh / 2) / 1e6
         if cached and self.cached_prefill_tps:
             out += cached / self.cached_prefill_tps
         return out
@@ -106,3 +113,56 @@ def fit_decode(points: list[tuple[float, float]]) -> tuple[float, float]:
     if tpot0 <= 0:  # a steep fit through noisy points: keep the mean, drop the slope
         tpot0, slope = mt, 0.0
     return 1.0 / tpot0, slope * 1e6
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting; None when singular."""
+    n = len(b)
+    m = [[*row, b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[piv][col]) < 1e-12:
+            return None
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [x - f * y for x, y in zip(m[r], m[col], strict=True)]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def _nnls(rows: list[list[float]], y: list[float]) -> list[float]:
+    """Least squares with every coefficient >= 0, for a handful of columns: the best fit over
+    the subsets of columns whose unconstrained solution is non-negative."""
+    k = len(rows[0])
+    best: tuple[float, list[float]] = (sum(v * v for v in y), [0.0] * k)
+    for mask in range(1, 1 << k):
+        cols = [j for j in range(k) if mask >> j & 1]
+        ata = [[sum(r[i] * r[j] for r in rows) for j in cols] for i in cols]
+        aty = [sum(r[i] * v for r, v in zip(rows, y, strict=True)) for i in cols]
+        sol = _solve(ata, aty)
+        if sol is None or any(c < 0 for c in sol):
+            continue
+        coef = [0.0] * k
+        for j, c in zip(cols, sol, strict=True):
+            coef[j] = c
+        res = sum(
+            (v - sum(c * x for c, x in zip(coef, r, strict=True))) ** 2
+            for r, v in zip(rows, y, strict=True)
+        )
+        if res < best[0] - 1e-15:
+            best = (res, coef)
+    return best[1]
+
+
+def fit_prefill(points: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """``(base_latency_s, prefill_tps, prefill_ms_per_1k)`` from measured ``(fresh, cached,
+    seconds before the first token)`` triples: non-negative least squares of
+    ``seconds = base + fresh / prefill_tps + prefill_ms_per_1k * fresh * (cached + fresh / 2)
+    / 1e6``. Prompts of two sizes and one behind a cached prefix determine all three; a
+    ``prefill_tps`` of 0 means the input's size did not show in the wait."""
+    if not points:
+        raise ValueError("fit_prefill needs at least one measured wait")
+    rows = [[1.0, f, f * (c + f / 2) / 1e6] for f, c, _ in points]
+    base, per_token, slope = _nnls(rows, [s for _, _, s in points])
+    return base, (1.0 / per_token if per_token > 0 else 0.0), slope

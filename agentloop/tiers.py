@@ -101,7 +101,8 @@ class _Profile(BaseModel):
     prefill_tps: float = Field(ge=0, le=1e12)
     output_tps: float = Field(ge=1e-3, le=1e9)
     cached_prefill_tps: float | None = Field(default=None, gt=0)  # agentloop.speed
-    tpot_ms_per_1k: float = Field(default=0.0, ge=0)
+    tpot_ms_per_1k: float = Field(default=0.0, ge=0, le=1e6)
+    prefill_ms_per_1k: float = Field(default=0.0, ge=0, le=1e6)
 
 
 class _Options(BaseModel):
@@ -414,21 +415,21 @@ def profile_dict(profile: SpeedProfile) -> dict[str, float]:
         out["cached_prefill_tps"] = profile.cached_prefill_tps
     if profile.tpot_ms_per_1k:
         out["tpot_ms_per_1k"] = profile.tpot_ms_per_1k
+    if profile.prefill_ms_per_1k:
+        out["prefill_ms_per_1k"] = profile.prefill_ms_per_1k
     return out
+
+
+def _profile_values(profile: SpeedProfile) -> list[tuple[str, str]]:
+    """The profile's fields as a tiers file writes them (rounded, optional ones when set)."""
+    d = profile_dict(profile)
+    digits = {"base_latency_s": 3, "output_tps": 1, "tpot_ms_per_1k": 3, "prefill_ms_per_1k": 3}
+    return [(k, _fmt_number(round(v, digits.get(k, 0)))) for k, v in d.items()]
 
 
 def profile_line(profile: SpeedProfile) -> str:
     """The inline ``profile = {...}`` line of a tiers file for ``profile``."""
-    extra = ""
-    if profile.cached_prefill_tps is not None:
-        extra += f", cached_prefill_tps = {_fmt_number(round(profile.cached_prefill_tps))}"
-    if profile.tpot_ms_per_1k:
-        extra += f", tpot_ms_per_1k = {_fmt_number(round(profile.tpot_ms_per_1k, 3))}"
-    return (
-        f"profile = {{ base_latency_s = {_fmt_number(round(profile.base_latency_s, 3))}, "
-        f"prefill_tps = {_fmt_number(round(profile.prefill_tps))}, "
-        f"output_tps = {_fmt_number(round(profile.output_tps, 1))}{extra} }}"
-    )
+    return "profile = { " + ", ".join(f"{k} = {v}" for k, v in _profile_values(profile)) + " }"
 
 
 def write_profile(path: Path, name: str, profile: SpeedProfile) -> None:
@@ -457,18 +458,14 @@ def write_profile(path: Path, name: str, profile: SpeedProfile) -> None:
         k = next((j for j, line in enumerate(lines) if sub.match(line)), None)
         if k is None:
             lines.insert(end, new)
-        else:  # sub-table: replace its three keys in place
-            values = {
-                "base_latency_s": profile.base_latency_s,
-                "prefill_tps": profile.prefill_tps,
-                "output_tps": profile.output_tps,
-            }
-            for j in range(k + 1, len(lines)):
-                if lines[j].lstrip().startswith("["):
-                    break
-                m = re.match(r"^(\s*)(base_latency_s|prefill_tps|output_tps)\s*=", lines[j])
-                if m:
-                    lines[j] = f"{m.group(1)}{m.group(2)} = {_fmt_number(values[m.group(2)])}\n"
+        else:  # sub-table: its keys replaced by the profile's, other lines kept
+            stop = next(
+                (j for j in range(k + 1, len(lines)) if lines[j].lstrip().startswith("[")),
+                len(lines),
+            )
+            key = re.compile(r"^\s*(" + "|".join(SpeedProfile.__slots__) + r")\s*=")
+            body = [line for line in lines[k + 1 : stop] if not key.match(line)]
+            lines[k + 1 : stop] = [f"{n} = {v}\n" for n, v in _profile_values(profile)] + body
     out = "".join(lines)
     parse_tiers(tomllib.loads(out), path, out)  # never write a file we could not read back
     tmp = path.with_name(path.name + ".tmp")

@@ -9,8 +9,8 @@ import pytest
 
 from agentloop.sim import SimServer
 from agentloop.sim.cache import PrefixCache
-from agentloop.speed import SpeedProfile, fit_decode
-from agentloop.tiers import parse_tiers, profile_line
+from agentloop.speed import SpeedProfile, fit_decode, fit_prefill
+from agentloop.tiers import load_tiers, parse_tiers, profile_line, write_profile
 
 
 def test_decode_sum_matches_token_by_token():
@@ -34,6 +34,27 @@ def test_cached_input_is_charged_at_its_own_rate():
         pytest.approx(free.prefill_s(1000, 800)),
         pytest.approx(priced.prefill_s(1000, 800)),
     )
+
+
+def test_fresh_prefill_slows_with_the_context_behind_it():
+    """Fresh tokens after a cached prefix cost more per token the longer that prefix is."""
+    p = SpeedProfile(0.0, 250, 100, prefill_ms_per_1k=4.0)
+    # 400 fresh tokens at 4 ms each, plus 4 ms per 1k of their mean context (3000 + 200)
+    assert (400 / 250 + 4.0 * 400 * 3200 / 1e6) == pytest.approx(p.prefill_s(3400, 3000))
+
+
+def test_fit_prefill_recovers_base_rate_and_slope():
+    """Waits of a short, a long and a behind-the-cache call give back all three prefill terms."""
+    truth = SpeedProfile(0.05, 250, 100, prefill_ms_per_1k=3.0)
+    calls = [(50, 0), (1500, 0), (500, 1500)]
+    got = fit_prefill([(f, c, truth.first_token_s(f + c, c)) for f, c in calls])
+    assert (0.05, 250, 3.0) == tuple(pytest.approx(x) for x in got)
+
+
+def test_fit_prefill_never_fits_a_negative_term():
+    """Noise that makes long prompts look cheap clamps the slope at 0 instead of going below."""
+    base, tps, slope = fit_prefill([(50, 0, 0.30), (1500, 0, 0.50), (500, 1500, 0.32)])
+    assert (True, True, True) == (base >= 0, tps > 0, slope >= 0)
 
 
 def test_parts_split_reasoning_and_visible_decode_by_context():
@@ -60,7 +81,7 @@ def test_tier_file_profile_extras_round_trip():
     text = (
         '[tiers.t]\nbase_url = "sim"\nmodel = "m"\nprofile = { base_latency_s = 0.2, '
         "prefill_tps = 900, output_tps = 78, cached_prefill_tps = 50000, "
-        "tpot_ms_per_1k = 6.5 }\n"
+        "tpot_ms_per_1k = 6.5, prefill_ms_per_1k = 1.25 }\n"
     )
     import tomllib
 
@@ -71,7 +92,25 @@ def test_tier_file_profile_extras_round_trip():
         ),
         "t.toml",
     )["t"]
-    assert SpeedProfile(0.2, 900, 78, 50000, 6.5) == again.profile
+    assert SpeedProfile(0.2, 900, 78, 50000, 6.5, 1.25) == again.profile
+
+
+def test_write_profile_fills_a_profile_sub_table(tmp_path):
+    """--write into a [tiers.NAME.profile] sub-table writes every field, keeping other lines."""
+    path = tmp_path / "tiers.toml"
+    path.write_text(
+        '[tiers.t]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n\n'
+        "[tiers.t.profile]\nbase_latency_s = 0.1\nprefill_tps = 100\noutput_tps = 50\n"
+        '# measured by hand\n\n[tiers.u]\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "m"\n'
+    )
+    new = SpeedProfile(0.02, 250, 106.7, tpot_ms_per_1k=8.2, prefill_ms_per_1k=2.5)
+    write_profile(path, "t", new)
+    tiers = load_tiers(path)
+    assert (new, True, True) == (
+        tiers["t"].profile,
+        "# measured by hand" in path.read_text(),
+        "u" in tiers,
+    )
 
 
 def test_prefix_cache_counts_leading_items_seen_before():

@@ -317,11 +317,11 @@ def _cache_rule(sc: Scenario) -> str:
     if sc.profile is None:
         return " (measured prefill, cache hits included, scaled)"
     rate = sc.profile.cached_prefill_tps
-    return (
-        f" (the tier charges cached input at {rate:g} tok/s)"
-        if rate
-        else " (the tier charges nothing for cached input)"
-    )
+    if rate:
+        return f" (the tier charges cached input at {rate:g} tok/s)"
+    if sc.profile.prefill_ms_per_1k:
+        return " (cached input costs only the longer context the fresh input is prefilled behind)"
+    return " (the tier charges nothing for cached input)"
 
 
 def render_whatif(w: WhatIf) -> str:

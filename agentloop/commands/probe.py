@@ -1,12 +1,15 @@
 """``agentloop probe --tier NAME``: measure an endpoint's TTFT, output speed and prefill rate.
 
-Like llmperf: fixed prompts of two input sizes, each asking for a long answer, ``n`` rounds of
-one short and one long call (after one warm-up call that opens the connection). Per call
-``output_tps = (V - 1) / decode`` with V visible tokens from the server's usage, and
-``base = ttft_visible - R / output_tps`` (hidden reasoning is not prefill). Medians over rounds;
-``prefill_tps`` = extra input tokens of the long prompt / extra base latency it cost. A simulated
-tier is probed through a simulator started with that tier's profile, so the probe checks the
-simulator's pacing end to end. ``--write`` puts the measured profile into the tiers file.
+Like llmperf: fixed prompts, each asking for a long answer, ``n`` rounds of three calls (after
+one warm-up call that opens the connection): a short prompt, a long one, and a follow-up that
+repeats the long one as its prefix (a prompt cache can serve it) and adds a third as much fresh
+input, the shape of an agent's next request. Per call ``output_tps = (V - 1) / decode`` with V
+visible tokens from the server's usage, and ``base = ttft_visible - R / output_tps`` (hidden
+reasoning is not prefill). The median wait of each kind of call fits base latency, prefill rate
+and how prefill slows behind a context; every call's (context, tok/s) fits decode speed and how
+it slows (both in :mod:`agentloop.speed`). A simulated tier is probed through a simulator
+started with that tier's profile, so the probe checks the simulator's pacing end to end.
+``--write`` puts the measured profile into the tiers file.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import orjson
 from agentloop import local
 from agentloop.errors import ModelAPIError, ModelError
 from agentloop.log import configure
-from agentloop.speed import fit_decode
+from agentloop.speed import fit_decode, fit_prefill
 from agentloop.tiers import (
     SpeedProfile,
     Tier,
@@ -96,13 +99,21 @@ def prompts(round_id: str, words: int, long_tokens: int) -> tuple[Message, Messa
     return short, long
 
 
-def cached_followup(long: Message, words: int) -> tuple[Message, ...]:
-    """A request repeating the long prompt as its prefix (a prompt cache can serve it): the
-    conversation an agent sends next, with the previous answer stubbed and a new ask."""
+_NOTES = (
+    "Later notes from the night shift about the north pier, the winch that sticks in the "
+    "cold and the tally of barrels that came back short. "
+)
+
+
+def cached_followup(long: Message, words: int, fresh_tokens: int) -> tuple[Message, ...]:
+    """A request repeating the long prompt as its prefix (a prompt cache can serve it) and then
+    about ``fresh_tokens`` new tokens: the request an agent sends next (its history cached, a
+    tool's output new), which shows how a fresh token's prefill slows behind a long context."""
+    reps = max(1, fresh_tokens // 25)  # the notes sentence is about 25 tokens too
     return (
         long,
         Message("assistant", "The keeper opened the log."),
-        Message("user", _AGAIN.format(words=words)),
+        Message("user", f"Tool output:\n{_NOTES * reps}\n\n" + _AGAIN.format(words=words)),
     )
 
 
@@ -136,30 +147,17 @@ def call_figures(r: ModelResponse) -> dict[str, Any] | None:
     }
 
 
-def _cached_rate(
-    base: float, prefill: float | None, calls: list[dict[str, Any]]
-) -> tuple[float | None, float]:
-    """``cached_prefill_tps`` from calls whose prefix the server had cached (None: too fast
-    to tell from the base, i.e. free), and their median cached tokens."""
-    med = statistics.median
-    hits = [c for c in calls if c["cached_input_tokens"] > 0]
-    if not hits:
-        return None, 0.0
-    cached = med([c["cached_input_tokens"] for c in hits])
-    fresh = med([c["input_tokens"] - c["cached_input_tokens"] for c in hits])
-    spent = med([c["base_s"] for c in hits]) - base - (fresh / prefill if prefill else 0.0)
-    return (cached / spent if spent > 0.005 else None), cached
-
-
 def summarize(
     short: list[dict[str, Any]],
     long: list[dict[str, Any]],
     cached: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Medians; the prefill rate from the long prompt's extra base latency; decode speed as a
-    line through the (context, tok/s) points (:func:`agentloop.speed.fit_decode`); the cached
-    prefill rate from the calls that repeat the long prompt."""
+    """Medians; decode speed as a line through the (context, tok/s) points
+    (:func:`agentloop.speed.fit_decode`); base latency, prefill rate and how prefill slows
+    behind a context (:func:`agentloop.speed.fit_prefill`) from the median wait of each kind
+    of call: short prompt, long prompt, and the follow-up behind the cached long prompt."""
     med = statistics.median
+    cached = cached or []
 
     def tps_of(calls: list[dict[str, Any]]) -> float:
         return float(
@@ -169,15 +167,23 @@ def summarize(
             )
         )
 
+    def wait_point(calls: list[dict[str, Any]]) -> tuple[float, float, float]:
+        return (
+            med([c["input_tokens"] - c["cached_input_tokens"] for c in calls]),
+            med([c["cached_input_tokens"] for c in calls]),
+            med([c["base_s"] for c in calls]),
+        )
+
     in_s, in_l = med([c["input_tokens"] for c in short]), med([c["input_tokens"] for c in long])
-    base_s, base_l = med([c["base_s"] for c in short]), med([c["base_s"] for c in long])
-    prefill = (in_l - in_s) / (base_l - base_s) if base_l > base_s and in_l > in_s else None
-    base = max(0.0, base_s - in_s / prefill) if prefill else max(0.0, base_s)
+    base, prefill, prefill_slope = fit_prefill(
+        [wait_point(calls) for calls in (short, long, cached) if calls]
+    )
     points = [
-        (c["context"], c["output_tps"]) for c in short + long if c["output_tps"] == c["output_tps"]
+        (c["context"], c["output_tps"])
+        for c in short + long + cached
+        if c["output_tps"] == c["output_tps"]
     ]
     tps0, slope = fit_decode(points) if points else (float("nan"), 0.0)
-    cached_tps, cached_tokens = _cached_rate(base, prefill, cached or [])
     server = [c["server_output_tps"] for c in short if c["server_output_tps"]]
     return {
         "ttft_s": med([c["ttft_s"] for c in short]),
@@ -189,10 +195,13 @@ def summarize(
         "context_short": med([c["context"] for c in short]),
         "context_long": med([c["context"] for c in long]),
         "server_output_tps": med(server) if server else None,
-        "prefill_tps": prefill,
+        "prefill_tps": prefill or None,
+        "prefill_ms_per_1k": prefill_slope,
         "base_latency_s": base,
-        "cached_prefill_tps": cached_tps,
-        "cached_tokens": cached_tokens,
+        "cached_tokens": med([c["cached_input_tokens"] for c in cached]) if cached else 0.0,
+        "fresh_tokens_cached_call": (
+            med([c["input_tokens"] - c["cached_input_tokens"] for c in cached]) if cached else 0.0
+        ),
         "ttft_cached_s": med([c["ttft_s"] for c in cached]) if cached else None,
         "input_tokens_short": in_s,
         "input_tokens_long": in_l,
@@ -203,14 +212,14 @@ def summarize(
 
 def measured_profile(res: dict[str, Any], fallback_prefill: float = 0.0) -> SpeedProfile:
     """The profile ``--write`` stores: decode at context 0 and its slope when one was
-    measured, prefill (and cached prefill) rates."""
+    measured, base latency, prefill rate and its slope behind a context."""
     slope = res["tpot_ms_per_1k"]
     return SpeedProfile(
         base_latency_s=res["base_latency_s"],
         prefill_tps=res["prefill_tps"] or fallback_prefill,
         output_tps=res["output_tps_at_0"] if slope else res["output_tps"],
-        cached_prefill_tps=res["cached_prefill_tps"],
         tpot_ms_per_1k=slope,
+        prefill_ms_per_1k=res["prefill_ms_per_1k"],
     )
 
 
@@ -230,11 +239,12 @@ async def server_context(base_url: str) -> int | None:
 
 
 def long_prompt_tokens(asked: int, window: int | None, tokens: int) -> int:
-    """The long prompt's size: as asked, but well inside the context window (our token
+    """The long prompt's size: as asked, but so that the follow-up (the long prompt, a third
+    as much fresh input and the answer) stays well inside the context window (our token
     estimate may count fewer tokens than the model's tokenizer, so keep a third spare)."""
     if window is None:
         return asked
-    return max(50, min(asked, int((window - tokens - 64) * 0.65)))
+    return max(50, min(asked, int((window - tokens - 64) * 0.5)))
 
 
 async def probe(
@@ -309,7 +319,7 @@ async def _rounds(
         try:
             got = [
                 call_figures(await client.complete(ModelRequest(msgs, (), 0)))
-                for msgs in ((short,), (long,), cached_followup(long, words))
+                for msgs in ((short,), (long,), cached_followup(long, words, size // 3))
             ]
         except ModelAPIError as exc:  # no window known and the long prompt is over it
             if not _context_error(exc) or size <= 100:
@@ -365,15 +375,16 @@ def _print(res: dict[str, Any]) -> None:
         print(f"  server's own figure  {res['server_output_tps']:8.1f} tok/s (short prompt)")
     print(f"  prefill              {prefill}")
     print(f"  base latency         {res['base_latency_s']:8.3f} s")
-    if res["cached_tokens"]:
-        rate = (
-            f"{res['cached_prefill_tps']:.0f} tok/s"
-            if res["cached_prefill_tps"]
-            else "too fast to measure (free)"
-        )
+    if res["prefill_ms_per_1k"]:
         print(
-            f"  cached prefill       {rate} ({res['cached_tokens']:.0f} cached tokens, ttft "
-            f"{res['ttft_cached_s']:.3f} s)"
+            f"  prefill slows        {res['prefill_ms_per_1k']:8.3f} ms per token per 1,000 "
+            "tokens of context"
+        )
+    if res["cached_tokens"]:
+        print(
+            f"  behind a cache       ttft {res['ttft_cached_s']:.3f} s for "
+            f"{res['fresh_tokens_cached_call']:.0f} fresh tokens after "
+            f"{res['cached_tokens']:.0f} cached ones (cached input itself costs nothing)"
         )
     if res["context_window"]:
         print(
