@@ -1,20 +1,30 @@
 """Benchmark: load and re-time a one-million-span synthetic trace (target: re-timing < 2 s).
 
-Run as ``python tests/benchmarks/bench_analysis.py [STEPS]``. Writes a trace in the real record
-format to a temporary file (200,000 steps of one model call and three parallel tool calls: one
-million spans, two million span records), then times separately: loading it, flattening it into
-the graph (attribution included), one what-if re-timing (new durations + forward pass), and the
-full ``whatif`` analysis (both critical paths, ceiling and the nine-point speedup curve).
-Figures vary with the machine's load: the script prints what it saw.
+Run as ``python tests/benchmarks/bench_analysis.py [STEPS] [ROUNDS]``. Writes a trace in the real
+record format to a temporary file (200,000 steps of one model call and three parallel tool calls:
+one million spans, two million span records), then times separately: loading it, flattening it
+into the graph (attribution included), one what-if re-timing (new durations + forward pass), and
+the full ``whatif`` analysis (both critical paths, ceiling and the nine-point speedup curve).
+
+Loading is measured side by side against two unchecked baselines (target: the checked load
+within ~1.5x of the unchecked rebuild): ``orjson.loads`` of every line and nothing else, and
+the rebuild as it was before the typed schema (spans from the records' fields, no checks, no
+typed views). Each load runs in a fresh child process, the three taking turns for ROUNDS rounds
+(best kept), so none inherits a heap another one scattered. Figures vary with the machine's
+load: the script prints what it saw.
 """
 
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -23,11 +33,72 @@ from agentloop.analysis.graph import Graph, build_graph, load_quickly  # noqa: E
 from agentloop.analysis.synthetic import agent_lines  # noqa: E402
 from agentloop.analysis.whatif import Scenario, WhatIf, predict_ns, whatif  # noqa: E402
 from agentloop.tiers import SpeedProfile  # noqa: E402
-from agentloop.trace.reader import Trace, load_trace  # noqa: E402
+from agentloop.trace.reader import SpanRecord, Trace, load_trace  # noqa: E402
+
+LOADS = ("plain", "unchecked", "load_trace")
+
+
+def plain_loads(path: Path) -> list[Any]:
+    """The floor: every line through ``orjson.loads``, kept, nothing else."""
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+def unchecked_rebuild(path: Path) -> dict[str, SpanRecord]:
+    """The rebuild without checks or typed views, as the reader did before the typed schema."""
+    spans: dict[str, SpanRecord] = {}
+    for raw in path.read_bytes().splitlines()[1:]:
+        rec = orjson.loads(raw)
+        typ = rec["type"]
+        if typ == "span_start":
+            spans[rec["id"]] = SpanRecord(
+                rec["id"],
+                rec.get("parent"),
+                rec["kind"],
+                rec["name"],
+                rec["t"],
+                rec.get("after") or [],
+                start_attrs=rec.get("attrs") or {},
+            )
+        elif typ == "span_end":
+            s = spans[rec["id"]]
+            s.t1, s.status, s.attrs = rec["t"], rec.get("status", "ok"), rec.get("attrs") or {}
+    return spans
+
+
+def time_one_load(which: str, path: Path) -> float:
+    """Seconds for one load of ``path`` by ``which`` (one of LOADS), the collector paused."""
+    gc.disable()
+    t = time.perf_counter()
+    if which == "plain":
+        plain_loads(path)
+    elif which == "unchecked":
+        unchecked_rebuild(path)
+    else:
+        load_trace(path)
+    return time.perf_counter() - t
+
+
+def compare_loads(path: Path, rounds: int) -> dict[str, list[float]]:
+    """Each load in a fresh child process, the three taking turns, ``rounds`` times."""
+    seen: dict[str, list[float]] = {w: [] for w in LOADS}
+    for _ in range(rounds):
+        for which in LOADS:
+            out = subprocess.run(
+                [sys.executable, __file__, "--load", which, str(path)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            seen[which].append(float(out))
+    return seen
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--load"]:  # a child of compare_loads
+        print(time_one_load(sys.argv[2], Path(sys.argv[3])))
+        return
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big.jsonl"
         t = time.perf_counter()
@@ -35,17 +106,13 @@ def main() -> None:
             f.writelines(line + b"\n" for line in agent_lines(steps, tools_per_step=3))
         write_s = time.perf_counter() - t
         size = path.stat().st_size
-        # as the commands do: one load_quickly, then the analysis (the plain load_trace, for
-        # comparison, comes last: a million spans of its garbage would scatter the heap first)
+        loads = compare_loads(path, rounds)
+        # as the commands do: one load_quickly, then the analysis
+        gc.collect()
         t = time.perf_counter()
         trace = load_quickly(path)
         quick_s = time.perf_counter() - t
-        graph_s, runs, full_s, g, w, predicted = analyse(trace)
-        del g, trace
-        gc.collect()
-        t = time.perf_counter()
-        trace = load_trace(path)
-        load_s = time.perf_counter() - t
+        graph_s, runs, full_s, _, w, predicted = analyse(trace)
     n_spans = len(trace.spans)
     n_models = sum(s.kind == "model" for s in trace.spans.values())
     retime_s = min(runs)
@@ -54,10 +121,28 @@ def main() -> None:
         f"spans {n_spans:,}  records {n_records:,}  file {size / 1e6:.0f} MB "
         f"(written in {write_s:.2f} s)"
     )
-    print(f"load           {load_s:6.2f} s   {n_records / load_s:,.0f} records/s  (load_trace)")
+    plain, unchecked, checked = (min(loads[k]) for k in LOADS)
+    for which, label in zip(
+        LOADS,
+        (
+            "orjson.loads per line, kept: no spans, no checks",
+            "rebuild as before the typed schema: spans, no checks, no typed views",
+            "every field checked, typed model and tool views",
+        ),
+        strict=True,
+    ):
+        best = min(loads[which])
+        print(
+            f"load {which:10s} {best:6.2f} s   {n_records / best:,.0f} records/s  ({label}; "
+            f"fresh process, best of {', '.join(f'{x:.2f}' for x in loads[which])} s)"
+        )
     print(
-        f"load, GC off   {quick_s:6.2f} s   {n_records / quick_s:,.0f} records/s  "
-        f"(load_quickly: the cyclic collector paused, as the commands do)"
+        f"load_trace / unchecked {checked / unchecked:.2f}x (target ~1.5x), "
+        f"/ plain {checked / plain:.2f}x; unchecked / plain {unchecked / plain:.2f}x"
+    )
+    print(
+        f"load_quickly   {quick_s:6.2f} s   {n_records / quick_s:,.0f} records/s  "
+        f"(in this process, as the commands load before analysing)"
     )
     print(f"build graph    {graph_s:6.2f} s   (flatten + attribute {n_models:,} model spans)")
     print(
