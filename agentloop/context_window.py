@@ -5,8 +5,9 @@ bounds what one request may hold: the conversation, the tool definitions and roo
 (the tier's ``max_output_tokens``, else :data:`DEFAULT_RESERVE`). Before each model call the
 runner asks :meth:`Window.fit`: while the request is estimated over budget, the oldest tool
 output still whole is replaced by a one-line placeholder saying how many tokens were dropped;
-each such trim is recorded on that call's model span (``context.trimmed``: message index, call
-id, tool, tokens) and the trimmed conversation is kept, so later requests repeat the same
+each such trim is recorded on that call's model span, as a ``context.trim`` event written when
+it is made (message index, call id, tool, tokens dropped) and in the span's end attribute
+``context.trimmed`` (the same list), and the trimmed conversation is kept, so later requests repeat the same
 prefix (a prompt cache stays valid). When nothing is left to trim and the request is still too
 big, the run ends with status ``budget``, limit ``context``.
 
@@ -19,20 +20,20 @@ ours is not overfilled twice.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from agentloop.sim.tokens import MESSAGE_OVERHEAD, count_tokens
+from agentloop.trace import attrs as A
 from agentloop.types import Message, ToolSpec
 
 if TYPE_CHECKING:
     from agentloop.tiers import Tier
+    from agentloop.trace.reader import Trace
 
 DEFAULT_RESERVE = 1024  # output tokens kept free when the tier sets no max_output_tokens
 PLACEHOLDER = "[tool output dropped to fit the context window: {tokens} tokens]"
-TRIM_ATTR = "context.trimmed"  # model-span attribute: the trims made before that request
-ESTIMATE_ATTR = "context.estimated_tokens"  # model-span attribute: the request's estimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +46,10 @@ class Trim:
     tokens: int  # estimated tokens dropped
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "index": self.index,
-            "call_id": self.call_id,
-            "tool": self.tool,
-            "tokens": self.tokens,
-        }
+        """The trim as trace attributes (``attrs.TRIM_KEYS``)."""
+        return dict(
+            zip(A.TRIM_KEYS, (self.index, self.call_id, self.tool, self.tokens), strict=True)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,3 +140,24 @@ class Window:
         """Learn from the server's count of the request last fitted (ratio never below 1)."""
         if input_tokens > 0 and self._last_estimate > 0:
             self.ratio = max(1.0, input_tokens / self._last_estimate)
+
+
+def recorded_trims(trace: Trace) -> list[dict[str, Any]]:
+    """The trims a loaded trace recorded, in order: ``step`` plus ``attrs.TRIM_KEYS`` each.
+
+    From the ``context.trim`` events; a trace written before those events existed has the same
+    list in its model spans' ``context.trimmed`` attribute.
+    """
+    spans = trace.spans
+    found = [
+        {A.STEP: spans[ev.span].step, **ev.attrs}
+        for ev in trace.events
+        if ev.name == A.EVENT_CONTEXT_TRIM and ev.span in spans
+    ]
+    if found or not trace.spans:
+        return found
+    for s in trace.of_kind("model"):
+        trimmed = s.attrs.get(A.CONTEXT_TRIMMED)
+        if isinstance(trimmed, list):
+            found += [{A.STEP: s.step, **t} for t in trimmed if isinstance(t, dict)]
+    return found

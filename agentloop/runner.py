@@ -31,7 +31,7 @@ import orjson
 from agentloop import cost
 from agentloop._version import __version__
 from agentloop.context import RunContext
-from agentloop.context_window import ESTIMATE_ATTR, TRIM_ATTR, Window
+from agentloop.context_window import Fit, Window
 from agentloop.ending import CANCELLED, Ending
 from agentloop.errors import AgentloopError, ModelError
 from agentloop.events import EventSink, Observer, RunEvent, call_progress, fan_out, observer_sink
@@ -100,13 +100,13 @@ def attempts_attrs(attempts: tuple[Attempt, ...], tracer: Tracer) -> dict[str, A
     rel = tracer.rel
     return {
         A.ATTEMPTS: [
-            {
-                "t_start": rel(a.t_start),
-                "t_end": rel(a.t_end),
-                "error": a.error,
-                "status": a.status,
-                "wait_ns": a.wait_ns,
-            }
+            dict(
+                zip(
+                    A.ATTEMPT_KEYS,
+                    (rel(a.t_start), rel(a.t_end), a.error, a.status, a.wait_ns),
+                    strict=True,
+                )
+            )
             for a in attempts
         ],
         A.WAIT_NS: sum(a.wait_ns for a in attempts),
@@ -131,12 +131,12 @@ def reasoning_output(resp: ModelResponse) -> dict[str, Any]:
     encrypted content itself is not traced) and ``reasoning_text`` (Chat reasoning_content)."""
     out: dict[str, Any] = {}
     if resp.reasoning:
-        out["reasoning"] = [
-            {"id": r.id, "summary": list(r.summary), "encrypted": r.encrypted}
+        out[A.OUTPUT_REASONING] = [
+            dict(zip(A.REASONING_KEYS, (r.id, list(r.summary), r.encrypted), strict=True))
             for r in resp.reasoning
         ]
     if resp.reasoning_text:
-        out["reasoning_text"] = resp.reasoning_text
+        out[A.OUTPUT_REASONING_TEXT] = resp.reasoning_text
     return out
 
 
@@ -145,9 +145,9 @@ def dialect_attrs(resp: ModelResponse) -> dict[str, Any]:
     server did not report) and ``server_timings`` (the server's own, e.g. llama.cpp's)."""
     out: dict[str, Any] = {}
     if resp.usage.estimated:
-        out["usage_estimated"] = True
+        out[A.USAGE_ESTIMATED] = True
     if resp.server_timings:
-        out["server_timings"] = resp.server_timings
+        out[A.SERVER_TIMINGS] = resp.server_timings
     return out
 
 
@@ -164,29 +164,36 @@ def model_attrs(resp: ModelResponse, tracer: Tracer, tier: Tier, step: int) -> d
         A.GEN_AI_USAGE_OUTPUT_TOKENS: u.output_tokens,
         A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: u.reasoning_tokens,
         A.GEN_AI_USAGE_CACHED_INPUT_TOKENS: u.cached_input_tokens,
-        cost.COST_ATTR: cost.call_cost(
+        A.COST_USD: cost.call_cost(
             tier.prices, u.input_tokens, u.cached_input_tokens, u.output_tokens
         ),
         A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: seconds(t.t_send, t.t_first),
         A.GEN_AI_RESPONSE_FINISH_REASONS: [resp.finish_reason] if resp.finish_reason else [],
         A.SERVICE_TIER: resp.service_tier,
-        A.TIMING: {
-            "t_send": rel(t.t_send),
-            "t_hdr": rel(t.t_hdr),
-            "t_first": rel(t.t_first),
-            "t_first_visible": rel(t.t_first_visible),
-            "t_last": rel(t.t_last),
-            "t_end": rel(t.t_end),
-            "chunks": t.chunks,
-            "build_ns": t.build_ns,
-        },
+        A.TIMING: dict(
+            zip(
+                A.TIMING_KEYS,
+                (
+                    rel(t.t_send),
+                    rel(t.t_hdr),
+                    rel(t.t_first),
+                    rel(t.t_first_visible),
+                    rel(t.t_last),
+                    rel(t.t_end),
+                    t.chunks,
+                    t.build_ns,
+                ),
+                strict=True,
+            )
+        ),
         **call_metrics(t, u).as_dict(),  # ttfb_s, ttft_s, ... (agentloop.timing)
         **attempts_attrs(resp.attempts, tracer),
-        "output": {
-            "text": resp.text,
-            "reasoning_tokens": u.reasoning_tokens,
-            "tool_calls": [
-                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in resp.tool_calls
+        A.OUTPUT: {
+            A.OUTPUT_TEXT: resp.text,
+            A.OUTPUT_REASONING_TOKENS: u.reasoning_tokens,
+            A.OUTPUT_TOOL_CALLS: [
+                dict(zip(A.TOOL_CALL_KEYS, (c.id, c.name, c.arguments), strict=True))
+                for c in resp.tool_calls
             ],
             **reasoning_output(resp),
         },
@@ -442,9 +449,7 @@ class Runner:
         ) as span:
             self._emit("model_start", span.id, step=step)
             if fit is not None:
-                span.set(
-                    **{ESTIMATE_ATTR: fit.estimated, TRIM_ATTR: [t.as_dict() for t in fit.trims]}
-                )
+                self._record_fit(span, fit)
 
             def progress(tokens: int, elapsed_s: float) -> None:
                 self._emit(
@@ -477,11 +482,11 @@ class Runner:
         if resp.text:
             self.final_text = resp.text
         self.output_tokens += resp.usage.output_tokens
-        self.cost_usd += span.attrs.get(cost.COST_ATTR) or 0.0
+        self.cost_usd += span.attrs.get(A.COST_USD) or 0.0
         self.log.debug(
             "model call",
             step=step,
-            call_s=span.attrs.get("call_s"),
+            call_s=span.attrs.get(A.CALL_S),
             output_tokens=resp.usage.output_tokens,
             tool_calls=len(resp.tool_calls),
         )
@@ -496,6 +501,13 @@ class Runner:
             tool_calls=resp.tool_calls,
         )
         return resp, span.id
+
+    def _record_fit(self, span: Span, fit: Fit) -> None:
+        """Each trim as a ``context.trim`` event of the model span, and the fit in its attrs."""
+        trims = [t.as_dict() for t in fit.trims]
+        for trim in trims:
+            self.tracer.event(span, A.EVENT_CONTEXT_TRIM, **trim)
+        span.set(**{A.CONTEXT_ESTIMATED_TOKENS: fit.estimated, A.CONTEXT_TRIMMED: trims})
 
     async def _tool_calls(
         self, step: int, calls: tuple[ToolCall, ...], model_id: str
@@ -513,13 +525,13 @@ class Runner:
                     res = await self._execute(call)
                     span.set(
                         **{
-                            "gen_ai.tool.name": call.name,
-                            "gen_ai.tool.call.id": call.id,
-                            "arguments": call.arguments,
-                            "ok": res.ok,
-                            "output": res.output,
-                            "data": res.data,
-                            "queued_ns": queued,
+                            A.GEN_AI_TOOL_NAME: call.name,
+                            A.GEN_AI_TOOL_CALL_ID: call.id,
+                            A.ARGUMENTS: call.arguments,
+                            A.OK: res.ok,
+                            A.OUTPUT: res.output,
+                            A.DATA: res.data,
+                            A.QUEUED_NS: queued,
                         }
                     )
                     if not res.ok:

@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
+from agentloop.analysis.graph import build_graph
+from agentloop.analysis.report import build_report, render_report, report_json
 from agentloop.cli import main as cli
-from agentloop.context_window import PLACEHOLDER, Window, message_tokens
-from agentloop.types import Message, ToolCall
+from agentloop.clients.scripted import ScriptedClient
+from agentloop.context import RunContext
+from agentloop.context_window import PLACEHOLDER, Window, message_tokens, recorded_trims
+from agentloop.errors import TraceFileError
+from agentloop.runner import Runner
+from agentloop.script import ScriptToolCall, ScriptTurn
+from agentloop.tasks import Limits, Task
+from agentloop.tiers import SpeedProfile, Tier
+from agentloop.trace import attrs as A
+from agentloop.trace.reader import parse_lines
+from agentloop.trace.tracer import Tracer
+from agentloop.trace.writer import MemorySink
+from agentloop.types import Message, ToolCall, ToolResult, ToolSpec
 
 
 def _conversation() -> list[Message]:
@@ -69,3 +84,84 @@ def test_unscripted_task_on_a_sim_tier_is_refused(
         if s in err
     ]
     assert [] == list(tmp_path.glob("*.jsonl"))
+
+
+class BigOutput:
+    """A real tool whose output is about 800 tokens, so a few of them overfill a small window."""
+
+    spec = ToolSpec("big", "Print a lot.", {"type": "object", "properties": {}})
+
+    async def __call__(self, ctx: Any, arguments: dict[str, Any]) -> ToolResult:
+        return ToolResult(ok=True, output="line of tool output " * 200)
+
+
+async def _trimmed_run(tmp_path: Path) -> list[dict[str, Any]]:
+    call = ScriptTurn(text="", tool_calls=(ScriptToolCall("big", "{}"),))
+    turns = [call, call, call, ScriptTurn(text="done")]
+    task = Task(name="t", prompt="go", system="sys", tools=("big",), limits=Limits())
+    tier = Tier(
+        "small",
+        "sim",
+        "scripted-model",
+        "chat",
+        SpeedProfile(0.1, 1000, 100),
+        options={"max_output_tokens": 200},
+        context_window=2000,
+    )
+    sink = MemorySink()
+    runner = Runner(
+        task, ScriptedClient(turns), {"big": BigOutput()}, tier, Tracer(sink), RunContext(tmp_path)
+    )
+    assert "ok" == (await runner.run()).status
+    return sink.records
+
+
+async def test_each_trim_is_a_span_event_written_inside_its_model_span(tmp_path: Path):
+    """Every trim is a context.trim event of the model span, written before that span ends."""
+    records = await _trimmed_run(tmp_path)
+    events = [r for r in records if r["type"] == "span_event"]
+    model_ends = {r["id"]: k for k, r in enumerate(records) if r["type"] == "span_end"}
+    trimmed = {
+        r["id"]: r["attrs"][A.CONTEXT_TRIMMED]
+        for r in records
+        if r["type"] == "span_end" and r["attrs"].get(A.CONTEXT_TRIMMED)
+    }
+    assert [A.EVENT_CONTEXT_TRIM] * 2 == [e["name"] for e in events]
+    assert trimmed == {sid: [e["attrs"] for e in events if e["span"] == sid] for sid in trimmed}
+    assert all(records.index(e) < model_ends[e["span"]] for e in events)
+    assert [3, 5] == [e["attrs"]["index"] for e in events]
+
+
+async def test_trims_show_in_the_report(tmp_path: Path):
+    """report lists each trim (step, tool, tokens) in text and in --json."""
+    records = await _trimmed_run(tmp_path)
+    trace = parse_lines([orjson.dumps(r) for r in records], "<memory>")
+    report = build_report(build_graph(trace))
+    text = render_report(report)
+    assert [3, 4] == [t["step"] for t in report_json(report)["context_trims"]]
+    assert 2 == text.count("big output (call ")
+    assert "Context window: 2 tool output(s) dropped to fit" in text
+    assert recorded_trims(trace) == list(report.trims)
+
+
+def test_a_trace_without_events_and_an_event_of_no_span():
+    """Old traces (no span_event lines) load with no events; an event of an unknown span is
+    refused naming the line and field."""
+    head = orjson.dumps({"type": "run", "schema": 1, "run_id": "r", "task": {"name": "t"}})
+    start = orjson.dumps(
+        {
+            "type": "span_start",
+            "id": "s1",
+            "parent": None,
+            "kind": "run",
+            "name": "run",
+            "t": 0,
+            "after": [],
+        }
+    )
+    stray = orjson.dumps({"type": "span_event", "span": "s9", "t": 5, "name": "x", "attrs": {}})
+    assert [] == parse_lines([head, start], "old.jsonl").events
+    with pytest.raises(TraceFileError) as err:
+        parse_lines([head, start, stray], "t.jsonl")
+    assert "t.jsonl, line 3" in err.value.message
+    assert "span" in err.value.message

@@ -16,6 +16,7 @@ from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, TOOL_QUEUE, too
 from agentloop.analysis.breakdown import MODEL_CATS, category_order, path_breakdown, step_label
 from agentloop.analysis.flat import Graph
 from agentloop.analysis.passes import critical_path
+from agentloop.context_window import recorded_trims
 
 MAX_PATH_ROWS = 60
 
@@ -54,6 +55,7 @@ class Report:
     path: tuple[tuple[str, str, str, int], ...]  # (step, kind, name, ns), chronological
     input_tokens: int = 0  # over every model call
     cached_tokens: int = 0  # of input_tokens, served from the server's prompt cache
+    trims: tuple[dict[str, Any], ...] = ()  # context trims: step + attrs.TRIM_KEYS each
 
     @property
     def model_share(self) -> float:
@@ -121,6 +123,7 @@ def build_report(g: Graph) -> Report:
         path=tuple(path),
         input_tokens=sum(m.input_tokens for m in g.models.values()),
         cached_tokens=sum(m.cached_tokens for m in g.models.values()),
+        trims=tuple(recorded_trims(tr)),
     )
 
 
@@ -194,7 +197,16 @@ def report_json(r: Report) -> dict[str, Any]:
         "critical_path": [
             {"step": s, "kind": k, "name": n, "seconds": v / 1e9} for s, k, n, v in r.path
         ],
+        "context_trims": list(r.trims),
     }
+
+
+def trim_line(t: dict[str, Any]) -> str:
+    """One context trim as a sentence (its fields come from a trace: shown, never trusted)."""
+    return (
+        f"step {t.get('step')}: {t.get('tool') or 'tool'} output (call {t.get('call_id')}, "
+        f"message {t.get('index')}) dropped before the model call, {t.get('tokens')} tokens"
+    )
 
 
 def cache_line(input_tokens: int, cached_tokens: int) -> str:
@@ -278,6 +290,13 @@ def render_report(r: Report) -> str:
             rows,
         )
     )
+    if r.trims:
+        out.append("")
+        dropped = sum(t["tokens"] for t in r.trims if type(t.get("tokens")) is int)
+        out.append(
+            f"Context window: {len(r.trims)} tool output(s) dropped to fit ({dropped:,} tokens):"
+        )
+        out += [f"  {trim_line(t)}" for t in r.trims]
     out.append("")
     out.append(f"Critical path ({len(r.path)} segments, chronological; gaps < 1 ms not listed):")
     # framework gaps under a millisecond are counted above but not listed one by one

@@ -31,6 +31,21 @@ WAIT_NS: Final = "wait_ns"  # back-off slept between attempts, total
 OUTPUT: Final = (
     "output"  # model: {text, tool_calls, reasoning_tokens}; tool: the text the model saw
 )
+COST_USD: Final = "cost_usd"  # the call's cost at the tier's prices (agentloop.cost)
+# only when they apply
+USAGE_ESTIMATED: Final = "usage_estimated"  # true: agentloop counted tokens the server did not
+SERVER_TIMINGS: Final = "server_timings"  # the server's own timing object (llama.cpp), as sent
+CONTEXT_ESTIMATED_TOKENS: Final = "context.estimated_tokens"  # the request's estimate, trimmed
+CONTEXT_TRIMMED: Final = "context.trimmed"  # [{TRIM_KEYS}]: tool outputs dropped before the call
+
+# keys inside a model span's OUTPUT object
+OUTPUT_TEXT: Final = "text"
+OUTPUT_TOOL_CALLS: Final = "tool_calls"  # [{id, name, arguments}], arguments as JSON text
+OUTPUT_REASONING_TOKENS: Final = "reasoning_tokens"
+OUTPUT_REASONING: Final = "reasoning"  # Responses items: [{id, summary: [text], encrypted}]
+OUTPUT_REASONING_TEXT: Final = "reasoning_text"  # Chat reasoning_content, as streamed
+TOOL_CALL_KEYS: Final = ("id", "name", "arguments")
+REASONING_KEYS: Final = ("id", "summary", "encrypted")  # encrypted: bool, the content never
 # derived seconds (agentloop.timing.CallMetrics field names)
 TTFB_S: Final = "ttfb_s"
 TTFT_S: Final = "ttft_s"
@@ -52,6 +67,10 @@ TIMING_KEYS: Final = (
     "build_ns",
 )
 ATTEMPT_KEYS: Final = ("t_start", "t_end", "error", "status", "wait_ns")
+TRIM_KEYS: Final = ("index", "call_id", "tool", "tokens")  # message index, its call, tokens dropped
+
+# -- span events (``span_event`` records: a named instant inside a span) ------------------------
+EVENT_CONTEXT_TRIM: Final = "context.trim"  # one tool output dropped: attrs are TRIM_KEYS
 
 # -- tool spans (end attrs) ----------------------------------------------------------------
 GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"

@@ -14,7 +14,13 @@ from typing import Any
 
 from agentloop.protocols import SpanSink
 from agentloop.trace.attrs import ERROR
-from agentloop.trace.schema import end_record, end_span_record, header_record, start_record
+from agentloop.trace.schema import (
+    end_record,
+    end_span_record,
+    event_record,
+    header_record,
+    start_record,
+)
 
 _current: ContextVar[Span | None] = ContextVar("agentloop_span", default=None)
 
@@ -61,6 +67,11 @@ class Tracer:
     def end(self, status: str, **fields: Any) -> None:
         fields.setdefault("t", self.now())
         self.sink.write(end_record(status, **fields))
+
+    def event(self, span: Span, name: str, **attrs: Any) -> None:
+        """Record a named instant inside the open ``span`` now (a ``span_event`` line, written
+        at once, so it survives a run killed before the span ends)."""
+        self.sink.write(event_record(span.id, self.now(), name, attrs))
 
     @contextlib.asynccontextmanager
     async def span(
