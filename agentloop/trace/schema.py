@@ -621,29 +621,34 @@ def model_attrs(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
     without some key), goes to the detailed checks, which accept a superset with the same values.
     """
     try:
-        step, n_in, n_out, n_r, n_c, wait = (
-            attrs[A.STEP],
-            attrs[_IN],
-            attrs[_OUT],
-            attrs[_REASON],
-            attrs[_CACHED],
-            attrs[A.WAIT_NS],
-        )
-        tm, att, out = attrs[A.TIMING], attrs[A.ATTEMPTS], attrs[A.OUTPUT]
-        s, h, f, fv, la, e, chunks, build = (
-            tm["t_send"],
-            tm["t_hdr"],
-            tm["t_first"],
-            tm["t_first_visible"],
-            tm["t_last"],
-            tm["t_end"],
-            tm["chunks"],
-            tm["build_ns"],
-        )
-        text, rt, calls = out["text"], out["reasoning_tokens"], out["tool_calls"]
+        typed = _model_attrs_fast(attrs)
     except (KeyError, TypeError):  # a key missing, or a non-object where an object belongs
-        return _model_attrs_checked(attrs, w)
-    if (
+        typed = None
+    return _model_attrs_checked(attrs, w) if typed is None else typed
+
+
+def _model_attrs_fast(attrs: Mapping[str, Any]) -> ModelAttrs | None:
+    step, n_in, n_out, n_r, n_c, wait = (
+        attrs[A.STEP],
+        attrs[_IN],
+        attrs[_OUT],
+        attrs[_REASON],
+        attrs[_CACHED],
+        attrs[A.WAIT_NS],
+    )
+    tm, att, out = attrs[A.TIMING], attrs[A.ATTEMPTS], attrs[A.OUTPUT]
+    s, h, f, fv, la, e, chunks, build = (
+        tm["t_send"],
+        tm["t_hdr"],
+        tm["t_first"],
+        tm["t_first_visible"],
+        tm["t_last"],
+        tm["t_end"],
+        tm["chunks"],
+        tm["build_ns"],
+    )
+    text, rt, calls = out["text"], out["reasoning_tokens"], out["tool_calls"]
+    if not (
         type(n_in) is int
         and type(n_out) is int
         and type(n_r) is int
@@ -659,64 +664,51 @@ def model_attrs(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
         and type(att) is list
         and n_in | n_out | n_r | n_c | wait | s | chunks | build | rt >= 0  # none negative
     ):
-        if type(f) is int and type(fv) is int and type(la) is int and type(e) is int:
-            last = (
-                e
-                if s <= f <= fv <= la <= e
-                and (h is None or (type(h) is int and 0 <= h <= MAX_INSTANT_NS))
-                else None
-            )
-        else:
-            last = _ordered(s, h, f, fv, la, e)
-        attempts = []
-        for a in att:
-            if type(a) is not dict:
-                break
-            g = a.get
-            t0, t1, err, status, wt = (
-                g("t_start"),
-                g("t_end"),
-                g("error"),
-                g("status"),
-                g("wait_ns", 0),
-            )
-            if not (
-                type(t0) is int
-                and type(t1) is int
-                and 0 <= t0 <= t1 <= MAX_INSTANT_NS
-                and (err is None or type(err) is str)
-                and (status is None or (type(status) is int and status >= 0))
-                and type(wt) is int
-                and wt >= 0
-            ):
-                break
-            attempts.append(_new(Attempt, (t0, t1, err, status, wt)))
-        else:
-            tcs = []
-            for c in calls:
-                if type(c) is not dict:
-                    break
-                cid, name, args = c.get("id", ""), c.get("name"), c.get("arguments", "")
-                if not (type(cid) is str and type(name) is str and type(args) is str):
-                    break
-                tcs.append(_new(OutputToolCall, (cid, name, args)))
-            else:
-                if last is not None and last <= MAX_INSTANT_NS:
-                    return _new(
-                        ModelAttrs,
-                        (
-                            step,
-                            n_in,
-                            n_out,
-                            n_r,
-                            n_c,
-                            _new(Timing, (s, h, f, fv, la, e, chunks, build)),
-                            tuple(attempts),
-                            wait,
-                            _new(ModelOutput, (text, rt, tuple(tcs))),
-                        ),
-                    )
-    return _model_attrs_checked(attrs, w)
+        return None
+    if type(f) is int and type(fv) is int and type(la) is int and type(e) is int:
+        if not (
+            s <= f <= fv <= la <= e <= MAX_INSTANT_NS
+            and (h is None or (type(h) is int and 0 <= h <= MAX_INSTANT_NS))
+        ):
+            return None
+    else:
+        last = _ordered(s, h, f, fv, la, e)
+        if last is None or last > MAX_INSTANT_NS:
+            return None
+    attempts = []
+    for a in att:
+        t0, t1, err, status, wt = a["t_start"], a["t_end"], a["error"], a["status"], a["wait_ns"]
+        if not (
+            type(t0) is int
+            and type(t1) is int
+            and 0 <= t0 <= t1 <= MAX_INSTANT_NS
+            and (err is None or type(err) is str)
+            and (status is None or (type(status) is int and status >= 0))
+            and type(wt) is int
+            and wt >= 0
+        ):
+            return None
+        attempts.append(_new(Attempt, (t0, t1, err, status, wt)))
+    tcs = []
+    for c in calls:
+        cid, name, args = c["id"], c["name"], c["arguments"]
+        if not (type(cid) is str and type(name) is str and type(args) is str):
+            return None
+        tcs.append(_new(OutputToolCall, (cid, name, args)))
+    return _new(
+        ModelAttrs,
+        (
+            step,
+            n_in,
+            n_out,
+            n_r,
+            n_c,
+            _new(Timing, (s, h, f, fv, la, e, chunks, build)),
+            tuple(attempts),
+            wait,
+            _new(ModelOutput, (text, rt, tuple(tcs))),
+        ),
+    )
 
 
 def _model_attrs_checked(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
