@@ -18,6 +18,7 @@ import orjson
 import pytest
 import uv
 
+from agentloop._version import __version__
 from tests.conftest import ROOT
 
 SOURCES = ("agentloop", "tools", "tasks", "pyproject.toml", "README.md")
@@ -121,7 +122,7 @@ def test_the_installed_cli_runs_the_demo_by_name_from_another_folder(
     venv, env = installed
     exe = str(venv / "bin" / "agentloop")
     version = _run([exe, "--version"], tmp_path, env)
-    assert "agentloop 0.1.0" == version.stdout.strip()
+    assert f"agentloop {__version__}" == version.stdout.strip()
     listed = orjson.loads(_run([exe, "tasks", "--json"], tmp_path, env).stdout)
     demo = next(t for t in listed if t["name"] == "checkout-timeouts")
     assert str(venv) in demo["path"]
