@@ -28,7 +28,6 @@ from agentloop.events import EventSink
 from agentloop.protocols import Tool
 from agentloop.runner import Observer, RunResult
 from agentloop.script import ScriptTurn
-from agentloop.speed import SpeedProfile
 from agentloop.tasks import Task, load_task
 from agentloop.tiers import SIM, Tier
 from agentloop.trace.reader import SpanRecord, Trace, load_trace
@@ -196,14 +195,7 @@ def simulated(tier: Tier, trace: Trace) -> Tier:
     """``tier`` as served by the embedded simulator (its profile, else the recording's)."""
     if tier.simulated:
         return tier
-    profile = tier.profile
-    recorded = trace.run.tier.profile
-    if profile is None and recorded is not None:
-        profile = SpeedProfile(
-            base_latency_s=recorded.base_latency_s,
-            prefill_tps=recorded.prefill_tps,
-            output_tps=recorded.output_tps,
-        )
+    profile = tier.profile or trace.run.tier.profile
     return replace(tier, base_url=SIM, api_key_env=None, profile=profile)
 
 

@@ -151,3 +151,39 @@ async def test_sim_reports_and_paces_a_cached_prefix():
     )
     # the first pays 0.75 s of prefill; the second only its 12 fresh tokens (6 ms)
     assert (True, True) == (t1 >= u1["prompt_tokens"] / 2000, t1 - t2 > 0.6)
+
+
+def test_trace_header_keeps_the_speed_model_fields(tmp_path):
+    """A trace whose tier profile has slopes loads them, so what-if and compare use them."""
+    import orjson
+
+    from agentloop.trace.reader import load_trace
+    from tests.conftest import ROOT
+
+    lines = (ROOT / "traces/reference/checkout-timeouts-sim-standard.jsonl").read_bytes()
+    head, rest = lines.split(b"\n", 1)
+    rec = orjson.loads(head)
+    rec["tier"]["profile"].update(tpot_ms_per_1k=8.5, prefill_ms_per_1k=1.5)
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(orjson.dumps(rec) + b"\n" + rest)
+    p = load_trace(path).run.tier.profile
+    assert (8.5, 1.5, None) == (p.tpot_ms_per_1k, p.prefill_ms_per_1k, p.cached_prefill_tps)
+
+
+def test_trace_header_names_a_bad_speed_model_field(tmp_path):
+    """A negative slope in a trace header is refused with the field's name, not used."""
+    import orjson
+
+    from agentloop.errors import TraceFileError
+    from agentloop.trace.reader import load_trace
+    from tests.conftest import ROOT
+
+    lines = (ROOT / "traces/reference/checkout-timeouts-sim-standard.jsonl").read_bytes()
+    head, rest = lines.split(b"\n", 1)
+    rec = orjson.loads(head)
+    rec["tier"]["profile"]["prefill_ms_per_1k"] = -2
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(orjson.dumps(rec) + b"\n" + rest)
+    with pytest.raises(TraceFileError) as err:
+        load_trace(path)
+    assert "tier.profile.prefill_ms_per_1k" in str(err.value)

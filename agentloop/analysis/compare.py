@@ -67,8 +67,7 @@ def _profile(g: Graph) -> tuple[str, SpeedProfile]:
             f"{g.trace.path or '<trace>'}: the run header has no tier speed "
             f"profile (tier.profile) to predict with"
         )
-    p = tier.profile
-    return tier.name, SpeedProfile(p.base_latency_s, p.prefill_tps, p.output_tps)
+    return tier.name, tier.profile
 
 
 def _task(g: Graph) -> str:

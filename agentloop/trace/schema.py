@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NamedTuple, NoReturn
 
 from agentloop.errors import TraceFileError
+from agentloop.speed import SpeedProfile
 from agentloop.trace import attrs as A
 
 SCHEMA_VERSION = 1
@@ -177,13 +178,10 @@ def _num(w: Where, d: Mapping[str, Any], key: str, fld: str, *, positive: bool =
 # -- the header --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Profile:
-    """The recorded tier's speed profile (the trace header's ``tier.profile``)."""
-
-    base_latency_s: float
-    prefill_tps: float
-    output_tps: float
+# The recorded tier's speed profile (the trace header's ``tier.profile``): the speed model's own
+# record type, with the optional fields a trace carries only when set.
+Profile = SpeedProfile
+_OPTIONAL_PROFILE = ("tpot_ms_per_1k", "prefill_ms_per_1k")
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,10 +242,21 @@ def parse_header(rec: object, path: object) -> RunHeader:
     if prof is not None:
         if type(prof) is not dict:
             w.fail("tier.profile", f"must be an object, not {_kind(prof)}")
+        cached = prof.get("cached_prefill_tps")
         profile = Profile(
             _num(w, prof, "base_latency_s", "tier.profile.base_latency_s"),
             _num(w, prof, "prefill_tps", "tier.profile.prefill_tps"),
             _num(w, prof, "output_tps", "tier.profile.output_tps", positive=True),
+            cached_prefill_tps=None
+            if cached is None
+            else _num(
+                w, prof, "cached_prefill_tps", "tier.profile.cached_prefill_tps", positive=True
+            ),
+            **{
+                k: _num(w, prof, k, f"tier.profile.{k}")
+                for k in _OPTIONAL_PROFILE
+                if prof.get(k) is not None
+            },
         )
     tools = rec.get("tools") or []
     if type(tools) is not list:
