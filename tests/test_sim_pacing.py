@@ -230,3 +230,16 @@ def test_jittered_schedule_is_seeded():
     assert offsets(1) != offsets(2)
     gaps = [b - a for a, b in itertools.pairwise(offsets(1))]
     assert min(gaps) >= 0.007 - 1e-12 and max(gaps) <= 0.013 + 1e-12
+
+
+async def test_wide_write_spacing_keeps_the_last_token_on_time(client_for):
+    """Writes spaced 0.7 s apart (a suite's write budget) still send the last of 100 tokens at
+    100 tok/s when it is due, 0.99 s after the first: three deltas, the rate held."""
+    profile = SpeedProfile(base_latency_s=0.05, prefill_tps=1_000_000, output_tps=100)
+    async with SimServer(
+        profile=profile, profiles=WARM, filler_tokens=100, write_budget=1 / 0.7
+    ) as sim:
+        r = await timed_responses((await client_for(sim)), model="sim", input="go")
+    assert 100 == r["visible"]
+    assert 3 == len(r["deltas"])
+    assert close(r["rate"], 100)

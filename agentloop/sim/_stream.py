@@ -10,7 +10,9 @@ With ``tokens_per_chunk = k`` a chunk leaves when its last token is due (a real 
 send a token before producing it), so the first visible chunk comes ``(k - 1) / output_tps``
 after the first token's instant. ``min_interval()`` spaces one stream's writes (the server
 widens it when many streams run, so that late wake-ups never pile up); tokens due meanwhile
-go in the next chunk.
+go in the next chunk. The spacing never holds back the stream's last visible token: it leaves
+when due, as the first does, so a wide spacing changes how many chunks a stream has, not when
+its first and last visible token arrive.
 """
 
 from __future__ import annotations
@@ -206,7 +208,11 @@ async def emit(
             if pending and pending[0].after > g:
                 cap = min(cap, pending[0].after - g)
             stop = i + min(k, cap)
-            delay = max(sched.due(g + stop - i - 1), last_write + min_interval()) - clock()
+            # spaced by min_interval(), but never past the stream's last token: the first and
+            # the last visible token leave when due, whatever the spacing (the rate between them
+            # is what a client measures)
+            floor = min(last_write + min_interval(), sched.due(total - 1))
+            delay = max(sched.due(g + stop - i - 1), floor) - clock()
             if delay > 0:
                 await sleep(delay)
             if is_closing():

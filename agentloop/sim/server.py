@@ -25,7 +25,7 @@ import dataclasses
 import email.utils
 import random
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from types import TracebackType
@@ -65,6 +65,10 @@ DEFAULT_MODEL = "sim"
 # instead of arriving late, so the rate holds under many concurrent fast streams.
 MIN_CHUNK_INTERVAL_S = 0.001
 WRITE_BUDGET = 20_000.0
+# A suite's shared simulator serves runs whose clients parse every chunk in the same process
+# (or on the same cores): its budget counts both sides, so it is far lower; a stream's first
+# and last visible token still leave when due (see _stream), only the chunks between get fatter
+SUITE_WRITE_BUDGET = 2_000.0
 DEFAULT_FILLER = 16  # tokens per answer when neither a script nor filler_tokens is given
 
 
@@ -126,6 +130,7 @@ class SimServer:
         min_chunk_interval_s: float = MIN_CHUNK_INTERVAL_S,
         dialect: str | Iterable[str] = (),
         require_reasoning: bool = False,
+        write_budget: float = WRITE_BUDGET,
     ) -> None:
         if profile.output_tps <= 0:
             raise ConfigError("simulator profile: output_tps must be > 0")
@@ -144,6 +149,7 @@ class SimServer:
         self.tokens_per_chunk = max(1, int(tokens_per_chunk))
         self.jitter = float(jitter)
         self.min_chunk_interval_s = float(min_chunk_interval_s)
+        self.write_budget = float(write_budget)
         self.seed = seed
         self.host, self.port = host, port
         self.models = tuple(models)  # extra names for GET /v1/models (any name is served)
@@ -159,9 +165,11 @@ class SimServer:
         self.reasoning_missing = 0  # requests that dropped an earlier turn's reasoning item
         self._routes: dict[str, _Routed] = {}  # route key -> that run's view (route())
         self._route_seq = 0
+        # awaited by route() before it opens: a suite's start gate (agentloop.suite.gate)
+        self.gate: Callable[[], Awaitable[None]] | None = None
 
     def _chunk_interval(self) -> float:
-        return max(self.min_chunk_interval_s, self._streaming / WRITE_BUDGET)
+        return max(self.min_chunk_interval_s, self._streaming / self.write_budget)
 
     @property
     def base_url(self) -> str:
@@ -222,7 +230,10 @@ class SimServer:
         filler_tokens: int | None = None,
     ) -> AsyncIterator[Route]:
         """A base URL of its own (``route.base_url``) serving ``script`` paced by ``profile``
-        while the context lasts; afterwards requests to it get a 404 ``unknown_route``."""
+        while the context lasts; afterwards requests to it get a 404 ``unknown_route``. With a
+        ``gate`` set, it is awaited first."""
+        if self.gate is not None:
+            await self.gate()
         self._route_seq += 1
         key = f"{self._route_seq:x}"
         self._routes[key] = _Routed(self, profile, script, filler_tokens)
@@ -633,6 +644,7 @@ class _Routed(SimServer):
             filler_tokens=filler_tokens,
             tokens_per_chunk=parent.tokens_per_chunk,
             min_chunk_interval_s=parent.min_chunk_interval_s,
+            write_budget=parent.write_budget,
             seed=parent.seed,
             host=parent.host,
             port=parent.port,
