@@ -23,6 +23,7 @@ from typing import Any
 from agentloop.api import open_task, resolve_tier, run_task, tool_registry
 from agentloop.errors import AgentloopError, ConfigError
 from agentloop.runner import RunResult
+from agentloop.suite.gate import TICKET, StartGate, Ticket
 from agentloop.suite.records import (
     TRACES,
     RunRecord,
@@ -103,19 +104,25 @@ def plan_jobs(
 
 
 @contextlib.asynccontextmanager
-async def shared_simulator(jobs: Sequence[Job]) -> AsyncIterator[None]:
+async def shared_simulator(
+    jobs: Sequence[Job], gate: StartGate | None = None
+) -> AsyncIterator[None]:
     """One simulator for every simulated run of the suite (runs take routes on it), and one SDK
-    client with an unbounded connection pool that every run's client is a copy of."""
+    client with an unbounded connection pool that every run's client is a copy of; ``gate``
+    holds the first wave's routes until that wave is set up (:mod:`agentloop.suite.gate`)."""
     import httpx2
     import openai
 
+    from agentloop.sim import server
     from agentloop.sim.server import SHARED, Shared, SimServer
 
     profiles = [j.tier.profile for j in jobs if j.tier.simulated and j.tier.profile is not None]
     if not profiles or SHARED.get() is not None:
         yield
         return
-    async with SimServer(profile=profiles[0]) as sim:  # each route brings its own profile
+    # each route brings its own profile
+    async with SimServer(profile=profiles[0], write_budget=server.SUITE_WRITE_BUDGET) as sim:
+        sim.gate = gate.wait if gate is not None else None
         http = httpx2.AsyncClient(
             limits=httpx2.Limits(max_connections=None, max_keepalive_connections=None)
         )
@@ -251,6 +258,8 @@ async def run_suite(
             state.running += 1
             t0 = time.perf_counter()
             result, error = None, None
+            ticket = Ticket() if gate is not None and job.tier.simulated else None
+            TICKET.set(ticket)
             try:
                 if remote is not None:
                     result = await remote.run(job, traces)
@@ -263,6 +272,8 @@ async def run_suite(
                 error = f"internal error: {type(exc).__name__}: {exc}"
             finally:
                 state.running -= 1
+                if gate is not None and ticket is not None:
+                    gate.leave(ticket)
             t1 = time.perf_counter()
             rec = await asyncio.to_thread(
                 _record, job, result, error, folder, t0, t1, state.started
@@ -277,10 +288,14 @@ async def run_suite(
             if progress is not None:
                 progress(state)
 
+    shared = remote is None and share_simulator
+    # the first wave: the semaphore admits the first `concurrency` jobs, in order
+    first = sum(j.tier.simulated for j in jobs[:concurrency])
+    gate = StartGate(first) if shared and first > 1 else None
     suite_t0 = state.started = time.perf_counter()
     try:
         async with (
-            shared_simulator(jobs if remote is None and share_simulator else []),
+            shared_simulator(jobs if shared else [], gate),
             asyncio.TaskGroup() as tg,
         ):
             tick = tg.create_task(ticker())

@@ -8,13 +8,16 @@ two-step task on ``sim-standard`` (60 tok/s), all N at once, every model call th
 
 - ``per-run sims``: every run starts its own simulator (one listening port per run), as a single
   ``agentloop run`` does; at 200 runs;
-- ``shared sim``: the suite's one simulator, a route per run; at 200 and at N.
+- ``shared sim``: the suite's one simulator, a route per run (its write budget
+  ``SUITE_WRITE_BUDGET``, the first wave held at the start gate until every run is set up,
+  :mod:`agentloop.suite.gate`); at 200 and at N.
 
 Pacing is read from the traces as the client measured it: each model call's ``output_tps``
 (``(V - 1) / decode`` of its visible tokens) against the tier's 60 tok/s, and its
 ``ttft_visible`` against the profile's ``base + input / prefill_tps + reasoning / output_tps``.
-Printed per configuration: runs ok / errors, wall time, peak RSS, mean output tok/s, mean and
-worst per-call output-rate error, p99 of the per-call error, and the mean TTFT lateness.
+Printed per configuration: runs ok / errors, the most runs in flight at once, wall time, peak
+RSS, mean output tok/s, mean, p99 and worst per-call output-rate error, and the mean TTFT
+lateness.
 """
 
 from __future__ import annotations
@@ -52,12 +55,17 @@ script:
 
 
 async def one(runs: int, shared: bool, folder: Path) -> dict:
-    from agentloop.suite.run import run_suite
+    from agentloop.suite.run import Progress, run_suite
     from agentloop.tiers import get_tier, load_tiers
     from agentloop.trace.reader import load_trace
 
     task = folder / "scale.yaml"
     task.write_text(TASK)
+    peak = [0]
+
+    def progress(state: Progress) -> None:
+        peak[0] = max(peak[0], state.running)
+
     t0 = time.perf_counter()
     suite = await run_suite(
         [task],
@@ -66,7 +74,8 @@ async def one(runs: int, shared: bool, folder: Path) -> dict:
         concurrency=runs,
         repeat=runs,
         share_simulator=shared,
-        progress_interval_s=5.0,
+        progress=progress,
+        progress_interval_s=0.5,
     )
     wall = time.perf_counter() - t0
     prof = get_tier(load_tiers(), TIER).profile
@@ -94,6 +103,7 @@ async def one(runs: int, shared: bool, folder: Path) -> dict:
         "shared": shared,
         "ok": sum(r.status == "ok" for r in suite.runs),
         "errors": sum(r.status != "ok" for r in suite.runs),
+        "peak_running": peak[0],
         "reasons": sorted({r.reason for r in suite.runs if r.status != "ok"})[:3],
         "wall_s": wall,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -134,13 +144,15 @@ def main() -> None:
     small, big = (20, 50) if args.quick else (200, args.runs)
     rows = [child(small, False), child(small, True), child(big, True)]
     print(
-        f"{'config':<14} {'runs':>5} {'ok':>5} {'err':>4} {'wall s':>7} {'peak RSS':>9} "
+        f"{'config':<14} {'runs':>5} {'ok':>5} {'err':>4} {'at once':>7} {'wall s':>7} "
+        f"{'peak RSS':>9} "
         f"{'tok/s':>7} {'mean err':>9} {'p99 err':>8} {'worst':>7} {'TTFT late':>10}"
     )
     for r in rows:
         name = "shared sim" if r["shared"] else "per-run sims"
         print(
-            f"{name:<14} {r['runs']:>5} {r['ok']:>5} {r['errors']:>4} {r['wall_s']:>7.1f} "
+            f"{name:<14} {r['runs']:>5} {r['ok']:>5} {r['errors']:>4} {r['peak_running']:>7} "
+            f"{r['wall_s']:>7.1f} "
             f"{r['peak_rss_mb']:>6.0f} MB {r['mean_tps']:>7.2f} {100 * r['mean_err']:>8.2f}% "
             f"{100 * r['p99_err']:>7.2f}% {100 * r['worst_err']:>6.2f}% "
             f"{r['ttft_late_ms']:>7.1f} ms"

@@ -1,0 +1,82 @@
+"""The start gate of a suite's first wave: its runs' model calls begin once every run is set up.
+
+Setting a run up (its working copy, its jail's ``bwrap`` and init interpreter, its trace) costs
+tens of milliseconds of CPU, and a suite starts ``concurrency`` runs at once: with a thousand,
+that is tens of seconds of a saturated machine, and the early runs' streams, paced by the
+simulator, would be read late by a client whose event loop is busy starting the others. So the
+runs of the first wave wait at the gate (in :meth:`agentloop.sim.server.SimServer.route`, before
+the run's trace and clock start) until every one of them has arrived or ended, or
+``max_wait_s`` has passed; then they go through one every ``spacing_s``, so that a thousand
+first requests do not land on the same instant either. Runs after the first wave pass at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+MAX_WAIT_S = 60.0  # a run whose set-up takes longer (a slow setup command) holds no one longer
+SPACING_S = 0.002  # between two runs let through: 1,000 runs in 2 s
+
+
+@dataclass(slots=True)
+class Ticket:
+    """One run's place at the gate (in a ContextVar for the run's task)."""
+
+    arrived: bool = False
+
+
+TICKET: ContextVar[Ticket | None] = ContextVar("agentloop_gate_ticket", default=None)
+
+
+class StartGate:
+    """Holds ``expected`` runs until all have arrived or ended; lets them through spaced."""
+
+    def __init__(
+        self, expected: int, max_wait_s: float = MAX_WAIT_S, spacing_s: float = SPACING_S
+    ) -> None:
+        self.expected = expected
+        self.max_wait_s = max_wait_s
+        self.spacing_s = spacing_s
+        self.arrived = 0
+        self._open = asyncio.Event()
+        self._turn = asyncio.Lock()
+        self._next = 0.0  # perf_counter instant the next waiter may pass
+        self.held_s = 0.0  # how long the gate stayed shut (for the benchmark)
+        self._t0 = time.perf_counter()
+
+    def _check(self) -> None:
+        if not self._open.is_set() and self.arrived >= self.expected:
+            self.held_s = time.perf_counter() - self._t0
+            self._open.set()
+
+    def leave(self, ticket: Ticket) -> None:
+        """The run ended; one that never arrived is no longer waited for."""
+        if not ticket.arrived:
+            self.expected -= 1
+            self._check()
+
+    async def wait(self) -> None:
+        """Arrive (once per run) and wait for the gate, then for this run's turn through it."""
+        ticket = TICKET.get()
+        if ticket is None or ticket.arrived:
+            return
+        ticket.arrived = True
+        if self._open.is_set():
+            return  # a later wave: no one to wait for
+        self.arrived += 1
+        self._check()
+        left = self.max_wait_s - (time.perf_counter() - self._t0)
+        try:
+            await asyncio.wait_for(self._open.wait(), max(0.0, left))
+        except TimeoutError:
+            if not self._open.is_set():
+                self.held_s = time.perf_counter() - self._t0
+                self._open.set()
+        async with self._turn:
+            delay = self._next - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._next = time.perf_counter() + self.spacing_s
