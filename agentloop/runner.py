@@ -65,7 +65,10 @@ FINISH = ToolSpec(
     },
 )
 
-__all__ = ["FINISH", "Observer", "RunResult", "Runner", "model_attrs"]
+INVALID_ARGUMENTS = "invalid_arguments"  # key of a replayed call's broken argument text
+CUT_SHORT = "; the answer was cut at the output-token limit in the middle of this call"
+
+__all__ = ["FINISH", "Observer", "RunResult", "Runner", "model_attrs", "replayable"]
 
 
 @dataclass(frozen=True)
@@ -379,7 +382,8 @@ class Runner:
             resp, model_id = called
             ending = self._over_limit()
             if ending is None and resp.tool_calls:
-                results, conv.after = await self._tool_calls(step, resp.tool_calls, model_id)
+                cut = resp.finish_reason == "length"  # the call may end mid-arguments
+                results, conv.after = await self._tool_calls(step, resp.tool_calls, model_id, cut)
                 conv.messages += [
                     Message("tool", res.output, tool_call_id=call.id, name=call.name)
                     for call, res in zip(resp.tool_calls, results, strict=True)
@@ -403,7 +407,8 @@ class Runner:
         """The one place a finished task is recognised: a turn without tool calls, or a call of
         the ``finish`` tool (whose summary becomes the final answer)."""
         if not resp.tool_calls:
-            return Ending.finished("the model ended the task (a turn without tool calls)")
+            cut = ", cut at the output-token limit" if resp.finish_reason == "length" else ""
+            return Ending.finished(f"the model ended the task (a turn without tool calls{cut})")
         finish = next((c for c in resp.tool_calls if c.name == "finish"), None)
         if finish is None or not self.task.finish_tool:
             return None
@@ -478,7 +483,7 @@ class Runner:
             return Ending.failed(failed.message)
         if self.window is not None:
             self.window.observe(resp.usage.input_tokens)
-        conv.messages.append(resp.as_message())
+        conv.messages.append(replayable(resp.as_message()))
         if resp.text:
             self.final_text = resp.text
         self.output_tokens += resp.usage.output_tokens
@@ -510,9 +515,10 @@ class Runner:
         span.set(**{A.CONTEXT_ESTIMATED_TOKENS: fit.estimated, A.CONTEXT_TRIMMED: trims})
 
     async def _tool_calls(
-        self, step: int, calls: tuple[ToolCall, ...], model_id: str
+        self, step: int, calls: tuple[ToolCall, ...], model_id: str, cut: bool = False
     ) -> tuple[list[ToolResult], list[str]]:
-        """Run a turn's calls concurrently (bounded); results and span ids in call order."""
+        """Run a turn's calls concurrently (bounded); results and span ids in call order.
+        ``cut``: the turn ended at the output-token limit (said in a bad-arguments error)."""
 
         async def one(call: ToolCall) -> tuple[ToolResult, str]:
             t_q = time.perf_counter_ns()
@@ -522,7 +528,7 @@ class Runner:
                     "tool", f"execute_tool {call.name}", after=[model_id], step=step
                 ) as span:
                     self._emit("tool_start", span.id, step=step, name=call.name, call_id=call.id)
-                    res = await self._execute(call)
+                    res = await self._execute(call, cut)
                     span.set(
                         **{
                             A.GEN_AI_TOOL_NAME: call.name,
@@ -552,7 +558,7 @@ class Runner:
         done = [job.result() for job in jobs]
         return [res for res, _ in done], [span_id for _, span_id in done]
 
-    async def _execute(self, call: ToolCall) -> ToolResult:
+    async def _execute(self, call: ToolCall, cut: bool = False) -> ToolResult:
         """Run one tool call; every failure becomes a result the model sees."""
         if call.name == "finish" and self.task.finish_tool:
             return ToolResult(ok=True, output="Task finished.")
@@ -565,8 +571,10 @@ class Runner:
         try:
             args = orjson.loads(call.arguments or "{}")
         except orjson.JSONDecodeError as exc:
+            why = CUT_SHORT if cut else ""
             return ToolResult(
-                ok=False, output=f"Error: arguments of '{call.name}' are not valid JSON ({exc})."
+                ok=False,
+                output=f"Error: arguments of '{call.name}' are not valid JSON ({exc}){why}.",
             )
         if not isinstance(args, dict):
             return ToolResult(
@@ -586,6 +594,25 @@ class Runner:
             return ToolResult(
                 ok=False, output=f"Error: tool '{call.name}' failed: {type(exc).__name__}: {exc}"
             )
+
+
+def replayable(msg: Message) -> Message:
+    """The model's turn as later requests repeat it: a call whose arguments are not JSON (cut
+    at the token limit, or just malformed) is sent back as ``{"invalid_arguments": TEXT}``.
+    Servers parse the history: llama-server answers HTTP 500 ("Failed to parse tool call
+    arguments as JSON") to every later request that repeats the broken text. The trace keeps
+    what the model wrote; the tool result tells the model what was wrong."""
+    fixed, changed = [], False
+    for c in msg.tool_calls:
+        try:
+            orjson.loads(c.arguments or "{}")
+        except orjson.JSONDecodeError:
+            c = dataclasses.replace(
+                c, arguments=orjson.dumps({INVALID_ARGUMENTS: c.arguments}).decode()
+            )
+            changed = True
+        fixed.append(c)
+    return dataclasses.replace(msg, tool_calls=tuple(fixed)) if changed else msg
 
 
 def _summary(call: ToolCall) -> str:

@@ -187,6 +187,27 @@ async def test_unknown_tool_and_bad_arguments_are_fed_back(tmp_path: Path) -> No
     assert [False, False] == [t.attrs["ok"] for t in tools]
 
 
+async def test_broken_arguments_are_replayed_as_json_and_traced_as_written(
+    tmp_path: Path,
+) -> None:
+    """A call with non-JSON arguments goes back to the model as {"invalid_arguments": text}
+    (servers parse the history), while the trace keeps the text the model wrote."""
+    runner, sink, client = make(
+        [turn("x", ("sleep", '{"seconds": 0'), ("sleep", '{"seconds": 0}')), turn("done")],
+        tmp_path,
+        {"sleep": SleepTool()},
+    )
+    await runner.run()
+    (assistant,) = [m for m in client.requests[1].messages if m.role == "assistant"]
+    model = records_to_trace(sink.records).of_kind("model")[0]
+    assert ['{"invalid_arguments":"{\\"seconds\\": 0"}', '{"seconds": 0}'] == [
+        c.arguments for c in assistant.tool_calls
+    ]
+    assert ['{"seconds": 0', '{"seconds": 0}'] == [
+        c["arguments"] for c in model.attrs["output"]["tool_calls"]
+    ]
+
+
 async def test_model_failure_ends_with_error_and_closed_trace(tmp_path: Path) -> None:
     """A model error (here: the script runs out) ends the run with status error, trace closed."""
     runner, sink, _ = make(
