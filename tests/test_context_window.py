@@ -15,6 +15,8 @@ from agentloop.clients.scripted import ScriptedClient
 from agentloop.context import RunContext
 from agentloop.context_window import PLACEHOLDER, Window, message_tokens, recorded_trims
 from agentloop.errors import TraceFileError
+from agentloop.export.html import report_html
+from agentloop.export.otlp import otlp_json, trace_spans
 from agentloop.runner import Runner
 from agentloop.script import ScriptToolCall, ScriptTurn
 from agentloop.tasks import Limits, Task
@@ -165,3 +167,22 @@ def test_a_trace_without_events_and_an_event_of_no_span():
         parse_lines([head, start, stray], "t.jsonl")
     assert "t.jsonl, line 3" in err.value.message
     assert "span" in err.value.message
+
+
+async def test_trims_show_on_the_html_timeline_and_as_otlp_span_events(tmp_path: Path):
+    """The HTML timeline marks each trim on its model bar; OTLP export sends each as an event
+    of its model span (encoded by the OpenTelemetry SDK's own OTLP encoder)."""
+    records = await _trimmed_run(tmp_path)
+    trace = parse_lines([orjson.dumps(r) for r in records], "<memory>")
+    page = report_html(trace)
+    data = otlp_json(trace_spans(trace))
+    spans = [s for rs in data["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+    trim_events = [e for s in spans for e in s.get("events", []) if e["name"] == "context.trim"]
+    assert 2 == page.count('class="trim"')
+    assert 2 == page.count("context trim: step ")
+    assert [3, 5] == [
+        int(a["value"]["intValue"])
+        for e in trim_events
+        for a in e["attributes"]
+        if a["key"] == "agentloop.index"
+    ]

@@ -24,6 +24,7 @@ from typing import Any
 
 from agentloop.analysis.attribution import model_parts, tool_category
 from agentloop.analysis.graph import build_graph, critical_path, fallback_tps
+from agentloop.trace import attrs as A
 from agentloop.trace.reader import SpanRecord, Trace
 
 AGENT_LANE = "agent"
@@ -79,26 +80,27 @@ def model_phases(span: SpanRecord, t1: int, tps: float) -> tuple[Phase, ...]:
     a = span.attrs
     lo, hi = span.t0, t1
     out: list[Phase] = []
-    for att in a.get("attempts") or ():
-        if att.get("error") is not None and att.get("t_end") is not None:
-            s, e = _clamp(att.get("t_start"), lo, hi), _clamp(att["t_end"], lo, hi)
+    for att in a.get(A.ATTEMPTS) or ():
+        if att.get(A.ATTEMPT_ERROR) is not None and att.get(A.ATTEMPT_END) is not None:
+            s = _clamp(att.get(A.ATTEMPT_START), lo, hi)
+            e = _clamp(att[A.ATTEMPT_END], lo, hi)
             if e > s:
                 out.append(Phase("retry", s, e))
-            w = att.get("wait_ns") or 0
+            w = att.get(A.WAIT_NS) or 0
             if w:
                 out.append(Phase("wait", e, _clamp(e + w, lo, hi)))
-    tm = a.get("timing") or {}
-    if span.t1 is None or tm.get("t_send") is None:
+    tm = a.get(A.TIMING) or {}
+    if span.t1 is None or tm.get(A.T_SEND) is None:
         return tuple(out)
     parts = model_parts(a, t1 - span.t0, tps, span.status == "error")
-    send = _clamp(tm["t_send"], lo, hi)
-    last = tm.get("t_last")
-    first_vis = tm.get("t_first_visible")
+    send = _clamp(tm[A.T_SEND], lo, hi)
+    last = tm.get(A.T_LAST)
+    first_vis = tm.get(A.T_FIRST_VISIBLE)
     if first_vis is None:
-        first_vis = last if last is not None else tm.get("t_end")
+        first_vis = last if last is not None else tm.get(A.T_END)
     fv = _clamp(first_vis, send, hi)
     r0 = max(send, fv - parts.reasoning)
-    end = _clamp(tm.get("t_end", hi), fv, hi)
+    end = _clamp(tm.get(A.T_END, hi), fv, hi)
     lst = _clamp(last, fv, end) if last is not None else fv
     for name, s, e in (
         ("base", send, r0),

@@ -10,7 +10,10 @@ import math
 import zlib
 from html import escape
 
+from agentloop.analysis.report import trim_line
 from agentloop.export._layout import Bar, Timeline
+from agentloop.trace import attrs as A
+from agentloop.trace.schema import SpanEvent
 
 PHASE_COLOURS = {
     "base": "#8da0cb",
@@ -34,6 +37,7 @@ TOOL_PALETTE = (
 )
 CRITICAL = "#c0392b"
 MODEL_OTHER = "#cfd8e3"
+TRIM_COLOUR = "#d62728"  # a context-trim tick on a model bar
 MAX_BARS = 4000  # a bigger trace draws its first bars and says how many it left out
 
 
@@ -74,9 +78,9 @@ def _bar_title(b: Bar) -> str:
     if b.critical:
         bits.append("on the critical path")
     for k, label in (
-        ("gen_ai.usage.input_tokens", "in"),
-        ("gen_ai.usage.output_tokens", "out"),
-        ("gen_ai.usage.reasoning.output_tokens", "reasoning"),
+        (A.GEN_AI_USAGE_INPUT_TOKENS, "in"),
+        (A.GEN_AI_USAGE_OUTPUT_TOKENS, "out"),
+        (A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, "reasoning"),
     ):
         if isinstance(a.get(k), int):
             bits.append(f"{label} {a[k]} tok")
@@ -120,6 +124,10 @@ def waterfall(
     for k, lane in enumerate(tl.lanes):
         out.append(f'<text x="4" y="{top + k * row_h + 17}" class="lane">{escape(lane)}</text>')
     bars = tl.bars[:MAX_BARS]
+    trims: dict[str, list[SpanEvent]] = {}
+    for ev in tl.trace.events:
+        if ev.name == A.EVENT_CONTEXT_TRIM:
+            trims.setdefault(ev.span, []).append(ev)
     for b in bars:
         if b.kind == "step":
             x0, x1 = x(b.t0), x(b.t1)
@@ -128,7 +136,7 @@ def waterfall(
                 f'height="{lanes * row_h + 4}"><title>{escape(b.name)}: '
                 f"{_fmt_s((b.t1 - b.t0) / 1e9)}</title></rect>"
             )
-            label = b.span.start_attrs.get("step", b.name)
+            label = b.span.start_attrs.get(A.STEP, b.name)
             out.append(
                 f'<text x="{x0 + 2:.1f}" y="{top - 10}" class="steplabel">{escape(str(label))}</text>'
             )
@@ -154,6 +162,14 @@ def waterfall(
                     f'width="{max(0.3, px1 - px0):.1f}" height="{row_h - 10}" '
                     f'fill="{PHASE_COLOURS[p.name]}"><title>{p.name}: '
                     f"{_fmt_s((p.t1 - p.t0) / 1e9)}</title></rect>"
+                )
+            for ev in trims.get(b.id, ()):  # a context trim: a tick where it was made
+                xt = x(max(0, ev.t - tl.start_ns))
+                what = escape(trim_line({A.STEP: b.span.step, **ev.attrs}))
+                out.append(
+                    f'<rect class="trim" x="{xt - 1:.1f}" y="{y - 3}" width="2" '
+                    f'height="{row_h}" fill="{TRIM_COLOUR}"><title>context trim: {what}'
+                    "</title></rect>"
                 )
             out.append("</g>")
         else:

@@ -27,7 +27,7 @@ import base64
 import contextlib
 import hashlib
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -44,6 +44,7 @@ from agentloop.errors import ConfigError, ExportError
 from agentloop.trace import attrs as A
 from agentloop.trace.reader import SpanRecord, Trace
 from agentloop.trace.redact import redactor, secret_values
+from agentloop.trace.schema import SpanEvent
 
 SCOPE = InstrumentationScope("agentloop", __version__)
 MAX_ATTR_CHARS = 8_000  # long outputs are cut: a collector is not an archive of the run
@@ -72,9 +73,9 @@ _SECONDS = (
     A.TOKENS_PER_CHUNK,
 )
 _INSTANTS = (
-    ("t_first", "gen_ai.first_chunk"),
-    ("t_first_visible", "agentloop.first_visible_token"),
-    ("t_last", "agentloop.last_token"),
+    (A.T_FIRST, "gen_ai.first_chunk"),
+    (A.T_FIRST_VISIBLE, "agentloop.first_visible_token"),
+    (A.T_LAST, "agentloop.last_token"),
 )
 
 
@@ -145,8 +146,9 @@ class SpanMapper:
             trace_flags=TraceFlags(TraceFlags.SAMPLED),
         )
 
-    def span(self, s: SpanRecord, end_ns: int) -> ReadableSpan:
-        """The SDK span of ``s``; a span in flight ends at ``end_ns`` (run clock), marked so."""
+    def span(self, s: SpanRecord, end_ns: int, events: Sequence[SpanEvent] = ()) -> ReadableSpan:
+        """The SDK span of ``s``; a span in flight ends at ``end_ns`` (run clock), marked so.
+        ``events``: the trace's span events of ``s`` (context trims), as OTLP span events."""
         a = self.scrub(dict(s.attrs))
         attrs: dict[str, Any] = {
             "agentloop.span.id": s.id,
@@ -203,7 +205,7 @@ class SpanMapper:
             parent=parent,
             resource=self.resource,
             attributes=attrs,
-            events=self._events(a),
+            events=self._events(a) + [self._event(ev) for ev in events],
             kind=SpanKind.CLIENT if s.kind == "model" else SpanKind.INTERNAL,
             status=status,
             start_time=self.epoch + s.t0,
@@ -212,6 +214,10 @@ class SpanMapper:
             links=[Link(self.context(x), {"agentloop.link": "after"}) for x in s.after],
         )
 
+    def _event(self, ev: SpanEvent) -> Event:
+        attrs = {f"agentloop.{k}": _scalar(v) for k, v in self.scrub(ev.attrs).items()}
+        return Event(ev.name, {k: v for k, v in attrs.items() if v is not None}, self.epoch + ev.t)
+
     def _events(self, a: Mapping[str, Any]) -> list[Event]:
         out: list[Event] = []
         tm = a.get(A.TIMING) or {}
@@ -219,18 +225,19 @@ class SpanMapper:
             if isinstance(tm.get(key), int):
                 out.append(Event(name, {}, self.epoch + tm[key]))
         for n, att in enumerate(a.get(A.ATTEMPTS) or (), start=1):
-            if not isinstance(att, Mapping) or not isinstance(att.get("t_start"), int):
+            if not isinstance(att, Mapping) or not isinstance(att.get(A.ATTEMPT_START), int):
                 continue
+            t0 = att[A.ATTEMPT_START]
             ev: dict[str, Any] = {"agentloop.attempt": n}
-            if isinstance(att.get("t_end"), int):
-                ev["agentloop.attempt.duration_s"] = (att["t_end"] - att["t_start"]) / 1e9
-            if att.get("error") is not None:
-                ev["error.type"] = _scalar(att["error"])
-            if isinstance(att.get("status"), int):
-                ev["http.response.status_code"] = att["status"]
-            if att.get("wait_ns"):
-                ev["agentloop.attempt.wait_s"] = att["wait_ns"] / 1e9
-            out.append(Event("agentloop.attempt", ev, self.epoch + att["t_start"]))
+            if isinstance(att.get(A.ATTEMPT_END), int):
+                ev["agentloop.attempt.duration_s"] = (att[A.ATTEMPT_END] - t0) / 1e9
+            if att.get(A.ATTEMPT_ERROR) is not None:
+                ev["error.type"] = _scalar(att[A.ATTEMPT_ERROR])
+            if isinstance(att.get(A.ATTEMPT_STATUS), int):
+                ev["http.response.status_code"] = att[A.ATTEMPT_STATUS]
+            if att.get(A.WAIT_NS):
+                ev["agentloop.attempt.wait_s"] = att[A.WAIT_NS] / 1e9
+            out.append(Event("agentloop.attempt", ev, self.epoch + t0))
         return out
 
 
@@ -238,7 +245,10 @@ def trace_spans(trace: Trace) -> list[ReadableSpan]:
     """Every span of a loaded trace as an SDK span (in flight ones end at the last instant)."""
     m = SpanMapper(trace.header)
     end = trace.end_ns
-    return [m.span(s, end) for s in trace.spans.values()]
+    events: dict[str, list[SpanEvent]] = {}
+    for ev in trace.events:
+        events.setdefault(ev.span, []).append(ev)
+    return [m.span(s, end, events.get(s.id, ())) for s in trace.spans.values()]
 
 
 def otlp_json(spans: Iterable[ReadableSpan]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from agentloop.export.otlp import SpanMapper, exporter, quiet_sdk_logs, traces_endpoint
 from agentloop.log import get_logger
 from agentloop.trace.reader import SpanRecord
+from agentloop.trace.schema import SpanEvent
 
 
 class _LogOnce(SpanExporter):
@@ -77,6 +78,7 @@ class OtlpSink:
         self._close_ms = int(close_timeout_s * 1000)
         self._mapper: SpanMapper | None = None
         self._open: dict[str, SpanRecord] = {}
+        self._events: dict[str, list[SpanEvent]] = {}  # of open spans, sent with the span
 
     @property
     def sent(self) -> int:
@@ -97,8 +99,12 @@ class OtlpSink:
                 list(record.get("after") or ()),
                 start_attrs=record.get("attrs") or {},
             )
+        elif typ == "span_event" and record.get("span") in self._open:
+            ev = SpanEvent(record["span"], record["t"], record["name"], record.get("attrs") or {})
+            self._events.setdefault(ev.span, []).append(ev)
         elif typ == "span_end" and self._mapper is not None:
             s = self._open.pop(record["id"], None)
+            events = self._events.pop(record["id"], ())
             if s is None:
                 return
             s.t1, s.status, s.attrs = (
@@ -107,7 +113,7 @@ class OtlpSink:
                 record.get("attrs") or {},
             )
             if not self._exporter.dead:
-                self._processor.on_end(self._mapper.span(s, s.t1))
+                self._processor.on_end(self._mapper.span(s, s.t1, events))
 
     def close(self) -> None:
         """Send what is queued (bounded by ``close_timeout_s``) and stop the worker."""

@@ -23,6 +23,7 @@ from typing import Any
 
 from agentloop._version import __version__
 from agentloop.export._layout import Bar, Timeline, layout
+from agentloop.trace import attrs as A
 from agentloop.trace.reader import Trace
 
 PID = 1
@@ -44,21 +45,21 @@ def _args(b: Bar) -> dict[str, Any]:
     if b.in_flight:
         out["in_flight"] = True
     for key in (
-        "step",
-        "gen_ai.request.model",
-        "gen_ai.usage.input_tokens",
-        "gen_ai.usage.output_tokens",
-        "gen_ai.usage.reasoning.output_tokens",
-        "gen_ai.response.time_to_first_chunk",
-        "output_tps",
-        "ok",
-        "error",
+        A.STEP,
+        A.GEN_AI_REQUEST_MODEL,
+        A.GEN_AI_USAGE_INPUT_TOKENS,
+        A.GEN_AI_USAGE_OUTPUT_TOKENS,
+        A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
+        A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK,
+        A.OUTPUT_TPS,
+        A.OK,
+        A.ERROR,
     ):
         v = a.get(key, b.span.start_attrs.get(key))
         if v is not None:
             out[key] = v
-    if b.kind == "tool" and isinstance(a.get("arguments"), str):
-        out["arguments"] = a["arguments"][:500]
+    if b.kind == "tool" and isinstance(a.get(A.ARGUMENTS), str):
+        out[A.ARGUMENTS] = a[A.ARGUMENTS][:500]
     return out
 
 
@@ -148,14 +149,14 @@ def perfetto_events(tl: Timeline) -> list[dict[str, Any]]:
                     "args": {"span_id": b.id},
                 }
             )
-            if p.name == "decode" and isinstance(b.span.attrs.get("output_tps"), int | float):
+            if p.name == "decode" and isinstance(b.span.attrs.get(A.OUTPUT_TPS), int | float):
                 add(
                     {
                         "ph": "C",
                         "pid": PID,
                         "ts": _us(p.t0),
                         "name": "output tok/s",
-                        "args": {"tok/s": round(float(b.span.attrs["output_tps"]), 2)},
+                        "args": {"tok/s": round(float(b.span.attrs[A.OUTPUT_TPS]), 2)},
                     }
                 )
                 add(
@@ -167,7 +168,7 @@ def perfetto_events(tl: Timeline) -> list[dict[str, Any]]:
                         "args": {"tok/s": 0},
                     }
                 )
-        n_out = b.span.attrs.get("gen_ai.usage.output_tokens")
+        n_out = b.span.attrs.get(A.GEN_AI_USAGE_OUTPUT_TOKENS)
         if b.kind == "model" and isinstance(n_out, int) and not b.in_flight:
             out_tokens += n_out
             add(

@@ -56,17 +56,22 @@ OUTPUT_TPS: Final = "output_tps"
 CALL_S: Final = "call_s"
 TOKENS_PER_CHUNK: Final = "tokens_per_chunk"
 
-TIMING_KEYS: Final = (
-    "t_send",
-    "t_hdr",
-    "t_first",
-    "t_first_visible",
-    "t_last",
-    "t_end",
-    "chunks",
-    "build_ns",
-)
-ATTEMPT_KEYS: Final = ("t_start", "t_end", "error", "status", "wait_ns")
+# keys inside TIMING (run-clock ns; chunks a count, build_ns the request's build time)
+T_SEND: Final = "t_send"
+T_HDR: Final = "t_hdr"
+T_FIRST: Final = "t_first"
+T_FIRST_VISIBLE: Final = "t_first_visible"
+T_LAST: Final = "t_last"
+T_END: Final = "t_end"
+CHUNKS: Final = "chunks"
+BUILD_NS: Final = "build_ns"
+TIMING_KEYS: Final = (T_SEND, T_HDR, T_FIRST, T_FIRST_VISIBLE, T_LAST, T_END, CHUNKS, BUILD_NS)
+# keys of each ATTEMPTS entry (run-clock ns; error null on success; status the HTTP status)
+ATTEMPT_START: Final = "t_start"
+ATTEMPT_END: Final = "t_end"
+ATTEMPT_ERROR: Final = "error"
+ATTEMPT_STATUS: Final = "status"
+ATTEMPT_KEYS: Final = (ATTEMPT_START, ATTEMPT_END, ATTEMPT_ERROR, ATTEMPT_STATUS, WAIT_NS)
 TRIM_KEYS: Final = ("index", "call_id", "tool", "tokens")  # message index, its call, tokens dropped
 
 # -- span events (``span_event`` records: a named instant inside a span) ------------------------
