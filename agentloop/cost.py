@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentloop.ending import Ending
+from agentloop.trace import attrs as A
 
 CATEGORIES = ("input", "cached_input", "reasoning", "output")
-COST_ATTR = "cost_usd"  # the model-span attribute (docs/design.md)
+COST_ATTR = A.COST_USD  # the model-span attribute (its owner: agentloop.trace.attrs)
 PER = 1e6  # prices are per million tokens
 
 
@@ -109,14 +110,14 @@ def breakdown(model_attrs: Iterable[Mapping[str, Any]], prices: Prices | None) -
     for a in model_attrs:
         parts = cost_parts(
             prices,
-            _tokens(a, "gen_ai.usage.input_tokens"),
-            _tokens(a, "gen_ai.usage.cached_input_tokens"),
-            _tokens(a, "gen_ai.usage.reasoning.output_tokens"),
-            _tokens(a, "gen_ai.usage.output_tokens"),
+            _tokens(a, A.GEN_AI_USAGE_INPUT_TOKENS),
+            _tokens(a, A.GEN_AI_USAGE_CACHED_INPUT_TOKENS),
+            _tokens(a, A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS),
+            _tokens(a, A.GEN_AI_USAGE_OUTPUT_TOKENS),
         )
         for k, v in parts.items():
             cats[k] += v
-        step = _tokens(a, "step")
+        step = _tokens(a, A.STEP)
         steps[step] = steps.get(step, 0.0) + sum(parts.values())
     return CostBreakdown(sum(cats.values()), cats, steps, True, prices.placeholder)
 

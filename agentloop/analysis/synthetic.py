@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from agentloop.trace import attrs as A
 from agentloop.trace.reader import Trace, parse_lines
 from agentloop.trace.schema import end_record, end_span_record, header_record, start_record
 
@@ -73,27 +74,23 @@ def model_attrs(
     t_last = t_fv + round(max(0, visible - 1) * S / tps)
     t_end = t_last + tail_ns
     att = attempts if attempts is not None else []
-    att = [*att, {"t_start": t_send, "t_end": t_end, "error": None, "status": 200, "wait_ns": 0}]
+    att = [*att, dict(zip(A.ATTEMPT_KEYS, (t_send, t_end, None, 200, 0), strict=True))]
+    timing = (t_send, t_send + base_ns // 2, t_send + base_ns, t_fv, t_last, t_end, visible, 0)
     return {
-        "step": step,
-        "tier": "synthetic",
-        "gen_ai.usage.input_tokens": input_tokens,
-        "gen_ai.usage.output_tokens": reasoning + visible,
-        "gen_ai.usage.reasoning.output_tokens": reasoning,
-        "gen_ai.usage.cached_input_tokens": 0,
-        "timing": {
-            "t_send": t_send,
-            "t_hdr": t_send + base_ns // 2,
-            "t_first": t_send + base_ns,
-            "t_first_visible": t_fv,
-            "t_last": t_last,
-            "t_end": t_end,
-            "chunks": visible,
-            "build_ns": 0,
+        A.STEP: step,
+        A.TIER: "synthetic",
+        A.GEN_AI_USAGE_INPUT_TOKENS: input_tokens,
+        A.GEN_AI_USAGE_OUTPUT_TOKENS: reasoning + visible,
+        A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: reasoning,
+        A.GEN_AI_USAGE_CACHED_INPUT_TOKENS: 0,
+        A.TIMING: dict(zip(A.TIMING_KEYS, timing, strict=True)),
+        A.ATTEMPTS: att,
+        A.WAIT_NS: sum(a.get(A.WAIT_NS, 0) for a in att),
+        A.OUTPUT: {
+            A.OUTPUT_TEXT: "",
+            A.OUTPUT_REASONING_TOKENS: reasoning,
+            A.OUTPUT_TOOL_CALLS: [],
         },
-        "attempts": att,
-        "wait_ns": sum(a.get("wait_ns", 0) for a in att),
-        "output": {"text": "", "reasoning_tokens": reasoning, "tool_calls": []},
     }
 
 
@@ -180,13 +177,7 @@ def sequential_run(
         failed = []
         for service, wait in sp.attempts:
             failed.append(
-                {
-                    "t_start": t,
-                    "t_end": t + service,
-                    "error": "status 503",
-                    "status": 503,
-                    "wait_ns": wait,
-                }
+                dict(zip(A.ATTEMPT_KEYS, (t, t + service, "status 503", 503, wait), strict=True))
             )
             t += service + wait
         attrs = model_attrs(
@@ -200,14 +191,14 @@ def sequential_run(
             step=k,
             attempts=failed,
         )
-        t = attrs["timing"]["t_end"] + gap_ns
+        t = attrs[A.TIMING][A.T_END] + gap_ns
         b.end(m, t, **attrs)
         ends = []
         for j, (name, d) in enumerate(sp.tools):
             tid = b.start("tool", f"execute_tool {name}", t + gap_ns, st, [m], step=k)
             ends.append((t + gap_ns + d, j, tid, name))
         for te, _, tid, name in sorted(ends):
-            tool_attrs: dict[str, Any] = {"gen_ai.tool.name": name, "ok": True, "output": ""}
+            tool_attrs: dict[str, Any] = {A.GEN_AI_TOOL_NAME: name, A.OK: True, A.OUTPUT: ""}
             b.end(tid, te, **tool_attrs)
         t = max((e[0] for e in ends), default=t) + gap_ns
         b.end(st, t)
@@ -237,10 +228,10 @@ def agent_lines(
     for k in range(1, steps + 1):
         t += 20_000
         st = f"s{next(ids)}"
-        yield dumps(start_record(st, run, "step", f"step {k}", t, prev_step, {"step": k}))
+        yield dumps(start_record(st, run, "step", f"step {k}", t, prev_step, {A.STEP: k}))
         t += 50_000
         m = f"s{next(ids)}"
-        yield dumps(start_record(m, st, "model", "chat synthetic", t, prev_tools, {"step": k}))
+        yield dumps(start_record(m, st, "model", "chat synthetic", t, prev_tools, {A.STEP: k}))
         r, v = (k * 37) % 200, 20 + (k * 13) % 100
         attrs = model_attrs(
             t + 2_000_000,
@@ -252,7 +243,7 @@ def agent_lines(
             tail_ns=1_000_000,
             step=k,
         )
-        t = attrs["timing"]["t_end"] + 500_000
+        t = attrs[A.TIMING][A.T_END] + 500_000
         yield dumps(end_span_record(m, t, "ok", attrs))
         tools = []
         ends = []
@@ -261,7 +252,7 @@ def agent_lines(
             tools.append(tid)
             yield dumps(
                 start_record(
-                    tid, st, "tool", "execute_tool shell", t + 30_000 * (j + 1), [m], {"step": k}
+                    tid, st, "tool", "execute_tool shell", t + 30_000 * (j + 1), [m], {A.STEP: k}
                 )
             )
             ends.append((t + 30_000 * (j + 1) + 5_000_000 * (1 + (k + j) % 7), tid))
@@ -272,11 +263,11 @@ def agent_lines(
                     te,
                     "ok",
                     {
-                        "gen_ai.tool.name": "shell",
-                        "ok": True,
-                        "output": "",
-                        "data": {},
-                        "queued_ns": 0,
+                        A.GEN_AI_TOOL_NAME: "shell",
+                        A.OK: True,
+                        A.OUTPUT: "",
+                        A.DATA: {},
+                        A.QUEUED_NS: 0,
                     },
                 )
             )

@@ -272,7 +272,7 @@ def _model_attrs(s: OtelSpan, step: int, rel: Any) -> dict[str, Any]:
             out["unknown"].append(k)
         else:
             out[k] = n
-    timing: dict[str, Any] = {"t_send": rel(s.t0), "t_end": rel(s.t1)}
+    timing: dict[str, Any] = {A.T_SEND: rel(s.t0), A.T_END: rel(s.t1)}
     ttfc = a.get(A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK)
     if (
         isinstance(ttfc, int | float)
@@ -281,7 +281,7 @@ def _model_attrs(s: OtelSpan, step: int, rel: Any) -> dict[str, Any]:
         and ttfc >= 0
     ):
         out[A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
-        timing["t_first"] = rel(min(s.t1, s.t0 + round(ttfc * 1e9)))
+        timing[A.T_FIRST] = rel(min(s.t1, s.t0 + round(ttfc * 1e9)))
     else:
         out["unknown"].append(A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK)
     out[A.TIMING] = timing
