@@ -24,6 +24,7 @@ from agentloop.analysis.attribution import (
 )
 from agentloop.analysis.flat import Graph
 from agentloop.analysis.passes import chase, critical_path
+from agentloop.trace.attrs import STEP
 
 MODEL_CATS = frozenset(MODEL_PARTS)
 
@@ -180,7 +181,7 @@ def step_labels(g: Graph, ids: list[int]) -> list[str]:
         "run"
         if i < 0
         else str(n)
-        if (n := spans[i].start_attrs.get("step")) is not None
+        if (n := spans[i].start_attrs.get(STEP)) is not None
         else names[i]
         for i in ids
     ]
