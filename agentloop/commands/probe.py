@@ -6,7 +6,7 @@ repeats the long one as its prefix (a prompt cache can serve it) and adds a thir
 input, the shape of an agent's next request. Per call ``output_tps = (V - 1) / decode`` with V
 visible tokens from the server's usage, and ``base = ttft_visible - R / output_tps`` (hidden
 reasoning is not prefill). The median wait of each kind of call fits base latency, prefill rate
-and how prefill slows behind a context; every call's (context, tok/s) fits decode speed and how
+and how prefill slows behind a context; their median (context, tok/s) fit decode speed and how
 it slows (both in :mod:`agentloop.speed`). A simulated tier is probed through a simulator
 started with that tier's profile, so the probe checks the simulator's pacing end to end.
 ``--write`` puts the measured profile into the tiers file.
@@ -152,8 +152,8 @@ def summarize(
     long: list[dict[str, Any]],
     cached: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Medians; decode speed as a line through the (context, tok/s) points
-    (:func:`agentloop.speed.fit_decode`); base latency, prefill rate and how prefill slows
+    """Medians; decode speed as a line through the median (context, tok/s) of each kind of
+    call (:func:`agentloop.speed.fit_decode`); base latency, prefill rate and how prefill slows
     behind a context (:func:`agentloop.speed.fit_prefill`) from the median wait of each kind
     of call: short prompt, long prompt, and the follow-up behind the cached long prompt."""
     med = statistics.median
@@ -179,10 +179,13 @@ def summarize(
         [wait_point(calls) for calls in (short, long, cached) if calls]
     )
     points = [
-        (c["context"], c["output_tps"])
-        for c in short + long + cached
-        if c["output_tps"] == c["output_tps"]
-    ]
+        (med([c["context"] for c in ok]), med([c["output_tps"] for c in ok]))
+        for ok in (
+            [c for c in calls if c["output_tps"] == c["output_tps"]]
+            for calls in (short, long, cached)
+        )
+        if ok
+    ]  # one median point per kind of call: a call slowed by a busy machine moves no fit
     tps0, slope = fit_decode(points) if points else (float("nan"), 0.0)
     server = [c["server_output_tps"] for c in short if c["server_output_tps"]]
     return {

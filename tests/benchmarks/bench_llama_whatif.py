@@ -14,7 +14,7 @@ the spread between repeats is printed as the measurement's own noise. Printed be
 speed model: the same profile without the prefill slope (the previous model), to show what
 the slope buys. Prints the per-call error distribution and the whole-run error.
 
-    python tests/benchmarks/bench_llama_whatif.py [--calls 8] [--tokens 64] [--repeats 3]
+    python tests/benchmarks/bench_llama_whatif.py [--calls 8] [--tokens 64] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -111,13 +111,13 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3, help="runs of B (median per call)")
+    ap.add_argument("--repeats", type=int, default=5, help="runs of B (median per call)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     async with serve(LocalSpec(MODEL, ctx_size=4096, threads=1, seed=7)) as slow:
         run_a = await conversation(slow, args.calls, args.tokens)
     async with serve(LocalSpec(MODEL, ctx_size=4096, threads=2, seed=7)) as fast:
-        res = await probe(tier_for(fast, args.tokens), n=3, tokens=args.tokens, long_tokens=2000)
+        res = await probe(tier_for(fast, args.tokens), n=5, tokens=args.tokens, long_tokens=2000)
         profile = measured_profile(res)
         runs_b = [
             await conversation(fast, args.calls, args.tokens, session=2 + r)
