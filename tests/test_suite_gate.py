@@ -48,7 +48,7 @@ async def test_a_run_that_ends_before_arriving_is_not_waited_for() -> None:
 
 
 async def test_a_run_held_too_long_is_let_go() -> None:
-    """When a first-wave run never arrives nor ends, the others go after max_wait_s."""
+    """When a first-wave run never arrives nor ends, the others go max_wait_s after the last arrival."""
     gate = StartGate(2, max_wait_s=0.2, spacing_s=0.0)
     TICKET.set(Ticket())
     t0 = time.perf_counter()

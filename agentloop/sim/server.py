@@ -69,6 +69,9 @@ WRITE_BUDGET = 20_000.0
 # (or on the same cores): its budget counts both sides, so it is far lower; a stream's first
 # and last visible token still leave when due (see _stream), only the chunks between get fatter
 SUITE_WRITE_BUDGET = 2_000.0
+# pending connections the kernel queues: asyncio's 100 drops (and resets) some when a suite's
+# thousand runs connect at once, and their clients retry on a ReadError
+BACKLOG = 4096
 DEFAULT_FILLER = 16  # tokens per answer when neither a script nor filler_tokens is given
 
 
@@ -188,7 +191,7 @@ class SimServer:
     async def start(self) -> None:
         try:
             self._server = await asyncio.start_server(
-                self._connection, self.host, self.port, limit=1 << 20
+                self._connection, self.host, self.port, limit=1 << 20, backlog=BACKLOG
             )
         except OSError as exc:
             raise SimulatorError(

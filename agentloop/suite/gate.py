@@ -5,19 +5,20 @@ tens of milliseconds of CPU, and a suite starts ``concurrency`` runs at once: wi
 that is tens of seconds of a saturated machine, and the early runs' streams, paced by the
 simulator, would be read late by a client whose event loop is busy starting the others. So the
 runs of the first wave wait at the gate (in :meth:`agentloop.sim.server.SimServer.route`, before
-the run's trace and clock start) until every one of them has arrived or ended, or
-``max_wait_s`` has passed; then they go through one every ``spacing_s``, so that a thousand
+the run's trace and clock start) until every one of them has arrived or ended, or no run
+has arrived for ``max_wait_s``; then they go through one every ``spacing_s``, so that a thousand
 first requests do not land on the same instant either. Runs after the first wave pass at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-MAX_WAIT_S = 60.0  # a run whose set-up takes longer (a slow setup command) holds no one longer
+MAX_WAIT_S = 30.0  # since the last arrival: a run with a slow setup command holds no one longer
 SPACING_S = 0.002  # between two runs let through: 1,000 runs in 2 s
 
 
@@ -45,7 +46,7 @@ class StartGate:
         self._turn = asyncio.Lock()
         self._next = 0.0  # perf_counter instant the next waiter may pass
         self.held_s = 0.0  # how long the gate stayed shut (for the benchmark)
-        self._t0 = time.perf_counter()
+        self._t0 = self._last = time.perf_counter()
 
     def _check(self) -> None:
         if not self._open.is_set() and self.arrived >= self.expected:
@@ -67,14 +68,16 @@ class StartGate:
         if self._open.is_set():
             return  # a later wave: no one to wait for
         self.arrived += 1
+        self._last = time.perf_counter()
         self._check()
-        left = self.max_wait_s - (time.perf_counter() - self._t0)
-        try:
-            await asyncio.wait_for(self._open.wait(), max(0.0, left))
-        except TimeoutError:
-            if not self._open.is_set():
+        while not self._open.is_set():
+            left = self._last + self.max_wait_s - time.perf_counter()
+            if left <= 0:
                 self.held_s = time.perf_counter() - self._t0
                 self._open.set()
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._open.wait(), left)
         async with self._turn:
             delay = self._next - time.perf_counter()
             if delay > 0:
