@@ -68,7 +68,7 @@ WRITE_BUDGET = 20_000.0
 # A suite's shared simulator serves runs whose clients parse every chunk in the same process
 # (or on the same cores): its budget counts both sides, so it is far lower; a stream's first
 # and last visible token still leave when due (see _stream), only the chunks between get fatter
-SUITE_WRITE_BUDGET = 2_000.0
+SUITE_WRITE_BUDGET = 500.0
 # pending connections the kernel queues: asyncio's 100 drops (and resets) some when a suite's
 # thousand runs connect at once, and their clients retry on a ReadError
 BACKLOG = 4096
