@@ -1,8 +1,9 @@
 """A run's place: a fresh copy of the task's workspace, the run's jail, its setup and success check.
 
 Working copies live under one folder agentloop owns (``$TMPDIR/agentloop-work``), each beside a
-``<copy>.owner`` file naming the owning process (pid and start time). Every new run first sweeps
-the copies whose owner is gone, so runs killed with SIGKILL leave nothing behind for long.
+``<copy>.owner`` file naming the owning process (pid and start time). A new run first sweeps
+the copies whose owner is gone (at most once per ``SWEEP_EVERY_S`` in one process), so runs
+killed with SIGKILL leave nothing behind for long.
 Setup commands and the success check run in the run's jail through :func:`agentloop.proc.run`,
 like the tools' commands: a service a setup command starts with ``&`` lives for the whole run.
 """
@@ -14,6 +15,8 @@ import contextlib
 import os
 import shutil
 import tempfile
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,12 @@ from agentloop.tasks import Task
 WORK_DIR = "agentloop-work"
 OWNER_SUFFIX = ".owner"
 SETUP_OUTPUT_CAP = 16_000  # bytes of a setup / check command's output kept (head and tail)
+# one sweep per folder per this many seconds in one process: a sweep reads every copy's mark, so
+# a thousand runs starting together (a suite) each sweeping made a million reads, 140 s of the
+# thread pool before the first run's jail started
+SWEEP_EVERY_S = 5.0
+_last_sweep: dict[Path, float] = {}
+_sweep_lock = threading.Lock()
 
 
 def work_root() -> Path:
@@ -74,7 +83,12 @@ def make_copy(task: Task, root: Path | None) -> Path:
     base.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(OSError):  # traversable, not listable: a run's own uid (jail.py)
         os.chmod(base, 0o711)
-    sweep(base)
+    with _sweep_lock:
+        due = time.monotonic() - _last_sweep.get(base, -SWEEP_EVERY_S) >= SWEEP_EVERY_S
+        if due:
+            _last_sweep[base] = time.monotonic()
+    if due:
+        sweep(base)
     made = Path(os.path.realpath(tempfile.mkdtemp(prefix=f"{task.name}-", dir=base)))
     # written aside and renamed: a concurrent run's sweep (another thread) must never read a
     # half-written mark, take the owner for dead and delete this live copy
