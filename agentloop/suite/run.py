@@ -4,8 +4,9 @@ Every run goes through the run API (:func:`agentloop.api.run_task`); ``concurren
 how many run at once and a failing run (error, limit, crash, failed check) is recorded and never
 stops the others. Simulated tiers share ONE simulator for the whole suite: each run takes a
 route on it (:meth:`agentloop.sim.server.SimServer.route`) instead of starting its own server,
-so a thousand concurrent runs share one listening socket and one write budget and the tier's
-pacing holds (``tests/benchmarks/bench_suite_scale.py``). With ``ray`` each run is a Ray task
+so a thousand concurrent runs share one listening socket and one write budget, and the first
+wave's model calls wait at a start gate until the wave is set up (:mod:`agentloop.suite.gate`)
+(``tests/benchmarks/bench_suite_scale.py``). With ``ray`` each run is a Ray task
 on a cluster instead (:mod:`agentloop.suite.ray_backend`) and its trace comes back into the
 folder. ``DIR/suite.json`` is written at the end, and also when the suite is interrupted.
 """
