@@ -23,7 +23,6 @@ from agentloop.ending import Ending
 from agentloop.trace import attrs as A
 
 CATEGORIES = ("input", "cached_input", "reasoning", "output")
-COST_ATTR = A.COST_USD  # the model-span attribute (its owner: agentloop.trace.attrs)
 PER = 1e6  # prices are per million tokens
 
 

@@ -43,6 +43,7 @@ from agentloop.errors import ConfigError
 from agentloop.suite.records import RunRecord, Suite, load_suite
 from agentloop.suite.stats import BOOTSTRAP_ROUNDS, BOOTSTRAP_SEED, mean, quantile
 from agentloop.tiers import Tier
+from agentloop.trace import attrs as A
 from agentloop.trace.reader import load_trace
 
 OUTPUT_CATS = ("reasoning", "decode")
@@ -97,7 +98,7 @@ def _tool_keys(g: Graph) -> dict[tuple[int, int], int]:
         if kind != "tool":
             continue
         st = g.step_of[i]
-        step = int(g.spans[st].start_attrs.get("step", st)) if st >= 0 else -1
+        step = int(g.spans[st].start_attrs.get(A.STEP, st)) if st >= 0 else -1
         k = seen.get(step, 0)
         seen[step] = k + 1
         out[(step, k)] = i

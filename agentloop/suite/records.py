@@ -16,9 +16,10 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from agentloop.cost import COST_ATTR, of_trace
+from agentloop.cost import of_trace
 from agentloop.errors import ConfigError
 from agentloop.suite.stats import spread
+from agentloop.trace import attrs as A
 from agentloop.trace.reader import Trace
 
 SUITE_FILE = "suite.json"
@@ -66,11 +67,11 @@ def trace_figures(trace: Trace) -> dict[str, Any]:
     cost: float | None = None
     for s in trace.of_kind("model"):
         a = s.attrs
-        tin += _int(a.get("gen_ai.usage.input_tokens"))
-        cached += _int(a.get("gen_ai.usage.cached_input_tokens"))
-        out += _int(a.get("gen_ai.usage.output_tokens"))
-        reasoning += _int(a.get("gen_ai.usage.reasoning.output_tokens"))
-        c = a.get(COST_ATTR)
+        tin += _int(a.get(A.GEN_AI_USAGE_INPUT_TOKENS))
+        cached += _int(a.get(A.GEN_AI_USAGE_CACHED_INPUT_TOKENS))
+        out += _int(a.get(A.GEN_AI_USAGE_OUTPUT_TOKENS))
+        reasoning += _int(a.get(A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS))
+        c = a.get(A.COST_USD)
         if isinstance(c, int | float):
             cost = (cost or 0.0) + float(c)
     split = of_trace(trace)
