@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from agentloop_tools.browser import CHROMIUM_ARGS, SYSTEM_CHROMIUM
 from playwright.async_api import async_playwright
 
 from agentloop.export._svg import CRITICAL, PHASE_COLOURS
@@ -18,14 +19,6 @@ from agentloop.trace.reader import load_trace
 ROOT = Path(__file__).resolve().parent.parent
 STANDARD = ROOT / "traces/reference/checkout-timeouts-sim-standard.jsonl"
 ULTRAFAST = ROOT / "traces/reference/checkout-timeouts-sim-ultrafast.jsonl"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 CURVE_LINE = "#3b5ba5"
 
 
@@ -76,7 +69,7 @@ def rgb(hex_colour: str) -> tuple[int, int, int]:
 async def render(page_file: Path, shots: list[str]) -> dict[str, Any]:
     """Open the page in Chromium; what it logged, what it asked for, element screenshots."""
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        browser = await p.chromium.launch(executable_path=SYSTEM_CHROMIUM, args=list(CHROMIUM_ARGS))
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 900})
             console: list[str] = []
