@@ -181,7 +181,12 @@ def _num(w: Where, d: Mapping[str, Any], key: str, fld: str, *, positive: bool =
 # The recorded tier's speed profile (the trace header's ``tier.profile``): the speed model's own
 # record type, with the optional fields a trace carries only when set.
 Profile = SpeedProfile
-_OPTIONAL_PROFILE = ("tpot_ms_per_1k", "prefill_ms_per_1k")
+# its optional fields, each with whether it must be > 0 (a rate) or may be 0 (a slope)
+_OPTIONAL_PROFILE = {
+    "cached_prefill_tps": True,
+    "tpot_ms_per_1k": False,
+    "prefill_ms_per_1k": False,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,19 +247,13 @@ def parse_header(rec: object, path: object) -> RunHeader:
     if prof is not None:
         if type(prof) is not dict:
             w.fail("tier.profile", f"must be an object, not {_kind(prof)}")
-        cached = prof.get("cached_prefill_tps")
         profile = Profile(
             _num(w, prof, "base_latency_s", "tier.profile.base_latency_s"),
             _num(w, prof, "prefill_tps", "tier.profile.prefill_tps"),
             _num(w, prof, "output_tps", "tier.profile.output_tps", positive=True),
-            cached_prefill_tps=None
-            if cached is None
-            else _num(
-                w, prof, "cached_prefill_tps", "tier.profile.cached_prefill_tps", positive=True
-            ),
             **{
-                k: _num(w, prof, k, f"tier.profile.{k}")
-                for k in _OPTIONAL_PROFILE
+                k: _num(w, prof, k, f"tier.profile.{k}", positive=positive)
+                for k, positive in _OPTIONAL_PROFILE.items()
                 if prof.get(k) is not None
             },
         )
