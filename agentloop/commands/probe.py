@@ -90,12 +90,18 @@ def register(sub: Any) -> None:
     p.set_defaults(func=main)
 
 
+def _pad(sentence: str, tokens: int) -> str:
+    """About ``tokens`` tokens of ``sentence`` repeated (each filler sentence is ~25 tokens)."""
+    return sentence * max(1, tokens // 25)
+
+
 def prompts(round_id: str, words: int, long_tokens: int) -> tuple[Message, Message]:
     """The short and the long prompt; ``round_id`` first, so no prompt cache can serve them."""
     ask = _ASK.format(words=words)
     short = Message("user", f"[probe {round_id}] {ask}")
-    reps = max(1, long_tokens // 25)  # the filler sentence is about 25 tokens
-    long = Message("user", f"[probe {round_id}] Background notes:\n{_FILLER * reps}\n\n{ask}")
+    long = Message(
+        "user", f"[probe {round_id}] Background notes:\n{_pad(_FILLER, long_tokens)}\n\n{ask}"
+    )
     return short, long
 
 
@@ -109,11 +115,12 @@ def cached_followup(long: Message, words: int, fresh_tokens: int) -> tuple[Messa
     """A request repeating the long prompt as its prefix (a prompt cache can serve it) and then
     about ``fresh_tokens`` new tokens: the request an agent sends next (its history cached, a
     tool's output new), which shows how a fresh token's prefill slows behind a long context."""
-    reps = max(1, fresh_tokens // 25)  # the notes sentence is about 25 tokens too
     return (
         long,
         Message("assistant", "The keeper opened the log."),
-        Message("user", f"Tool output:\n{_NOTES * reps}\n\n" + _AGAIN.format(words=words)),
+        Message(
+            "user", f"Tool output:\n{_pad(_NOTES, fresh_tokens)}\n\n" + _AGAIN.format(words=words)
+        ),
     )
 
 
