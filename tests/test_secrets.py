@@ -122,3 +122,43 @@ async def test_url_password_is_redacted(tmp_path: Path) -> None:
     )
     text = Path(result.trace_path or "").read_text()
     assert "Pa55-w0rd-xyz" not in text and "postgres://app:[REDACTED]@db.internal" in text
+
+
+def _slow_text(redactor: object, text: str) -> str:
+    """The redactor's five substitutions with no shortcut (what Redactor.text must equal)."""
+    from agentloop.trace import redact as R
+
+    known = getattr(redactor, "_known", None)
+    if known is not None:
+        text = known.sub(R.REDACTED, text)
+    text = R._URL_PASSWORD.sub(r"\1" + R.REDACTED + r"\3", text)
+    text = R._NAMED_VALUE.sub(r"\1" + R.REDACTED, text)
+    text = R._BEARER.sub(r"\1" + R.REDACTED, text)
+    return R._SK.sub(R.REDACTED, text)
+
+
+def test_redactor_shortcuts_change_no_result() -> None:
+    """The literal pre-checks that skip a substitution skip only texts it cannot change: over
+    thousands of texts built from secret-shaped pieces (case and Unicode look-alikes that (?i)
+    matches included) the result equals the plain substitutions'."""
+    import random
+
+    from agentloop.trace.redact import Redactor
+
+    redactor = Redactor([SECRET])
+    pieces = [
+        SECRET, SECRET[::-1], SECRET.encode().hex(), base64.b64encode(SECRET.encode()).decode(),
+        quote(SECRET, safe=""), "API_KEY", "token", "Secret", "PASSWD", "credentials", "passw",
+        "\u017fecret", "\u212aEY", "cred\u0131ential", "=", ": ", "'", '"', "Bearer ", "BEARER\t",
+        "sk-", "abcdefghijklmnopqrstuvwxyz0123", "://", "https://", "user:", "@", "host/x",
+        " ", "\n", "word", "ünï", "x", "12345678", ";", "&",
+    ]  # fmt: skip
+    rng = random.Random(7)
+    texts = ["", "abc", "abcdef", "gen_ai.usage.input_tokens", "postgres://u:pw123456@h/db"]
+    texts += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 12))) for _ in range(4000)]
+    changed = 0
+    for text in texts:
+        want = _slow_text(redactor, text)
+        assert want == redactor.text(text), text
+        changed += want != text
+    assert changed > 1000  # the corpus does exercise every substitution

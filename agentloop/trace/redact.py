@@ -45,6 +45,12 @@ _NAMED_VALUE = re.compile(
 )
 
 
+# literal cheap tests that every match of a pattern passes: a text failing them skips that
+# pattern's substitution (most strings of a trace fail all, and a suite writes tens of thousands
+# of records a second at its peak)
+_NAMED_WORDS = ("key", "token", "secret", "passw", "credential")
+
+
 def _base64_cores(raw: bytes) -> list[str]:
     """The base64 text that encodes ``raw`` at each of the three alignments, whatever surrounds it."""
     out = []
@@ -81,16 +87,26 @@ class Redactor:
         needles = sorted(
             {v for s in secrets if len(s) >= MIN_SECRET for v in variants(s)}, key=len, reverse=True
         )  # longest first: a value inside another
+        self._needles = tuple(needles)
         self._known = re.compile("|".join(map(re.escape, needles))) if needles else None
 
     def text(self, text: str) -> str:
         """``text`` with every secret in it replaced by ``[REDACTED]``."""
-        if self._known is not None:
+        if len(text) < MIN_SECRET:  # shorter than anything a pattern or a known secret matches
+            return text
+        # `in` finds a literal ~100x faster than a regex alternation scans for it
+        if self._known is not None and any(n in text for n in self._needles):
             text = self._known.sub(REDACTED, text)
-        text = _URL_PASSWORD.sub(r"\1" + REDACTED + r"\3", text)
-        text = _NAMED_VALUE.sub(r"\1" + REDACTED, text)
-        text = _BEARER.sub(r"\1" + REDACTED, text)
-        return _SK.sub(REDACTED, text)
+        low = text.lower()
+        if not text.isascii():  # the two letters (?i) matches to i and s that lower() keeps
+            low = low.replace("\u0131", "i").replace("\u017f", "s")
+        if "://" in low:
+            text = _URL_PASSWORD.sub(r"\1" + REDACTED + r"\3", text)
+        if ("=" in text or ":" in text) and any(w in low for w in _NAMED_WORDS):
+            text = _NAMED_VALUE.sub(r"\1" + REDACTED, text)
+        if "bearer" in low:
+            text = _BEARER.sub(r"\1" + REDACTED, text)
+        return _SK.sub(REDACTED, text) if "sk-" in text else text
 
     def __call__(self, record: dict[str, Any]) -> dict[str, Any]:
         """A trace record with every string in it redacted (a pipeline processor)."""
