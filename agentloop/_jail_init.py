@@ -10,10 +10,13 @@ packet:
   descriptors attached (stdin, stdout, stderr); ``{"op": "kill", "id"}``: SIGKILL the command and
   everything it started that can still be told apart (its group, its session, its descendants,
   every process carrying its mark in the environment), repeated until none is left;
-  ``{"op": "alive", "id"}``: whether any of those is still alive.
+  ``{"op": "alive", "id"}``: whether any of those is still alive; ``{"op": "empty", "id"}``:
+  SIGKILL every other process of the namespace (a suite's run has ended: its jail is torn down
+  later, :mod:`agentloop.jail_closer`).
 - init -> agentloop: ``{"ev": "started", "id", "pid"}`` (or ``{"ev": "failed", "id", "error"}``),
   ``{"ev": "exit", "id", "code"}`` (negative: killed by that signal), ``{"ev": "alive", "id",
-  "alive"}``, ``{"ev": "killed", "id", "left", "peak"}`` (``peak``: most processes found alive).
+  "alive"}``, ``{"ev": "killed", "id", "left", "peak"}`` (``peak``: most processes found alive),
+  ``{"ev": "emptied", "id", "left"}``.
 
 As PID 1 it reaps every orphan (no zombies), and signals from inside the namespace that it does
 not handle never reach it (``kill -STOP 1`` / ``kill -9 1`` from a command do nothing). When the
@@ -145,6 +148,25 @@ def reap() -> None:
         _exits[pid] = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
+def empty(rounds: int = 200) -> int:
+    """SIGKILL every other process of the namespace until none is left; how many were still
+    there after the last round (0: the namespace holds only us).
+
+    Only as PID 1 of its own PID namespace, where ``kill(-1)`` reaches every process of the
+    namespace but the caller and nothing outside it; anywhere else it would reach the host's.
+    """
+    if os.getpid() != 1:
+        return -1
+    for _ in range(rounds):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            return 0  # no process left to signal
+        time.sleep(0.002)
+        reap()
+    return len([p for p in os.listdir("/proc") if p.isdigit() and p != "1"])
+
+
 _LIMITS = {
     "nproc": resource.RLIMIT_NPROC,
     "fsize": resource.RLIMIT_FSIZE,
@@ -254,6 +276,10 @@ def main() -> None:
                 reap()
                 send(ev="alive", id=rid, alive=bool(members(pid, mark, pid in leaders)))
                 report_exits()
+            elif msg["op"] == "empty":
+                left = empty()
+                report_exits()
+                send(ev="emptied", id=rid, left=left)
             elif msg["op"] == "forget" and rid in by_id:
                 del by_id[rid]
 

@@ -40,6 +40,7 @@ from typing import Any
 
 from agentloop import _jail_init
 from agentloop.errors import AgentloopError
+from agentloop.jail_closer import CLOSER
 from agentloop.log import get_logger
 
 MARK_VAR = _jail_init.MARK_VAR
@@ -553,6 +554,18 @@ class BwrapJail(Jail):
         return bool(ev.get("alive"))
 
     async def aclose(self) -> None:
+        closer = CLOSER.get()
+        if closer is not None and self._dead is None and self.sock is not None:
+            # a suite's run: empty the jail now (nothing of the run outlives it), tear it down
+            # behind the runs still going (agentloop.jail_closer)
+            with contextlib.suppress(JailError, TimeoutError):
+                ev = await self._request({"op": "empty"}, "emptied", None)
+                if not ev.get("left"):
+                    closer.defer(self._close)
+                    return
+        await self._close()
+
+    async def _close(self) -> None:
         if self.sock is not None:
             self._died("the run's jail was closed")
             self.sock.close()  # the init sees EOF and exits: the kernel kills the namespace

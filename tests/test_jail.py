@@ -221,3 +221,52 @@ async def test_commands_leave_no_descriptor_open(tmp_path: Path) -> None:
         assert before == len(os.listdir("/proc/self/fd"))
     finally:
         await jail.aclose()
+
+
+async def test_a_suite_run_s_jail_is_emptied_at_its_end_and_torn_down_behind_it(
+    tmp_path: Path,
+) -> None:
+    """Within a suite (agentloop.jail_closer) closing a jail kills every process of the run at
+    once, a hidden one included (own session, empty environment: no mark), but leaves the idle
+    init to the closer; leaving the suite's context tears every deferred jail down."""
+    from agentloop.jail_closer import closing_behind
+
+    token = f"hidden{uuid.uuid4().hex}"
+    async with closing_behind(spacing_s=60.0) as closer:  # the first close waits 60 s after
+        first = await open_jail(JailSpec(workspace=tmp_path))
+        second = await open_jail(JailSpec(workspace=tmp_path))
+        assert (True, True) == (first.confined, second.confined)
+        assert second.init_pid is not None
+        ns = pid_namespace(second.init_pid)
+        for jail in (first, second):
+            out = await proc.run(
+                jail,
+                f"setsid env -i /bin/sh -c 'sleep 300; : {token}' & echo started",
+                cwd=tmp_path,
+                env={"PATH": os.defpath},
+                timeout_s=5,
+                cap=1000,
+                background="keep",
+            )
+            assert 0 == out.exit_code
+        deadline = time.monotonic() + 5
+        while len(host_pids_with(token)) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert 2 == len(host_pids_with(token))
+        await first.aclose()  # the closer tears it down at once (nothing was waiting)
+        await second.aclose()  # queued: 60 s behind the first
+        assert [] == host_pids_with(token)  # emptied when aclose returned
+        assert second.proc is not None and second.proc.returncode is None  # its init idles
+        assert 1 == closer.pending
+    assert (0, 2) == (closer.pending, closer.closed)  # the context's end closed the rest
+    assert second.proc.returncode is not None
+    assert [] == await namespace_survivors(ns)
+
+
+def test_emptying_refuses_outside_its_own_pid_namespace() -> None:
+    """``kill(-1)`` from anything but PID 1 of a namespace would reach the host's processes:
+    the init's ``empty`` does nothing there and says so."""
+    from agentloop._jail_init import empty
+
+    assert os.getpid() != 1
+    assert -1 == empty()
