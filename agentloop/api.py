@@ -112,10 +112,12 @@ async def model_client(
         )
     shared = SHARED.get()  # a suite's one simulator (agentloop.suite): this run takes a route
     if shared is not None:
-        async with shared.sim.route(tier.profile, script or None) as route:
-            # the suite's one SDK client and connection pool: a new AsyncOpenAI blocks the event
-            # loop ~0.1 s (TLS set-up), a copy 0.5 ms; the suite closes it, not the run
-            client = OpenAIClient(tier, client=shared.sdk.with_options(base_url=route.base_url))
+        async with shared.sim.route(tier.profile, script or None) as route, shared.pool() as http:
+            # a copy of the suite's one SDK client (a new AsyncOpenAI loads the TLS trust store,
+            # ~0.1 s of blocked event loop; a copy 0.5 ms) on a connection pool of the run's own
+            client = OpenAIClient(
+                tier, client=shared.sdk.with_options(base_url=route.base_url, http_client=http)
+            )
             try:
                 yield client
             finally:

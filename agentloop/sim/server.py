@@ -668,10 +668,13 @@ class _Routed(SimServer):
 # every simulated run starts its own (the single-run path).
 @dataclass(frozen=True, slots=True)
 class Shared:
-    """A suite's one simulator and the one SDK client (one connection pool) its runs share."""
+    """A suite's one simulator, the SDK client its runs' clients are copies of, and the maker of
+    each run's own connection pool (:meth:`pool`)."""
 
     sim: SimServer
     sdk: Any  # an openai.AsyncOpenAI, made by agentloop.suite: the simulator never imports openai
+    # an async context manager of one run's httpx2.AsyncClient (made by agentloop.suite)
+    pool: Callable[[], contextlib.AbstractAsyncContextManager[Any]]
 
 
 SHARED: ContextVar[Shared | None] = ContextVar("agentloop_shared_sim", default=None)

@@ -23,6 +23,7 @@ from typing import Any
 
 from agentloop.api import open_task, resolve_tier, run_task, tool_registry
 from agentloop.errors import AgentloopError, ConfigError
+from agentloop.jail_closer import closing_behind
 from agentloop.runner import RunResult
 from agentloop.suite.gate import TICKET, StartGate, Ticket
 from agentloop.suite.records import (
@@ -124,13 +125,21 @@ async def shared_simulator(
     # each route brings its own profile
     async with SimServer(profile=profiles[0], write_budget=server.SUITE_WRITE_BUDGET) as sim:
         sim.gate = gate.wait if gate is not None else None
-        http = httpx2.AsyncClient(
-            limits=httpx2.Limits(max_connections=None, max_keepalive_connections=None)
-        )
+        # one TLS context for every pool: making one loads the trust store (~0.2 s of CPU)
+        tls = httpx2.create_ssl_context()
+        http = httpx2.AsyncClient(verify=tls)
         sdk = openai.AsyncOpenAI(
             base_url=sim.base_url, api_key="sim", max_retries=0, http_client=http
         )
-        token = SHARED.set(Shared(sim, sdk))
+
+        @contextlib.asynccontextmanager
+        async def pool() -> AsyncIterator[httpx2.AsyncClient]:
+            # a run's own pool: httpcore scans every connection of a pool for each request and
+            # each response's end, so one pool for a thousand runs costs O(runs) per event
+            async with httpx2.AsyncClient(verify=tls) as own:
+                yield own
+
+        token = SHARED.set(Shared(sim, sdk, pool))
         try:
             yield
         finally:
@@ -296,6 +305,8 @@ async def run_suite(
     suite_t0 = state.started = time.perf_counter()
     try:
         async with (
+            # a run's jail is emptied at its end and torn down behind the runs still going
+            closing_behind() if remote is None else contextlib.nullcontext(),
             shared_simulator(jobs if shared else [], gate),
             asyncio.TaskGroup() as tg,
         ):
