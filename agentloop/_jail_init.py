@@ -150,7 +150,7 @@ def reap() -> None:
 
 def empty(rounds: int = 200) -> int:
     """SIGKILL every other process of the namespace until none is left; how many were still
-    there after the last round (0: the namespace holds only us).
+    there after the last round (0: the namespace holds only us; -1: refused, see below).
 
     Only as PID 1 of its own PID namespace, where ``kill(-1)`` reaches every process of the
     namespace but the caller and nothing outside it; anywhere else it would reach the host's.

@@ -7,10 +7,10 @@ the runs still streaming shared the two cores with it: their clients read the si
 tokens late (the mean per-call output-rate error was 4.4% against 2.5% with every teardown
 after the suite, ``tests/benchmarks/bench_suite_scale.py``). So within a suite a run's jail
 is first *emptied* at the run's end (its init, PID 1 of the namespace, SIGKILLs every other
-process in it: nothing of the run outlives the run) and the idle init is then closed here, one jail at a time
-with ``spacing_s`` between closes while runs go on; :meth:`JailCloser.drain`, at the suite's
-end, closes the rest ``at_once`` at a time. Outside a suite (:data:`CLOSER` unset) a jail
-closes at once, as before.
+process in it: nothing of the run outlives the run) and the idle init is then closed here, one
+jail at a time with ``spacing_s`` between closes while runs go on; :meth:`JailCloser.drain`, at
+the suite's end, closes the rest ``at_once`` at a time. Outside a suite (:data:`CLOSER` unset)
+a jail closes at once, as before.
 """
 
 from __future__ import annotations

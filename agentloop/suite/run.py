@@ -109,9 +109,10 @@ def plan_jobs(
 async def shared_simulator(
     jobs: Sequence[Job], gate: StartGate | None = None
 ) -> AsyncIterator[None]:
-    """One simulator for every simulated run of the suite (runs take routes on it), and one SDK
-    client with an unbounded connection pool that every run's client is a copy of; ``gate``
-    holds the first wave's routes until that wave is set up (:mod:`agentloop.suite.gate`)."""
+    """One simulator for every simulated run of the suite (runs take routes on it), one SDK
+    client that every run's client is a copy of, each on a connection pool of the run's own
+    (one TLS context for all); ``gate`` holds the first wave's routes until that wave is set up
+    (:mod:`agentloop.suite.gate`)."""
     import httpx2
     import openai
 

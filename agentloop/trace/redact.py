@@ -119,9 +119,8 @@ def scrub_text(text: str, secrets: Iterable[str]) -> str:
     return Redactor(secrets).text(text)
 
 
-_LEAVES = frozenset(
-    {int, float, bool, type(None)}
-)  # values with no string inside: kept as they are
+# values with no string inside: kept as they are
+_LEAVES = frozenset({int, float, bool, type(None)})
 
 
 def _map_strings(obj: Any, fn: Callable[[str], str], hide_keys: tuple[str, ...] = ()) -> Any:
