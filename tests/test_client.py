@@ -165,3 +165,19 @@ async def test_tier_options_reach_the_endpoint_and_service_tier_comes_back() -> 
         finally:
             await client.aclose()
     assert r.service_tier == "priority" and r.model == "sim-opt"
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_one_connection_serves_every_call_of_a_client(api: str) -> None:
+    """The body's end after the terminal event is read, so the connection goes back to the pool:
+    three calls, one TCP connection (closed mid-body, each call would connect anew)."""
+    profile = SpeedProfile(base_latency_s=0.01, prefill_tps=0, output_tps=5000)
+    async with SimServer(profile=profile, filler_tokens=20) as sim:
+        client = OpenAIClient(tier(api, profile), base_url=sim.base_url)
+        try:
+            for step in range(3):
+                r = await client.complete(ModelRequest((SYSTEM, USER), (), step))
+                assert r.usage.output_tokens == 20
+        finally:
+            await client.aclose()
+        assert sim.requests == 3 and sim.connections == 1

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 import traceback
 from collections.abc import AsyncIterator
 
@@ -350,3 +352,53 @@ async def test_a_stream_that_never_ends_is_capped_in_what_one_call_buffers(api: 
     assert f"more than {cap} characters in one response" in info.value.message
     assert "max_response_chars" in info.value.message
     assert peak < 20 * cap  # ~4 MB: bounded by the cap, not by how long the stream runs
+
+
+async def test_a_server_that_sends_on_after_the_terminal_event_does_not_hold_the_call() -> None:
+    """After ``[DONE]`` a hostile server keeps sending: the call still ends at once with its
+    answer, the rest is read only up to a bound, and that connection is not kept."""
+    sent = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        await reader.readexactly(length)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        delta = {"choices": [{"index": 0, "delta": {"content": "hello"}}]}
+        end = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        for event in (orjson.dumps(delta), orjson.dumps(end), b"[DONE]"):
+            data = b"data: %b\n\n" % event
+            writer.write(b"%x\r\n%b\r\n" % (len(data), data))
+        await writer.drain()
+        with contextlib.suppress(ConnectionError):
+            for _ in range(2000):  # 20 s of junk unless the client hangs up
+                junk = b": junk " + b"x" * 1000 + b"\n"
+                writer.write(b"%x\r\n%b\r\n" % (len(junk), junk))
+                await writer.drain()
+                sent.set()
+                await asyncio.sleep(0.01)
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    t = Tier(name="chatty", base_url=url, model="m", api="chat", profile=PROFILE)
+    async with server:
+        client = OpenAIClient(t)
+        try:
+            t0 = time.perf_counter()
+            r = await client.complete(REQUEST)
+            took = time.perf_counter() - t0
+            pool = client._client._client._transport._pool  # what is kept alive
+            kept = len(pool.connections)
+        finally:
+            await client.aclose()
+    assert r.text == "hello" and sent.is_set()
+    assert took < 1.5, f"the call waited {took:.2f} s on bytes after its terminal event"
+    assert kept == 0

@@ -14,6 +14,7 @@ import email.utils
 import os
 import random
 import time
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from time import perf_counter_ns
 from typing import Any
@@ -41,6 +42,9 @@ from agentloop.types import Attempt, CallTiming, ModelRequest, ModelResponse, Re
 
 SIM_PLACEHOLDER_KEY = "sim-no-key"  # the simulator and key-less local servers need no secret
 _RETRY_STATUS = frozenset({408, 409, 429})
+# after a stream's terminal event, the body's end is read (see _drain) up to this much, this long
+DRAIN_BYTES = 4096
+DRAIN_S = 0.25
 
 
 class _Retryable(Exception):
@@ -348,8 +352,9 @@ class OpenAIClient:
             raise _Retryable(f"connection error: {type(cause).__name__ if cause else exc}") from exc
 
     async def _read(self, resp: httpx2.Response, turn: Turn) -> None:
+        chunks = resp.aiter_bytes()
         try:
-            await read_sse(resp.aiter_bytes(), turn)
+            await read_sse(chunks, turn)
         except httpx2.TimeoutException as exc:
             raise _Retryable(
                 f"stall: no event for {self.stall_timeout_s} s", resp.status_code
@@ -379,6 +384,21 @@ class OpenAIClient:
                 f"({exc.code}): {message}",
                 status=resp.status_code,
             ) from exc
+        await _drain(chunks)
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read the body's end after the terminal event (the chunked ``0\\r\\n\\r\\n``, mostly
+    received with it), so the connection goes back to the pool for the next call: closed mid-body,
+    it would be dropped, and every call would connect (and on TLS, handshake) anew. A server
+    that sends on past ``DRAIN_BYTES`` or ``DRAIN_S`` keeps nothing: its connection is closed."""
+    size = 0
+    with contextlib.suppress(TimeoutError, httpx2.HTTPError):
+        async with asyncio.timeout(DRAIN_S):
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > DRAIN_BYTES:
+                    return
 
 
 def _usage(turn: Turn, body: bytes, text: str, calls: tuple[Any, ...], thought: str) -> Usage:

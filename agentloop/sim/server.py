@@ -159,6 +159,7 @@ class SimServer:
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
         self._requests = 0
+        self.connections = 0  # TCP connections accepted so far (kept alive, one serves many calls)
         self._streaming = 0  # streams being written now
         self._tokens = TokenCache()
         self._prefixes = PrefixCache()  # cached_tokens of repeated conversation prefixes
@@ -275,6 +276,7 @@ class SimServer:
         task = asyncio.current_task()
         assert task is not None
         self._conns.add(task)
+        self.connections += 1
         try:
             keep = True
             while keep:
