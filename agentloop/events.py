@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -73,6 +73,36 @@ def observer_sink(observer: Observer) -> EventSink:
     return sink
 
 
+class Only:
+    """``sink`` given only the events of ``kinds``; a run makes none of the others that cost
+    work of their own (``model_progress``: a ticker per model call, see :func:`wants`)."""
+
+    __slots__ = ("kinds", "sink")
+
+    def __init__(self, kinds: Iterable[str], sink: EventSink) -> None:
+        self.kinds = frozenset(kinds)
+        self.sink = sink
+
+    def __call__(self, event: RunEvent) -> None:
+        if event.kind in self.kinds:
+            self.sink(event)
+
+
+class _FanOut:
+    __slots__ = ("kinds", "sinks")
+
+    def __init__(self, sinks: list[EventSink]) -> None:
+        self.sinks = sinks
+        each: list[frozenset[str] | None] = [getattr(s, "kinds", None) for s in sinks]
+        self.kinds: frozenset[str] | None = None
+        if all(k is not None for k in each):
+            self.kinds = frozenset(k for ks in each if ks is not None for k in ks)
+
+    def __call__(self, event: RunEvent) -> None:
+        for s in self.sinks:
+            s(event)
+
+
 def fan_out(*sinks: EventSink | None) -> EventSink | None:
     """One sink calling each given sink in turn (``None`` entries skipped)."""
     live = [s for s in sinks if s is not None]
@@ -80,12 +110,15 @@ def fan_out(*sinks: EventSink | None) -> EventSink | None:
         return None
     if len(live) == 1:
         return live[0]
+    return _FanOut(live)
 
-    def sink(event: RunEvent) -> None:
-        for s in live:
-            s(event)
 
-    return sink
+def wants(sink: EventSink | None, kind: str) -> bool:
+    """Whether ``sink`` takes events of ``kind`` (every sink does but an :class:`Only`)."""
+    if sink is None:
+        return False
+    kinds = getattr(sink, "kinds", None)
+    return kinds is None or kind in kinds
 
 
 class _Watch:

@@ -34,7 +34,15 @@ from agentloop.context import RunContext
 from agentloop.context_window import Fit, Window
 from agentloop.ending import CANCELLED, Ending
 from agentloop.errors import AgentloopError, ModelError
-from agentloop.events import EventSink, Observer, RunEvent, call_progress, fan_out, observer_sink
+from agentloop.events import (
+    EventSink,
+    Observer,
+    RunEvent,
+    call_progress,
+    fan_out,
+    observer_sink,
+    wants,
+)
 from agentloop.log import get_logger
 from agentloop.model_span import failed_model_attrs, model_attrs, replayable
 from agentloop.protocols import ModelClient, Tool
@@ -354,7 +362,9 @@ class Runner:
                 )
 
             try:
-                async with call_progress(progress if self.events is not None else None):
+                async with call_progress(
+                    progress if wants(self.events, "model_progress") else None
+                ):
                     resp = await self.client.complete(request)
             except ModelError as exc:
                 failed: ModelError | None = exc

@@ -190,3 +190,40 @@ async def test_a_subscriber_that_gives_up_does_not_break_the_others(tmp_path: Pa
     await live
     assert (True, "run_end") == (quitter.cancelled(), late[-1])
     assert "ok" == (await handle).status
+
+
+class _AllKinds:
+    """A sink that says it takes only some kinds, and records whatever it is given."""
+
+    def __init__(self, kinds: set[str]) -> None:
+        self.kinds = frozenset(kinds)
+        self.seen: list[str] = []
+
+    def __call__(self, event: agentloop.RunEvent) -> None:
+        self.seen.append(event.kind)
+
+
+async def test_a_sink_that_takes_no_progress_costs_no_progress_ticker(tmp_path: Path) -> None:
+    """An ``Only`` sink without model_progress (the suite's) is never given one, and the run
+    makes none (no ticker per call): a sink that names its kinds but records all sees none;
+    beside it, a sink taking every kind sees progress from the same kind of ~3 s call."""
+    from agentloop.events import Only, fan_out
+
+    ends: list[str] = []
+    narrow = _AllKinds({"model_end", "run_end"})
+    await agentloop.run_task(
+        _task(tmp_path, LONG_TURN),
+        tier="sim-standard",
+        trace_dir=tmp_path,
+        events=fan_out(narrow, Only({"model_end"}, lambda e: ends.append(e.kind))),
+    )
+    assert "model_progress" not in narrow.seen and "model_end" in narrow.seen
+    assert ends == ["model_end"]
+    wide: list[str] = []
+    await agentloop.run_task(
+        _task(tmp_path, LONG_TURN),
+        tier="sim-standard",
+        trace_dir=tmp_path,
+        events=fan_out(narrow, lambda e: wide.append(e.kind)),
+    )
+    assert wide.count("model_progress") >= 8

@@ -23,6 +23,7 @@ from typing import Any
 
 from agentloop.api import open_task, resolve_tier, run_task, tool_registry
 from agentloop.errors import AgentloopError, ConfigError
+from agentloop.events import EventSink, Only, RunEvent
 from agentloop.jail_closer import closing_behind
 from agentloop.runner import RunResult
 from agentloop.suite.gate import TICKET, StartGate, Ticket
@@ -205,7 +206,7 @@ def _record(
 async def _local(
     job: Job,
     traces: Path,
-    observer: Callable[[str, dict[str, Any]], None],
+    events: EventSink,
     max_steps: int | None,
     timeout_s: float | None,
     tools: dict[str, Any],
@@ -216,7 +217,7 @@ async def _local(
         trace_dir=traces,
         max_steps=max_steps,
         timeout_s=timeout_s,
-        observer=observer,
+        events=events,
         tools=tools,
     )
 
@@ -259,10 +260,11 @@ async def run_suite(
 
         remote = RayBackend(ray, tiers_file=tiers_file, max_steps=max_steps, timeout_s=timeout_s)
 
-    def observe(kind: str, data: dict[str, Any]) -> None:
-        if kind == "model_end":
-            usage = data.get("usage")
-            state.output_tokens += int(getattr(usage, "output_tokens", 0) or 0)
+    def model_end(event: RunEvent) -> None:
+        usage = event.data.get("usage")
+        state.output_tokens += int(getattr(usage, "output_tokens", 0) or 0)
+
+    observe = Only({"model_end"}, model_end)  # nor a model_progress ticker per call
 
     async def one(i: int, job: Job) -> None:
         async with sem:
