@@ -119,6 +119,8 @@ async def model_client(
                 tier, client=shared.sdk.with_options(base_url=route.base_url, http_client=http)
             )
             try:
+                if shared.gate is not None:  # a suite's start gate (agentloop.suite.gate)
+                    await shared.gate(http, route.base_url)
                 yield client
             finally:
                 await client.aclose()

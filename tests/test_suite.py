@@ -320,3 +320,39 @@ def test_suite_whatif_predicts_wall_time_and_cost_at_a_concurrency(
     assert "predicted" in capsys.readouterr().out
     assert 2 == main(["whatif", str(a), "--speedup", "3"])
     assert "use --tier NAME" in capsys.readouterr().err
+
+
+async def test_a_shared_suite_s_simulator_is_a_process_and_each_run_keeps_one_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The suite's one simulator runs in a child process; each of 6 runs connects once (before
+    the start gate) and both of its model calls ride that connection; what the gate froze for
+    the collector is unfrozen when the suite ends."""
+    import gc
+    import os
+
+    from agentloop.sim.child import SimProcess
+
+    seen: dict[str, int] = {}
+    close = SimProcess.close
+
+    async def counted(self: SimProcess) -> None:
+        if self._proc is not None:
+            seen.update(await self.stats(), pid=self.pid, frozen=gc.get_freeze_count())
+        await close(self)
+
+    monkeypatch.setattr(SimProcess, "close", counted)
+    task_file(tmp_path, "two-calls")
+    suite = await run_suite(
+        [tmp_path / "two-calls.yaml"],
+        tmp_path / "out",
+        tier="sim-ultrafast",
+        concurrency=6,
+        repeat=6,
+    )
+    assert [r.status for r in suite.runs] == ["ok"] * 6
+    calls = [len(load_trace(tmp_path / "out" / r.trace).of_kind("model")) for r in suite.runs]
+    assert calls == [2] * 6
+    assert seen["pid"] != os.getpid()
+    assert seen["connections"] == 6 and seen["routes"] == 0
+    assert seen["frozen"] > 0 and gc.get_freeze_count() == 0

@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import time
+from collections.abc import Iterator
+
+import pytest
 
 from agentloop.suite.gate import TICKET, StartGate, Ticket
+
+
+@pytest.fixture(autouse=True)
+def _unfrozen() -> Iterator[None]:
+    yield
+    gc.unfreeze()  # a gate opened here without the suite's close()
 
 
 async def _run(gate: StartGate, arrive_after_s: float | None, passed: list[float]) -> None:
@@ -65,3 +75,17 @@ async def test_runs_after_the_first_wave_pass_at_once() -> None:
     t0 = time.perf_counter()
     await gate.wait()
     assert time.perf_counter() - t0 < 0.5
+
+
+async def test_the_gate_freezes_the_wave_s_set_up_for_the_collector_until_closed() -> None:
+    """Opening moves what exists out of the collector's sight; close() gives it back; a run
+    of the first wave is held (will_hold) only while the gate is shut."""
+    gate = StartGate(1, spacing_s=0.0)
+    TICKET.set(Ticket())
+    assert gate.will_hold() and gc.get_freeze_count() == 0
+    await gate.wait()
+    TICKET.set(Ticket())
+    assert not gate.will_hold()
+    assert gc.get_freeze_count() > 0
+    gate.close()
+    assert gc.get_freeze_count() == 0

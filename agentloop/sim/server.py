@@ -14,7 +14,8 @@ Many runs, one server: :meth:`SimServer.route` gives a run a base URL of its own
 (``/r/<key>/v1``) serving that run's script at that run's tier profile, so a suite of a
 thousand runs shares one listening socket and one write budget; :data:`SHARED` (set by
 ``agentloop.suite`` for its runs) makes ``agentloop.api.model_client`` take a route on it
-instead of starting a simulator per run.
+instead of starting a simulator per run. A suite's simulator runs in a process of its own
+(:mod:`agentloop.sim.child`), so its pacing and the runs' reads do not share one event loop.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from contextvars import ContextVar
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -169,8 +170,6 @@ class SimServer:
         self.reasoning_missing = 0  # requests that dropped an earlier turn's reasoning item
         self._routes: dict[str, _Routed] = {}  # route key -> that run's view (route())
         self._route_seq = 0
-        # awaited by route() before it opens: a suite's start gate (agentloop.suite.gate)
-        self.gate: Callable[[], Awaitable[None]] | None = None
 
     def _chunk_interval(self) -> float:
         return max(self.min_chunk_interval_s, self._streaming / self.write_budget)
@@ -234,17 +233,27 @@ class SimServer:
         filler_tokens: int | None = None,
     ) -> AsyncIterator[Route]:
         """A base URL of its own (``route.base_url``) serving ``script`` paced by ``profile``
-        while the context lasts; afterwards requests to it get a 404 ``unknown_route``. With a
-        ``gate`` set, it is awaited first."""
-        if self.gate is not None:
-            await self.gate()
+        while the context lasts; afterwards requests to it get a 404 ``unknown_route``."""
+        route = self.open_route(profile, script, filler_tokens)
+        try:
+            yield route
+        finally:
+            self.close_route(route.key)
+
+    def open_route(
+        self,
+        profile: SpeedProfile,
+        script: Sequence[ScriptTurn] | None = None,
+        filler_tokens: int | None = None,
+    ) -> Route:
+        """:meth:`route` without the context: open until :meth:`close_route` (the sim child)."""
         self._route_seq += 1
         key = f"{self._route_seq:x}"
         self._routes[key] = _Routed(self, profile, script, filler_tokens)
-        try:
-            yield Route(f"http://{self.host}:{self.port}/r/{key}/v1", key)
-        finally:
-            del self._routes[key]
+        return Route(f"http://{self.host}:{self.port}/r/{key}/v1", key)
+
+    def close_route(self, key: str) -> None:
+        self._routes.pop(key, None)
 
     @property
     def routes(self) -> int:
@@ -666,17 +675,31 @@ class _Routed(SimServer):
         self._parent._streaming = value
 
 
+class Routes(Protocol):
+    """What hands a run a route: a :class:`SimServer`, or the suite's simulator process
+    (:class:`agentloop.sim.child.SimProcess`)."""
+
+    def route(
+        self,
+        profile: SpeedProfile,
+        script: Sequence[ScriptTurn] | None = None,
+        filler_tokens: int | None = None,
+    ) -> contextlib.AbstractAsyncContextManager[Route]: ...
+
+
 # The simulator a suite shares among its runs (agentloop.suite sets it around them); unset,
 # every simulated run starts its own (the single-run path).
 @dataclass(frozen=True, slots=True)
 class Shared:
-    """A suite's one simulator, the SDK client its runs' clients are copies of, and the maker of
-    each run's own connection pool (:meth:`pool`)."""
+    """A suite's one simulator, the SDK client its runs' clients are copies of, the maker of
+    each run's own connection pool (:meth:`pool`), and the start gate a run waits at once it is
+    set up (given the run's pool and base URL, so that it can connect before it waits)."""
 
-    sim: SimServer
+    sim: Routes
     sdk: Any  # an openai.AsyncOpenAI, made by agentloop.suite: the simulator never imports openai
     # an async context manager of one run's httpx2.AsyncClient (made by agentloop.suite)
     pool: Callable[[], contextlib.AbstractAsyncContextManager[Any]]
+    gate: Callable[[Any, str], Awaitable[None]] | None = None
 
 
 SHARED: ContextVar[Shared | None] = ContextVar("agentloop_shared_sim", default=None)

@@ -2,11 +2,11 @@
 
 Every run goes through the run API (:func:`agentloop.api.run_task`); ``concurrency`` bounds
 how many run at once and a failing run (error, limit, crash, failed check) is recorded and never
-stops the others. Simulated tiers share ONE simulator for the whole suite: each run takes a
-route on it (:meth:`agentloop.sim.server.SimServer.route`) instead of starting its own server,
-so a thousand concurrent runs share one listening socket and one write budget, and the first
-wave's model calls wait at a start gate until the wave is set up (:mod:`agentloop.suite.gate`)
-(``tests/benchmarks/bench_suite_scale.py``). With ``ray`` each run is a Ray task
+stops the others. Simulated tiers share ONE simulator for the whole suite, in a process of its
+own (:mod:`agentloop.sim.child`): each run takes a route on it instead of starting its own
+server, so a thousand concurrent runs share one listening socket and one write budget, and the
+first wave's model calls wait at a start gate until the wave is set up, each run connected
+(:mod:`agentloop.suite.gate`; ``tests/benchmarks/bench_suite_scale.py``). With ``ray`` each run is a Ray task
 on a cluster instead (:mod:`agentloop.suite.ray_backend`) and its trace comes back into the
 folder. ``DIR/suite.json`` is written at the end, and also when the suite is interrupted.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.api import open_task, resolve_tier, run_task, tool_registry
-from agentloop.errors import AgentloopError, ConfigError
+from agentloop.errors import AgentloopError, ConfigError, SimulatorError
 from agentloop.events import EventSink, Only, RunEvent
 from agentloop.jail_closer import closing_behind
 from agentloop.runner import RunResult
@@ -40,6 +40,7 @@ from agentloop.tiers import Tier
 from agentloop.trace.reader import load_trace
 
 TASK_SUFFIXES = (".yaml", ".yml")
+KEEPALIVE_S = 600.0  # a run's idle connection to the suite's simulator is kept this long
 
 
 def collect(paths: Sequence[str | Path]) -> list[Path]:
@@ -110,38 +111,54 @@ def plan_jobs(
 async def shared_simulator(
     jobs: Sequence[Job], gate: StartGate | None = None
 ) -> AsyncIterator[None]:
-    """One simulator for every simulated run of the suite (runs take routes on it), one SDK
-    client that every run's client is a copy of, each on a connection pool of the run's own
-    (one TLS context for all); ``gate`` holds the first wave's routes until that wave is set up
-    (:mod:`agentloop.suite.gate`)."""
+    """One simulator, in a process of its own (:mod:`agentloop.sim.child`), for every simulated
+    run of the suite (runs take routes on it); one SDK client that every run's client is a copy
+    of, each on a connection pool of the run's own (one TLS context for all); ``gate`` holds the
+    first wave, each run connected, until that wave is set up (:mod:`agentloop.suite.gate`)."""
     import httpx2
     import openai
 
     from agentloop.sim import server
-    from agentloop.sim.server import SHARED, Shared, SimServer
+    from agentloop.sim.child import SimProcess
+    from agentloop.sim.server import SHARED, Shared
 
     profiles = [j.tier.profile for j in jobs if j.tier.simulated and j.tier.profile is not None]
     if not profiles or SHARED.get() is not None:
         yield
         return
     # each route brings its own profile
-    async with SimServer(profile=profiles[0], write_budget=server.SUITE_WRITE_BUDGET) as sim:
-        sim.gate = gate.wait if gate is not None else None
+    async with SimProcess(profiles[0], server.SUITE_WRITE_BUDGET) as sim:
         # one TLS context for every pool: making one loads the trust store (~0.2 s of CPU)
         tls = httpx2.create_ssl_context()
         http = httpx2.AsyncClient(verify=tls)
         sdk = openai.AsyncOpenAI(
             base_url=sim.base_url, api_key="sim", max_retries=0, http_client=http
         )
+        # a run connected before the gate may wait there through the whole wave's set-up
+        limits = httpx2.Limits(
+            max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_S
+        )
 
         @contextlib.asynccontextmanager
         async def pool() -> AsyncIterator[httpx2.AsyncClient]:
             # a run's own pool: httpcore scans every connection of a pool for each request and
             # each response's end, so one pool for a thousand runs costs O(runs) per event
-            async with httpx2.AsyncClient(verify=tls) as own:
+            async with httpx2.AsyncClient(verify=tls, limits=limits) as own:
                 yield own
 
-        token = SHARED.set(Shared(sim, sdk, pool))
+        async def hold(own: httpx2.AsyncClient, base_url: str) -> None:
+            assert gate is not None
+            if gate.will_hold():
+                # connected now, so that a thousand runs do not connect as the gate opens
+                try:
+                    (await own.get(f"{base_url}/models")).raise_for_status()
+                except httpx2.HTTPError as exc:
+                    raise SimulatorError(
+                        f"the suite's simulator did not answer GET {base_url}/models: {exc}"
+                    ) from exc
+            await gate.wait()
+
+        token = SHARED.set(Shared(sim, sdk, pool, hold if gate is not None else None))
         try:
             yield
         finally:
@@ -318,6 +335,8 @@ async def run_suite(
             await asyncio.gather(*work)
             tick.cancel()
     finally:
+        if gate is not None:
+            gate.close()
         if remote is not None:
             remote.close()
         if progress is not None:

@@ -8,16 +8,17 @@ two-step task on ``sim-standard`` (60 tok/s), all N at once, every model call th
 
 - ``per-run sims``: every run starts its own simulator (one listening port per run), as a single
   ``agentloop run`` does; at 200 runs;
-- ``shared sim``: the suite's one simulator, a route per run (its write budget
-  ``SUITE_WRITE_BUDGET``, the first wave held at the start gate until every run is set up,
+- ``shared sim``: the suite's one simulator, in a process of its own
+  (:mod:`agentloop.sim.child`), a route per run (its write budget ``SUITE_WRITE_BUDGET``, the
+  first wave held at the start gate until every run is set up and connected,
   :mod:`agentloop.suite.gate`); at 200 and at N.
 
 Pacing is read from the traces as the client measured it: each model call's ``output_tps``
 (``(V - 1) / decode`` of its visible tokens) against the tier's 60 tok/s, and its
 ``ttft_visible`` against the profile's ``base + input / prefill_tps + reasoning / output_tps``.
-Printed per configuration: runs ok / errors, the most runs in flight at once, wall time, peak
-RSS, mean output tok/s, mean, p99 and worst per-call output-rate error, and the mean TTFT
-lateness.
+Printed per configuration: runs ok / errors, the most runs in flight at once and the most model
+calls streaming at once (from the traces' wall-clock anchors), wall time, peak RSS, mean output
+tok/s, mean, p99 and worst per-call output-rate error, and the mean TTFT lateness.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,10 +84,14 @@ async def one(runs: int, shared: bool, folder: Path) -> dict:
     assert prof is not None
     target = prof.output_tps
     errs, tps, late = [], [], []
+    edges: list[tuple[float, int]] = []  # model calls' starts and ends, on the wall clock
     for r in suite.runs:
         if not r.trace:
             continue
-        for s in load_trace(folder / "out" / r.trace).of_kind("model"):
+        trace = load_trace(folder / "out" / r.trace)
+        anchor = datetime.fromisoformat(trace.run.wall).timestamp()
+        for s in trace.of_kind("model"):
+            edges += [(anchor + s.t0 / 1e9, 1), (anchor + (s.t1 or s.t0) / 1e9, -1)]
             a = s.attrs
             if a.get("output_tps"):
                 tps.append(a["output_tps"])
@@ -98,12 +104,17 @@ async def one(runs: int, shared: bool, folder: Path) -> dict:
                 )
                 late.append(a["ttft_visible_s"] - due)
     errs.sort()
+    at_once = most = 0
+    for _, step in sorted(edges):
+        at_once += step
+        most = max(most, at_once)
     return {
         "runs": runs,
         "shared": shared,
         "ok": sum(r.status == "ok" for r in suite.runs),
         "errors": sum(r.status != "ok" for r in suite.runs),
         "peak_running": peak[0],
+        "calls_at_once": most,
         "reasons": sorted({r.reason for r in suite.runs if r.status != "ok"})[:3],
         "wall_s": wall,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -144,7 +155,7 @@ def main() -> None:
     small, big = (20, 50) if args.quick else (200, args.runs)
     rows = [child(small, False), child(small, True), child(big, True)]
     print(
-        f"{'config':<14} {'runs':>5} {'ok':>5} {'err':>4} {'at once':>7} {'wall s':>7} "
+        f"{'config':<14} {'runs':>5} {'ok':>5} {'err':>4} {'at once':>7} {'calls':>5} {'wall s':>7} "
         f"{'peak RSS':>9} "
         f"{'tok/s':>7} {'mean err':>9} {'p99 err':>8} {'worst':>7} {'TTFT late':>10}"
     )
@@ -152,6 +163,7 @@ def main() -> None:
         name = "shared sim" if r["shared"] else "per-run sims"
         print(
             f"{name:<14} {r['runs']:>5} {r['ok']:>5} {r['errors']:>4} {r['peak_running']:>7} "
+            f"{r['calls_at_once']:>5} "
             f"{r['wall_s']:>7.1f} "
             f"{r['peak_rss_mb']:>6.0f} MB {r['mean_tps']:>7.2f} {100 * r['mean_err']:>8.2f}% "
             f"{100 * r['p99_err']:>7.2f}% {100 * r['worst_err']:>6.2f}% "
