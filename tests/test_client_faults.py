@@ -357,7 +357,7 @@ async def test_a_stream_that_never_ends_is_capped_in_what_one_call_buffers(api: 
 async def test_a_server_that_sends_on_after_the_terminal_event_does_not_hold_the_call() -> None:
     """After ``[DONE]`` a hostile server keeps sending: the call still ends at once with its
     answer, the rest is read only up to a bound, and that connection is not kept."""
-    sent = asyncio.Event()
+    sent, ended = asyncio.Event(), asyncio.Event()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -377,14 +377,17 @@ async def test_a_server_that_sends_on_after_the_terminal_event_does_not_hold_the
             data = b"data: %b\n\n" % event
             writer.write(b"%x\r\n%b\r\n" % (len(data), data))
         await writer.drain()
-        with contextlib.suppress(ConnectionError):
-            for _ in range(2000):  # 20 s of junk unless the client hangs up
-                junk = b": junk " + b"x" * 1000 + b"\n"
-                writer.write(b"%x\r\n%b\r\n" % (len(junk), junk))
-                await writer.drain()
-                sent.set()
-                await asyncio.sleep(0.01)
-        writer.close()
+        try:
+            with contextlib.suppress(ConnectionError):
+                for _ in range(2000):  # 20 s of junk unless the client hangs up
+                    junk = b": junk " + b"x" * 1000 + b"\n"
+                    writer.write(b"%x\r\n%b\r\n" % (len(junk), junk))
+                    await writer.drain()
+                    sent.set()
+                    await asyncio.sleep(0.01)
+        finally:
+            writer.close()
+            ended.set()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
@@ -399,6 +402,7 @@ async def test_a_server_that_sends_on_after_the_terminal_event_does_not_hold_the
             kept = len(pool.connections)
         finally:
             await client.aclose()
+        await asyncio.wait_for(ended.wait(), 5)  # the junk stops once the client has hung up
     assert r.text == "hello" and sent.is_set()
     assert took < 1.5, f"the call waited {took:.2f} s on bytes after its terminal event"
     assert kept == 0
