@@ -152,6 +152,20 @@ async def test_a_bad_request_is_not_retried() -> None:
     assert "flaky-tier" in info.value.message and "script" in info.value.message
 
 
+async def _read_request(reader: asyncio.StreamReader) -> None:
+    """Read one HTTP request (head and Content-Length body) off a raw test server's stream."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        (
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
+    await reader.readexactly(length)
+
+
 async def _refusing_server(
     status: int, message: str, code: str = "invalid_api_key"
 ) -> tuple[asyncio.Server, str]:
@@ -161,16 +175,7 @@ async def _refusing_server(
     )
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            (
-                int(line.split(b":")[1])
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length:")
-            ),
-            0,
-        )
-        await reader.readexactly(length)
+        await _read_request(reader)
         writer.write(
             b"HTTP/1.1 %d Refused\r\ncontent-type: application/json\r\n"
             b"content-length: %d\r\nconnection: close\r\n\r\n%b" % (status, len(body), body)
@@ -360,13 +365,7 @@ async def test_a_server_that_sends_on_after_the_terminal_event_does_not_hold_the
     sent, ended = asyncio.Event(), asyncio.Event()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":")[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-        await reader.readexactly(length)
+        await _read_request(reader)
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
             b"transfer-encoding: chunked\r\n\r\n"
