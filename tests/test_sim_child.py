@@ -109,3 +109,16 @@ async def test_the_child_ends_when_its_parent_is_killed() -> None:
         if parent.returncode is None:
             parent.kill()
             await parent.wait()
+
+
+async def test_a_dead_child_is_a_simulator_error_not_a_hang() -> None:
+    """The child killed under a suite: a run asking for a route gets SimulatorError at once."""
+    from agentloop.errors import SimulatorError
+
+    async with SimProcess(FAST, 500.0) as sim:
+        os.kill(sim.pid, signal.SIGKILL)
+        with pytest.raises(SimulatorError) as info:
+            for _ in range(100):  # until the parent has seen the pipe close
+                async with asyncio.timeout(5), sim.route(FAST, [ScriptTurn(text="x")]):
+                    await asyncio.sleep(0.02)
+    assert "simulator process" in info.value.message

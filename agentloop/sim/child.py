@@ -144,16 +144,21 @@ class SimProcess:
 
     async def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
-        while line := await self._proc.stdout.readline():
-            msg = orjson.loads(line)
-            fut = self._waiting.pop(msg["id"], None)
-            if fut is not None and not fut.done():
-                fut.set_result(msg)
-        gone = SimulatorError(f"the suite's simulator process ended{self._said()}")
-        for fut in self._waiting.values():
-            if not fut.done():
-                fut.set_exception(gone)
-        self._waiting.clear()
+        try:
+            while line := await self._proc.stdout.readline():
+                try:
+                    msg = orjson.loads(line)
+                    fut = self._waiting.pop(msg["id"], None)
+                except (orjson.JSONDecodeError, KeyError, TypeError):
+                    continue  # not an answer (something in the child printed): not ours
+                if fut is not None and not fut.done():
+                    fut.set_result(msg)
+        finally:  # the child is gone: whoever still waits for an answer is told so
+            gone = SimulatorError(f"the suite's simulator process ended{self._said()}")
+            for fut in self._waiting.values():
+                if not fut.done():
+                    fut.set_exception(gone)
+            self._waiting.clear()
 
     async def _ask(self, msg: dict[str, Any]) -> dict[str, Any]:
         if self._reader is None or self._reader.done():
