@@ -43,11 +43,11 @@ class StartGate:
     """Holds ``expected`` runs until all have arrived or ended; lets them through spaced."""
 
     def __init__(
-        self, expected: int, max_wait_s: float = MAX_WAIT_S, spacing_s: float = SPACING_S
+        self, expected: int, max_wait_s: float = MAX_WAIT_S, spacing_s: float | None = None
     ) -> None:
         self.expected = expected
         self.max_wait_s = max_wait_s
-        self.spacing_s = spacing_s
+        self.spacing_s = SPACING_S if spacing_s is None else spacing_s  # read now (the benchmark)
         self.arrived = 0
         self._open = asyncio.Event()
         self._turn = asyncio.Lock()

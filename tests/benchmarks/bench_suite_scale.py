@@ -18,7 +18,9 @@ Pacing is read from the traces as the client measured it: each model call's ``ou
 ``ttft_visible`` against the profile's ``base + input / prefill_tps + reasoning / output_tps``.
 Printed per configuration: runs ok / errors, the most runs in flight at once and the most model
 calls streaming at once (from the traces' wall-clock anchors), wall time, peak RSS, mean output
-tok/s, mean, p99 and worst per-call output-rate error, and the mean TTFT lateness.
+tok/s, mean, p99 and worst per-call output-rate error, and the mean TTFT lateness. The N-run
+shared configuration runs twice: at the start gate's spacing (``agentloop.suite.gate.SPACING_S``,
+10 ms) and at 5 ms, which puts more calls in flight at once against the pacing.
 """
 
 from __future__ import annotations
@@ -56,8 +58,12 @@ script:
 """
 
 
-async def one(runs: int, shared: bool, folder: Path) -> dict:
+async def one(runs: int, shared: bool, folder: Path, spacing_ms: float | None = None) -> dict:
+    from agentloop.suite import gate
     from agentloop.suite.run import Progress, run_suite
+
+    if spacing_ms is not None:
+        gate.SPACING_S = spacing_ms / 1000
     from agentloop.tiers import get_tier, load_tiers
     from agentloop.trace.reader import load_trace
 
@@ -111,6 +117,7 @@ async def one(runs: int, shared: bool, folder: Path) -> dict:
     return {
         "runs": runs,
         "shared": shared,
+        "spacing_ms": 1000 * gate.SPACING_S,
         "ok": sum(r.status == "ok" for r in suite.runs),
         "errors": sum(r.status != "ok" for r in suite.runs),
         "peak_running": peak[0],
@@ -127,10 +134,18 @@ async def one(runs: int, shared: bool, folder: Path) -> dict:
     }
 
 
-def child(runs: int, shared: bool) -> dict:
+def child(runs: int, shared: bool, spacing_ms: float | None = None) -> dict:
     """Run one configuration in a fresh interpreter; its result."""
+    spacing = [] if spacing_ms is None else ["--spacing-ms", str(spacing_ms)]
     out = subprocess.run(
-        [sys.executable, __file__, "--one", str(runs), "--shared" if shared else "--per-run"],
+        [
+            sys.executable,
+            __file__,
+            "--one",
+            str(runs),
+            "--shared" if shared else "--per-run",
+            *spacing,
+        ],
         capture_output=True,
         text=True,
         timeout=1800,
@@ -146,23 +161,28 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="50 and 20 runs instead")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--shared", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--spacing-ms", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--per-run", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         with tempfile.TemporaryDirectory(prefix="bench-suite-") as tmp:
-            print(json.dumps(asyncio.run(one(args.one, args.shared, Path(tmp)))))
+            one_run = one(args.one, args.shared, Path(tmp), args.spacing_ms)
+            print(json.dumps(asyncio.run(one_run)))
         return
     small, big = (20, 50) if args.quick else (200, args.runs)
-    rows = [child(small, False), child(small, True), child(big, True)]
+    # the gate's default spacing, then half of it: calls at once against pacing
+    rows = [child(small, False), child(small, True), child(big, True), child(big, True, 5.0)]
     print(
-        f"{'config':<14} {'runs':>5} {'ok':>5} {'err':>4} {'at once':>7} {'calls':>5} {'wall s':>7} "
+        f"{'config':<14} {'gate':>5} {'runs':>5} {'ok':>5} {'err':>4} {'at once':>7} {'calls':>5} "
+        f"{'wall s':>7} "
         f"{'peak RSS':>9} "
         f"{'tok/s':>7} {'mean err':>9} {'p99 err':>8} {'worst':>7} {'TTFT late':>10}"
     )
     for r in rows:
         name = "shared sim" if r["shared"] else "per-run sims"
+        gap = f"{r['spacing_ms']:g}ms" if r["shared"] else "-"
         print(
-            f"{name:<14} {r['runs']:>5} {r['ok']:>5} {r['errors']:>4} {r['peak_running']:>7} "
+            f"{name:<14} {gap:>5} {r['runs']:>5} {r['ok']:>5} {r['errors']:>4} {r['peak_running']:>7} "
             f"{r['calls_at_once']:>5} "
             f"{r['wall_s']:>7.1f} "
             f"{r['peak_rss_mb']:>6.0f} MB {r['mean_tps']:>7.2f} {100 * r['mean_err']:>8.2f}% "
