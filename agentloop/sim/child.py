@@ -14,7 +14,8 @@ closes one (no answer: requests to it get 404 ``unknown_route`` from then on); `
 "stats", "id": I}`` is answered ``{"id": I, "stats": {"connections": C, "routes": N}}`` (TCP connections
 accepted so far, routes open now). End of input
 (the parent closed the pipe, exited or was killed) stops the child, so it never outlives its
-suite. Its environment is ``PATH``, ``LANG`` and ``PYTHONPATH`` only: no key reaches it.
+suite. Its environment is ``PATH``, ``LANG`` and (outside site-packages) ``PYTHONPATH`` only:
+no key reaches it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import site
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
@@ -109,7 +111,9 @@ class SimProcess:
     async def start(self) -> None:
         # the folder this agentloop imports from: the child runs the same code, installed or not
         root = str(PurePath(__file__).parents[2])  # __file__ is absolute
-        env = {"PATH": os.defpath, "LANG": "C.UTF-8", "PYTHONPATH": root}
+        env = {"PATH": os.defpath, "LANG": "C.UTF-8"}
+        if root not in site.getsitepackages():  # a checkout or an editable install
+            env["PYTHONPATH"] = root
         # the child's stderr, kept for its life (read back when it fails)
         self._err = await asyncio.to_thread(tempfile.TemporaryFile)
         self._proc = await asyncio.create_subprocess_exec(
