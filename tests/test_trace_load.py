@@ -18,16 +18,10 @@ from agentloop.analysis.synthetic import (
     sequential_run,
 )
 from agentloop.errors import TraceFileError
-from agentloop.trace import schema
+from agentloop.trace import schema, span_attrs
+from agentloop.trace.fields import Where
 from agentloop.trace.reader import Trace, load_trace, parse_lines
-from agentloop.trace.schema import (
-    SpanEnd,
-    SpanStart,
-    Where,
-    end_record,
-    end_span_record,
-    start_record,
-)
+from agentloop.trace.schema import SpanEnd, SpanStart, end_record, end_span_record, start_record
 from tests.conftest import ROOT
 
 REF = sorted((ROOT / "traces" / "reference").glob("*.jsonl"))
@@ -39,7 +33,7 @@ def _lines(records: list[Record]) -> list[bytes]:
 
 
 def _detailed(lines: list[bytes]) -> dict[str, tuple[Any, ...]]:
-    """Every span's fields as schema's detailed checks alone type them (no fast path)."""
+    """Every span's fields as the detailed checks alone type them (no fast path)."""
     out: dict[str, tuple[Any, ...]] = {}
     starts: dict[str, SpanStart] = {}
     for lineno, raw in enumerate(lines[1:], start=2):
@@ -50,8 +44,10 @@ def _detailed(lines: list[bytes]) -> dict[str, tuple[Any, ...]]:
             out[rec.id] = (*rec[:6], None, "in_flight", {}, rec.attrs, None, None)
         elif type(rec) is SpanEnd:
             st = starts[rec.id]
-            model = schema._model_attrs_checked(rec.attrs, w) if st.kind == "model" else None
-            tool = schema._tool_attrs_checked(rec.attrs, st.name, w) if st.kind == "tool" else None
+            model = span_attrs._model_attrs_checked(rec.attrs, w) if st.kind == "model" else None
+            tool = (
+                span_attrs._tool_attrs_checked(rec.attrs, st.name, w) if st.kind == "tool" else None
+            )
             out[rec.id] = (*st[:6], rec.t, rec.status, rec.attrs, st.attrs, model, tool)
     return out
 

@@ -14,8 +14,8 @@ from agentloop.analysis.graph import build_graph
 from agentloop.analysis.report import build_report
 from agentloop.cli import main
 from agentloop.replay import replay
+from agentloop.trace.fields import MAX_INSTANT_NS
 from agentloop.trace.reader import load_trace
-from agentloop.trace.schema import MAX_INSTANT_NS
 from tests.conftest import ROOT
 
 REF = ROOT / "traces" / "reference"

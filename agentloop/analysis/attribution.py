@@ -27,7 +27,8 @@ from typing import Any, NamedTuple
 
 from agentloop.timing import split_ns
 from agentloop.trace.attrs import GEN_AI_TOOL_NAME
-from agentloop.trace.schema import ModelAttrs, ToolAttrs, Where, model_attrs
+from agentloop.trace.fields import Where
+from agentloop.trace.span_attrs import ModelAttrs, ToolAttrs, model_attrs
 
 MODEL_PARTS = ("base", "reasoning", "decode", "tail", "wait", "retry", "overhead")
 FRAMEWORK = "framework"  # run time on the critical path outside model and tool spans

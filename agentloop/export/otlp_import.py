@@ -43,13 +43,8 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as GA
 from agentloop._version import __version__
 from agentloop.errors import TraceFileError
 from agentloop.trace import attrs as A
-from agentloop.trace.schema import (
-    MAX_INSTANT_NS,
-    end_record,
-    end_span_record,
-    header_record,
-    start_record,
-)
+from agentloop.trace.fields import MAX_INSTANT_NS
+from agentloop.trace.schema import end_record, end_span_record, header_record, start_record
 
 MODEL_OPS = frozenset({"chat", "text_completion", "generate_content"})
 # other spellings of the same counts (pydantic-ai's ``gen_ai.usage.details.*``, semconv's

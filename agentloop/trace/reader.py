@@ -11,21 +11,17 @@ import orjson
 
 from agentloop.errors import TraceFileError
 from agentloop.trace.attrs import STEP
+from agentloop.trace.fields import MAX_INSTANT_NS, Where
 from agentloop.trace.schema import (
-    MAX_INSTANT_NS,
     EndRecord,
-    ModelAttrs,
     RunHeader,
     SpanEnd,
     SpanEvent,
     SpanStart,
-    ToolAttrs,
-    Where,
-    model_attrs,
     parse_header,
     parse_record,
-    tool_attrs,
 )
+from agentloop.trace.span_attrs import ModelAttrs, ToolAttrs, model_attrs, tool_attrs
 
 _EMPTY: dict[str, Any] = {}  # a start record without attrs; each span gets its own empty dict
 
@@ -35,7 +31,7 @@ class SpanRecord:
     """A span rebuilt from its begin/end records; ``t1`` is None while it was still in flight.
 
     ``model`` / ``tool``: the typed end attributes of a finished model or tool span
-    (:mod:`agentloop.trace.schema`); ``attrs`` keeps them as written.
+    (:mod:`agentloop.trace.span_attrs`); ``attrs`` keeps them as written.
     """
 
     id: str
