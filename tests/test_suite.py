@@ -279,9 +279,11 @@ def test_suite_compare_puts_measured_beside_predicted_with_intervals(
             lo, hi = t[key]["ci95"]
             assert lo <= t[key]["value"] <= hi
         assert t["error_pct"] == pytest.approx(t["model_error_pct"] + t["tool_noise_pct"])
-        # runs this short (about 1 s on ultrafast) keep the start-up contention of runs
-        # starting together in B's first calls; the shipped suites' runs are within 1%
-        assert abs(t["error_pct"]) < 40
+        # runs this short (about 1 s on ultrafast) keep some start-up contention of runs
+        # starting together in B's first calls: -6% to -0.2% measured in six pairs (before the
+        # suite's simulator had a process of its own and runs kept their connection, up to
+        # 40%); the shipped suites' runs are within 0.2%
+        assert abs(t["error_pct"]) < 15
         assert 0 < t["output_share_a"] < 1
     assert 2 < data["suite"]["measured_speedup"]["value"] < 12.5
     assert 0 == main(["compare", str(a), str(b)])
