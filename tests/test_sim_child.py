@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ from agentloop.script import ScriptTurn
 from agentloop.sim.child import SimProcess
 from agentloop.tiers import SpeedProfile, Tier
 from agentloop.types import Message, ModelRequest
+from tests.conftest import alive, wait_dead
 
 FAST = SpeedProfile(base_latency_s=0.01, prefill_tps=0, output_tps=3000)
 SECRET = "sk-proj-child-must-never-see-this-0123456789"
@@ -25,14 +25,6 @@ SECRET = "sk-proj-child-must-never-see-this-0123456789"
 def _environ(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes()
     return dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 async def test_a_route_on_the_child_serves_the_sdk_and_closes(
@@ -44,7 +36,7 @@ async def test_a_route_on_the_child_serves_the_sdk_and_closes(
     slow = SpeedProfile(base_latency_s=0.01, prefill_tps=0, output_tps=200)
     async with SimProcess(FAST, 500.0) as sim:
         pid = sim.pid
-        assert pid != os.getpid() and _alive(pid)
+        assert pid != os.getpid() and alive(pid)
         env = _environ(pid)
         assert set(env) <= {"PATH", "LANG", "PYTHONPATH"} and SECRET not in str(env)
         answers = {}
@@ -72,10 +64,7 @@ async def test_a_route_on_the_child_serves_the_sdk_and_closes(
             gone = await http.get(f"{a.base_url}/models")
         assert gone.status_code == 404 and "unknown_route" in gone.text
         assert await sim.stats() == {"connections": 3, "routes": 0}  # each client, and the GET
-    deadline = time.monotonic() + 5
-    while _alive(pid) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert not _alive(pid)
+    assert await wait_dead([pid]) == []
 
 
 PARENT = """
@@ -98,13 +87,10 @@ async def test_the_child_ends_when_its_parent_is_killed() -> None:
     try:
         assert parent.stdout is not None
         child = int(await asyncio.wait_for(parent.stdout.readline(), 30))
-        assert _alive(child)
+        assert alive(child)
         parent.send_signal(signal.SIGKILL)
         await asyncio.wait_for(parent.wait(), 10)
-        deadline = time.monotonic() + 10
-        while _alive(child) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert not _alive(child)
+        assert await wait_dead([child], within_s=10) == []
     finally:
         if parent.returncode is None:
             parent.kill()
