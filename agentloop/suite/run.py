@@ -6,9 +6,9 @@ stops the others. Simulated tiers share ONE simulator for the whole suite, in a 
 own (:mod:`agentloop.sim.child`): each run takes a route on it instead of starting its own
 server, so a thousand concurrent runs share one listening socket and one write budget, and the
 first wave's model calls wait at a start gate until the wave is set up, each run connected
-(:mod:`agentloop.suite.gate`; ``tests/benchmarks/bench_suite_scale.py``). With ``ray`` each run is a Ray task
-on a cluster instead (:mod:`agentloop.suite.ray_backend`) and its trace comes back into the
-folder. ``DIR/suite.json`` is written at the end, and also when the suite is interrupted.
+(:mod:`agentloop.suite.gate`; ``tests/benchmarks/bench_suite_scale.py``). With ``ray`` each
+run is a Ray task on a cluster instead (:mod:`agentloop.suite.ray_backend`) and its trace comes
+back into the folder. ``DIR/suite.json`` is written at the end, and also when the suite is interrupted.
 """
 
 from __future__ import annotations
