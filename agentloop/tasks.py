@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,45 @@ class _TurnModel(BaseModel):
     text: str = ""
     reasoning_tokens: int = Field(default=0, ge=0)
     tool_calls: list[_ToolCallModel] = Field(default_factory=list)
+
+
+# A requirement is a package specifier only (PEP 508 without the URL form): a name, optional
+# extras, optional version clauses, optional environment marker. The host's uv installs the
+# task venv outside the jail, so a pip option (`--index-url`, `-r FILE`, `-e`), a path (a local
+# source tree runs its build backend on the host) or a URL (`pkg @ https://...`) must not get in.
+_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+_VERSION = r"(?:~=|===|==|!=|<=|>=|<|>)\s*[A-Za-z0-9.*+!_-]+"
+_REQUIREMENT = re.compile(
+    rf"{_NAME}\s*(?:\[\s*{_NAME}(?:\s*,\s*{_NAME})*\s*\])?"
+    rf"\s*(?:\(?\s*{_VERSION}(?:\s*,\s*{_VERSION})*\s*\)?)?"
+    r"\s*(?:;[A-Za-z0-9_ .'\"<>=!~()]*)?"
+)
+MAX_REQUIREMENT = 200
+# a bare name ending like an archive is a file to pip and uv (`x.tar.gz` installs ./x.tar.gz)
+_ARCHIVE = (".whl", ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz")
+
+
+def requirement_problem(text: str) -> str | None:
+    """Why ``text`` is not a plain package specifier (None when it is one)."""
+    shown = text if len(text) <= 60 else text[:57] + "..."
+    if len(text) > MAX_REQUIREMENT:  # also keeps the pattern's backtracking short
+        return f"{shown!r} is longer than {MAX_REQUIREMENT} characters: not a package specifier"
+    name = re.match(_NAME, text.strip())
+    archive = name is not None and name.group().lower().endswith(_ARCHIVE)
+    if _REQUIREMENT.fullmatch(text.strip()) and not archive:
+        return None
+    if text.lstrip().startswith("-"):
+        what = "a pip option"
+    elif "://" in text or "@" in text:
+        what = "a URL"
+    elif "/" in text or "\\" in text or text.strip().startswith(".") or archive:
+        what = "a path"
+    else:
+        what = "not a package specifier"
+    return (
+        f"{shown!r} is {what}: a requirement must be a package name with optional extras and "
+        "version, like 'requests[socks]>=2,<3' (no options, paths or URLs)"
+    )
 
 
 class _LimitsModel(BaseModel):
@@ -228,6 +268,15 @@ def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Ta
         raise TaskFileError(
             path, exc.message.split(": ", 1)[-1], line=_key_line(root, ("tiers",)), field=exc.field
         ) from None
+    for i, req in enumerate(m.requirements):
+        why = requirement_problem(req)
+        if why is not None:
+            raise TaskFileError(
+                path,
+                why,
+                line=_key_line(root, ("requirements", i)),
+                field=f"requirements[{i}]",
+            )
     lim = m.limits
     return Task(
         name=m.name,

@@ -51,6 +51,26 @@ CASES = [
         "valid dictionary",
     ),
     ("not a mapping", "- just\n- a list\n", "line 1", None, "must be a YAML mapping"),
+    *(
+        (
+            f"requirement {what}",
+            f"name: x\nprompt: hi\nrequirements:\n  - requests>=2\n  - '{req}'\n",
+            "line 5",
+            "requirements[1]",
+            f"is {what}",
+        )
+        for req, what in [
+            ("-r /etc/passwd", "a pip option"),
+            ("--index-url=http://evil.test/simple", "a pip option"),
+            ("-e .", "a pip option"),
+            ("./src", "a path"),
+            ("/tmp/trojan", "a path"),
+            ("payload.tar.gz", "a path"),
+            ("pkg @ https://evil.test/pkg.whl", "a URL"),
+            ("git+https://evil.test/pkg", "a URL"),
+            ("two words", "not a package specifier"),
+        ]
+    ),
 ]
 
 
@@ -100,6 +120,19 @@ def test_valid_task_file_loads_with_defaults(tmp_path: Path) -> None:
     path.write_text("name: x\nprompt: hi\ntools: read_file\n")
     task = load_task(path, {"read_file"})
     assert (("read_file",), 30, True) == (task.tools, task.limits.max_steps, task.finish_tool)
+
+
+def test_plain_package_specifiers_are_requirements(tmp_path: Path) -> None:
+    """Names with extras, version clauses and markers are accepted as they are written."""
+    reqs = [
+        "requests",
+        "requests[socks]>=2,<3",
+        "zope.interface ~= 5.0",
+        "tomli; python_version < '3.11'",
+    ]
+    path = tmp_path / "task.yaml"
+    path.write_text("name: x\nprompt: hi\nrequirements:\n" + "".join(f'  - "{r}"\n' for r in reqs))
+    assert tuple(reqs) == load_task(path).requirements
 
 
 def test_setup_failure_names_the_command(tmp_path: Path) -> None:
