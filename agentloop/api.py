@@ -199,11 +199,13 @@ async def run_task(
     script: list[ScriptTurn] | None = None,
     events: EventSink | None = None,
     otlp: str | None = None,
+    unconfined: bool = False,
 ) -> RunResult:
     """Run one task to its end and return how it ended; the trace goes under ``trace_dir``.
 
     ``script`` replaces the task's scripted turns (replay); ``{workspace}`` in either becomes the
-    run's working folder. ``events`` receives every :class:`agentloop.events.RunEvent`;
+    run's working folder. ``unconfined`` lets a real (unscripted) model's commands run on the
+    host where no jail can be had (refused otherwise: a model's output is hostile). ``events`` receives every :class:`agentloop.events.RunEvent`;
     ``observer(kind, data)`` is the older form of the same stream.
     Cancelling the calling task cancels the run: its subprocesses are killed and the trace is
     closed with status ``cancelled`` before ``CancelledError`` propagates
@@ -226,6 +228,7 @@ async def run_task(
         script=script,
         events=events,
         otlp=otlp,
+        unconfined=unconfined,
     )
 
 
@@ -266,6 +269,7 @@ async def _execute_in_env(
     script: list[ScriptTurn] | None = None,
     events: EventSink | None = None,
     otlp: str | None = None,
+    unconfined: bool = False,
 ) -> RunResult:
     """Workspace and setup, client, trace, the loop, clean-up (the task env is active)."""
     task, the_tier, run_id, path = plan.task, plan.tier, plan.run_id, plan.trace_path
@@ -275,6 +279,8 @@ async def _execute_in_env(
         task,
         writable=task_env.writable if task_env else (),
         path_prefix=task_env.path_prefix if task_env else (),
+        # a real model's commands are hostile input: no jail, no run, unless asked for
+        require_jail=client is None and not the_tier.simulated and not unconfined,
     )
     work = place.path
     ctx = RunContext(

