@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +108,55 @@ async def test_search_reports_file_line_text(ctx: RunContext) -> None:
     ]
     r = await call(ctx, "search", pattern="(unclosed")
     assert r.ok is False and "not a valid regular expression" in r.output
+
+
+@contextlib.contextmanager
+def specials(ws: Path) -> Iterator[list[str]]:
+    """A FIFO (no writer: opening it for reading would wait forever) and a listening Unix socket
+    planted in the workspace and in a subfolder; a character device too where mknod is allowed."""
+    (ws / "sub").mkdir(exist_ok=True)
+    names = ["fifo", "sub/fifo"]
+    for name in names:
+        os.mkfifo(ws / name)
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(ws / "sub" / "sock"))
+        sock.listen()
+        names.append("sub/sock")
+        with contextlib.suppress(PermissionError):
+            os.mknod(ws / "null", 0o666 | 0o020000, os.makedev(1, 3))  # like /dev/null
+            names.append("null")
+        yield names
+
+
+HANG_S = 10  # about hangs, not speed: a walk of five entries takes milliseconds
+
+
+async def test_search_and_list_files_skip_fifos_sockets_and_devices(ctx: RunContext) -> None:
+    """search and list_files return at once with FIFOs, sockets and devices skipped, unopened."""
+    ws = Path(ctx.workspace)
+    put(ctx, "sub/notes.txt", "x marks the spot\n")
+    with specials(ws) as names:
+        async with asyncio.timeout(HANG_S):
+            flat = await call(ctx, "list_files")
+            deep = await call(ctx, "list_files", recursive=True)
+            found = await call(ctx, "search", pattern="x")
+            inside = await call(ctx, "search", pattern="x", path="sub")
+            aimed = await call(ctx, "search", pattern="x", path="sub/fifo")
+    top_level = len([n for n in names if "/" not in n])
+    assert ["sub/", f"[{top_level} FIFO(s), socket(s) or device(s) not listed]"] == (
+        flat.output.splitlines()
+    )
+    assert [
+        "sub/",
+        "sub/notes.txt",
+        f"[{len(names)} FIFO(s), socket(s) or device(s) not listed]",
+    ] == (deep.output.splitlines())
+    assert ["sub/notes.txt:1: x marks the spot"] == found.output.splitlines()
+    assert found.output == inside.output
+    assert (False, "Error: 'sub/fifo' is a FIFO; file tools only use regular files") == (
+        aimed.ok,
+        aimed.output,
+    )
 
 
 async def test_write_file_creates_folders(ctx: RunContext) -> None:

@@ -8,6 +8,9 @@ instead of leading out. The file itself is opened ``O_NOFOLLOW | O_NONBLOCK`` (a
 block the open) and checked on its descriptor before a byte is read: a regular file with one link
 (a hardlink to a file outside the workspace shares its inode, so multiply-linked files are
 refused). Writes go to a temporary file in the same directory, renamed over the target.
+:func:`walk` lists folders the same way (each opened ``O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK``,
+entries typed from the folder listing itself), so FIFOs, devices and sockets are counted and
+skipped without ever being opened.
 
 All of these block; call them through ``asyncio.to_thread`` (none can block forever).
 """
@@ -17,11 +20,14 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from agentloop.errors import ToolError
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_DIRECTORY refuses a FIFO before the kernel would wait for a writer; O_NONBLOCK as well
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -184,3 +190,78 @@ def unlink(ws: Path, target: Path) -> None:
         pass
     finally:
         os.close(dfd)
+
+
+Kind = Literal["dir", "file", "link"]
+
+
+@dataclass
+class Listing:
+    """What :func:`walk` found: typed entries, noise folders not entered, special files skipped."""
+
+    entries: list[tuple[Path, Kind]] = field(default_factory=list)
+    skipped_dirs: set[str] = field(default_factory=set)
+    special: int = 0  # FIFOs, sockets and devices: never opened, never listed
+
+
+def _open_dir(ws: Path, target: Path) -> int:
+    """A descriptor of the folder ``target``, every component opened without following links."""
+    fd = os.open(ws, _DIR_FLAGS)
+    try:
+        for part in _parts(ws, target):
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _kind(entry: os.DirEntry[str]) -> Kind | None:
+    """The entry's type from the listing (d_type, else an lstat): None for special files."""
+    if entry.is_symlink():
+        return "link"
+    if entry.is_dir(follow_symlinks=False):
+        return "dir"
+    if entry.is_file(follow_symlinks=False):
+        return "file"
+    return None
+
+
+def walk(ws: Path, root: Path, *, recursive: bool, skip_dirs: frozenset[str]) -> Listing:
+    """Entries under the folder ``root`` (sorted; symlinks listed, never followed).
+
+    Recursive walks do not enter ``skip_dirs``; a folder swapped for anything else meanwhile is
+    left out. FIFOs, devices and sockets are only counted.
+    """
+    out = Listing()
+    pending = [root]  # folders still to list; each opened afresh from the workspace (few fds)
+    while pending:
+        base = pending.pop()
+        try:
+            fd = _open_dir(ws, base)
+        except OSError as exc:
+            if base != root:
+                continue  # gone or swapped for a non-folder since it was listed
+            shown = root.relative_to(ws).as_posix() or "."
+            if isinstance(exc, FileNotFoundError):
+                raise ToolError(f"no such folder: {shown!r}") from None
+            raise _changed(shown, exc) from None
+        try:
+            with os.scandir(fd) as listing:
+                found = [(e.name, _kind(e)) for e in listing]
+        finally:
+            os.close(fd)
+        for name, kind in found:
+            if kind is None:
+                out.special += 1
+                continue
+            if kind == "dir" and recursive:
+                if name in skip_dirs:
+                    out.skipped_dirs.add(name)
+                    continue
+                pending.append(base / name)
+            out.entries.append((base / name, kind))
+    out.entries.sort()
+    return out

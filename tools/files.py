@@ -6,6 +6,7 @@ import asyncio
 import fnmatch
 import os
 import re
+import stat
 from pathlib import Path
 
 import re2
@@ -149,28 +150,6 @@ async def read_file(
     )
 
 
-def _walk(root: Path, recursive: bool) -> tuple[list[Path], set[str]]:
-    """Entries under ``root`` (symlinked folders not followed), and noise folders skipped."""
-    skipped: set[str] = set()
-    found: list[Path] = []
-    # fwalk opens every folder relative to its parent's descriptor and never descends into a
-    # symlink, even one swapped in while walking
-    for dirpath, dirnames, filenames, _fd in os.fwalk(root, follow_symlinks=False):
-        if not recursive:
-            return sorted([Path(dirpath) / n for n in [*dirnames, *filenames]]), skipped
-        keep = []
-        for d in sorted(dirnames):
-            if d in NOISE_DIRS:
-                skipped.add(d)
-            else:
-                keep.append(d)
-        dirnames[:] = keep
-        base = Path(dirpath)
-        found.extend(base / d for d in keep)
-        found.extend(base / f for f in sorted(filenames))
-    return sorted(found), skipped
-
-
 async def list_files(
     ctx: ToolContext,
     path: str = ".",
@@ -192,28 +171,31 @@ async def list_files(
         raise ToolError(
             f"{path!r} is not a folder" if root.exists() else f"no such folder: {path!r}"
         )
-    entries, skipped = await asyncio.to_thread(_walk, root, recursive)
     ws = workspace(ctx)
+    found = await asyncio.to_thread(_fs.walk, ws, root, recursive=recursive, skip_dirs=NOISE_DIRS)
     rows: list[str] = []
     matched = 0
-    for e in entries:
+    for e, kind in found.entries:
         rel = e.relative_to(ws).as_posix()
         if pattern and not (fnmatch.fnmatch(e.name, pattern) or fnmatch.fnmatch(rel, pattern)):
             continue
         matched += 1
         if len(rows) >= max_entries:
             continue
-        if e.is_symlink():
-            rows.append(f"{rel} -> {os.readlink(e)}")
-        elif e.is_dir():
-            rows.append(rel + "/")
+        if kind == "link":
+            try:
+                rows.append(f"{rel} -> {os.readlink(e)}")
+            except OSError:
+                rows.append(rel + " -> ?")  # gone or swapped since the listing
         else:
-            rows.append(rel)
+            rows.append(rel + "/" if kind == "dir" else rel)
     notes = []
     if matched > len(rows):
         notes.append(f"{matched - len(rows)} more entries not shown (max_entries={max_entries})")
-    if skipped:
-        notes.append("skipped folders: " + ", ".join(sorted(skipped)))
+    if found.skipped_dirs:
+        notes.append("skipped folders: " + ", ".join(sorted(found.skipped_dirs)))
+    if found.special:
+        notes.append(f"{found.special} FIFO(s), socket(s) or device(s) not listed")
     if not rows:
         notes.insert(0, "no entries" + (f" match {pattern!r}" if pattern else ""))
     text = "\n".join(rows) + ("\n[" + "; ".join(notes) + "]" if notes else "")
@@ -248,7 +230,14 @@ def _search(
     ctx: ToolContext, rx: re2._Regexp, root: Path, glob: str | None, max_results: int
 ) -> tuple[list[str], int, int, int]:
     ws = workspace(ctx)
-    files = [root] if root.is_file() else [p for p in _walk(root, True)[0] if p.is_file()]
+    top = _fs.entry_stat(ws, root)  # an lstat: a special file is never opened
+    if top is not None and not stat.S_ISDIR(top.st_mode):
+        if not stat.S_ISREG(top.st_mode):  # says "'p' is a FIFO; file tools only use ..."
+            _fs.check_regular(top, root.relative_to(ws).as_posix())
+        files = [root]
+    else:
+        listing = _fs.walk(ws, root, recursive=True, skip_dirs=NOISE_DIRS)
+        files = [p for p, kind in listing.entries if kind != "dir"]
     hits: list[str] = []
     total = 0
     scanned = too_big = 0
@@ -261,7 +250,9 @@ def _search(
             if not real.is_relative_to(ws):
                 continue  # a symlink out of the workspace is never read
             st = _fs.entry_stat(ws, real)
-            if st is not None and st.st_size > MAX_SEARCH_FILE_BYTES:
+            if st is None or not stat.S_ISREG(st.st_mode):
+                continue  # a folder, or a link to a FIFO, socket or device: never opened
+            if st.st_size > MAX_SEARCH_FILE_BYTES:
                 too_big += 1
                 continue
             raw = _fs.read_bytes(ws, real, MAX_SEARCH_FILE_BYTES)
