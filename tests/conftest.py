@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -81,6 +84,39 @@ async def wait_dead(pids: list[int], within_s: float = 5.0) -> list[int]:
             return []
         await asyncio.sleep(0.05)
     return [p for p in pids if alive(p)]
+
+
+async def terminate(
+    proc: asyncio.subprocess.Process, within_s: float = 30.0
+) -> tuple[bytes, bytes]:
+    """Stop a child with SIGTERM and reap it: its remaining (stdout, stderr).
+
+    SIGTERM, not SIGINT: a suite started in the background by a shell hands its children SIGINT
+    ignored, so a SIGINT would be lost. A child still running after ``within_s`` (a bound about
+    hangs) is killed and reaped, and TimeoutError raised: for use in ``finally``."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+    try:
+        return await asyncio.wait_for(proc.communicate(), within_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise
+
+
+def terminate_sync(proc: subprocess.Popen[Any], within_s: float = 30.0) -> tuple[Any, Any]:
+    """:func:`terminate` for a ``subprocess.Popen`` child."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=within_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
 
 
 def records_to_trace(records: list[dict[str, Any]]) -> Trace:

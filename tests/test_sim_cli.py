@@ -1,4 +1,4 @@
-"""``agentloop sim serve`` serves a task's script over HTTP until interrupted, and reports bad input."""
+"""``agentloop sim serve`` serves a task's script over HTTP until stopped, and reports bad input."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import httpx
 
 from agentloop.trace.tracer import Tracer
 from agentloop.trace.writer import JsonlSink
+from tests.conftest import terminate
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = """\
@@ -22,7 +23,11 @@ script:
 """
 
 
-async def start(*args: str) -> asyncio.subprocess.Process:
+def _sigint_default() -> None:  # in the child before exec: undo an inherited "SIGINT ignored"
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+async def start(*args: str, sigint: bool = False) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -33,16 +38,18 @@ async def start(*args: str) -> asyncio.subprocess.Process:
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        preexec_fn=_sigint_default if sigint else None,
     )
 
 
-async def test_serve_script_until_interrupted(tmp_path):
-    """The command prints its base URL, answers from the task's script, and exits 130 on Ctrl-C."""
+async def test_serve_script_until_terminated(tmp_path):
+    """The command prints its base URL, answers from the task's script, and on SIGTERM says
+    what it served and exits 143."""
     task = tmp_path / "task.yaml"
     task.write_text(TASK)
     proc = await start("--port", "0", "--tier", "sim-ultrafast", "--script", str(task))
     try:
-        line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
+        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
         base_url = line.split("serving ", 1)[1].split(" ", 1)[0]
         async with httpx.AsyncClient(base_url=base_url) as http:
             resp = await http.post(
@@ -51,14 +58,32 @@ async def test_serve_script_until_interrupted(tmp_path):
             )
             models = (await http.get("/models")).json()
     finally:
-        proc.send_signal(signal.SIGINT)
-        _, err = await asyncio.wait_for(proc.communicate(), 20)
+        _, err = await terminate(proc)
     assert "output 750 tok/s" in line
     assert resp.json()["choices"][0]["message"]["content"] == "Hello from the script."
     assert resp.json()["usage"]["completion_tokens_details"]["reasoning_tokens"] == 3
     assert "sim-ultrafast" in [m["id"] for m in models["data"]]
-    assert proc.returncode == 130
-    assert b"Traceback" not in err
+    assert (143, ["agentloop sim: stopped after 1 requests"]) == (
+        proc.returncode,
+        err.decode().splitlines(),
+    )
+
+
+async def test_ctrl_c_stops_it_the_same_way(tmp_path):
+    """Ctrl-C (SIGINT, where the child has it at its default) stops it cleanly too: the same
+    line, then "interrupted", exit 130, no traceback."""
+    proc = await start("--port", "0", "--tier", "sim-ultrafast", "--filler", "3", sigint=True)
+    try:
+        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        proc.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        await terminate(proc)
+    assert "serving http://127.0.0.1:" in line
+    assert (130, ["agentloop sim: stopped after 0 requests", "agentloop: interrupted"]) == (
+        proc.returncode,
+        err.decode().splitlines(),
+    )
 
 
 async def test_serve_a_recorded_trace(tmp_path):
@@ -89,8 +114,7 @@ async def test_serve_a_recorded_trace(tmp_path):
         async with httpx.AsyncClient(base_url=base_url) as http:
             resp = await http.post("/responses", json={"model": "m", "input": "hi"})
     finally:
-        proc.send_signal(signal.SIGINT)
-        await asyncio.wait_for(proc.communicate(), 20)
+        await terminate(proc)
     call = resp.json()["output"][0]
     assert (call["type"], call["name"], call["arguments"]) == (
         "function_call",
@@ -103,7 +127,10 @@ async def test_serve_a_recorded_trace(tmp_path):
 async def test_unknown_tier_is_a_user_error():
     """An unknown tier exits with code 2 and a message listing the known tiers, no traceback."""
     proc = await start("--port", "0", "--tier", "no-such-tier", "--filler", "3")
-    _, err = await asyncio.wait_for(proc.communicate(), 20)
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        await terminate(proc)
     assert proc.returncode == 2
     assert b"unknown tier 'no-such-tier'" in err and b"sim-standard" in err
     assert b"Traceback" not in err
@@ -114,6 +141,9 @@ async def test_task_without_script_is_a_user_error(tmp_path):
     task = tmp_path / "task.yaml"
     task.write_text("name: t\nprompt: p\n")
     proc = await start("--port", "0", "--script", str(task))
-    _, err = await asyncio.wait_for(proc.communicate(), 20)
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        await terminate(proc)
     assert proc.returncode == 2
     assert b"has no 'script'" in err and str(task).encode() in err

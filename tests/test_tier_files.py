@@ -4,7 +4,6 @@ where they are read (exit 2, naming file, line and field), never a traceback or 
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from agentloop.cli import main as cli
 from agentloop.clients.openai_client import OpenAIClient
 from agentloop.tiers import load_tiers_file
 from agentloop.types import Message, ModelRequest
+from tests.conftest import terminate
 
 REFERENCE = Path(__file__).parent.parent / "traces" / "reference"
 STANDARD = REFERENCE / "checkout-timeouts-sim-standard.jsonl"
@@ -243,7 +243,10 @@ async def _agentloop(*args: str) -> tuple[int, str, str]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+    finally:
+        await terminate(proc)
     return proc.returncode or 0, out.decode(), err.decode()
 
 
@@ -289,8 +292,7 @@ async def test_a_minimal_tier_is_probed_written_and_then_predicted_on(tmp_path: 
             "whatif", str(STANDARD), "--tier", "new-endpoint", "--tiers", str(path)
         )
     finally:
-        sim.send_signal(signal.SIGINT)
-        await asyncio.wait_for(sim.communicate(), 30)
+        await terminate(sim)
     assert 2 == before[0] and "agentloop probe --tier new-endpoint --write" in before[2]
     assert 0 == probed[0] and f"wrote the measured profile of new-endpoint to {path}" in probed[2]
     profile = load_tiers_file(path)["new-endpoint"].profile

@@ -1,4 +1,9 @@
-"""``agentloop sim serve``: run the paced OpenAI-compatible simulator on a port until Ctrl-C."""
+"""``agentloop sim serve``: run the paced OpenAI-compatible simulator on a port until stopped.
+
+Ctrl-C (SIGINT, exit 130) and SIGTERM (exit 143) both stop it cleanly, saying what it served. An
+inherited ignored SIGINT (a job started in the background by a shell) is left ignored, as the
+shell meant: SIGTERM is the stop signal for programs.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentloop.commands.run import cancellable_on_sigterm
 from agentloop.errors import ConfigError
 from agentloop.script import ScriptTurn
 
@@ -25,7 +31,7 @@ def register(sub: Any) -> None:
     actions = p.add_subparsers(dest="sim_action", required=True, metavar="ACTION")
     s = actions.add_parser(
         "serve",
-        help="serve until Ctrl-C",
+        help="serve until Ctrl-C or SIGTERM",
         description=(
             "Serve POST /v1/responses and /v1/chat/completions paced at a tier's speed profile, "
             "answering with a task's script, a recorded trace's turns, or filler text."
@@ -139,9 +145,11 @@ async def main(args: argparse.Namespace) -> int:
             f"{profile.output_tps:g} tok/s; {what}); Ctrl-C to stop",
             flush=True,
         )
+        stopped = "agentloop sim: stopped after {} requests"
         try:
-            await sim.serve_forever()
-        except asyncio.CancelledError:
-            print(f"agentloop sim: stopped after {sim.requests} requests", file=sys.stderr)
+            await cancellable_on_sigterm(sim.serve_forever())
+        except asyncio.CancelledError:  # Ctrl-C: the CLI says "interrupted", exits 130
+            print(stopped.format(sim.requests), file=sys.stderr, flush=True)
             raise
-    return 0
+        print(stopped.format(sim.requests), file=sys.stderr, flush=True)  # SIGTERM
+    return 143
