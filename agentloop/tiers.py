@@ -53,6 +53,8 @@ class Tier:
     prices: Prices | None = None  # USD per million tokens (agentloop/cost.py)
     context_window: int | None = None  # tokens per request; the runner trims to stay under it
     local: LocalSpec | None = None  # base_url "local": a llama-server agentloop starts itself
+    # longest silence before the first token (agentloop/clients/_silence.py); None: from profile
+    first_token_timeout_s: float | None = None
 
     @property
     def simulated(self) -> bool:
@@ -68,6 +70,11 @@ class Tier:
             "api_key_env": self.api_key_env,
             "options": public_options(self.options),
             "stall_timeout_s": self.stall_timeout_s,
+            **(
+                {"first_token_timeout_s": self.first_token_timeout_s}
+                if self.first_token_timeout_s is not None
+                else {}
+            ),
             "max_attempts": self.max_attempts,
             "profile": profile_dict(self.profile) if self.profile is not None else None,
             "prices": self.prices.summary() if self.prices is not None else None,
@@ -161,6 +168,7 @@ class _TierModel(BaseModel):
     options: _Options = _Options()
     profile: _Profile | None = None  # optional: `agentloop probe --tier NAME --write` measures it
     stall_timeout_s: float = Field(default=30.0, gt=0)
+    first_token_timeout_s: float | None = Field(default=None, gt=0)
     max_attempts: int = Field(default=4, ge=1, le=20)
     prices: _Prices | None = None
     context_window: int | None = Field(default=None, ge=64)
@@ -197,6 +205,18 @@ class _TierModel(BaseModel):
                 "underscores; not starting with a digit)"
             )
         return v
+
+    @model_validator(mode="after")
+    def _first_token_after_stall(self) -> _TierModel:
+        if self.first_token_timeout_s is not None and (
+            self.first_token_timeout_s < self.stall_timeout_s
+        ):
+            raise ValueError(
+                f"first_token_timeout_s ({self.first_token_timeout_s:g}) is shorter than "
+                f"stall_timeout_s ({self.stall_timeout_s:g}): the wait for the first token is "
+                "never bounded tighter than the silence between events; raise it or leave it out"
+            )
+        return self
 
     @model_validator(mode="after")
     def _local_needs_its_table(self) -> _TierModel:
@@ -262,6 +282,7 @@ def parse_tiers(data: dict[str, Any], source: str | Path, text: str = "") -> dic
             api=m.api,
             api_key_env=m.api_key_env,
             stall_timeout_s=m.stall_timeout_s,
+            first_token_timeout_s=m.first_token_timeout_s,
             max_attempts=m.max_attempts,
             options={k: v for k, v in m.options.model_dump().items() if v is not None},
             profile=None if m.profile is None else SpeedProfile(**m.profile.model_dump()),
