@@ -95,6 +95,7 @@ class Turn:
         self.t_first_visible: int | None = None
         self.t_last: int | None = None
         self.t_end: int | None = None
+        self.t_read = perf_counter_ns()  # the last network read (made once headers are in)
         self.chunks = 0
 
     # -- results -------------------------------------------------------------------------------
@@ -247,7 +248,7 @@ async def read_sse(chunks: AsyncIterator[bytes], turn: Turn) -> None:
     pending_size = 0
     cap = turn.max_chars
     async for chunk in chunks:
-        now = perf_counter_ns()
+        now = turn.t_read = perf_counter_ns()
         if buf:
             chunk = buf + chunk
         lines = chunk.split(b"\n")

@@ -24,6 +24,7 @@ import openai
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
+from agentloop.clients._silence import Bounds, Watch, first_token_timeout, reasons
 from agentloop.clients._stream import (
     DEFAULT_MAX_CHARS,
     StreamBroken,
@@ -148,9 +149,10 @@ class OpenAIClient:
     """Implements :class:`agentloop.protocols.ModelClient` for one tier.
 
     ``client``: an injected ``AsyncOpenAI`` (not closed by :meth:`aclose`); built from the tier
-    when ``None``. ``stall_timeout_s``: longest silence tolerated inside a stream (and while
-    waiting for headers) before the attempt is abandoned and retried; an endpoint that thinks
-    silently for longer needs a larger value. ``max_attempts`` counts the first try. Both default
+    when ``None``. ``stall_timeout_s``: longest silence tolerated between events once the first
+    token is in, before the attempt is abandoned and retried; before it, the longer first-token
+    bound of ``agentloop.clients._silence`` (the prompt's prefill and expected hidden reasoning,
+    or the tier's ``first_token_timeout_s``). ``max_attempts`` counts the first try. Both default
     to the tier's (``stall_timeout_s`` / ``max_attempts`` in tiers.toml).
 
     A call that fails for good raises ModelAPIError (refused: not retried) or ModelRetryError
@@ -190,6 +192,8 @@ class OpenAIClient:
         self.backoff_initial_s, self.backoff_max_s = backoff_initial_s, backoff_max_s
         self.retry_after_cap_s = retry_after_cap_s
         self.stall_timeout_s = stall_timeout_s
+        self._connect_timeout_s = connect_timeout_s
+        self._reasons = reasons(tier)
         self.max_response_chars = max_response_chars  # what one call may buffer
         self._builder = BodyBuilder(tier.api, tier.model, tier.options)
         self._path = "responses" if tier.api == "responses" else "chat/completions"
@@ -205,9 +209,21 @@ class OpenAIClient:
         if self._owns:
             await self._client.close()
 
+    def bounds(self, body: bytes) -> Bounds:
+        """The silence bounds of a request with this body (``agentloop.clients._silence``)."""
+        first = first_token_timeout(self.tier, self.stall_timeout_s, len(body))
+        return Bounds(first, self.stall_timeout_s, self._reasons)
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
         t0 = perf_counter_ns()
         body = self._builder.build(request.messages, request.tools)
+        limits = self.bounds(body)
+        options = self._options
+        if limits.first_s != limits.stall_s:  # the HTTP read timeout bounds the header wait
+            options = {
+                **options,
+                "timeout": httpx2.Timeout(limits.first_s, connect=self._connect_timeout_s),
+            }
         build_ns = perf_counter_ns() - t0
         attempts: list[Attempt] = []
 
@@ -226,7 +242,7 @@ class OpenAIClient:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._attempt(body, build_ns, attempts, request)
+                    return await self._attempt(body, build_ns, attempts, limits, options)
         except _Retryable as exc:
             raise ModelRetryError(
                 f"tier '{self.tier.name}': {self.endpoint} still failing after "
@@ -274,16 +290,21 @@ class OpenAIClient:
             exc.body = orjson.loads(self._scrub(orjson.dumps(exc.body).decode()))
 
     async def _attempt(
-        self, body: bytes, build_ns: int, attempts: list[Attempt], request: ModelRequest
+        self,
+        body: bytes,
+        build_ns: int,
+        attempts: list[Attempt],
+        limits: Bounds,
+        options: Any,
     ) -> ModelResponse:
         t_send = perf_counter_ns()
         try:
-            resp = await self._send(body)
+            resp = await self._send(body, limits, options)
             t_hdr = perf_counter_ns()
             turn = Turn(self.tier.api, self.max_response_chars)
             watch_stream(turn)  # live token progress for the run's events (read by a ticker)
             try:
-                await self._read(resp, turn)
+                await self._read(resp, turn, limits)
             finally:
                 await resp.aclose()
         except _Retryable as exc:
@@ -318,14 +339,14 @@ class OpenAIClient:
             server_timings=turn.server_timings,
         )
 
-    async def _send(self, body: bytes) -> httpx2.Response:
+    async def _send(self, body: bytes, limits: Bounds, options: Any) -> httpx2.Response:
         """POST the prebuilt body; returns the open streaming response once headers are in."""
         try:
             return await self._client.post(
                 self._path,
                 cast_to=httpx2.Response,
                 content=body,
-                options=self._options,
+                options=options,
                 stream=True,
             )
         except openai.APIStatusError as exc:
@@ -343,7 +364,8 @@ class OpenAIClient:
             ) from exc
         except openai.APITimeoutError as exc:
             raise _Retryable(
-                f"timeout: no response headers within {self.stall_timeout_s} s"
+                f"timeout: no response headers within {round(limits.first_s, 2):g} s"
+                + (" (first-token bound)" if limits.first_s != limits.stall_s else "")
             ) from exc
         except httpx2.DecodingError as exc:  # e.g. a gzip body that does not decompress
             raise _Retryable(f"undecodable response body: {exc}") from exc
@@ -351,14 +373,16 @@ class OpenAIClient:
             cause = exc.__cause__
             raise _Retryable(f"connection error: {type(cause).__name__ if cause else exc}") from exc
 
-    async def _read(self, resp: httpx2.Response, turn: Turn) -> None:
+    async def _read(self, resp: httpx2.Response, turn: Turn, limits: Bounds) -> None:
         chunks = resp.aiter_bytes()
         try:
-            await read_sse(chunks, turn)
-        except httpx2.TimeoutException as exc:
-            raise _Retryable(
-                f"stall: no event for {self.stall_timeout_s} s", resp.status_code
-            ) from exc
+            if limits.first_s == limits.stall_s:  # one bound: the HTTP read timeout is it
+                await read_sse(chunks, turn)
+            else:
+                async with Watch(limits, turn):
+                    await read_sse(chunks, turn)
+        except (httpx2.TimeoutException, TimeoutError) as exc:
+            raise _Retryable(limits.stall_error(turn), resp.status_code) from exc
         except httpx2.TransportError as exc:
             raise _Retryable(f"stream broken: {type(exc).__name__}", resp.status_code) from exc
         except httpx2.DecodingError as exc:  # e.g. a gzip body that does not decompress
