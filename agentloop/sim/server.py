@@ -4,11 +4,13 @@ One asyncio task per connection (``asyncio.start_server``), HTTP/1.1 keep-alive,
 streams. ``POST /v1/responses`` and ``POST /v1/chat/completions`` answer with the scripted turn
 that fits the conversation (or ``filler_tokens`` of filler text), streamed or not; ``GET
 /v1/models`` lists the model names. Pacing, per request, from the profile named by the request's
-``model`` in ``profiles`` (else ``profile``): headers at once; the first visible token at
-``base_latency + input_tokens / prefill_tps + reasoning_tokens / output_tps`` after the request
-arrived; visible token ``i`` at ``first + i / output_tps`` (see ``_stream``). A non-streamed
-answer is sent whole when its last token is due. Requests to the model endpoints are numbered
-from 1 (``requests``); a :class:`Fault` fires on the request numbers it names.
+``model`` in ``profiles`` (else ``profile``): headers at once (with ``headers_after_prefill``
+only once base latency and prefill have passed, a silent start, as llama-server did until
+ggml-org/llama.cpp#23884); the first visible token at ``base_latency + input_tokens /
+prefill_tps + reasoning_tokens / output_tps`` after the request arrived; visible token ``i`` at
+``first + i / output_tps`` (see ``_stream``). A non-streamed answer is sent whole when its last
+token is due. Requests to the model endpoints are numbered from 1 (``requests``); a
+:class:`Fault` fires on the request numbers it names.
 
 Many runs, one server: :meth:`SimServer.route` gives a run a base URL of its own
 (``/r/<key>/v1``) serving that run's script at that run's tier profile, so a suite of a
@@ -135,6 +137,7 @@ class SimServer:
         dialect: str | Iterable[str] = (),
         require_reasoning: bool = False,
         write_budget: float = WRITE_BUDGET,
+        headers_after_prefill: bool = False,
     ) -> None:
         if profile.output_tps <= 0:
             raise ConfigError("simulator profile: output_tps must be > 0")
@@ -154,6 +157,8 @@ class SimServer:
         self.jitter = float(jitter)
         self.min_chunk_interval_s = float(min_chunk_interval_s)
         self.write_budget = float(write_budget)
+        # a stream sends nothing, headers included, until base latency and prefill have passed
+        self.headers_after_prefill = headers_after_prefill
         self.seed = seed
         self.host, self.port = host, port
         self.models = tuple(models)  # extra names for GET /v1/models (any name is served)
@@ -546,6 +551,12 @@ class SimServer:
             return await self._whole(
                 writer, req, mod.final_json(call, body), sched, plan.visible_tokens, in_stream, rid
             )
+        if self.headers_after_prefill:
+            delay = sched.t_reason - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if writer.transport.is_closing():
+                return False
         writer.write(_http.sse_head(req.keep_alive, rid))
         write = writer.write
         chunk = _http.chunk
@@ -659,6 +670,7 @@ class _Routed(SimServer):
             tokens_per_chunk=parent.tokens_per_chunk,
             min_chunk_interval_s=parent.min_chunk_interval_s,
             write_budget=parent.write_budget,
+            headers_after_prefill=parent.headers_after_prefill,
             seed=parent.seed,
             host=parent.host,
             port=parent.port,
