@@ -106,17 +106,18 @@ async def terminate(
         raise
 
 
-def terminate_sync(proc: subprocess.Popen[Any], within_s: float = 30.0) -> tuple[Any, Any]:
-    """:func:`terminate` for a ``subprocess.Popen`` child."""
+def reap(proc: subprocess.Popen[Any], within_s: float = 30.0) -> int:
+    """:func:`terminate` for a ``subprocess.Popen`` child, in ``finally``: its exit code."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.communicate(timeout=within_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
+        try:
+            proc.wait(within_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+    return proc.returncode
 
 
 def records_to_trace(records: list[dict[str, Any]]) -> Trace:

@@ -22,7 +22,7 @@ from agentloop.analysis.whatif import Scenario
 from agentloop.cli import main
 from agentloop.tiers import load_tiers
 from agentloop.trace.reader import load_trace
-from tests.conftest import ROOT
+from tests.conftest import ROOT, reap
 
 DEMO = ROOT / "tasks" / "incident" / "checkout-timeouts.yaml"
 STEADY = ROOT / "tests" / "data" / "steady.yaml"
@@ -153,9 +153,12 @@ def test_sigterm_cancels_cleanly_with_a_closed_trace(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         env=dict(os.environ),
     )
-    wait_for_records(tmp_path, lambda rs: any(r.get("kind") == "tool" for r in rs))
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=30)
+    try:
+        wait_for_records(tmp_path, lambda rs: any(r.get("kind") == "tool" for r in rs))
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        reap(proc)
     assert b"Traceback" not in err
     assert 0 != proc.returncode
     trace = load_trace(next(tmp_path.glob("*.jsonl")))

@@ -26,7 +26,7 @@ from agentloop.script import ScriptToolCall, ScriptTurn
 from agentloop.tasks import Limits, Task
 from agentloop.trace.reader import load_trace
 from agentloop.types import ToolResult
-from tests.conftest import jail_survivors, namespace_survivors, pid_namespace
+from tests.conftest import jail_survivors, namespace_survivors, pid_namespace, reap
 
 SECRET = "TOP-SECRET-CONTENT-7f3a"
 
@@ -635,11 +635,14 @@ async def test_sigterm_ends_a_run_with_a_hung_tool(tmp_path: Path) -> None:
     no process of the run left."""
     token = str(int.from_bytes(os.urandom(4)))  # digits: sleep 300.<token> is a valid time
     proc = _run_cli(_hung_task(tmp_path, token), tmp_path / "traces", tmp_path)
-    trace = await _wait_for_tool_start(tmp_path / "traces")
-    assert 4 == await _wait_pids(token, 4)  # setup service; the tool: its bash, two sleeps
-    started = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    code = await asyncio.to_thread(proc.wait, 10)
+    try:
+        trace = await _wait_for_tool_start(tmp_path / "traces")
+        assert 4 == await _wait_pids(token, 4)  # setup service; the tool: its bash, two sleeps
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 10)
+    finally:
+        await asyncio.to_thread(reap, proc)
     assert 143 == code
     assert time.monotonic() - started < 5
     assert "cancelled" == load_trace(trace).end["status"]
@@ -653,10 +656,13 @@ async def test_sigkilled_run_leaves_no_process_and_its_copy_is_swept(tmp_path: P
     token = str(int.from_bytes(os.urandom(4)))
     task = _hung_task(tmp_path, token)
     proc = _run_cli(task, tmp_path / "traces", tmp_path)
-    await _wait_for_tool_start(tmp_path / "traces")
-    assert 4 == await _wait_pids(token, 4)  # setup service; the tool: its bash, two sleeps
-    proc.kill()
-    await asyncio.to_thread(proc.wait, 10)
+    try:
+        await _wait_for_tool_start(tmp_path / "traces")
+        assert 4 == await _wait_pids(token, 4)  # setup service; the tool: its bash, two sleeps
+        proc.kill()
+        await asyncio.to_thread(proc.wait, 10)
+    finally:
+        await asyncio.to_thread(reap, proc)
     assert [] == await _no_pids_with(token)
     left = list((tmp_path / "agentloop-work").glob("hung-cli-*"))
     assert 2 == len(left)  # the copy and its owner mark, until the next start
