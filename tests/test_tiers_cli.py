@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import tomllib
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import structlog
 
 from agentloop.cli import main as cli
 from agentloop.commands.tiers import check_tier
+from agentloop.errors import ModelError
+from agentloop.local import LocalSpec, serve, start_check
 from agentloop.sim import SimServer
 from agentloop.tiers import BUILTIN_TIERS, SpeedProfile, Tier, load_tiers, write_profile
 
@@ -84,6 +87,66 @@ async def test_check_tells_a_served_model_from_one_that_is_not() -> None:
     assert ok["ok"] is True
     assert no["ok"] is False and "'other-model' not served" in no["status"]
     assert "fast-model" in no["status"]
+
+
+def crashing_server(tmp_path: Path, body: str) -> tuple[LocalSpec, Path]:
+    """A local tier's spec (a model file that exists) and a program standing in for
+    llama-server: a real child process that runs ``body`` (no core dump)."""
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    exe = tmp_path / "llama-server"
+    exe.write_text(f"#!/bin/sh\nulimit -c 0\necho 'loading model' >&2\n{body}\n")
+    exe.chmod(0o755)
+    return LocalSpec(str(model), startup_timeout_s=30), exe
+
+
+@pytest.mark.parametrize(
+    ("sig", "cause"),
+    [
+        (signal.SIGILL, "built for instructions this CPU cannot run"),
+        (signal.SIGSEGV, "damaged or unsupported GGUF model file"),
+        (signal.SIGBUS, "memory-mapped model file could not be read"),
+        (signal.SIGKILL, "out-of-memory killer"),
+    ],
+)
+async def test_a_server_killed_by_a_signal_at_start_is_explained(
+    tmp_path: Path, sig: signal.Signals, cause: str
+) -> None:
+    """A local server that dies of a signal while starting is reported with the signal's name,
+    its likely cause and the server's last lines, not a bare negative exit code."""
+    spec, exe = crashing_server(tmp_path, f"kill -{sig.name.removeprefix('SIG')} $$")
+    with pytest.raises(ModelError) as info:
+        async with serve(spec, binary=exe):
+            pass
+    first, *rest = info.value.message.splitlines()
+    assert first.startswith(f"local llama-server was killed by {sig.name} (")
+    assert cause in first and "exited with code" not in first
+    assert ["its last lines:", "loading model"] == rest
+
+
+async def test_sigill_says_how_to_rebuild(tmp_path: Path) -> None:
+    """SIGILL, a build for another CPU (AMX, AVX-512), names the portable rebuild."""
+    spec, exe = crashing_server(tmp_path, "kill -ILL $$")
+    check = await start_check(spec, binary=exe)
+    assert False is check["ok"]
+    assert "rebuild it portable: see .ci/install's LLAMA_CMAKE_ARGS" in check["status"]
+
+
+async def test_a_server_that_exits_at_start_reports_its_code_and_last_lines(
+    tmp_path: Path,
+) -> None:
+    """A server that exits with a code says the code and the log lines that explain it."""
+    spec, exe = crashing_server(tmp_path, "echo 'error: invalid argument: --bad' >&2; exit 1")
+    check = await start_check(spec, binary=exe)
+    assert (
+        False,
+        [
+            f"local llama-server exited with code 1 while starting (model {spec.model})",
+            "its last lines:",
+            "loading model",
+            "error: invalid argument: --bad",
+        ],
+    ) == (check["ok"], check["status"].splitlines())
 
 
 def test_write_profile_rewrites_only_that_tiers_profile(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """``agentloop tiers [--check]``: list the configured model tiers, optionally asking each endpoint.
 
 ``--check`` calls each endpoint's ``models.list()`` (a simulated tier: a simulator started for the
-check) and says per tier whether its model id is served; a missing key or an unreachable endpoint
-is reported on that tier's line, never as a crash.
+check) and says per tier whether its model id is served; a self-started local tier's llama-server
+is started once with its model and stopped (a crash is reported with its signal and likely cause).
+A missing key, an unreachable endpoint or a server that will not start is reported on that tier's
+line, never as a crash; any tier not ok makes the exit code 1.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from typing import Any
 import orjson
 
 from agentloop.log import configure
-from agentloop.tiers import Tier, load_tiers, public_options, require_profile, tier_sources
+from agentloop.tiers import (
+    Tier,
+    get_tier,
+    load_tiers,
+    public_options,
+    require_profile,
+    tier_sources,
+)
 
 
 def register(sub: Any) -> None:
@@ -36,12 +45,25 @@ def register(sub: Any) -> None:
         help="a tiers file layered on top of the built-in tiers and ./tiers.toml",
     )
     p.add_argument(
-        "--check",
-        action="store_true",
-        help="ask each endpoint's models list whether the tier's model is enabled",
+        "--tier",
+        dest="only",
+        action="append",
+        metavar="NAME",
+        help="only this tier (repeatable), e.g. --check --tier local-smollm2",
     )
     p.add_argument(
-        "--timeout", type=float, default=5.0, help="seconds per endpoint for --check (default 5)"
+        "--check",
+        action="store_true",
+        help=(
+            "ask each endpoint's models list whether the tier's model is enabled; start a local "
+            "tier's server once to see that it runs here"
+        ),
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        help="seconds per endpoint for --check (default 5; a local server: its startup_timeout_s)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logs on stderr")
@@ -52,10 +74,10 @@ async def check_tier(tier: Tier, timeout_s: float = 5.0) -> dict[str, Any]:
     """``{"ok": bool, "status": text}`` for one tier; never raises for endpoint trouble."""
     from agentloop.clients.openai_client import SIM_PLACEHOLDER_KEY
 
-    if tier.local is not None:  # self-started (agentloop/local.py): installed is enough
-        from agentloop.local import installed_status
+    if tier.local is not None:  # self-started (agentloop/local.py): does it start here?
+        from agentloop.local import start_check
 
-        return installed_status(tier.local)
+        return await start_check(tier.local)
     if tier.simulated:
         from agentloop.sim import SimServer
 
@@ -118,6 +140,8 @@ async def main(args: argparse.Namespace) -> int:
     configure(args.verbose)  # logs (retries ...) go to stderr, never into --json output
     tiers = load_tiers(args.tiers_file)
     sources = tier_sources(args.tiers_file)
+    if args.only:
+        tiers = {n: get_tier(tiers, n, args.tiers_file or "tiers") for n in args.only}
     checks: dict[str, dict[str, Any]] = {}
     if args.check:
         async with asyncio.TaskGroup() as tg:
@@ -142,5 +166,8 @@ async def main(args: argparse.Namespace) -> int:
     if checks:
         print()
         for n, c in checks.items():
-            print(f"{'ok ' if c['ok'] else 'NO '} {n:<{widths[0]}}  {c['status']}")
+            first, *more = str(c["status"]).splitlines() or [""]
+            print(f"{'ok ' if c['ok'] else 'NO '} {n:<{widths[0]}}  {first}")
+            for line in more:  # a crashed server's last log lines, indented under its tier
+                print(f"    {'':<{widths[0]}}  {line}")
     return 0 if all(c["ok"] for c in checks.values()) else 1
