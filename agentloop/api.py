@@ -254,7 +254,7 @@ async def execute(plan: RunPlan, **kwargs: Any) -> RunResult:
     events). Every task command of the run (setup, tools, success check) gets the task's venv.
     """
     _refuse_unscripted(plan, kwargs.get("client"), kwargs.get("script"))
-    task_env = await taskenv.ensure(plan.task)
+    task_env = await taskenv.ensure(plan.task, setup=ws.build_setup)
     with taskenv.activate(task_env):
         return await _execute_in_env(plan, **kwargs)
 
@@ -274,10 +274,10 @@ async def _execute_in_env(
     """Workspace and setup, client, trace, the loop, clean-up (the task env is active)."""
     task, the_tier, run_id, path = plan.task, plan.tier, plan.run_id, plan.trace_path
     registry = tool_registry() if tools is None else tools
-    task_env = taskenv.current()  # the jail mounts the task's venv writable (setup's pip)
+    task_env = taskenv.current()  # the jail shows the task's venv read-only
     place = await ws.prepare_run(  # the working copy, the run's jail, setup run in it
         task,
-        writable=task_env.writable if task_env else (),
+        readonly=task_env.readonly if task_env else (),
         path_prefix=task_env.path_prefix if task_env else (),
         # a real model's commands are hostile input: no jail, no run, unless asked for
         require_jail=client is None and not the_tier.simulated and not unconfined,

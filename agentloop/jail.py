@@ -38,13 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentloop import _jail_init
+from agentloop import _jail_init, jail_view
 from agentloop.errors import AgentloopError
 from agentloop.jail_closer import CLOSER
 from agentloop.log import get_logger
 
 MARK_VAR = _jail_init.MARK_VAR
-INIT_SCRIPT = Path(_jail_init.__file__)
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_DIR = "agentloop"  # the one cgroup folder agentloop owns under each hierarchy
 # without a pids cgroup, commands run as an unprivileged uid of their own so RLIMIT_NPROC binds
@@ -53,6 +52,8 @@ RUN_UID_BASE, RUN_UID_SPAN = 200_000, 800_000
 FORK_REFUSED = "fork: retry: Resource temporarily unavailable"  # bash, on EAGAIN from fork
 NPROC_MARGIN = 16  # processes of the run outside the command (setup services, the init)
 READY_TIMEOUT_S = 10.0
+ANSWER_TIMEOUT_S = 10.0  # an init that does not answer a kill or a question by then is killed
+VERDICT_VAR = "AGENTLOOP_VERDICT"  # set for a verdict's commands (the task venv's .pth reads it)
 
 
 class JailError(AgentloopError):
@@ -90,6 +91,9 @@ class JailSpec:
     writable: tuple[Path, ...] = ()  # the task's environment folder (its venv), say
     allow_network: bool = False  # the task allows hosts: share the host's network
     path_prefix: tuple[str, ...] = ()  # folders put first on PATH (the task venv's bin/)
+    readonly: tuple[Path, ...] = ()  # shown read-only: the task's venv (agentloop.taskenv)
+    workspace_src: Path | None = None  # the host folder shown at ``workspace`` (default: itself)
+    verdict: bool = False  # a verdict's jail (agentloop.verdict): the workspace shadows nothing
     limits: JailLimits = field(default_factory=JailLimits)
     use_cgroups: bool = True  # False: as where /sys/fs/cgroup is not writable (tests)
 
@@ -133,6 +137,15 @@ class Jail:
             ]
             out["PATH"] = os.pathsep.join([*self.spec.path_prefix, *rest])
         out[MARK_VAR] = f"{self.run_mark}.{cid}."  # trailing dot: '.1.' never prefixes '.12.'
+        if self.spec.verdict:  # nothing of the workspace on PATH or first on sys.path
+            ws = self.spec.workspace
+            out["PATH"] = os.pathsep.join(
+                p
+                for p in out["PATH"].split(os.pathsep)
+                if os.path.isabs(p) and not Path(p).is_relative_to(ws)
+            )
+            out["PYTHONSAFEPATH"] = "1"
+            out[VERDICT_VAR] = "1"
         return out
 
     def _new_id(self) -> int:
@@ -294,8 +307,13 @@ class BwrapJail(Jail):
 
     confined = True
 
-    def __init__(self, spec: JailSpec) -> None:
+    def __init__(self, spec: JailSpec, *, netns_fd: int | None = None) -> None:
         super().__init__(spec)
+        # the network namespace to join (a verdict's jail joins its run's), else one of its own
+        # whose descriptor agentloop keeps, so a verdict can join it even after the init died
+        self.netns_fd = netns_fd
+        self._own_netns = False
+        self.exe: str | None = None  # the bwrap it was started with
         self.proc: asyncio.subprocess.Process | None = None
         self.sock: socket.socket | None = None
         self.cgroups: list[Path] = []
@@ -329,16 +347,18 @@ class BwrapJail(Jail):
             "--hostname",
             "agentloop-jail",
         ]
-        if not self.spec.allow_network:
+        if not self.spec.allow_network and self.netns_fd is None:
             args.append("--unshare-net")
+        args += jail_view.host_args()  # the host's allow-list, read-only (agentloop.jail_view)
         args += [
-            "--ro-bind",
-            "/",
-            "/",
             "--perms",
             "1777",
             "--tmpfs",
             "/tmp",
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/var/tmp",
             "--proc",
             "/proc",
             "--dev",
@@ -349,27 +369,20 @@ class BwrapJail(Jail):
             "/dev/shm",
         ]
         binds = [self.spec.workspace, *self.spec.writable]
-        # what the init needs to start, read-only, when it lives on the host's /tmp (a checkout
-        # or a venv there, as CI's fresh clone may be): the private /tmp would hide it
-        ro = [
-            p
-            for p in (
-                INIT_SCRIPT.resolve().parent,
-                Path(sys.prefix).resolve(),
-                Path(sys.executable).resolve().parent,
-            )
-            if p.is_relative_to("/tmp") and not any(p.is_relative_to(b) for b in binds)
-        ]
+        ro = [p for p in jail_view.python_folders() if not any(p.is_relative_to(b) for b in binds)]
+        ro += [p for p in self.spec.readonly if p not in ro]
         made: list[Path] = []  # folders on the private /tmp leading to a bind: traversable
         for target in [*binds, *ro]:
             for up in reversed(target.parents):
                 if up.is_relative_to("/tmp") and up != Path("/tmp") and up not in made:
                     made.append(up)
                     args += ["--perms", "0711", "--dir", str(up)]
-        for target in binds:
-            args += ["--bind", str(target), str(target)]
         for target in dict.fromkeys(ro):
             args += ["--ro-bind", str(target), str(target)]
+        src = self.spec.workspace_src or self.spec.workspace
+        args += ["--bind", str(src), ws]
+        for target in self.spec.writable:
+            args += ["--bind", str(target), str(target)]
         args += [
             "--clearenv",
             "--setenv",
@@ -380,23 +393,30 @@ class BwrapJail(Jail):
             sys.executable,
             "-I",
             "-S",
-            str(INIT_SCRIPT),
+            jail_view.INIT_AT,
             str(fd),
         ]
         return args
 
     async def start(self, bwrap: str) -> None:
         """Start bwrap and its init; raises JailError when either fails."""
+        self.exe = bwrap
         name = f"r-{os.getpid()}-{self.run_mark}"
         if self.spec.use_cgroups:
             self.cgroups, self.holds = await asyncio.to_thread(make_cgroups, name, self.spec.limits)
         if "pids" not in self.holds:  # RLIMIT_NPROC binds only a uid other than 0
             self.run_uid = RUN_UID_BASE + int.from_bytes(os.urandom(4)) % RUN_UID_SPAN
             await asyncio.to_thread(
-                give_to, self.run_uid, (self.spec.workspace, *self.spec.writable)
+                give_to,
+                self.run_uid,
+                (self.spec.workspace_src or self.spec.workspace, *self.spec.writable),
             )
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = self.argv(bwrap, child.fileno())
+        keep = [child.fileno()]
+        if self.netns_fd is not None:  # join the run's network namespace, then become bwrap
+            argv = ["nsenter", f"--net=/proc/self/fd/{self.netns_fd}", "--", *argv]
+            keep.append(self.netns_fd)
         if self.cgroups:  # the shell moves itself into the cgroups, then becomes bwrap
             joins = " && ".join(
                 f'echo $$ > "${i + 1}/cgroup.procs"' for i in range(len(self.cgroups))
@@ -412,7 +432,7 @@ class BwrapJail(Jail):
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *argv,
-                pass_fds=[child.fileno()],
+                pass_fds=keep,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
@@ -432,6 +452,9 @@ class BwrapJail(Jail):
             raise JailError(f"the jail's init could not start a process: {probe}")
         self._forget_exit(probe["id"])
         self.init_pid = await asyncio.to_thread(_child_of, self.proc.pid)
+        if self.netns_fd is None and not self.spec.allow_network and self.init_pid is not None:
+            self.netns_fd = os.open(f"/proc/{self.init_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            self._own_netns = True
 
     def _forget_exit(self, cid: int) -> None:
         cmd = Command(self, cid)
@@ -490,8 +513,14 @@ class BwrapJail(Jail):
             socket.send_fds(self.sock, [data], list(fds))
         else:
             self.sock.send(data)
-        async with asyncio.timeout(READY_TIMEOUT_S if reply == "started" else 30.0):
-            return await fut
+        try:
+            async with asyncio.timeout(READY_TIMEOUT_S if reply == "started" else ANSWER_TIMEOUT_S):
+                return await fut
+        except TimeoutError:
+            # a stopped or traced init would stretch every limit: the limits hold from outside
+            self._waiters.pop((reply, msg["id"]), None)
+            await self._kill_namespace("the jail's init stopped answering")
+            raise
 
     async def spawn(
         self, argv: Sequence[str], cwd: Path, env: dict[str, str], fds: tuple[int, int, int]
@@ -565,7 +594,21 @@ class BwrapJail(Jail):
                     return
         await self._close()
 
+    async def _kill_namespace(self, why: str) -> None:
+        """SIGKILL the init from the host: the kernel kills everything in its namespace."""
+        if self.init_pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.init_pid, 9)
+        self._died(why)
+
+    async def close_now(self) -> None:
+        """Close the jail at once (never deferred to a suite's closer)."""
+        await self._close()
+
     async def _close(self) -> None:
+        if self._own_netns and self.netns_fd is not None:
+            os.close(self.netns_fd)
+            self.netns_fd, self._own_netns = None, False
         if self.sock is not None:
             self._died("the run's jail was closed")
             self.sock.close()  # the init sees EOF and exits: the kernel kills the namespace

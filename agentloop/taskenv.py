@@ -14,6 +14,15 @@ the Python version, the requirements and the setup commands (what the task insta
 run creates it (uv: about a second, packages from uv's cache), later runs reuse it. Creation
 holds a file lock, so concurrent runs of one task build it once.
 
+Nothing persists from one run to the next: the venv is built by agentloop only, outside every
+run's jail, and every run sees it read-only. Building it runs the task's setup commands once in
+a jail of their own with the venv writable (so ``setup: pip install`` lands there); a run's own
+setup then finds it installed. The ready mark lives beside the venv (``<key>.ready``, never
+inside it, where a run could plant it) and holds a manifest of the venv's tree (every path's
+type, mode, size, mtime and link target, read without following a link); a venv whose tree
+differs is removed and built anew. Two tasks with the same requirements and setup share one
+venv, read-only.
+
 The value handed to the process runner and the jail is :class:`TaskEnv`: the venv, the folders
 to put first on PATH, the variables to set, and the folder that must be writable in the jail.
 While a run is set up and runs, :func:`activate` makes it the environment
@@ -27,8 +36,9 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import shutil
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +48,14 @@ from agentloop.tasks import Task
 
 ALWAYS = ("pytest",)  # in every task venv: run_tests and the shipped checks run pytest
 CREATE_TIMEOUT_S = 600.0  # creating a venv and installing its packages (a first, cold run)
-_READY = ".agentloop-ready"
+# the verdict's commands run with PYTHONSAFEPATH=1 (agentloop.verdict): this puts the working
+# folder back at the END of sys.path, so the workspace's modules import but shadow nothing
+VERDICT_PTH = "_agentloop_verdict.pth"
+VERDICT_PTH_LINE = (
+    "import os, sys; os.environ.get('AGENTLOOP_VERDICT') == '1' and sys.path.append(os.getcwd())\n"
+)
+# an empty sitecustomize in the venv: one planted in the workspace is never imported by site
+SITECUSTOMIZE = "# agentloop: the task venv's own (empty) sitecustomize; see agentloop/taskenv.py\n"
 
 
 @dataclass(frozen=True)
@@ -48,7 +65,7 @@ class TaskEnv:
     venv: Path
     path_prefix: tuple[str, ...]  # first on the commands' PATH: the venv's bin/
     variables: Mapping[str, str] = field(default_factory=dict)  # VIRTUAL_ENV ...
-    writable: tuple[Path, ...] = ()  # writable inside the jail (setup's pip installs here)
+    readonly: tuple[Path, ...] = ()  # shown read-only in the run's jail: the venv
 
     def apply(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` for a task command: the venv first on PATH, agentloop's interpreter off it."""
@@ -116,22 +133,87 @@ def env_for(venv: Path) -> TaskEnv:
         venv=venv,
         path_prefix=(str(venv / "bin"),),
         variables={"VIRTUAL_ENV": str(venv)},
-        writable=(venv,),
+        readonly=(venv,),
     )
 
 
-async def ensure(task: Task, root: Path | None = None) -> TaskEnv:
-    """The task's venv, created (and its requirements installed) on first use."""
+def _ready_mark(venv: Path) -> Path:
+    return venv.with_name(venv.name + ".ready")
+
+
+def manifest(venv: Path) -> str:
+    """A digest of the venv's tree: each path's type, mode, size, mtime and link target (blocking).
+
+    Read with ``lstat`` only: no link is followed, no file opened.
+    """
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(venv):  # never descends into a link
+        dirnames.sort()
+        for name in sorted([*dirnames, *filenames]):
+            path = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            link = os.readlink(path) if os.path.islink(path) else ""
+            h.update(
+                f"{os.path.relpath(path, venv)}\0{st.st_mode}\0{st.st_size}\0"
+                f"{st.st_mtime_ns}\0{link}\n".encode(errors="surrogateescape")
+            )
+    return h.hexdigest()
+
+
+def _intact(venv: Path) -> bool:
+    """Whether the venv is as agentloop built it (blocking): its mark's manifest matches."""
+    mark = _ready_mark(venv)
+    try:
+        if not os.path.isfile(mark) or os.path.islink(mark) or os.path.islink(venv):
+            return False
+        return mark.read_text().split("\n", 1)[0] == manifest(venv)
+    except OSError:
+        return False
+
+
+SetupBuild = Callable[[Task, Path], Awaitable[None]]
+
+
+async def ensure(
+    task: Task, root: Path | None = None, *, setup: SetupBuild | None = None
+) -> TaskEnv:
+    """The task's venv, created (and its requirements installed) on first use, or again when
+    its tree changed since it was built.
+
+    ``setup(task, venv)`` runs the task's setup commands with the venv writable, once, when it
+    is built (:func:`agentloop.workspace.build_setup`).
+    """
     venv = (root or cache_root()) / env_key(task)
-    if not (venv / _READY).is_file():
+    if not await asyncio.to_thread(_intact, venv):
         await asyncio.to_thread(venv.parent.mkdir, parents=True, exist_ok=True)
         lock = await asyncio.to_thread(_lock, venv.with_name(venv.name + ".lock"))
         try:
-            if not (venv / _READY).is_file():  # someone else may have built it meanwhile
+            if not await asyncio.to_thread(_intact, venv):  # someone may have built it meanwhile
+                await asyncio.to_thread(_discard, venv)
                 await _create(task, venv)
+                if setup is not None and task.setup:
+                    await setup(task, venv)
+                digest = await asyncio.to_thread(manifest, venv)
+                await asyncio.to_thread(
+                    _ready_mark(venv).write_text,
+                    digest + "\n" + "\n".join(requirements_of(task)) + "\n",
+                )
         finally:
             await asyncio.to_thread(os.close, lock)  # closing the descriptor drops the lock
     return env_for(venv)
+
+
+def _discard(venv: Path) -> None:
+    """Remove a venv that is not as built (and its mark); a link in its place is unlinked."""
+    with contextlib.suppress(FileNotFoundError):
+        _ready_mark(venv).unlink()
+    if os.path.islink(venv) or os.path.isfile(venv):
+        os.unlink(venv)
+    elif os.path.isdir(venv):
+        shutil.rmtree(venv)
 
 
 def _lock(path: Path) -> int:
@@ -168,7 +250,14 @@ async def _create(task: Task, venv: Path) -> None:
                 f"(`{' '.join(argv[1:3])}` exited {code}): {tail}",
                 field="requirements",
             )
-    await asyncio.to_thread((venv / _READY).write_text, "\n".join(requirements_of(task)) + "\n")
+    site = await asyncio.to_thread(_site_packages, venv)
+    await asyncio.to_thread((site / VERDICT_PTH).write_text, VERDICT_PTH_LINE)
+    await asyncio.to_thread((site / "sitecustomize.py").write_text, SITECUSTOMIZE)
+
+
+def _site_packages(venv: Path) -> Path:
+    [site] = venv.glob("lib/python*/site-packages")
+    return site
 
 
 async def _run(argv: Sequence[str], env: dict[str, str]) -> tuple[int, str]:

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentloop import proc
+from agentloop import proc, taskenv
 from agentloop.context import scrubbed_env
 from agentloop.errors import ConfigError, TaskFileError
 from agentloop.jail import Jail, JailSpec, open_jail, sweep_cgroups
 from agentloop.log import get_logger
 from agentloop.tasks import Task
+from agentloop.verdict import verdict_jail
 
 WORK_DIR = "agentloop-work"
 OWNER_SUFFIX = ".owner"
@@ -155,14 +156,16 @@ async def prepare_run(
     root: Path | None = None,
     *,
     writable: tuple[Path, ...] = (),
+    readonly: tuple[Path, ...] = (),
     path_prefix: tuple[str, ...] = (),
     require_jail: bool = False,
     bwrap: str | None = None,
 ) -> Place:
     """Copy the task's workspace, open the run's jail over it, run the setup commands in it.
 
-    ``writable`` and ``path_prefix``: the task's environment folder (its venv) and the folders
-    put first on the commands' PATH (that venv's ``bin/``), from :mod:`agentloop.taskenv`.
+    ``readonly`` and ``path_prefix``: the task's environment folder (its venv, shown read-only)
+    and the folders put first on the commands' PATH (that venv's ``bin/``), from
+    :mod:`agentloop.taskenv`; ``writable``: folders shown writable (a venv being built).
     """
     work = await asyncio.to_thread(make_copy, task, root)
     jail: Jail | None = None
@@ -175,6 +178,7 @@ async def prepare_run(
             JailSpec(
                 workspace=work,
                 writable=writable,
+                readonly=readonly,
                 allow_network=bool(task.allow_hosts),
                 path_prefix=path_prefix,
             ),
@@ -211,6 +215,16 @@ async def prepare_run(
     return Place(work, jail)
 
 
+async def build_setup(task: Task, venv: Path) -> None:
+    """A task venv's build step: the task's setup commands, once, in a jail of their own over a
+    scratch copy of the workspace, with the venv writable (``setup: pip install`` lands there);
+    everything they started dies with that jail (:func:`agentloop.taskenv.ensure`)."""
+    env = taskenv.env_for(venv)
+    with taskenv.activate(env):
+        place = await prepare_run(task, writable=(venv,), path_prefix=env.path_prefix)
+    await place.close()
+
+
 async def prepare(task: Task, root: Path | None = None) -> Path:
     """Copy the task's workspace and run its setup (in a jail closed right after); the copy."""
     place = await prepare_run(task, root)
@@ -225,9 +239,15 @@ async def check_success(
     result: dict[str, Any] = {"passed": True, "detail": ""}
     details = []
     if task.success_command:
-        code, out = await run_command(
-            task.success_command, work, scrubbed_env(), task.limits.tool_timeout_s, jail
-        )
+        if jail is None:
+            code, out = await run_command(
+                task.success_command, work, scrubbed_env(), task.limits.tool_timeout_s
+            )
+        else:  # never through the run's own init (agentloop.verdict)
+            async with verdict_jail(jail, work, pristine=task.workspace) as vj:
+                code, out = await run_command(
+                    task.success_command, work, scrubbed_env(), task.limits.tool_timeout_s, vj
+                )
         result.update(command=task.success_command, exit_code=code, output=out[-2000:])
         if code != 0:
             result["passed"] = False

@@ -20,6 +20,7 @@ from agentloop.errors import ToolError
 from agentloop.proc import Outcome
 from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult
+from agentloop.verdict import verdict_jail
 
 
 def _effective_timeout(ctx: ToolContext, requested: float | None) -> float:
@@ -168,7 +169,19 @@ async def run_tests(ctx: ToolContext, selector: str | None = None) -> ToolResult
         )
     if selector:
         command = f"{command} {' '.join(shlex.quote(a) for a in shlex.split(selector))}"
-    o = await execute(ctx, command, _effective_timeout(ctx, None))
+    jail = await ctx.the_jail()
+    # its own jail over a snapshot, never through the run's init: a command of the run cannot
+    # forge the outcome (agentloop.verdict)
+    async with verdict_jail(jail, workspace(ctx)) as vj:
+        o = await proc.run(
+            vj,
+            command,
+            cwd=workspace(ctx),
+            env=subprocess_env(ctx),
+            timeout_s=_effective_timeout(ctx, None),
+            cap=output_cap(ctx),
+            background="kill",
+        )
     counts = parse_pytest_summary(o.stdout.text()) or parse_pytest_summary(o.stderr.text())
     data: dict[str, object] = {
         "exit_code": o.exit_code,

@@ -1,0 +1,170 @@
+"""The verdict: the success check and ``run_tests`` run where nothing of the run can reach them.
+
+A run's commands share its jail's PID namespace with the jail's init, which relays their exit
+codes; a command that takes the init's socket (``pidfd_getfd``) or traces it can answer in its
+place. So a verdict never goes through that init. :func:`verdict_jail` opens a second jail for
+it, beside the run's:
+
+- its own PID and IPC namespaces (the run's processes cannot see, signal, trace or take a
+  descriptor from anything in it) and its own init, which only agentloop's socket reaches;
+- the run's network namespace (joined through a descriptor agentloop holds), so a check that
+  probes a service the task started and the agent fixed still reaches it on 127.0.0.1;
+- a snapshot of the workspace taken by agentloop on the host (no symlink followed, FIFOs,
+  devices and sockets left out), shown at the workspace's own path: a background process of
+  the run cannot change the files while they are judged. For the success check, the task's
+  own test files (``conftest.py``, ``pytest.ini``, anything under a ``tests/`` folder,
+  ``test_*.py``) are put back as the task shipped them, and ones the run added are dropped;
+- the task's venv read-only, as agentloop built it, and an environment where the workspace
+  cannot shadow the interpreter or its libraries: PATH holds only absolute folders outside the
+  workspace, ``PYTHONSAFEPATH=1`` keeps the working folder off the front of ``sys.path`` (the
+  task venv's ``_agentloop_verdict.pth`` appends it at the end, so ``python -m service.check``
+  still finds the workspace's modules, after the venv's ``pytest``).
+
+Where the run has no jail (:class:`~agentloop.jail.HostJail`) the verdict runs as its commands
+do, unconfined, as the run's confinement already says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path, PurePath
+
+from agentloop.jail import BwrapJail, Jail, JailSpec
+
+SNAPSHOT_PREFIX = "agentloop-verdict-"
+
+
+def is_test_file(rel: PurePath) -> bool:
+    """Whether a workspace path is part of the task's tests (restored for the success check)."""
+    name = rel.name
+    return (
+        name in ("conftest.py", "pytest.ini")
+        or "tests" in rel.parts[:-1]
+        or (name.startswith("test_") and name.endswith(".py"))
+    )
+
+
+def _copy_file(name: str, dir_fd: int, dest: Path, mode: int) -> None:
+    try:
+        src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return  # gone, swapped for a link, or unreadable meanwhile: not part of the snapshot
+    try:
+        if not stat.S_ISREG(os.fstat(src).st_mode):
+            return
+        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode & 0o777)
+        with open(src, "rb", closefd=False) as fin, open(out, "wb") as fout:
+            shutil.copyfileobj(fin, fout, 1 << 20)
+    finally:
+        os.close(src)
+
+
+def copy_tree(src: Path, dest: Path) -> None:
+    """Copy ``src`` to a new ``dest`` without following a symlink anywhere (blocking).
+
+    Symlinks are copied as links, regular files by content, FIFOs, devices and sockets not at
+    all; a file swapped for a link while the copy runs is left out, never followed.
+    """
+    dest.mkdir(mode=0o755)
+    for dirpath, dirnames, filenames, dir_fd in os.fwalk(src, follow_symlinks=False):
+        rel = os.path.relpath(dirpath, src)
+        out = dest if rel == "." else dest / rel
+        for name in [*dirnames, *filenames]:
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                (out / name).mkdir(mode=0o755)
+            elif stat.S_ISLNK(st.st_mode):
+                with contextlib.suppress(OSError):
+                    os.symlink(os.readlink(name, dir_fd=dir_fd), out / name)
+            elif stat.S_ISREG(st.st_mode):
+                _copy_file(name, dir_fd, out / name, st.st_mode)
+
+
+def _real_folder(root: Path, rel: PurePath) -> Path:
+    """``root/rel`` as a real folder: any link or file in the way (planted) is removed first."""
+    here = root
+    for part in rel.parts:
+        here = here / part
+        st = None
+        with contextlib.suppress(FileNotFoundError):
+            st = os.lstat(here)
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            os.unlink(here)
+            st = None
+        if st is None:
+            here.mkdir(mode=0o755)
+    return here
+
+
+def restore_tests(snap: Path, pristine: Path) -> None:
+    """Put the task's own test files back in ``snap`` as ``pristine`` has them (blocking)."""
+    for dirpath, _dirs, files in os.walk(snap):  # os.walk never descends into a link
+        for name in files:
+            path = Path(dirpath, name)
+            if is_test_file(path.relative_to(snap)):
+                os.unlink(path)
+    for dirpath, _dirs, files in os.walk(pristine):
+        for name in files:
+            path = Path(dirpath, name)
+            rel = path.relative_to(pristine)
+            if is_test_file(rel) and path.is_file() and not path.is_symlink():
+                folder = _real_folder(snap, rel.parent)
+                target = folder / name
+                with contextlib.suppress(FileNotFoundError):
+                    if not os.path.isdir(target) or os.path.islink(target):
+                        os.unlink(target)
+                with open(path, "rb") as fin:
+                    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW)
+                    with open(out, "wb") as fout:
+                        shutil.copyfileobj(fin, fout)
+
+
+def snapshot(work: Path, pristine: Path | None) -> Path:
+    """A private copy of the workspace for a verdict (blocking); its folder's parent is ours."""
+    top = Path(tempfile.mkdtemp(prefix=SNAPSHOT_PREFIX))
+    snap = top / "ws"
+    copy_tree(work, snap)
+    if pristine is not None:
+        restore_tests(snap, pristine)
+    return snap
+
+
+@contextlib.asynccontextmanager
+async def verdict_jail(
+    jail: Jail, work: Path, *, pristine: Path | None = None
+) -> AsyncIterator[Jail]:
+    """A jail for one verdict over a snapshot of ``work`` (see the module docstring).
+
+    ``pristine``: the task's own workspace, whose test files the snapshot gets back.
+    """
+    if not isinstance(jail, BwrapJail) or jail.exe is None:
+        yield jail
+        return
+    snap = await asyncio.to_thread(snapshot, work, pristine)
+    spec = JailSpec(
+        workspace=work,
+        workspace_src=snap,
+        readonly=jail.spec.readonly,
+        allow_network=jail.spec.allow_network,
+        path_prefix=jail.spec.path_prefix,
+        limits=jail.spec.limits,
+        use_cgroups=jail.spec.use_cgroups,
+        verdict=True,
+    )
+    vj = BwrapJail(spec, netns_fd=jail.netns_fd)
+    try:
+        await vj.start(jail.exe)
+        vj.confinement = jail.confinement
+        yield vj
+    finally:
+        await asyncio.shield(vj.close_now())
+        await asyncio.to_thread(shutil.rmtree, snap.parent, True)
