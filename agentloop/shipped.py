@@ -1,9 +1,11 @@
-"""The tasks shipped with agentloop, found by name: ``agentloop run checkout-timeouts`` anywhere.
+"""The tasks and suites shipped with agentloop, found by name: ``agentloop run checkout-timeouts``
+and ``agentloop suite hle`` from any folder.
 
 They are the repository's top-level ``tasks/`` folder, installed as the package data of
 ``agentloop_tasks`` (so a wheel install has them). A shipped task is a ``*.yaml`` file one level
 down (``tasks/<group>/<file>.yaml``) whose mapping has ``name`` and ``prompt``; its name is that
-``name`` field.
+``name`` field. A shipped suite is a folder of task files under ``tasks/suites/``; its name is the
+folder's.
 """
 
 from __future__ import annotations
@@ -50,6 +52,32 @@ def shipped_tasks() -> list[ShippedTask]:
             first = " ".join(str(data.get("description") or "").split())
             found.append(ShippedTask(str(data["name"]), path.parent.name, path, first))
     return sorted(found, key=lambda t: (t.group, t.name))
+
+
+SUITES = "suites"  # tasks/suites/<name>/: the task files `agentloop suite <name>` runs
+
+
+def shipped_suites() -> dict[str, Path]:
+    """Every shipped suite by name: its folder (sorted by name)."""
+    root = tasks_root()
+    base = root / SUITES if root is not None else None
+    if base is None or not base.is_dir():
+        return {}
+    return {d.name: d for d in sorted(base.iterdir()) if d.is_dir() and any(d.glob("*.yaml"))}
+
+
+def find_suite_or_task(name: str) -> Path:
+    """For ``agentloop suite NAME``: the shipped suite's folder, else the shipped task's file."""
+    suites = shipped_suites()
+    if name in suites:
+        return suites[name]
+    if any(t.name == name for t in shipped_tasks()):
+        return find_task(name)
+    raise TaskFileError(
+        name,
+        f"no such task file or folder, and no shipped suite or task of that name (shipped "
+        f"suites: {', '.join(suites) or 'none installed'}; `agentloop tasks` lists the tasks)",
+    )
 
 
 def looks_like_name(text: str) -> bool:

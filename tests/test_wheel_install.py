@@ -137,6 +137,27 @@ def test_the_installed_cli_runs_the_demo_by_name_from_another_folder(
     assert 1 == len(list((tmp_path / "traces").glob("*.jsonl")))
 
 
+def test_the_installed_cli_runs_the_shipped_suites_by_name_from_another_folder(
+    installed: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """`agentloop suite hle gdpval`, as the README runs them, from a folder that is not the
+    checkout: both shipped suites are found in the installed package and every run passes."""
+    venv, env = installed
+    exe = str(venv / "bin" / "agentloop")
+    argv = [exe, "suite", "hle", "gdpval", "--tier", "sim-ultrafast", "--out", "s", "--json"]
+    done = _run(argv, tmp_path, env, timeout=600)
+    assert 0 == done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
+    runs = orjson.loads(done.stdout)["runs"]
+    assert (10, [("ok", True)] * 10) == (
+        len(runs),
+        [(r["status"], r["success"]) for r in runs],
+    )
+    assert all(str(venv) in r["source"] for r in runs)
+    unknown = _run([exe, "suite", "no-such-suite"], tmp_path, env)
+    assert 2 == unknown.returncode
+    assert "shipped suites: gdpval, hle" in unknown.stderr
+
+
 def test_an_app_with_its_own_tools_package_embeds_agentloop(
     installed: tuple[Path, dict[str, str]], tmp_path: Path
 ) -> None:

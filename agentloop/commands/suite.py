@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.commands.report import emit_json
+from agentloop.shipped import find_suite_or_task, looks_like_name
 from agentloop.suite.report import render_suite, suite_json
 from agentloop.suite.run import Progress, run_suite
 
@@ -18,13 +19,20 @@ def register(sub: Any) -> None:
         "suite",
         help="run many tasks, repeated, concurrently",
         description=(
-            "Run task files (or folders of them) concurrently in one process, each repeated R "
-            "times; simulated tiers share one simulator. Traces go under DIR/traces, the report "
-            "to DIR/suite.json and stdout; live progress on stderr. A failing run never stops the "
-            "others. Then: agentloop compare DIR_A DIR_B, agentloop whatif DIR --tier NAME."
+            "Run task files (or folders of them, or a shipped suite by name: hle, gdpval) "
+            "concurrently in one process, each repeated R times; simulated tiers share one "
+            "simulator. Traces go under DIR/traces, the report to DIR/suite.json and stdout; live "
+            "progress on stderr. A failing run never stops the others. Then: agentloop compare "
+            "DIR_A DIR_B, agentloop whatif DIR --tier NAME."
         ),
     )
-    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="task files or folders")
+    p.add_argument(
+        "paths",
+        nargs="+",
+        type=Path,
+        metavar="PATH",
+        help="task files or folders, or a shipped suite or task by name (hle, gdpval, ...)",
+    )
     p.add_argument("--tier", help="model tier for every task (default: each task's own)")
     p.add_argument("--tiers", dest="tiers_file", type=Path, help="tiers file (default tiers.toml)")
     p.add_argument(
@@ -68,12 +76,20 @@ class ProgressLine:
             print(state.line(), file=sys.stderr, flush=True)
 
 
+def _shipped_if_named(path: Path) -> Path:
+    """``path`` as given, or, a bare name that is no file or folder here, the shipped suite
+    (``tasks/suites/<name>/``) or task of that name: the same from a checkout or a wheel."""
+    if path.exists() or not looks_like_name(str(path)):
+        return path
+    return find_suite_or_task(str(path))
+
+
 async def main(args: argparse.Namespace) -> int:
     out = args.out or Path("suites") / (
         f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{args.tier or 'default'}"
     )
     suite = await run_suite(
-        args.paths,
+        [_shipped_if_named(p) for p in args.paths],
         out,
         tier=args.tier,
         tiers_file=args.tiers_file,
