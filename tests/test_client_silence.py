@@ -237,3 +237,25 @@ async def test_the_trace_names_the_bound_that_ended_an_attempt(tmp_path: Path) -
         "stall: no first token within 0.5 s (first-token bound)",
         None,
     ] == [a["error"] for a in first.attrs["attempts"]]
+
+
+async def test_a_call_cancelled_in_its_silent_wait_ends_cancelled_not_as_a_stall() -> None:
+    """Cancelling a call while it waits out a long first-token bound (a run being stopped)
+    raises CancelledError at once: the watch turns only its own cancellation into a stall."""
+    async with SimServer(
+        profile=QUICK, filler_tokens=12, faults=[Fault("stall", on_request=1, stall_s=30)]
+    ) as sim:
+        client = OpenAIClient(
+            tier("responses", QUICK, first_token_timeout_s=20.0), base_url=sim.base_url
+        )
+        try:
+            task = asyncio.create_task(client.complete(REQUEST))
+            async with asyncio.timeout(HANG):
+                while not sim.active_streams:  # the headers are out, the silence has begun
+                    await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, HANG)
+        finally:
+            await client.aclose()
+        assert 1 == sim.requests

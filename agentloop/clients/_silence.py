@@ -23,6 +23,7 @@ timer each.
 from __future__ import annotations
 
 import asyncio
+from asyncio import CancelledError
 from dataclasses import dataclass
 from time import perf_counter_ns
 from types import TracebackType
@@ -89,28 +90,36 @@ def _s(seconds: float) -> str:
 
 
 class Watch:
-    """``async with Watch(bounds, turn):`` around reading a stream into ``turn``: TimeoutError
-    once the bound in force has passed since ``turn.t_read`` (the last network read)."""
+    """``with Watch(bounds, turn):`` around awaiting a stream's reads into ``turn``: TimeoutError
+    once the bound in force has passed since ``turn.t_read`` (the last network read).
 
-    __slots__ = ("_bounds", "_handle", "_loop", "_timeout", "_turn")
+    What ``asyncio.timeout`` does (cancel the task, turn that cancellation and no other into
+    TimeoutError), as a plain context manager around our own re-arming timer: about one
+    ``asyncio.timeout``'s cost a call, where wrapping one would add its own and two coroutines."""
+
+    __slots__ = ("_bounds", "_cancelling", "_fired", "_handle", "_loop", "_task", "_turn")
 
     def __init__(self, bounds: Bounds, turn: Turn) -> None:
         self._bounds, self._turn = bounds, turn
-        self._loop = asyncio.get_running_loop()
-        self._timeout = asyncio.timeout(None)
         self._handle: asyncio.TimerHandle | None = None
+        self._fired = False
 
-    async def __aenter__(self) -> Watch:
-        await self._timeout.__aenter__()
+    def __enter__(self) -> Watch:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("Watch is used inside a task")
+        self._task, self._cancelling = task, task.cancelling()
+        self._loop = asyncio.get_running_loop()
         self._check()
         return self
 
-    async def __aexit__(
+    def __exit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self._handle is not None:
             self._handle.cancel()
-        await self._timeout.__aexit__(et, ev, tb)  # raises TimeoutError once it has fired
+        if self._fired and self._task.uncancel() <= self._cancelling and et is CancelledError:
+            raise TimeoutError from ev  # our cancellation; anyone else's goes on as it is
 
     def _check(self) -> None:
         b, turn = self._bounds, self._turn
@@ -122,6 +131,6 @@ class Watch:
             self._handle = self._loop.call_later(
                 min(left, b.stall_s) if waiting else left, self._check
             )
-        else:  # the timeout cancels the read and turns the cancellation into TimeoutError
-            self._handle = None
-            self._timeout.reschedule(self._loop.time())
+        else:
+            self._handle, self._fired = None, True
+            self._task.cancel()

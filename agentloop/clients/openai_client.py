@@ -379,7 +379,7 @@ class OpenAIClient:
             if limits.first_s == limits.stall_s:  # one bound: the HTTP read timeout is it
                 await read_sse(chunks, turn)
             else:
-                async with Watch(limits, turn):
+                with Watch(limits, turn):
                     await read_sse(chunks, turn)
         except (httpx2.TimeoutException, TimeoutError) as exc:
             raise _Retryable(limits.stall_error(turn), resp.status_code) from exc
