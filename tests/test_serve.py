@@ -251,8 +251,11 @@ async def test_a_shipped_task_by_name_and_limits(server: Server) -> None:
 
 async def test_malformed_json_and_unknown_runs(server: Server) -> None:
     """A body that is not JSON is a 400; an unknown run id is a 404 naming the id."""
-    r = await server.client.post("/v1/runs", content=b"{not json")
+    r = await server.client.post(
+        "/v1/runs", content=b"{not json", headers={"Content-Type": "application/json"}
+    )
     assert 400 == r.status_code
+    assert "not json" not in r.text  # the body is never echoed
     missing = await server.client.get("/v1/runs/deadbeef0000")
     assert (404, "id") == (missing.status_code, missing.json()["error"]["field"])
 

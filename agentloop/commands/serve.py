@@ -13,6 +13,7 @@ from typing import Any
 
 from agentloop.errors import ConfigError, RequestError, TierFileError
 from agentloop.netaddr import is_loopback
+from agentloop.service.runs import KEEP_ENDED, MAX_QUEUED
 
 TOKEN_ENV = "AGENTLOOP_TOKEN"  # the bearer token's variable; the token itself is never printed
 
@@ -49,6 +50,27 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--tiers", type=Path, metavar="FILE", help="tiers file layered on the built-in one"
     )
+    p.add_argument(
+        "--max-queued",
+        type=int,
+        default=MAX_QUEUED,
+        help=f"runs that may wait for a slot; more are refused with 429 (default {MAX_QUEUED})",
+    )
+    p.add_argument(
+        "--keep-ended",
+        type=int,
+        default=KEEP_ENDED,
+        help=f"ended runs remembered; older ones are forgotten, their traces kept "
+        f"(default {KEEP_ENDED})",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name clients may give in the Host header (a reverse proxy's); by default "
+        "only loopback's names and the --host value",
+    )
     p.set_defaults(func=main)
 
 
@@ -71,12 +93,19 @@ async def main(args: argparse.Namespace) -> int:
 
     from agentloop import api, start_run
     from agentloop.log import configure
+    from agentloop.own_ports import registered
     from agentloop.service.app import Service, build_app
+    from agentloop.service.guard import HostNames
     from agentloop.service.runs import RunBook
 
     configure()
-    if args.concurrency < 1:
-        raise ConfigError("--concurrency must be at least 1")
+    for flag, value, least in (
+        ("--concurrency", args.concurrency, 1),
+        ("--max-queued", args.max_queued, 0),
+        ("--keep-ended", args.keep_ended, 0),
+    ):
+        if value < least:
+            raise ConfigError(f"{flag} must be at least {least}")
     token = os.environ.get(TOKEN_ENV) or None
     if token is None and not is_loopback(args.host):
         raise ConfigError(
@@ -93,7 +122,12 @@ async def main(args: argparse.Namespace) -> int:
             raise RequestError(exc.message, field="tier") from None
 
     book = RunBook(
-        start_run, trace_dir=args.trace_dir, concurrency=args.concurrency, tiers_file=tiers_file
+        start_run,
+        trace_dir=args.trace_dir,
+        concurrency=args.concurrency,
+        tiers_file=tiers_file,
+        max_queued=args.max_queued,
+        keep_ended=args.keep_ended,
     )
     service = Service(
         book,
@@ -102,19 +136,21 @@ async def main(args: argparse.Namespace) -> int:
         tiers_file=tiers_file,
         check_tier=check_tier,
     )
-    app = build_app(service, token)
     sock = _bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
+    hosts = HostNames(args.host, extra=tuple(args.allow_host))
+    app = build_app(service, token, hosts=hosts, port=port)
     server = _Server(
         uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"), book
     )
-    print(
-        f"agentloop serve: listening on http://{host}:{port} ({args.concurrency} runs at once, "
-        f"tasks from {args.tasks_dir}, traces to {args.trace_dir}, "
-        f"{'bearer token required' if token else 'no token: loopback only'})",
-        flush=True,
-    )
-    await server.serve(sockets=[sock])
+    with registered(port):  # the runs' browsers refuse this port (agentloop.own_ports)
+        print(
+            f"agentloop serve: listening on http://{host}:{port} ({args.concurrency} runs at once, "
+            f"tasks from {args.tasks_dir}, traces to {args.trace_dir}, "
+            f"{'bearer token required' if token else 'no token: loopback only'})",
+            flush=True,
+        )
+        await server.serve(sockets=[sock])
     if server.stopped_runs is not None:
         print(
             f"agentloop serve: stopped; {server.stopped_runs} run(s) cancelled with their "

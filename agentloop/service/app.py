@@ -13,7 +13,14 @@ Routes (all JSON but the trace and the event stream):
     GET    /openapi.json            this API as an OpenAPI 3 document
 
 With a token set, every request must carry ``Authorization: Bearer <token>`` (compared in
-constant time; never logged). Errors are ``{"error": {"message", "field"?}}``.
+constant time; never logged). Before that, :mod:`agentloop.service.guard` refuses what a web page
+or a rebinding host sends. Errors are ``{"error": {"message", "field"?}}``.
+
+Every answer passes the one redactor (:mod:`agentloop.trace.redact`), the one the trace pipeline
+uses: JSON answers and errors, each server-sent event, and the trace file line by line. A run's
+events come from the runner before its trace pipeline, so without this a secret a tool printed
+would reach the event stream verbatim. A body is read in chunks and refused (413) once past
+:data:`MAX_BODY`, never held whole.
 """
 
 from __future__ import annotations
@@ -28,15 +35,19 @@ from typing import Any
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.schemas import SchemaGenerator
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentloop.errors import AgentloopError, RequestError
 from agentloop.service.analysis import report_for, whatif_for
-from agentloop.service.requests import task_from_request
+from agentloop.service.guard import BrowserGuard, HostNames
+from agentloop.service.requests import shown, task_from_request
 from agentloop.service.runs import Run, RunBook
+from agentloop.trace.redact import Redactor, redactor
+
+MAX_BODY = 1 << 20  # bytes of a request body (an inline task with a long script is ~50 KiB)
 
 OPENAPI_INFO = {
     "openapi": "3.0.3",
@@ -48,29 +59,50 @@ OPENAPI_INFO = {
 }
 
 
-def error(status: int, message: str, field: str | None = None) -> JSONResponse:
+def answer(
+    content: Any, redact: Redactor, status: int = 200, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """A JSON answer, every string in it through the redactor."""
+    return JSONResponse(redact(content), status_code=status, headers=headers)
+
+
+def error(status: int, message: str, redact: Redactor, field: str | None = None) -> JSONResponse:
     body: dict[str, Any] = {"message": message}
     if field is not None:
         body["field"] = field
-    return JSONResponse({"error": body}, status_code=status)
+    return answer({"error": body}, redact, status)
 
 
 class BearerAuth:
     """ASGI middleware: 401 unless the request carries the service's bearer token."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
+    def __init__(self, app: ASGIApp, token: str, redact: Redactor) -> None:
+        self.app, self.redact = app, redact
         self._expected = f"Bearer {token}".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             given = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(given, self._expected):
-                await error(401, "missing or wrong bearer token (Authorization: Bearer ...)")(
-                    scope, receive, send
-                )
+                await error(
+                    401, "missing or wrong bearer token (Authorization: Bearer ...)", self.redact
+                )(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+async def read_body(request: Request, limit: int = MAX_BODY) -> bytes:
+    """The request's body, read chunk by chunk; 413 as soon as it is past ``limit`` bytes."""
+    too_big = RequestError(f"the body is larger than {limit} bytes", field="", status=413)
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise too_big
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise too_big
+    return bytes(body)
 
 
 class Service:
@@ -84,9 +116,11 @@ class Service:
         known_tools: set[str],
         tiers_file: Path | None,
         check_tier: Any,
+        redact: Redactor | None = None,
     ) -> None:
         self.book, self.tasks_dir, self.known_tools = book, tasks_dir, known_tools
         self.tiers_file, self.check_tier = tiers_file, check_tier
+        self.redact = redact or redactor()  # the server's secret-named environment values
 
     def _run(self, request: Request) -> Run:
         run = self.book.runs.get(request.path_params["id"])
@@ -102,17 +136,22 @@ class Service:
         responses:
           202: {description: "accepted: {id, status}"}
           400: {description: "invalid request; error.field names the part at fault"}
+          413: {description: "the body is larger than 1 MiB"}
+          415: {description: "the body is not sent as application/json"}
+          429: {description: "the queue is full"}
         """
+        raw = await read_body(request)
         try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            return error(400, f"the body is not JSON: {exc}", field="")
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:  # says where, never what: the body is not echoed
+            return error(400, f"the body is not JSON: {exc}", self.redact, field="")
         task, tier = task_from_request(body, tasks_dir=self.tasks_dir, known_tools=self.known_tools)
         self.check_tier(task, tier)
         run = self.book.submit(task, tier)
-        return JSONResponse(
+        return answer(
             {"id": run.id, "status": run.status},
-            status_code=202,
+            self.redact,
+            202,
             headers={"Location": f"/v1/runs/{run.id}"},
         )
 
@@ -121,14 +160,14 @@ class Service:
         summary: List runs
         responses: {200: {description: "{runs: [summary, ...]}"}}
         """
-        return JSONResponse({"runs": [r.summary() for r in self.book.runs.values()]})
+        return answer({"runs": [r.summary() for r in self.book.runs.values()]}, self.redact)
 
     async def get_run(self, request: Request) -> Response:
         """
         summary: One run's summary
         responses: {200: {description: "status, steps, times, success"}, 404: {description: "no such run"}}
         """
-        return JSONResponse(self._run(request).summary())
+        return answer(self._run(request).summary(), self.redact)
 
     async def events(self, request: Request) -> Response:
         """
@@ -141,6 +180,9 @@ class Service:
 
         async def stream() -> AsyncIterator[bytes]:
             async for name, data in self.book.events(run):
+                # plain JSON first: the redactor walks dicts, lists and strings, and an
+                # event's data holds dataclasses too (a model_end's tool calls)
+                data = self.redact(orjson.loads(orjson.dumps(data)))
                 yield b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
         return StreamingResponse(
@@ -159,7 +201,12 @@ class Service:
         summary: The run's trace (JSONL)
         responses: {200: {description: "application/x-ndjson"}, 409: {description: "no trace yet"}}
         """
-        return FileResponse(self._trace(self._run(request)), media_type="application/x-ndjson")
+        path = self._trace(self._run(request))
+        # written through the same redactor; passed again so that no answer skips it
+        text = await asyncio.to_thread(path.read_text, encoding="utf-8", errors="replace")
+        lines = await asyncio.to_thread(lambda: [self.redact.text(x) for x in text.splitlines()])
+        body = "".join(x + "\n" for x in lines).encode()
+        return Response(body, media_type="application/x-ndjson")
 
     async def report(self, request: Request) -> Response:
         """
@@ -167,7 +214,7 @@ class Service:
         responses: {200: {description: "the report"}, 409: {description: "no trace yet"}}
         """
         path = self._trace(self._run(request))
-        return JSONResponse(await asyncio.to_thread(report_for, path))
+        return answer(await asyncio.to_thread(report_for, path), self.redact)
 
     async def whatif(self, request: Request) -> Response:
         """
@@ -180,7 +227,7 @@ class Service:
         if not tier:
             raise RequestError("query parameter 'tier' is required (?tier=NAME)", field="tier")
         path = self._trace(run)
-        return JSONResponse(await asyncio.to_thread(whatif_for, path, tier, self.tiers_file))
+        return answer(await asyncio.to_thread(whatif_for, path, tier, self.tiers_file), self.redact)
 
     async def cancel(self, request: Request) -> Response:
         """
@@ -192,12 +239,15 @@ class Service:
         self.book.cancel(run)
         with contextlib.suppress(TimeoutError):  # still ending: the summary says so
             await asyncio.wait_for(run.ended.wait(), timeout=15.0)
-        return JSONResponse(run.summary())
+        return answer(run.summary(), self.redact)
 
 
-def build_app(service: Service, token: str | None) -> ASGIApp:
-    """The ASGI app: routes, error mapping, OpenAPI document, and bearer auth when ``token``."""
+def build_app(service: Service, token: str | None, *, hosts: HostNames, port: int) -> ASGIApp:
+    """The ASGI app: the browser guard (``hosts``: the names a request may give in Host,
+    ``port``: the server's, for its own Origin), bearer auth when ``token``, routes, error
+    mapping, the OpenAPI document."""
     s = service
+    redact = s.redact
     routes: list[BaseRoute] = [
         Route("/v1/runs", s.submit, methods=["POST"]),
         Route("/v1/runs", s.list_runs, methods=["GET"]),
@@ -211,19 +261,25 @@ def build_app(service: Service, token: str | None) -> ASGIApp:
     schemas = SchemaGenerator(OPENAPI_INFO)
 
     async def openapi(request: Request) -> Response:
-        return JSONResponse(schemas.get_schema(routes))
+        return answer(schemas.get_schema(routes), redact)
 
     async def bad_request(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, AgentloopError)
         if isinstance(exc, RequestError):
-            return error(exc.status, exc.message, exc.field)
-        return error(400, exc.message)
+            return error(exc.status, exc.message, redact, exc.field)
+        return error(400, exc.message, redact)
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        return error(404, f"no run with id {exc.args[0]!r}" if exc.args else "not found", "id")
+        what = f"no run with id {shown(str(exc.args[0]))}" if exc.args else "not found"
+        return error(404, what, redact, "id")
 
     app = Starlette(
         routes=[*routes, Route("/openapi.json", openapi, methods=["GET"], include_in_schema=False)],
         exception_handlers={AgentloopError: bad_request, LookupError: not_found},
     )
-    return BearerAuth(app, token) if token else app
+    inner: ASGIApp = BearerAuth(app, token, redact) if token else app
+
+    def refuse(status: int, message: str) -> ASGIApp:
+        return error(status, message, redact)
+
+    return BrowserGuard(inner, hosts=hosts, port=port, refuse=refuse)

@@ -3,6 +3,13 @@
 The task is a path (relative to the server's working directory, and inside its tasks folder),
 a shipped task's name (:mod:`agentloop.shipped`), or an inline task object; an inline task and any ``limits`` go through
 the same validation as a task file, so an error names the field the same way.
+
+A submitted task is data from whoever can reach the port, so besides a task file's rules: the
+body nests at most :data:`MAX_DEPTH` levels, no string in it holds a NUL, a path holds no
+control character, and an inline task may not declare ``tiers`` (a tier names an endpoint and
+the variable its key is read from: the server's key would go to the submitter's endpoint) nor
+``allow_hosts`` (which gives the task's commands the host's network, the service's port
+included). Error messages quote a submitted value only in part (:func:`shown`).
 """
 
 from __future__ import annotations
@@ -12,17 +19,65 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentloop.errors import FileLocatedError, RequestError, TaskFileError
 from agentloop.shipped import find_task, looks_like_name
 from agentloop.tasks import Limits, LimitsModel, Task, field_name, parse_task, problem
 
+MAX_PATH = 1024  # characters of a task path (the OS refuses names past 255 bytes anyway)
+MAX_DEPTH = 64  # levels of JSON nesting a request may have (a task file needs about 6)
+_INLINE_REFUSED = {
+    "tiers": "an inline task cannot define tiers (their endpoints and key variables); use "
+    "a tier the server knows",
+    "allow_hosts": "an inline task cannot widen the network (allow_hosts gives its commands "
+    "the host's network); put the task in the server's tasks folder",
+}
+
+
+def shown(value: str, limit: int = 60) -> str:
+    """``value`` quoted for an error message, cut to ``limit`` characters."""
+    return repr(value if len(value) <= limit else value[: limit - 3] + "...")
+
+
+def check_shape(body: Any) -> None:
+    """Refuse a body nested deeper than :data:`MAX_DEPTH` or holding a NUL anywhere."""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(body, ())]
+    while stack:
+        obj, loc = stack.pop()
+        if isinstance(obj, str):
+            if "\x00" in obj:
+                where = field_name(loc)
+                raise RequestError(f"field '{where}' contains a NUL byte", field=where)
+            continue
+        if len(loc) >= MAX_DEPTH and isinstance(obj, dict | list):
+            where = field_name(loc)
+            raise RequestError(
+                f"the body nests deeper than {MAX_DEPTH} levels (at '{where}')", field=where
+            )
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                if "\x00" in k:
+                    where = field_name(loc)
+                    raise RequestError(f"a key in '{where}' contains a NUL byte", field=where)
+                stack.append((v, (*loc, k)))
+        elif isinstance(obj, list):
+            stack.extend((v, (*loc, i)) for i, v in enumerate(obj))
+
+
+def _check_path(value: Any, field: str) -> None:
+    if not isinstance(value, str):
+        return
+    if len(value) > MAX_PATH:
+        raise RequestError(f"field '{field}': a path of at most {MAX_PATH} characters", field=field)
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise RequestError(f"field '{field}': a path may not hold control characters", field=field)
+
 
 class _RunRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     task: str | dict[str, Any]
-    tier: str | None = None
+    tier: str | None = Field(default=None, max_length=200)
     limits: dict[str, Any] = {}
 
 
@@ -43,6 +98,7 @@ def task_from_request(
     """Validate a ``POST /v1/runs`` body; (the task with its limits applied, the tier asked for)."""
     if not isinstance(body, dict):
         raise RequestError('the body must be a JSON object: {"task": ..., "tier": ...}', field="")
+    check_shape(body)
     try:
         req = _RunRequest.model_validate(body)
     except ValidationError as exc:
@@ -50,10 +106,11 @@ def task_from_request(
     if isinstance(req.task, dict):
         task = _inline(req.task, tasks_dir, known_tools)
     elif not looks_like_name(req.task):
+        _check_path(req.task, "task")
         path = Path(req.task)
         if path.is_absolute() or not _inside(Path.cwd() / path, tasks_dir):
             raise RequestError(
-                f"field 'task': {req.task!r} is not inside the tasks folder {tasks_dir}",
+                f"field 'task': {shown(req.task)} is not inside the tasks folder {tasks_dir}",
                 field="task",
             )
         task = _load(Path.cwd() / path, known_tools)
@@ -62,7 +119,7 @@ def task_from_request(
             found = find_task(req.task)
         except TaskFileError:
             raise RequestError(
-                f"field 'task': no shipped task named {req.task!r} (give a "
+                f"field 'task': no shipped task named {shown(req.task)} (give a "
                 f"shipped task's name, a path inside {tasks_dir}, or an inline "
                 "task object)",
                 field="task",
@@ -73,7 +130,7 @@ def task_from_request(
 
 def _load(path: Path, known_tools: set[str]) -> Task:
     if not path.is_file():
-        raise RequestError(f"field 'task': no such task file {path}", field="task")
+        raise RequestError(f"field 'task': no such task file {shown(str(path), 200)}", field="task")
     from agentloop.tasks import load_task
 
     try:
@@ -84,6 +141,10 @@ def _load(path: Path, known_tools: set[str]) -> Task:
 
 def _inline(data: dict[str, Any], tasks_dir: Path, known_tools: set[str]) -> Task:
     """An inline task: validated as a task file whose folder is the tasks folder."""
+    for key, why in _INLINE_REFUSED.items():
+        if data.get(key):
+            raise RequestError(f"field 'task.{key}': {why}", field=f"task.{key}")
+    _check_path(data.get("workspace"), "task.workspace")
     text = yaml.safe_dump(data, sort_keys=False)
     try:
         task = parse_task(text, tasks_dir.resolve() / "<inline task>", known_tools)

@@ -5,6 +5,9 @@ answer); it waits for a slot (status ``queued``), then starts through
 :func:`agentloop.start_run`, whose handle gives the run id, the trace path, the event stream and
 ``cancel()``. Each run is an asyncio task the book owns (stored and awaited on shutdown), so a
 cancel or a shutdown always ends with the trace closed as ``cancelled``.
+
+The book is bounded both ways: past ``max_queued`` waiting runs a submission is refused (429),
+and of the ended runs only the last ``keep_ended`` are held (their traces stay on disk).
 """
 
 from __future__ import annotations
@@ -13,17 +16,21 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agentloop.errors import RequestError
 from agentloop.log import get_logger
 from agentloop.tasks import Task
 
 # what a run's status can be while the service holds it; the finished ones are the runner's
 QUEUED, RUNNING = "queued", "running"
+MAX_QUEUED = 64  # runs waiting for a slot; one more is refused with 429
+KEEP_ENDED = 1000  # ended runs the book remembers; older ones are forgotten (not their traces)
 
 
 def _now() -> str:
@@ -87,17 +94,29 @@ class RunBook:
         trace_dir: Path,
         concurrency: int = 4,
         tiers_file: Path | None = None,
+        max_queued: int = MAX_QUEUED,
+        keep_ended: int = KEEP_ENDED,
     ) -> None:
         self._start_run = start_run
         self._trace_dir = trace_dir
         self._tiers_file = tiers_file
         self._slots = asyncio.Semaphore(concurrency)
         self.concurrency = concurrency
+        self.max_queued, self.keep_ended = max_queued, keep_ended
         self.runs: dict[str, Run] = {}
+        self._ended: deque[str] = deque()  # ids of ended runs still held, oldest first
         self._closing = False
 
     def submit(self, task: Task, tier: str | None) -> Run:
-        """Queue a run of ``task``; it starts when a slot is free."""
+        """Queue a run of ``task``; it starts when a slot is free (429 when the queue is full)."""
+        waiting = sum(1 for r in self.runs.values() if r.status == QUEUED)
+        if waiting >= self.max_queued:
+            raise RequestError(
+                f"the queue is full ({waiting} runs waiting for one of {self.concurrency} "
+                "slots): submit again when runs have ended",
+                field="",
+                status=429,
+            )
         run = Run(id=uuid.uuid4().hex[:12], task=task, tier=tier)
         self.runs[run.id] = run
         run.worker = asyncio.create_task(self._drive(run), name=f"agentloop-run-{run.id}")
@@ -154,6 +173,9 @@ class RunBook:
         run.status, run.reason, run.ended_at = status, reason, _now()
         run.started.set()  # a subscriber waiting for the start learns it never will
         run.ended.set()
+        self._ended.append(run.id)
+        while len(self._ended) > self.keep_ended:
+            self.runs.pop(self._ended.popleft(), None)
 
     def cancel(self, run: Run) -> None:
         """Cancel a run: a queued one never starts, a running one ends with status cancelled."""

@@ -1,0 +1,83 @@
+"""The loopback ports agentloop itself listens on (the service's), which the browser tool refuses.
+
+A port is registered, for as long as its listener lives, as a file named after it in a folder
+only this user can write (``$XDG_RUNTIME_DIR/agentloop-ports``, else
+``/tmp/agentloop-ports-UID``; mode 0700, checked to be ours and not a symlink), holding the
+owner's pid; a file whose pid is gone is stale and ignored. Files rather than a set in memory,
+because the browser of a run in another agentloop process (a CLI run beside an ``agentloop
+serve``) must know the port too. ``/tmp`` rather than ``$TMPDIR``: processes with different
+``TMPDIR`` values still agree on the folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from agentloop.errors import ConfigError
+
+
+def ports_dir() -> Path:
+    """The registry folder (not created)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return Path(runtime) / "agentloop-ports"
+    return Path(f"/tmp/agentloop-ports-{os.getuid()}")
+
+
+def _trusted(folder: Path) -> bool:
+    try:
+        st = folder.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & stat.S_IWOTH
+
+
+@contextlib.contextmanager
+def registered(port: int) -> Iterator[None]:
+    """Hold ``port`` in the registry while the block runs."""
+    folder = ports_dir()
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700, parents=False)
+    if not _trusted(folder):
+        raise ConfigError(
+            f"{folder} (agentloop's registry of its own ports) is not a folder of this user's: "
+            "remove it, or set XDG_RUNTIME_DIR to a private folder"
+        )
+    entry = folder / str(int(port))
+    entry.write_text(str(os.getpid()))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if entry.read_text() == str(os.getpid()):  # not another listener's since
+                entry.unlink()
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:  # 0 and negatives name process groups to os.kill
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def own_ports() -> frozenset[int]:
+    """The ports a live agentloop process has registered."""
+    folder = ports_dir()
+    if not _trusted(folder):
+        return frozenset()
+    found = set()
+    with contextlib.suppress(OSError):
+        for entry in folder.iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                if entry.name.isdigit() and _alive(int(entry.read_text())):
+                    found.add(int(entry.name))
+    return frozenset(found)
