@@ -5,6 +5,12 @@ stack closes it. The network rule (:func:`tools._sandbox.url_refusal`) is enforc
 ``context.route`` aborts every request it refuses, and Chromium's proxy is a dead loopback port
 that only loopback and ``allow_hosts`` bypass -- because Playwright's route handler sees only the
 first URL of a redirect chain, a loopback page redirecting elsewhere would otherwise get through.
+
+On top of that rule (:func:`refusal`), the loopback ports agentloop itself listens on
+(:mod:`agentloop.own_ports`: the service's) are refused, so a model cannot drive the service
+that runs it. A redirect to such a port goes direct (loopback bypasses the proxy, and the proxy
+rules cannot name ports to exclude); the service itself refuses it, as it refuses every
+cross-site browser request (:mod:`agentloop.service.guard`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from agentloop_tools import _fs
 from agentloop_tools._sandbox import (
@@ -30,6 +37,8 @@ from agentloop_tools._sandbox import (
 )
 
 from agentloop.errors import ToolError
+from agentloop.netaddr import is_loopback
+from agentloop.own_ports import own_ports
 from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult
 
@@ -60,6 +69,31 @@ class Session:
     page: Any
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     blocked: list[str] = field(default_factory=list)
+
+
+_DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
+
+
+def refusal(ctx: ToolContext, url: str) -> str | None:
+    """Why the browser may not load ``url``: the sandbox's network rule, then agentloop's own
+    loopback ports (None when it may)."""
+    why = url_refusal(ctx, url)
+    if why is not None:
+        return why
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not is_loopback(parts.hostname or ""):
+        return None
+    try:
+        port = parts.port or _DEFAULT_PORTS[scheme]
+    except ValueError:
+        return f"{url!r} has an invalid port"
+    if port in own_ports():
+        return (
+            f"{url!r}: port {port} on loopback is agentloop's own (its service); the browser "
+            "may not reach it"
+        )
+    return None
 
 
 def _executable(ctx: ToolContext, pw: Any) -> str:
@@ -114,7 +148,7 @@ async def _start(ctx: ToolContext, stack: contextlib.AsyncExitStack) -> Session:
         async def guard(route: Any) -> None:
             url = route.request.url
             try:
-                if url_refusal(ctx, url) is None:
+                if refusal(ctx, url) is None:
                     await route.continue_()
                 else:
                     session.blocked.append(url)
@@ -126,7 +160,7 @@ async def _start(ctx: ToolContext, stack: contextlib.AsyncExitStack) -> Session:
         if hasattr(context, "route_web_socket"):
 
             async def guard_ws(ws: Any) -> None:
-                if url_refusal(ctx, ws.url) is None:
+                if refusal(ctx, ws.url) is None:
                     ws.connect_to_server()
                 else:
                     session.blocked.append(ws.url)
@@ -196,7 +230,7 @@ async def browser_open(ctx: ToolContext, url: str) -> ToolResult:
     Args:
         url: the address to open, e.g. http://127.0.0.1:8000/ or file:///path/in/workspace.html.
     """
-    reason = url_refusal(ctx, url)
+    reason = refusal(ctx, url)
     if reason is not None:
         raise ToolError(f"browser_open refused: {reason}")
 
