@@ -334,3 +334,42 @@ async def test_a_secret_never_reaches_an_answer(
         await s.client.aclose()
         _, output = _stop(s)
     assert SECRET not in output
+
+
+def test_host_names_follow_the_listening_address() -> None:
+    """On loopback only loopback's names (and --allow-host ones) pass; on a wildcard address,
+    which needs a token, IP literals and this machine's names pass too, other names never."""
+    from agentloop.service.guard import HostNames
+
+    loop = HostNames("127.0.0.1", extra=("proxy.internal",))
+    assert [True, True, True, True, False, False] == [
+        loop.allows(h)
+        for h in ("localhost", "127.0.0.1", "::1", "proxy.internal", "10.0.0.7", "evil.test")
+    ]
+    wild = HostNames("0.0.0.0")
+    assert [True, True, False] == [wild.allows(h) for h in ("10.0.0.7", "localhost", "evil.test")]
+
+
+async def test_a_forgotten_run_is_freed(root: Path) -> None:
+    """A run the book forgets (past keep_ended) is garbage: nothing else holds it or its handle
+    with the run's events, so the memory of ended runs is bounded."""
+    import gc
+    import weakref
+
+    from agentloop import start_run
+    from agentloop.service.runs import RunBook
+    from agentloop.tasks import load_task
+
+    book = RunBook(start_run, trace_dir=root / "traces", keep_ended=1)
+    task = load_task(root / "tasks" / "quick.yaml")
+    try:
+        first = book.submit(task, None)
+        await first.ended.wait()
+        run_ref, handle_ref = weakref.ref(first), weakref.ref(first.handle)
+        del first
+        second = book.submit(task, None)
+        await second.ended.wait()
+        gc.collect()
+        assert ([second.id], None, None) == (list(book.runs), run_ref(), handle_ref())
+    finally:
+        await book.close()

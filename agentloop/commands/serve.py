@@ -53,12 +53,14 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--max-queued",
         type=int,
+        metavar="N",
         default=MAX_QUEUED,
         help=f"runs that may wait for a slot; more are refused with 429 (default {MAX_QUEUED})",
     )
     p.add_argument(
         "--keep-ended",
         type=int,
+        metavar="N",
         default=KEEP_ENDED,
         help=f"ended runs remembered; older ones are forgotten, their traces kept "
         f"(default {KEEP_ENDED})",
