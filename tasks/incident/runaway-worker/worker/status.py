@@ -1,44 +1,48 @@
 """The thumbs worker's health: queue depths, the worker's CPU use over one second, its config.
 
 `python -m worker.status [--wait S]` waits up to S seconds for the inbox to drain first. Exit 0
-and `WORKER HEALTHY` when exactly one worker runs, idles below 20% of a core with an empty
-inbox, and retries are bounded (1-10 attempts, a backoff of at least 0.1 s).
+and `WORKER HEALTHY` when a worker of this folder answers on its status port, idles below 20% of
+a core with an empty inbox, and retries are bounded (1-10 attempts, a backoff of at least 0.1 s).
+The worker is measured through its status port (its own CPU seconds), not /proc: the check runs
+where the worker's processes are not visible, and only the network is shared.
 """
 
-import os
+import json
+import socket
 import sys
 import time
 import tomllib
 from pathlib import Path
 
+from worker.main import STATUS_PORT
+
 ROOT = Path(__file__).resolve().parent.parent
 INBOX, DONE, DEAD = (ROOT / "queue" / d for d in ("inbox", "done", "dead"))
-TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def ask() -> dict | None:
+    """The worker's status line (pid, CPU seconds used, folder), or None when none answers."""
+    try:
+        with socket.create_connection(("127.0.0.1", STATUS_PORT), timeout=2) as conn:
+            return json.loads(conn.makefile().readline())
+    except (OSError, ValueError):
+        return None
 
 
 def workers() -> list[int]:
-    """Pids of thumbs workers started from this folder."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-            if b"worker.main" in args and os.readlink(entry / "cwd") == str(ROOT):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+    """Pids of thumbs workers started from this folder (at most one can hold the port)."""
+    status = ask()
+    return [status["pid"]] if status and status.get("root") == str(ROOT) else []
 
 
 def cpu_share(pid: int, seconds: float = 1.0) -> float:
-    """Share of one core the process used over ``seconds``."""
-    def ticks() -> int:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-    t0 = ticks()
+    """Share of one core the worker used over ``seconds``, from its own CPU seconds."""
+    first = ask()
     time.sleep(seconds)
-    return (ticks() - t0) / TICKS / seconds
+    second = ask()
+    if not first or not second or first["pid"] != pid or second["pid"] != pid:
+        return float("inf")
+    return (second["cpu_s"] - first["cpu_s"]) / seconds
 
 
 def count(d: Path) -> int:
@@ -52,8 +56,10 @@ def main() -> int:
         time.sleep(0.2)
     retry = tomllib.loads((ROOT / "worker" / "config.toml").read_text())["retry"]
     pids = workers()
-    print(f"queue: inbox {count(INBOX)}, done {count(DONE)}, dead {count(DEAD)}"
-          + (f" ({', '.join(sorted(p.name for p in DEAD.glob('*.json')))})" if count(DEAD) else ""))
+    print(
+        f"queue: inbox {count(INBOX)}, done {count(DONE)}, dead {count(DEAD)}"
+        + (f" ({', '.join(sorted(p.name for p in DEAD.glob('*.json')))})" if count(DEAD) else "")
+    )
     print(f"retry: backoff_s={retry['backoff_s']} max_attempts={retry['max_attempts']}")
     problems = []
     if len(pids) != 1:
