@@ -48,12 +48,24 @@ from agentloop.tasks import Task
 
 ALWAYS = ("pytest",)  # in every task venv: run_tests and the shipped checks run pytest
 CREATE_TIMEOUT_S = 600.0  # creating a venv and installing its packages (a first, cold run)
-# the verdict's commands run with PYTHONSAFEPATH=1 (agentloop.verdict): this puts the working
-# folder back at the END of sys.path, so the workspace's modules import but shadow nothing
+# the verdict's commands run with PYTHONSAFEPATH=1 (agentloop.verdict), which keeps the working
+# folder off the front of sys.path; this module (imported by the .pth at start-up) puts back, at
+# the END, the working folder of `python -m` / `-c`, so the workspace's modules import but never
+# shadow the venv's pytest or the standard library; a script's own folder stays first, as usual
 VERDICT_PTH = "_agentloop_verdict.pth"
-VERDICT_PTH_LINE = (
-    "import os, sys; os.environ.get('AGENTLOOP_VERDICT') == '1' and sys.path.append(os.getcwd())\n"
-)
+VERDICT_MODULE = "_agentloop_verdict.py"
+VERDICT_MODULE_TEXT = '''"""agentloop's verdict path rule (written by agentloop/taskenv.py; see agentloop/verdict.py)."""
+
+import os
+import sys
+
+if os.environ.get("AGENTLOOP_VERDICT") == "1":
+    first = sys.argv[0] if sys.argv else ""
+    if first in ("", "-c", "-m"):
+        sys.path.append(os.getcwd())
+    else:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(first)))
+'''
 # an empty sitecustomize in the venv: one planted in the workspace is never imported by site
 SITECUSTOMIZE = "# agentloop: the task venv's own (empty) sitecustomize; see agentloop/taskenv.py\n"
 
@@ -251,7 +263,8 @@ async def _create(task: Task, venv: Path) -> None:
                 field="requirements",
             )
     site = await asyncio.to_thread(_site_packages, venv)
-    await asyncio.to_thread((site / VERDICT_PTH).write_text, VERDICT_PTH_LINE)
+    await asyncio.to_thread((site / VERDICT_MODULE).write_text, VERDICT_MODULE_TEXT)
+    await asyncio.to_thread((site / VERDICT_PTH).write_text, "import _agentloop_verdict\n")
     await asyncio.to_thread((site / "sitecustomize.py").write_text, SITECUSTOMIZE)
 
 

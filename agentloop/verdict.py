@@ -13,7 +13,8 @@ it, beside the run's:
   devices and sockets left out), shown at the workspace's own path: a background process of
   the run cannot change the files while they are judged. For the success check, the task's
   own test files (``conftest.py``, ``pytest.ini``, anything under a ``tests/`` folder,
-  ``test_*.py``) are put back as the task shipped them, and ones the run added are dropped;
+  ``test_*.py``) are put back as they were right after setup (:func:`save_tests`, before the
+  model's first command), and ones the run added are dropped;
 - the task's venv read-only, as agentloop built it, and an environment where the workspace
   cannot shadow the interpreter or its libraries: PATH holds only absolute folders outside the
   workspace, ``PYTHONSAFEPATH=1`` keeps the working folder off the front of ``sys.path`` (the
@@ -35,9 +36,10 @@ import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path, PurePath
 
-from agentloop.jail import BwrapJail, Jail, JailSpec
+from agentloop.jail import BwrapJail, Jail, JailSpec, give_to
 
 SNAPSHOT_PREFIX = "agentloop-verdict-"
+TESTS_PREFIX = "agentloop-tests-"
 
 
 def is_test_file(rel: PurePath) -> bool:
@@ -58,7 +60,8 @@ def _copy_file(name: str, dir_fd: int, dest: Path, mode: int) -> None:
     try:
         if not stat.S_ISREG(os.fstat(src).st_mode):
             return
-        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode & 0o777)
+        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        os.fchmod(out, mode & 0o777)  # as the run left it (git compares modes), umask aside
         with open(src, "rb", closefd=False) as fin, open(out, "wb") as fout:
             shutil.copyfileobj(fin, fout, 1 << 20)
     finally:
@@ -66,12 +69,11 @@ def _copy_file(name: str, dir_fd: int, dest: Path, mode: int) -> None:
 
 
 def copy_tree(src: Path, dest: Path) -> None:
-    """Copy ``src`` to a new ``dest`` without following a symlink anywhere (blocking).
+    """Copy ``src`` into the empty folder ``dest`` without following a symlink anywhere (blocking).
 
     Symlinks are copied as links, regular files by content, FIFOs, devices and sockets not at
     all; a file swapped for a link while the copy runs is left out, never followed.
     """
-    dest.mkdir(mode=0o755)
     for dirpath, dirnames, filenames, dir_fd in os.fwalk(src, follow_symlinks=False):
         rel = os.path.relpath(dirpath, src)
         out = dest if rel == "." else dest / rel
@@ -123,19 +125,44 @@ def restore_tests(snap: Path, pristine: Path) -> None:
                     if not os.path.isdir(target) or os.path.islink(target):
                         os.unlink(target)
                 with open(path, "rb") as fin:
-                    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW)
+                    out = os.open(
+                        target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600
+                    )
+                    os.fchmod(out, os.fstat(fin.fileno()).st_mode & 0o777)
                     with open(out, "wb") as fout:
                         shutil.copyfileobj(fin, fout)
+
+
+def save_tests(work: Path) -> Path:
+    """A private copy of the workspace's test files (blocking): taken right after setup, before
+    the model's first command, for the success check to put back."""
+    top = Path(tempfile.mkdtemp(prefix=TESTS_PREFIX))
+    dest = top / "tests"
+    dest.mkdir()
+    for dirpath, _dirs, files in os.walk(work):  # never descends into a link
+        for name in files:
+            path = Path(dirpath, name)
+            rel = path.relative_to(work)
+            if is_test_file(rel) and path.is_file() and not path.is_symlink():
+                (dest / rel.parent).mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, dest / rel, follow_symlinks=False)
+    return dest
 
 
 def snapshot(work: Path, pristine: Path | None) -> Path:
     """A private copy of the workspace for a verdict (blocking); its folder's parent is ours."""
     top = Path(tempfile.mkdtemp(prefix=SNAPSHOT_PREFIX))
     snap = top / "ws"
+    snap.mkdir(mode=0o755)
+    fill_snapshot(work, snap, pristine)
+    return snap
+
+
+def fill_snapshot(work: Path, snap: Path, pristine: Path | None) -> None:
+    """Copy ``work`` into the empty ``snap`` and put the task's tests back (blocking)."""
     copy_tree(work, snap)
     if pristine is not None:
         restore_tests(snap, pristine)
-    return snap
 
 
 @contextlib.asynccontextmanager
@@ -144,16 +171,21 @@ async def verdict_jail(
 ) -> AsyncIterator[Jail]:
     """A jail for one verdict over a snapshot of ``work`` (see the module docstring).
 
-    ``pristine``: the task's own workspace, whose test files the snapshot gets back.
+    ``pristine``: the task's test files as set up (:func:`save_tests`), put back in the snapshot.
     """
     if not isinstance(jail, BwrapJail) or jail.exe is None:
         yield jail
         return
-    snap = await asyncio.to_thread(snapshot, work, pristine)
+    # the snapshot's folder is made empty and bound first, and filled once the jail is up: a
+    # turn's tool calls run at once, and an edit beside run_tests lands while the jail starts,
+    # as it did when the tests read the live workspace
+    top = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=SNAPSHOT_PREFIX))
+    snap = top / "ws"
+    await asyncio.to_thread(snap.mkdir, 0o755)
     spec = JailSpec(
         workspace=work,
         workspace_src=snap,
-        readonly=jail.spec.readonly,
+        readonly=(*jail.spec.readonly, *jail.spec.writable),
         allow_network=jail.spec.allow_network,
         path_prefix=jail.spec.path_prefix,
         limits=jail.spec.limits,
@@ -164,7 +196,10 @@ async def verdict_jail(
     try:
         await vj.start(jail.exe)
         vj.confinement = jail.confinement
+        await asyncio.to_thread(fill_snapshot, work, snap, pristine)
+        if vj.run_uid is not None:  # the uid fallback: the copy is the verdict's commands' own
+            await asyncio.to_thread(give_to, vj.run_uid, (snap,))
         yield vj
     finally:
         await asyncio.shield(vj.close_now())
-        await asyncio.to_thread(shutil.rmtree, snap.parent, True)
+        await asyncio.to_thread(shutil.rmtree, top, True)

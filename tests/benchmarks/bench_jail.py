@@ -6,7 +6,13 @@ Run: ``python tests/benchmarks/bench_jail.py`` (about 20 s). Figures, medians of
 2. one ``true`` command through :func:`agentloop.proc.run` (tool mode: pipes, the linger check,
    the still-running check) in the jail and on the host (``HostJail``, the unconfined fallback);
 3. the same for ``python -c pass`` (an interpreter start, what most task commands pay);
-4. 20 commands at once (a turn's parallel tool calls), wall time per command.
+4. 20 commands at once (a turn's parallel tool calls), wall time per command;
+5. the trust boundary's cost (issue 29), side by side with the way it was before: a jail
+   over the allow-listed host (:mod:`agentloop.jail_view`) against one over the whole host
+   read-only (``--ro-bind / /``, as before); a success check (``python -m pytest -q`` on one
+   test) in its own verdict jail over a snapshot (:mod:`agentloop.verdict`) against the same
+   command through the run's jail (as before); and the task venv's manifest check, paid by
+   every run that reuses a venv.
 
 Target: the jail adds at most a few milliseconds per command and well under a second per run.
 """
@@ -24,9 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agentloop import proc  # noqa: E402
+from agentloop import jail_view, proc, taskenv, workspace  # noqa: E402
 from agentloop.context import scrubbed_env  # noqa: E402
 from agentloop.jail import Jail, JailSpec, open_jail  # noqa: E402
+from agentloop.tasks import Task  # noqa: E402
+from agentloop.verdict import verdict_jail  # noqa: E402
 
 N = 30
 
@@ -80,6 +88,67 @@ async def main() -> None:
     for jail in jails.values():
         await jail.aclose()
     os.rmdir(ws)
+    await trust_boundary()
+
+
+async def open_close(ws: Path, n: int = 10) -> float:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        jail = await open_jail(JailSpec(workspace=ws))
+        await jail.aclose()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+async def trust_boundary() -> None:
+    ws = Path(tempfile.mkdtemp(prefix="bench-trust-"))
+    (ws / "tests").mkdir()
+    (ws / "tests" / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    allow_listed = jail_view.host_args
+    whole_host = ["--ro-bind", "/", "/", *allow_listed()[-3:]]  # the init's bind stays
+    rows: dict[str, list[float]] = {"allow-listed": [], "whole host": []}
+    for _ in range(3):  # the two layouts take turns, so the machine's load hits both
+        rows["allow-listed"].append(await open_close(ws))
+        jail_view.host_args = lambda: whole_host  # type: ignore[assignment]
+        rows["whole host"].append(await open_close(ws))
+        jail_view.host_args = allow_listed  # type: ignore[assignment]
+    a, b = (statistics.median(v) for v in rows.values())
+    print(
+        f"jail open + close: allow-listed {a * 1e3:.1f} ms, whole host {b * 1e3:.1f} ms"
+        f" ({(a - b) * 1e3:+.1f} ms)"
+    )
+    task = Task(name="b", prompt="p", system="s", workspace=ws)
+    env = await taskenv.ensure(task)
+    with taskenv.activate(env):
+        place = await workspace.prepare_run(
+            task, readonly=env.readonly, path_prefix=env.path_prefix
+        )
+        cmd = "python -m pytest -q -p no:cacheprovider"
+        old, new = [], []
+        for _ in range(N // 3):
+            t0 = time.perf_counter()
+            code, out = await workspace.run_command(cmd, place.path, scrubbed_env(), 60, place.jail)
+            old.append(time.perf_counter() - t0)
+            assert code == 0, out
+            t0 = time.perf_counter()
+            async with verdict_jail(place.jail, place.path, pristine=place.tests) as vj:
+                code, out = await workspace.run_command(cmd, place.path, scrubbed_env(), 60, vj)
+            new.append(time.perf_counter() - t0)
+            assert code == 0, out
+        await place.close()
+    a, b = statistics.median(new), statistics.median(old)
+    print(
+        f"success check: verdict jail {a * 1e3:.1f} ms, through the run's jail {b * 1e3:.1f} ms"
+        f" ({(a - b) * 1e3:+.1f} ms)"
+    )
+    times = []
+    for _ in range(N // 3):
+        t0 = time.perf_counter()
+        await asyncio.to_thread(taskenv.manifest, env.venv)
+        times.append(time.perf_counter() - t0)
+    files = sum(len(f) for _d, _s, f in os.walk(env.venv))
+    print(f"task venv manifest check ({files} files): {statistics.median(times) * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":
