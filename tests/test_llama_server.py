@@ -1,4 +1,5 @@
-"""A real llama.cpp server with a real model (SmolLM2-135M): both APIs, probe, local tier, caching."""
+"""A real llama.cpp server with a real model (SmolLM2-135M): both APIs, probe, local tier, caching,
+and ``agentloop tiers --check`` starting it."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 import pytest_asyncio
+import structlog
 
 from agentloop import run_task
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.report import build_report, render_report
 from agentloop.analysis.whatif import Scenario, render_whatif, whatif
+from agentloop.cli import main as cli
 from agentloop.clients.openai_client import OpenAIClient
 from agentloop.commands.probe import probe
 from agentloop.context_window import Window
@@ -172,3 +176,42 @@ def test_cached_tokens_show_in_report_and_whatif(local_run: Path, tmp_path: Path
     assert (True, 1) == (cached > 0, len(line))
     assert f"cached by the server {cached:,}" in line[0]
     assert f"cached by the server {cached:,}" in render_whatif(what)
+
+
+@pytest.fixture
+def cli_logging() -> object:
+    """The CLI binds structlog to this test's captured stderr; unbind it when the test ends."""
+    yield
+    structlog.reset_defaults()
+
+
+@pytest.mark.usefixtures("cli_logging")
+def test_tiers_check_starts_the_local_tier_once_and_says_it_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`agentloop tiers --check --tier local-smollm2` starts its llama-server with the model,
+    stops it and says ok (exit 0) with the context the server reported."""
+    code = cli(["tiers", "--check", "--tier", "local-smollm2", "--json"])
+    [row] = orjson.loads(capsys.readouterr().out)
+    assert (0, True) == (code, row["check"]["ok"]), row["check"]["status"]
+    assert "started and stopped: llama-server with SmolLM2-135M" in row["check"]["status"]
+    assert "context 8192" in row["check"]["status"]
+
+
+@pytest.mark.usefixtures("cli_logging")
+def test_tiers_check_says_why_a_local_server_does_not_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A local tier whose server refuses to start fails the check (exit 1) with the server's
+    exit and its own last lines, on the tier's line of the table."""
+    path = tmp_path / "tiers.toml"
+    path.write_text(
+        '[tiers.local-broken]\nbase_url = "local"\nmodel = "smollm2"\n'
+        f'local = {{ model = "{MODEL}", args = ["--no-such-flag"] }}\n'
+    )
+    code = cli(["tiers", "--check", "--tier", "local-broken", "--tiers", str(path)])
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("NO  local-broken"))
+    assert 1 == code
+    assert "local llama-server exited with code 1 while starting" in line
+    assert "--no-such-flag" in out.split(line, 1)[1]
