@@ -519,8 +519,9 @@ class BwrapJail(Jail):
         except TimeoutError:
             # a stopped or traced init would stretch every limit: the limits hold from outside
             self._waiters.pop((reply, msg["id"]), None)
-            await self._kill_namespace("the jail's init stopped answering")
-            raise
+            why = "the jail's init stopped answering (stopped or traced by a command?)"
+            await self._kill_namespace(why)
+            raise JailError(f"the run's jail was killed: {why}") from None
 
     async def spawn(
         self, argv: Sequence[str], cwd: Path, env: dict[str, str], fds: tuple[int, int, int]
@@ -563,7 +564,7 @@ class BwrapJail(Jail):
 
     async def _kill(self, cmd: Command) -> None:
         if self._dead is None:
-            with contextlib.suppress(JailError, TimeoutError):
+            with contextlib.suppress(JailError):
                 ev = await self._request({"op": "kill", "id": cmd.id}, "killed", None)
                 # RLIMIT_NPROC leaves no count of refused forks: a command killed while it held
                 # (nearly) all the run's processes ran into the limit
@@ -578,7 +579,7 @@ class BwrapJail(Jail):
             return False
         try:
             ev = await self._request({"op": "alive", "id": cmd.id}, "alive", None)
-        except (JailError, TimeoutError):
+        except JailError:
             return False
         return bool(ev.get("alive"))
 
@@ -718,9 +719,12 @@ def _describe(jail: BwrapJail) -> dict[str, Any]:
         "confined": (
             "own PID namespace (agentloop invisible; everything dies with the run), "
             + ("own network namespace (loopback only), " if not spec.allow_network else "")
-            + "host filesystem read-only except the workspace"
+            + "of the host only the system folders, /etc less its root-only files and the "
+            + "interpreter, read-only"
+            + "".join(f", {p} read-only" for p in spec.readonly)
+            + "; writable: the workspace"
             + "".join(f", {p}" for p in spec.writable)
-            + " and a private /tmp; "
+            + " and a private /tmp; the success check and run_tests in a jail of their own; "
             + "; ".join(limits)
         ),
         "not_confined": "; ".join(not_confined),
