@@ -295,7 +295,7 @@ async def _execute_in_env(
     turns = _substitute(tuple(script) if script is not None else task.script, work)
 
     async def check(final_text: str) -> dict[str, Any]:
-        return await ws.check_success(task, work, final_text, place.jail)
+        return await ws.check_success(task, work, final_text, place.jail, tests=place.tests)
 
     try:
         async with contextlib.AsyncExitStack() as stack:

@@ -27,7 +27,7 @@ from agentloop.errors import ConfigError, TaskFileError
 from agentloop.jail import Jail, JailSpec, open_jail, sweep_cgroups
 from agentloop.log import get_logger
 from agentloop.tasks import Task
-from agentloop.verdict import verdict_jail
+from agentloop.verdict import save_tests, verdict_jail
 
 WORK_DIR = "agentloop-work"
 OWNER_SUFFIX = ".owner"
@@ -112,10 +112,13 @@ class Place:
 
     path: Path
     jail: Jail
+    tests: Path | None = None  # the task's test files as set up (agentloop.verdict.save_tests)
 
     async def close(self, *, keep: bool = False) -> None:
         """Run end: the jail closes (every process of the run dies), the copy goes unless kept."""
         await self.jail.aclose()
+        if self.tests is not None:
+            await asyncio.to_thread(shutil.rmtree, self.tests.parent, True)
         if keep:
             with contextlib.suppress(OSError):  # a kept copy is the user's now: never swept
                 await asyncio.to_thread(self.path.with_name(self.path.name + OWNER_SUFFIX).unlink)
@@ -207,12 +210,14 @@ async def prepare_run(
                     + (f"; last output: {' | '.join(tail)}" if tail else ""),
                     field=f"setup[{i}]",
                 )
+        # the task's tests as set up, before the model's first command: the check's own copy
+        tests = await asyncio.to_thread(save_tests, work)
     except BaseException:
         if jail is not None:
             await asyncio.shield(jail.aclose())
         await asyncio.shield(asyncio.to_thread(remove, work))
         raise
-    return Place(work, jail)
+    return Place(work, jail, tests)
 
 
 async def build_setup(task: Task, venv: Path) -> None:
@@ -233,9 +238,12 @@ async def prepare(task: Task, root: Path | None = None) -> Path:
 
 
 async def check_success(
-    task: Task, work: Path, final_text: str, jail: Jail | None = None
+    task: Task, work: Path, final_text: str, jail: Jail | None = None, *, tests: Path | None = None
 ) -> dict[str, Any]:
-    """The task's success check: its command must exit 0 and/or its text must be in the answer."""
+    """The task's success check: its command must exit 0 and/or its text must be in the answer.
+
+    ``tests``: the task's test files as set up (:attr:`Place.tests`), put back for the check.
+    """
     result: dict[str, Any] = {"passed": True, "detail": ""}
     details = []
     if task.success_command:
@@ -244,7 +252,7 @@ async def check_success(
                 task.success_command, work, scrubbed_env(), task.limits.tool_timeout_s
             )
         else:  # never through the run's own init (agentloop.verdict)
-            async with verdict_jail(jail, work, pristine=task.workspace) as vj:
+            async with verdict_jail(jail, work, pristine=tests) as vj:
                 code, out = await run_command(
                     task.success_command, work, scrubbed_env(), task.limits.tool_timeout_s, vj
                 )
