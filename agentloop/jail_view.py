@@ -15,6 +15,7 @@ runs' working copies wherever ``TMPDIR`` puts them, agentloop's checkout and its
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from functools import cache
 from pathlib import Path
@@ -31,28 +32,22 @@ def _etc_hidden() -> tuple[tuple[str, bool], ...]:
     """(path, is_folder) of everything under /etc that other users may not read."""
     hidden: list[tuple[str, bool]] = []
     top = Path("/etc")
-    for dirpath, dirnames, filenames in os.walk(top):
-        depth = len(Path(dirpath).relative_to(top).parts)
+    for dirpath, dirnames, filenames in os.walk(top):  # never descends into a link
+        deeper = len(Path(dirpath).relative_to(top).parts) + 1 < ETC_WALK_DEPTH
         keep = []
-        for name in dirnames:
+        for name, is_folder in [(d, True) for d in dirnames] + [(f, False) for f in filenames]:
             path = os.path.join(dirpath, name)
             try:
                 st = os.lstat(path)
             except OSError:
                 continue
+            if stat.S_ISLNK(st.st_mode) or not (is_folder or stat.S_ISREG(st.st_mode)):
+                continue  # a link shows what it points at, which is covered where it is
             if not st.st_mode & 0o004:
-                hidden.append((path, True))
-            elif depth + 1 < ETC_WALK_DEPTH:
+                hidden.append((path, is_folder))
+            elif is_folder and deeper:
                 keep.append(name)
         dirnames[:] = keep
-        for name in filenames:
-            path = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if os.path.isfile(path) and not os.path.islink(path) and not st.st_mode & 0o004:
-                hidden.append((path, False))
     return tuple(hidden)
 
 
