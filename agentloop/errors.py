@@ -72,7 +72,8 @@ class TierFileError(FileLocatedError):
 
 class RequestError(ConfigError):
     """A request to the HTTP service is invalid; ``field`` names the part at fault, ``status``
-    the HTTP status it answers with (400 bad input, 409 not possible yet)."""
+    the HTTP status it answers with (400 bad input, 409 not possible yet, 413 body too large,
+    429 queue full)."""
 
     def __init__(self, message: str, *, field: str, status: int = 400) -> None:
         super().__init__(message)
