@@ -162,3 +162,16 @@ def test_redactor_shortcuts_change_no_result() -> None:
         assert want == redactor.text(text), text
         changed += want != text
     assert changed > 1000  # the corpus does exercise every substitution
+
+
+def test_a_secret_inside_a_dataclass_is_redacted_as_orjson_would_write_it() -> None:
+    """The record walk redacts strings inside dataclasses too (as a dict of their fields),
+    instead of passing them through for the JSON encoder to print verbatim."""
+    from agentloop.trace.redact import Redactor
+    from agentloop.types import ToolCall
+
+    secret = "sk-dataclass-secret-12345"
+    record = {"calls": [ToolCall(id="c1", name="run", arguments=f'{{"key": "{secret}"}}')]}
+    out = orjson.dumps(Redactor([secret])(record)).decode()
+    assert secret not in out
+    assert '"name":"run"' in out

@@ -12,6 +12,7 @@ the log processor and the terminal's progress lines (:meth:`Redactor.text`).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -146,6 +147,10 @@ def _map_strings(obj: Any, fn: Callable[[str], str], hide_keys: tuple[str, ...] 
         return [_map_strings(v, fn, hide_keys) for v in obj]
     if isinstance(obj, str):  # a str subclass
         return fn(obj)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        # as orjson would write it (a dict of its fields), so a value carried in a dataclass
+        # (an event's tool calls, say) is redacted like any other, never printed around the walk
+        return _map_strings(dataclasses.asdict(obj), fn, hide_keys)
     return obj
 
 
