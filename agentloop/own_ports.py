@@ -1,4 +1,7 @@
-"""The loopback ports agentloop itself listens on (the service's), which the browser tool refuses.
+"""The loopback ports agentloop itself listens on, which the browser tool refuses.
+
+The service's (``agentloop serve``: registering fails the start when the folder is not ours), the
+simulator's and the local tier's llama-server's (best effort: they serve even so).
 
 A port is registered, for as long as its listener lives, as a file named after it in a folder
 only this user can write (``$XDG_RUNTIME_DIR/agentloop-ports``, else

@@ -10,11 +10,13 @@ from typing import Any
 
 import agentloop_tools as tools
 import pytest
-from agentloop_tools.browser import session
+from agentloop_tools.browser import refusal, session
 from test_serve import QUICK, Server, _start, _stop
 
 from agentloop.context import RunContext
 from agentloop.own_ports import own_ports
+from agentloop.sim import SimServer
+from agentloop.tiers import SpeedProfile
 from agentloop.types import ToolResult
 
 
@@ -166,3 +168,16 @@ async def test_a_page_cannot_post_to_the_service(
     assert (False, 403) == (r.ok, r.data["status"])
     assert "Sec-Fetch-Site" in (await call(ctx, "browser_text")).output
     assert await _no_runs(service)
+
+
+async def test_the_browser_refuses_the_simulators_port_while_it_serves(tmp_path: Path) -> None:
+    """A running simulator's port is agentloop's own: the browser's rule refuses it on every
+    loopback name, and no longer once the simulator has stopped."""
+    ctx = RunContext(workspace=tmp_path.resolve())
+    async with SimServer(profile=SpeedProfile(0.0, 0, 200)) as sim:
+        refused = [
+            refusal(ctx, f"http://{h}:{sim.port}/v1/models") for h in ("127.0.0.1", "localhost")
+        ]
+        port = sim.port
+    assert [True, True] == ["agentloop's own" in (why or "") for why in refused]
+    assert refusal(ctx, f"http://127.0.0.1:{port}/v1/models") is None

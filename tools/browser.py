@@ -90,8 +90,8 @@ def refusal(ctx: ToolContext, url: str) -> str | None:
         return f"{url!r} has an invalid port"
     if port in own_ports():
         return (
-            f"{url!r}: port {port} on loopback is agentloop's own (its service); the browser "
-            "may not reach it"
+            f"{url!r}: port {port} on loopback is agentloop's own (its service, simulator or "
+            "local model server); the browser may not reach it"
         )
     return None
 

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from agentloop import own_ports
 from agentloop.errors import ConfigError, SimulatorError
 from agentloop.script import ScriptTurn
 from agentloop.sim import _chat, _http, _responses
@@ -163,6 +164,7 @@ class SimServer:
         self.host, self.port = host, port
         self.models = tuple(models)  # extra names for GET /v1/models (any name is served)
         self._server: asyncio.Server | None = None
+        self._registry = contextlib.ExitStack()  # the port's entry in agentloop.own_ports
         self._conns: set[asyncio.Task[None]] = set()
         self._requests = 0
         self.connections = 0  # TCP connections accepted so far (kept alive, one serves many calls)
@@ -203,11 +205,16 @@ class SimServer:
                 f"simulator cannot listen on {self.host}:{self.port}: {exc.strerror}"
             ) from exc
         self.port = self._server.sockets[0].getsockname()[1]
+        # the runs' browsers refuse this port (agentloop.own_ports); best effort: a registry
+        # folder that is not ours leaves the simulator serving, the service refuses to start
+        with contextlib.suppress(ConfigError):
+            self._registry.enter_context(own_ports.registered(self.port))
 
     async def close(self) -> None:
         """Stop listening, end every connection, wait for their tasks."""
         if self._server is None:
             return
+        self._registry.close()
         self._server.close()
         tasks = list(self._conns)
         for t in tasks:
