@@ -18,8 +18,9 @@ packet:
   "alive"}``, ``{"ev": "killed", "id", "left", "peak"}`` (``peak``: most processes found alive),
   ``{"ev": "emptied", "id", "left"}``.
 
-As PID 1 it reaps every orphan (no zombies), and signals from inside the namespace that it does
-not handle never reach it (``kill -STOP 1`` / ``kill -9 1`` from a command do nothing). When the
+It makes itself non-dumpable first, so no command can trace it or take its socket. As PID 1 it
+reaps every orphan (no zombies), and signals from inside the namespace that it does not handle
+never reach it (``kill -STOP 1`` / ``kill -9 1`` from a command do nothing). When the
 socket closes (agentloop ended or closed the jail) it exits, and the kernel kills everything
 left in the namespace. The process-table helpers here are also what :mod:`agentloop.proc` uses
 to kill a command's processes when no jail can be had (one owner for "which processes are a
@@ -207,7 +208,23 @@ def spawn(msg: dict[str, Any], fds: list[int]) -> int:
     return pid
 
 
+PR_SET_DUMPABLE = 4
+
+
+def undumpable() -> None:
+    """Make this process non-dumpable: a process of the jail (the same uid, no capability) can
+    then neither trace it nor take its descriptors (ptrace, ``pidfd_getfd``, ``/proc/1/fd``), so
+    its control socket stays agentloop's. A command it starts is dumpable again from its exec,
+    and by then the socket is closed in it."""
+    import ctypes  # here, not at the top: agentloop.proc imports this module's helpers
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
 def main() -> None:
+    undumpable()
     sock = socket.socket(fileno=int(sys.argv[1]))
     sock.setblocking(False)
     rfd, wfd = os.pipe()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import time
 import uuid
@@ -19,7 +20,7 @@ import pytest
 
 from agentloop import taskenv, workspace
 from agentloop.context import RunContext, scrubbed_env
-from agentloop.jail import ANSWER_TIMEOUT_S, READY_TIMEOUT_S, JailError
+from agentloop.jail import ANSWER_TIMEOUT_S, READY_TIMEOUT_S, BwrapJail, JailError
 from agentloop.tasks import Limits, Task
 
 FAILING_TEST = "def test_fixed():\n    import os\n    assert os.path.exists('fixed')\n"
@@ -98,15 +99,16 @@ async def _wait_for(path: Path, bound_s: float = 20.0) -> str:
 async def test_a_command_holding_the_inits_socket_cannot_forge_the_check(
     src: Path, tmp_path: Path
 ) -> None:
-    """With a forger answering 'exit 0' on the run init's stolen socket, a wrong fix still fails
-    the success check and run_tests, while a right one still passes."""
+    """A forger that tries to take the run init's socket (pidfd_getfd) gets nothing (the init is
+    non-dumpable); and the verdict never goes through that socket anyway: a wrong fix fails the
+    success check and run_tests, a right one passes."""
     task = _task(src)
     place = await workspace.prepare_run(task, root=tmp_path)
     try:
         assert place.jail.confined
         (place.path / "forger.py").write_text(FORGER)
         await _sh(place, "python forger.py >/dev/null 2>&1 &")
-        assert (await _wait_for(place.path / "forger.state")).startswith("stole")
+        stole = await _wait_for(place.path / "forger.state")
         checked = await workspace.check_success(task, place.path, "", place.jail, tests=place.tests)
         ctx = RunContext(
             workspace=place.path,
@@ -118,6 +120,7 @@ async def test_a_command_holding_the_inits_socket_cannot_forge_the_check(
         fixed = await workspace.check_success(task, place.path, "", place.jail, tests=place.tests)
     finally:
         await place.close()
+    assert "stole 0\n" == stole  # the init is non-dumpable: pidfd_getfd refused
     assert (False, 1) == (checked["passed"], checked["exit_code"])
     assert (False, 1, 1) == (tested.ok, tested.data["exit_code"], tested.data["failed"])
     assert True is fixed["passed"]
@@ -222,15 +225,18 @@ async def test_runs_cannot_see_each_other_or_the_hosts_private_places(
 async def test_a_command_that_stops_the_init_cannot_stretch_the_tool_timeout(
     src: Path, tmp_path: Path
 ) -> None:
-    """A command that ptrace-stops the jail's init: the next command still ends within its
-    timeout plus the init's answer bound (the namespace is killed from outside), and the check
-    still runs and reports the wrong fix."""
+    """A command cannot ptrace-stop the jail's init (it is non-dumpable); an init stopped all the
+    same (here from the host, as a kernel or a bug might) stretches nothing: the next command
+    ends within its timeout plus the init's answer bound (the namespace is killed from outside),
+    and the check still runs and reports the wrong fix."""
     task = _task(src)
     place = await workspace.prepare_run(task, root=tmp_path)
     try:
         (place.path / "freezer.py").write_text(FREEZER)
         await _sh(place, "python freezer.py >/dev/null 2>&1 &")
         state = await _wait_for(place.path / "freezer.state")
+        assert isinstance(place.jail, BwrapJail) and place.jail.init_pid is not None
+        os.kill(place.jail.init_pid, signal.SIGSTOP)
         t0 = time.monotonic()
         try:
             code, _out = await _sh(place, "sleep 30", timeout_s=2)
@@ -240,7 +246,7 @@ async def test_a_command_that_stops_the_init_cannot_stretch_the_tool_timeout(
         checked = await workspace.check_success(task, place.path, "", place.jail, tests=place.tests)
     finally:
         await place.close()
-    assert state.startswith(("attached", "refused"))
+    assert state.startswith("refused")  # the init is non-dumpable: PTRACE_ATTACH refused
     assert code != 0
     # bound: the timeout, the init's answer bound (spawn and kill), slack for a busy machine
     assert took < 2 + READY_TIMEOUT_S + ANSWER_TIMEOUT_S + 10, f"{took:.1f} s on a 2 s timeout"
