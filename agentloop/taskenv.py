@@ -246,6 +246,9 @@ async def _create(task: Task, venv: Path) -> None:
             "pip",
             "install",
             "--quiet",
+            # wheels only: a source distribution's build backend would run on the host, outside
+            # every jail (a task's setup commands, in their build jail, may still build one)
+            "--no-build",
             "--python",
             str(venv / "bin" / "python"),
             *requirements_of(task),
