@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentloop.errors import TaskFileError
+from agentloop.jail import VERDICT_VAR
 from agentloop.tasks import Task
 
 ALWAYS = ("pytest",)  # in every task venv: run_tests and the shipped checks run pytest
@@ -54,12 +55,12 @@ CREATE_TIMEOUT_S = 600.0  # creating a venv and installing its packages (a first
 # shadow the venv's pytest or the standard library; a script's own folder stays first, as usual
 VERDICT_PTH = "_agentloop_verdict.pth"
 VERDICT_MODULE = "_agentloop_verdict.py"
-VERDICT_MODULE_TEXT = '''"""agentloop's verdict path rule (written by agentloop/taskenv.py; see agentloop/verdict.py)."""
+VERDICT_MODULE_TEXT = f'''"""agentloop's verdict path rule (written by agentloop/taskenv.py; see agentloop/verdict.py)."""
 
 import os
 import sys
 
-if os.environ.get("AGENTLOOP_VERDICT") == "1":
+if os.environ.get("{VERDICT_VAR}") == "1":
     first = sys.argv[0] if sys.argv else ""
     if first in ("", "-c", "-m"):
         sys.path.append(os.getcwd())

@@ -33,8 +33,9 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path, PurePath
+from typing import BinaryIO
 
 from agentloop.jail import BwrapJail, Jail, JailSpec, give_to
 
@@ -52,18 +53,23 @@ def is_test_file(rel: PurePath) -> bool:
     )
 
 
+def _write_new(fin: BinaryIO, dest: Path, mode: int) -> None:
+    """Write ``fin`` to ``dest``, which must not exist yet (no link followed), with ``mode``."""
+    out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    os.fchmod(out, mode & 0o777)  # exactly as the source has it (git compares modes), umask aside
+    with open(out, "wb") as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
+
+
 def _copy_file(name: str, dir_fd: int, dest: Path, mode: int) -> None:
     try:
         src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
         return  # gone, swapped for a link, or unreadable meanwhile: not part of the snapshot
     try:
-        if not stat.S_ISREG(os.fstat(src).st_mode):
-            return
-        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        os.fchmod(out, mode & 0o777)  # as the run left it (git compares modes), umask aside
-        with open(src, "rb", closefd=False) as fin, open(out, "wb") as fout:
-            shutil.copyfileobj(fin, fout, 1 << 20)
+        if stat.S_ISREG(os.fstat(src).st_mode):
+            with open(src, "rb", closefd=False) as fin:
+                _write_new(fin, dest, mode)
     finally:
         os.close(src)
 
@@ -107,30 +113,29 @@ def _real_folder(root: Path, rel: PurePath) -> Path:
     return here
 
 
+def _test_files(root: Path) -> Iterator[tuple[Path, PurePath]]:
+    """(path, path relative to ``root``) of every test file under ``root``, links included;
+    ``os.walk`` never descends into a linked folder."""
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath, name)
+            rel = path.relative_to(root)
+            if is_test_file(rel):
+                yield path, rel
+
+
 def restore_tests(snap: Path, pristine: Path) -> None:
     """Put the task's own test files back in ``snap`` as ``pristine`` has them (blocking)."""
-    for dirpath, _dirs, files in os.walk(snap):  # os.walk never descends into a link
-        for name in files:
-            path = Path(dirpath, name)
-            if is_test_file(path.relative_to(snap)):
-                os.unlink(path)
-    for dirpath, _dirs, files in os.walk(pristine):
-        for name in files:
-            path = Path(dirpath, name)
-            rel = path.relative_to(pristine)
-            if is_test_file(rel) and path.is_file() and not path.is_symlink():
-                folder = _real_folder(snap, rel.parent)
-                target = folder / name
-                with contextlib.suppress(FileNotFoundError):
-                    if not os.path.isdir(target) or os.path.islink(target):
-                        os.unlink(target)
-                with open(path, "rb") as fin:
-                    out = os.open(
-                        target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600
-                    )
-                    os.fchmod(out, os.fstat(fin.fileno()).st_mode & 0o777)
-                    with open(out, "wb") as fout:
-                        shutil.copyfileobj(fin, fout)
+    for path, _rel in list(_test_files(snap)):
+        os.unlink(path)
+    for path, rel in _test_files(pristine):
+        if path.is_file() and not path.is_symlink():
+            target = _real_folder(snap, rel.parent) / rel.name
+            with contextlib.suppress(FileNotFoundError):
+                if not os.path.isdir(target) or os.path.islink(target):
+                    os.unlink(target)
+            with open(path, "rb") as fin:
+                _write_new(fin, target, os.fstat(fin.fileno()).st_mode)
 
 
 def save_tests(work: Path) -> Path:
@@ -139,13 +144,10 @@ def save_tests(work: Path) -> Path:
     top = Path(tempfile.mkdtemp(prefix=TESTS_PREFIX))
     dest = top / "tests"
     dest.mkdir()
-    for dirpath, _dirs, files in os.walk(work):  # never descends into a link
-        for name in files:
-            path = Path(dirpath, name)
-            rel = path.relative_to(work)
-            if is_test_file(rel) and path.is_file() and not path.is_symlink():
-                (dest / rel.parent).mkdir(parents=True, exist_ok=True)
-                shutil.copy2(path, dest / rel, follow_symlinks=False)
+    for path, rel in _test_files(work):
+        if path.is_file() and not path.is_symlink():
+            (dest / rel.parent).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest / rel, follow_symlinks=False)
     return dest
 
 
