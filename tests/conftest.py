@@ -164,3 +164,13 @@ async def namespace_survivors(ns: str, within_s: float = 5.0) -> list[int]:
         if not left or time.monotonic() > deadline:
             return left
         await asyncio.sleep(0.05)
+
+
+def html_response(body: bytes) -> bytes:
+    """A whole HTTP/1.1 200 answer carrying ``body`` as HTML, for the tests' raw page servers."""
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\nConnection: close\r\n\r\n"
+        + body
+    )

@@ -26,7 +26,7 @@ from agentloop.script import ScriptToolCall, ScriptTurn
 from agentloop.tasks import Limits, Task
 from agentloop.trace.reader import load_trace
 from agentloop.types import ToolResult
-from tests.conftest import jail_survivors, namespace_survivors, pid_namespace, reap
+from tests.conftest import html_response, jail_survivors, namespace_survivors, pid_namespace, reap
 
 SECRET = "TOP-SECRET-CONTENT-7f3a"
 
@@ -279,12 +279,7 @@ async def test_browser_blocks_redirects_and_subrequests(ctx: RunContext) -> None
                 f"fetch('http://evil.test:{port}/fetched').catch(()=>{{}});"
                 f"new Image().src='http://evil.test:{port}/img';</script>"
             ).encode()
-            writer.write(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: "
-                + str(len(body)).encode()
-                + b"\r\nConnection: close\r\n\r\n"
-                + body
-            )
+            writer.write(html_response(body))
         await writer.drain()
         writer.close()
         await writer.wait_closed()

@@ -18,6 +18,7 @@ from agentloop.own_ports import own_ports
 from agentloop.sim import SimServer
 from agentloop.tiers import SpeedProfile
 from agentloop.types import ToolResult
+from tests.conftest import html_response
 
 
 @pytest.fixture
@@ -83,12 +84,7 @@ async def _attacker(service_port: int) -> tuple[asyncio.Server, int]:
             )
         else:
             body = f"<!doctype html><title>attacker</title>{pages.get(path, '')}".encode()
-            writer.write(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: "
-                + str(len(body)).encode()
-                + b"\r\nConnection: close\r\n\r\n"
-                + body
-            )
+            writer.write(html_response(body))
         await writer.drain()
         writer.close()
 
