@@ -2,13 +2,13 @@
 
 from agentloop._version import __version__
 from agentloop.api import open_task, resolve_tier, run_task
+from agentloop.config.tasks import Limits, Task, load_task
+from agentloop.config.tiers import Tier, load_tiers
 from agentloop.errors import AgentloopError, ConfigError, ModelError, TaskFileError
 from agentloop.events import RunEvent
 from agentloop.handle import RunHandle, start_run
-from agentloop.runner import Runner, RunResult
-from agentloop.speed import SpeedProfile
-from agentloop.tasks import Limits, Task, load_task
-from agentloop.tiers import Tier, load_tiers
+from agentloop.loop.runner import Runner, RunResult
+from agentloop.model.speed import SpeedProfile
 from agentloop.trace.reader import Trace, load_trace
 
 __all__ = [

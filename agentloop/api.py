@@ -15,18 +15,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentloop import shipped, taskenv
-from agentloop import workspace as ws
-from agentloop.context import RunContext, ToolSettings
+from agentloop.config import shipped
+from agentloop.config.tasks import Task, load_task
+from agentloop.config.tiers import Tier, get_tier, load_tiers
 from agentloop.errors import ConfigError
 from agentloop.events import EventSink, Observer
 from agentloop.export import live_sinks
+from agentloop.loop.runner import Runner, RunResult
 from agentloop.protocols import ModelClient, Tool
-from agentloop.runner import Runner, RunResult
+from agentloop.redact import redactor, secret_values, truncator
+from agentloop.sandbox import taskenv
+from agentloop.sandbox import workspace as ws
+from agentloop.sandbox.context import RunContext, ToolSettings
 from agentloop.script import ScriptTurn
-from agentloop.tasks import Task, load_task
-from agentloop.tiers import Tier, get_tier, load_tiers
-from agentloop.trace.redact import redactor, secret_values, truncator
 from agentloop.trace.tracer import Tracer
 from agentloop.trace.writer import JsonlSink, Pipeline
 
@@ -84,7 +85,7 @@ async def model_client(
     from agentloop.clients.openai_client import OpenAIClient
 
     if tier.local is not None:  # a llama-server agentloop starts for the run (issue 10a)
-        from agentloop.local import serve
+        from agentloop.model.local import serve
 
         async with serve(tier.local) as server:
             client = OpenAIClient(tier, base_url=server.base_url)
@@ -248,7 +249,7 @@ def _refuse_unscripted(
 
 
 async def execute(plan: RunPlan, **kwargs: Any) -> RunResult:
-    """Run a planned task in its own Python environment (:mod:`agentloop.taskenv`).
+    """Run a planned task in its own Python environment (:mod:`agentloop.sandbox.taskenv`).
 
     Keywords as :func:`run_task` takes them (client, tools, observer, keep_workspace, script,
     events). Every task command of the run (setup, tools, success check) gets the task's venv.

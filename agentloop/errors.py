@@ -16,7 +16,7 @@
                                        the runner
 
 A tool failure the model should see is not an exception: it is a ToolResult with ok=False.
-Ending a run is not an exception either: the loop returns an ``agentloop.ending.Ending``.
+Ending a run is not an exception either: the loop returns an ``agentloop.loop.ending.Ending``.
 Errors declare their payload as keyword arguments (``ModelError(message, *, attempts=())``);
 nothing is patched onto an exception after it is raised.
 Third-party errors (openai, subprocess, playwright) are translated where they are caught, with

@@ -21,7 +21,7 @@ from typing import Any
 
 from agentloop import api
 from agentloop.events import EventSink, RunEvent, fan_out
-from agentloop.runner import RunResult
+from agentloop.loop.runner import RunResult
 
 
 class RunHandle:

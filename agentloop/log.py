@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from agentloop.trace.redact import scrub_text, secret_values
+from agentloop.redact import scrub_text, secret_values
 
 
 class _Stderr:

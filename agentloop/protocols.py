@@ -26,10 +26,12 @@ class ToolContext(Protocol):
     def env(self) -> dict[str, str]: ...  # scrubbed environment for subprocesses
 
     @property
-    def settings(self) -> Any: ...  # agentloop.context.ToolSettings: test_command, output_cap ...
+    def settings(
+        self,
+    ) -> Any: ...  # agentloop.sandbox.context.ToolSettings: test_command, output_cap ...
 
     async def the_jail(self) -> Any:
-        """The run's :class:`agentloop.jail.Jail`: where every command of the run executes."""
+        """The run's :class:`agentloop.sandbox.jail.Jail`: where every command of the run executes."""
         ...
 
     async def resource(self, key: str, factory: Any) -> Any:

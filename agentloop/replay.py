@@ -23,13 +23,13 @@ from typing import Any
 import orjson
 
 from agentloop import api
+from agentloop.config.tasks import Task, load_task
+from agentloop.config.tiers import SIM, Tier
 from agentloop.errors import TaskFileError, TraceFileError
 from agentloop.events import EventSink
+from agentloop.loop.runner import Observer, RunResult
 from agentloop.protocols import Tool
-from agentloop.runner import Observer, RunResult
 from agentloop.script import ScriptTurn
-from agentloop.tasks import Task, load_task
-from agentloop.tiers import SIM, Tier
 from agentloop.trace.reader import SpanRecord, Trace, load_trace
 from agentloop.types import ToolResult, ToolSpec
 

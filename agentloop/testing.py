@@ -32,8 +32,8 @@ import orjson
 
 from agentloop.api import run_task
 from agentloop.clients.scripted import ScriptedClient
-from agentloop.runner import RunResult
-from agentloop.tasks import Task
+from agentloop.config.tasks import Task
+from agentloop.loop.runner import RunResult
 from agentloop.trace.reader import Trace, load_trace, parse_lines
 from agentloop.trace.writer import MemorySink
 

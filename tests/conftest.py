@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agentloop.context import RunContext
+from agentloop.sandbox.context import RunContext
 from agentloop.testing import trace_of
 from agentloop.trace.reader import Trace
 from agentloop.types import ToolResult, ToolSpec

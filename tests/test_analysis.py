@@ -24,7 +24,7 @@ from agentloop.analysis.whatif import (
     whatif,
     whatif_json,
 )
-from agentloop.tiers import SpeedProfile
+from agentloop.config.tiers import SpeedProfile
 from agentloop.trace.reader import parse_lines
 
 S = 1_000_000_000

@@ -10,8 +10,8 @@ from agentloop.analysis.compare import compare
 from agentloop.analysis.graph import build_graph, load_quickly
 from agentloop.analysis.whatif import Scenario, whatif
 from agentloop.api import run_task
-from agentloop.tasks import load_task
-from agentloop.tiers import get_tier, load_tiers
+from agentloop.config.tasks import load_task
+from agentloop.config.tiers import get_tier, load_tiers
 from tests.conftest import SleepTool
 
 TASK = """\

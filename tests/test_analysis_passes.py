@@ -15,7 +15,7 @@ from agentloop.analysis.synthetic import (
     sequential_run,
 )
 from agentloop.analysis.whatif import Scenario, durations, new_parts, path_breakdown, whatif
-from agentloop.tiers import SpeedProfile
+from agentloop.config.tiers import SpeedProfile
 from agentloop.trace.reader import parse_lines
 
 S = 1_000_000_000

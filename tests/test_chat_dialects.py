@@ -10,12 +10,12 @@ import pytest
 
 from agentloop.api import run_task
 from agentloop.clients.openai_client import OpenAIClient
+from agentloop.config.tasks import load_task
+from agentloop.config.tiers import SpeedProfile, Tier
 from agentloop.errors import ConfigError
+from agentloop.model.tokens import chat_input_tokens, count_tokens
 from agentloop.script import ScriptToolCall, ScriptTurn
 from agentloop.sim import SimServer
-from agentloop.sim.tokens import chat_input_tokens, count_tokens
-from agentloop.tasks import load_task
-from agentloop.tiers import SpeedProfile, Tier
 from agentloop.trace.reader import load_trace
 from agentloop.types import Message, ModelRequest, ModelResponse, ToolSpec
 

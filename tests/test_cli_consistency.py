@@ -13,7 +13,7 @@ from agentloop.analysis import build_graph
 from agentloop.analysis.compare import compare, render_compare
 from agentloop.cli import build_parser, main
 from agentloop.commands.run import analysis_lines
-from agentloop.tiers import load_tiers
+from agentloop.config.tiers import load_tiers
 from agentloop.trace.reader import load_trace
 from tests.conftest import ROOT
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from agentloop.clients.openai_client import OpenAIClient
+from agentloop.config.tiers import SpeedProfile, Tier
+from agentloop.model.tokens import count_tokens
 from agentloop.script import ScriptToolCall, ScriptTurn
 from agentloop.sim import SimServer
-from agentloop.sim.tokens import count_tokens
-from agentloop.tiers import SpeedProfile, Tier
 from agentloop.types import Message, ModelRequest, ToolSpec
 
 APIS = ("responses", "chat")

@@ -13,10 +13,10 @@ import orjson
 import pytest
 
 from agentloop.clients.openai_client import OpenAIClient
+from agentloop.config.tiers import SpeedProfile, Tier
 from agentloop.errors import ModelAPIError, ModelRetryError
 from agentloop.script import ScriptTurn
 from agentloop.sim import Fault, SimServer
-from agentloop.tiers import SpeedProfile, Tier
 from agentloop.types import Message, ModelRequest
 
 PROFILE = SpeedProfile(base_latency_s=0.05, prefill_tps=0, output_tps=400)
@@ -276,7 +276,7 @@ async def test_retried_errors_echoing_the_key_keep_it_out_of_attempts_errors_and
 
 async def test_the_tier_sets_stall_timeout_and_attempts() -> None:
     """A tier's stall_timeout_s and max_attempts from tiers.toml drive the client's retries."""
-    from agentloop.tiers import parse_tiers
+    from agentloop.config.tiers import parse_tiers
 
     tiers = parse_tiers(
         {

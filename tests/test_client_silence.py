@@ -17,11 +17,11 @@ import pytest
 from agentloop.api import run_task
 from agentloop.clients._silence import FACTOR, REASONING_ALLOWANCE, first_token_timeout
 from agentloop.clients.openai_client import OpenAIClient
+from agentloop.config.tasks import load_task
+from agentloop.config.tiers import SpeedProfile, Tier, parse_tiers
 from agentloop.errors import ModelRetryError, TierFileError
 from agentloop.script import ScriptTurn
 from agentloop.sim import Fault, SimServer
-from agentloop.tasks import load_task
-from agentloop.tiers import SpeedProfile, Tier, parse_tiers
 from agentloop.trace.reader import load_trace
 from agentloop.types import Message, ModelRequest, ModelResponse
 

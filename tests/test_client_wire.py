@@ -8,9 +8,9 @@ import pytest
 
 from agentloop.clients._wire import BodyBuilder
 from agentloop.clients.openai_client import OpenAIClient
+from agentloop.config.tiers import SpeedProfile, Tier
 from agentloop.errors import ConfigError
 from agentloop.sim import SimServer
-from agentloop.tiers import SpeedProfile, Tier
 from agentloop.types import Message, ModelRequest, ToolCall, ToolSpec
 
 OPTIONS = {

@@ -1,4 +1,4 @@
-"""The context-window budget (agentloop.context_window) and the refusal of unscripted sim runs."""
+"""The context-window budget (agentloop.loop.context_window) and the refusal of unscripted sim runs."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from agentloop.analysis.graph import build_graph
 from agentloop.analysis.report import build_report, render_report, report_json
 from agentloop.cli import main as cli
 from agentloop.clients.scripted import ScriptedClient
-from agentloop.context import RunContext
-from agentloop.context_window import PLACEHOLDER, Window, message_tokens, recorded_trims
+from agentloop.config.tasks import Limits, Task
+from agentloop.config.tiers import SpeedProfile, Tier
 from agentloop.errors import TraceFileError
 from agentloop.export.html import report_html
 from agentloop.export.otlp import otlp_json, trace_spans
-from agentloop.runner import Runner
+from agentloop.loop.context_window import PLACEHOLDER, Window, message_tokens, recorded_trims
+from agentloop.loop.runner import Runner
+from agentloop.sandbox.context import RunContext
 from agentloop.script import ScriptToolCall, ScriptTurn
-from agentloop.tasks import Limits, Task
-from agentloop.tiers import SpeedProfile, Tier
 from agentloop.trace import attrs as A
 from agentloop.trace.reader import parse_lines
 from agentloop.trace.tracer import Tracer

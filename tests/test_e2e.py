@@ -20,7 +20,7 @@ from agentloop import RunEvent, run_task
 from agentloop.analysis import build_graph, whatif
 from agentloop.analysis.whatif import Scenario
 from agentloop.cli import main
-from agentloop.tiers import load_tiers
+from agentloop.config.tiers import load_tiers
 from agentloop.trace.reader import load_trace
 from tests.conftest import ROOT, reap
 

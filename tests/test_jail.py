@@ -11,11 +11,12 @@ from pathlib import Path
 import agentloop_tools as tools
 import orjson
 
-from agentloop import proc, run_task, workspace
-from agentloop._jail_init import proc_table
-from agentloop.context import RunContext
-from agentloop.jail import HostJail, JailSpec, open_jail
-from agentloop.tasks import Task
+from agentloop import run_task
+from agentloop.config.tasks import Task
+from agentloop.sandbox import proc, workspace
+from agentloop.sandbox._init import proc_table
+from agentloop.sandbox.context import RunContext
+from agentloop.sandbox.jail import HostJail, JailSpec, open_jail
 from tests.conftest import namespace_survivors, pid_namespace
 
 SERVER = (
@@ -226,10 +227,10 @@ async def test_commands_leave_no_descriptor_open(tmp_path: Path) -> None:
 async def test_a_suite_run_s_jail_is_emptied_at_its_end_and_torn_down_behind_it(
     tmp_path: Path,
 ) -> None:
-    """Within a suite (agentloop.jail_closer) closing a jail kills every process of the run at
+    """Within a suite (agentloop.sandbox.closer) closing a jail kills every process of the run at
     once, a hidden one included (own session, empty environment: no mark), but leaves the idle
     init to the closer; leaving the suite's context tears every deferred jail down."""
-    from agentloop.jail_closer import closing_behind
+    from agentloop.sandbox.closer import closing_behind
 
     token = f"hidden{uuid.uuid4().hex}"
     async with closing_behind(spacing_s=60.0) as closer:  # the first close waits 60 s after
@@ -268,7 +269,7 @@ async def test_a_suite_run_s_jail_is_emptied_at_its_end_and_torn_down_behind_it(
 def test_emptying_refuses_outside_its_own_pid_namespace() -> None:
     """``kill(-1)`` from anything but PID 1 of a namespace would reach the host's processes:
     the init's ``empty`` does nothing there and says so."""
-    from agentloop._jail_init import empty
+    from agentloop.sandbox._init import empty
 
     assert os.getpid() != 1
     assert -1 == empty()

@@ -25,13 +25,13 @@ import pytest_asyncio
 
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.report import build_report, render_report
-from agentloop.local import LocalServer, LocalSpec, serve
-from agentloop.runner import CUT_SHORT
+from agentloop.config.tiers import Tier
+from agentloop.loop.runner import CUT_SHORT
+from agentloop.model.local import LocalServer, LocalSpec, serve
+from agentloop.model.speed import SpeedProfile
 from agentloop.script import ScriptToolCall, ScriptTurn
 from agentloop.sim import SimServer
-from agentloop.speed import SpeedProfile
 from agentloop.testing import run_and_trace
-from agentloop.tiers import Tier
 from agentloop.trace import attrs as A
 from agentloop.trace.reader import Trace
 

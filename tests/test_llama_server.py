@@ -20,10 +20,10 @@ from agentloop.analysis.whatif import Scenario, render_whatif, whatif
 from agentloop.cli import main as cli
 from agentloop.clients.openai_client import OpenAIClient
 from agentloop.commands.probe import probe
-from agentloop.context_window import Window
-from agentloop.local import LocalServer, LocalSpec, serve
-from agentloop.speed import SpeedProfile
-from agentloop.tiers import Tier, get_tier, load_tiers
+from agentloop.config.tiers import Tier, get_tier, load_tiers
+from agentloop.loop.context_window import Window
+from agentloop.model.local import LocalServer, LocalSpec, serve
+from agentloop.model.speed import SpeedProfile
 from agentloop.trace.reader import load_trace
 from agentloop.types import Message, ModelRequest, ToolCall
 

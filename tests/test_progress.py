@@ -9,7 +9,7 @@ import pytest
 
 import agentloop
 from agentloop.cli import main
-from agentloop.progress import Progress
+from agentloop.commands.progress import Progress
 
 # one visible turn of ~200 tokens: about 3.6 s at sim-standard's 60 tok/s
 LONG_TURN = f"""\

@@ -11,12 +11,12 @@ from agentloop.analysis.graph import build_graph
 from agentloop.analysis.report import build_report
 from agentloop.clients.openai_client import OpenAIClient
 from agentloop.clients.scripted import ScriptedClient
-from agentloop.context import RunContext
-from agentloop.runner import Runner
+from agentloop.config.tasks import Limits, Task
+from agentloop.config.tiers import SpeedProfile, Tier
+from agentloop.loop.runner import Runner
+from agentloop.sandbox.context import RunContext
 from agentloop.script import ScriptToolCall, ScriptTurn
 from agentloop.sim import Fault, SimServer
-from agentloop.tasks import Limits, Task
-from agentloop.tiers import SpeedProfile, Tier
 from agentloop.trace.tracer import Tracer
 from agentloop.trace.writer import MemorySink
 from tests.conftest import SleepTool, records_to_trace

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from agentloop.clients.scripted import ScriptedClient
-from agentloop.context import RunContext
-from agentloop.runner import Runner, RunResult
+from agentloop.config.tasks import Limits, Task
+from agentloop.config.tiers import SpeedProfile, Tier
+from agentloop.loop.runner import Runner, RunResult
+from agentloop.sandbox.context import RunContext
 from agentloop.script import ScriptToolCall, ScriptTurn
-from agentloop.tasks import Limits, Task
-from agentloop.tiers import SpeedProfile, Tier
 from agentloop.trace.tracer import Tracer
 from agentloop.trace.writer import MemorySink
 from agentloop.types import ToolSpec

@@ -19,11 +19,12 @@ import orjson
 import pytest
 from agentloop_tools.browser import session
 
-from agentloop import run_task, workspace
+from agentloop import run_task
 from agentloop.clients.scripted import ScriptedClient
-from agentloop.context import RunContext, scrubbed_env
+from agentloop.config.tasks import Limits, Task
+from agentloop.sandbox import workspace
+from agentloop.sandbox.context import RunContext, scrubbed_env
 from agentloop.script import ScriptToolCall, ScriptTurn
-from agentloop.tasks import Limits, Task
 from agentloop.trace.reader import load_trace
 from agentloop.types import ToolResult
 from tests.conftest import html_response, jail_survivors, namespace_survivors, pid_namespace, reap

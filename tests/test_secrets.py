@@ -12,9 +12,9 @@ import pytest
 
 from agentloop import run_task
 from agentloop.clients.scripted import ScriptedClient
-from agentloop.progress import Progress
+from agentloop.commands.progress import Progress
+from agentloop.config.tasks import Task
 from agentloop.script import ScriptToolCall, ScriptTurn
-from agentloop.tasks import Task
 
 SECRET = "s3cr3t-value-9f8e7d6c5b4a"
 
@@ -126,7 +126,7 @@ async def test_url_password_is_redacted(tmp_path: Path) -> None:
 
 def _slow_text(redactor: object, text: str) -> str:
     """The redactor's five substitutions with no shortcut (what Redactor.text must equal)."""
-    from agentloop.trace import redact as R
+    from agentloop import redact as R
 
     known = getattr(redactor, "_known", None)
     if known is not None:
@@ -143,7 +143,7 @@ def test_redactor_shortcuts_change_no_result() -> None:
     matches included) the result equals the plain substitutions'."""
     import random
 
-    from agentloop.trace.redact import Redactor
+    from agentloop.redact import Redactor
 
     redactor = Redactor([SECRET])
     pieces = [
@@ -167,7 +167,7 @@ def test_redactor_shortcuts_change_no_result() -> None:
 def test_a_secret_inside_a_dataclass_is_redacted_as_orjson_would_write_it() -> None:
     """The record walk redacts strings inside dataclasses too (as a dict of their fields),
     instead of passing them through for the JSON encoder to print verbatim."""
-    from agentloop.trace.redact import Redactor
+    from agentloop.redact import Redactor
     from agentloop.types import ToolCall
 
     secret = "sk-dataclass-secret-12345"

@@ -13,10 +13,10 @@ import pytest
 from agentloop_tools.browser import refusal, session
 from test_serve import QUICK, Server, _start, _stop
 
-from agentloop.context import RunContext
-from agentloop.own_ports import own_ports
+from agentloop.config.tiers import SpeedProfile
+from agentloop.loopback import own_ports
+from agentloop.sandbox.context import RunContext
 from agentloop.sim import SimServer
-from agentloop.tiers import SpeedProfile
 from agentloop.types import ToolResult
 from tests.conftest import html_response
 

@@ -357,8 +357,8 @@ async def test_a_forgotten_run_is_freed(root: Path) -> None:
     import weakref
 
     from agentloop import start_run
+    from agentloop.config.tasks import load_task
     from agentloop.service.runs import RunBook
-    from agentloop.tasks import load_task
 
     book = RunBook(start_run, trace_dir=root / "traces", keep_ended=1)
     task = load_task(root / "tasks" / "quick.yaml")

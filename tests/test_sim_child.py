@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from agentloop.clients.openai_client import OpenAIClient
+from agentloop.config.tiers import SpeedProfile, Tier
 from agentloop.script import ScriptTurn
 from agentloop.sim.child import SimProcess
-from agentloop.tiers import SpeedProfile, Tier
 from agentloop.types import Message, ModelRequest
 from tests.conftest import alive, wait_dead
 
@@ -70,7 +70,7 @@ async def test_a_route_on_the_child_serves_the_sdk_and_closes(
 PARENT = """
 import asyncio, sys
 from agentloop.sim.child import SimProcess
-from agentloop.tiers import SpeedProfile
+from agentloop.config.tiers import SpeedProfile
 async def main():
     async with SimProcess(SpeedProfile(0.01, 0, 1000), 500.0) as sim:
         print(sim.pid, flush=True)

@@ -9,11 +9,11 @@ import httpx
 import openai
 import pytest
 
+from agentloop.config.tiers import SpeedProfile
 from agentloop.errors import ConfigError
+from agentloop.model.tokens import count_tokens
 from agentloop.script import ScriptToolCall, ScriptTurn
 from agentloop.sim import Fault, SimServer
-from agentloop.sim.tokens import count_tokens
-from agentloop.tiers import SpeedProfile
 
 FAST = SpeedProfile(base_latency_s=0.01, prefill_tps=1_000_000, output_tps=2000)
 SCRIPT = [

@@ -10,9 +10,9 @@ import openai
 import orjson
 import pytest
 
+from agentloop.config.tiers import SpeedProfile
 from agentloop.errors import SimulatorError
 from agentloop.sim import SimServer
-from agentloop.tiers import SpeedProfile
 
 SLOW = SpeedProfile(base_latency_s=0.01, prefill_tps=1_000_000, output_tps=50)
 FAST = SpeedProfile(base_latency_s=0.0, prefill_tps=0, output_tps=5000)

@@ -11,11 +11,11 @@ import time
 import openai
 import pytest
 
+from agentloop.config.tiers import SpeedProfile
+from agentloop.model.tokens import MESSAGE_OVERHEAD, count_tokens
 from agentloop.script import ScriptToolCall, ScriptTurn
 from agentloop.sim import SimServer
 from agentloop.sim._stream import make_schedule
-from agentloop.sim.tokens import MESSAGE_OVERHEAD, count_tokens
-from agentloop.tiers import SpeedProfile
 
 # the clearly marked wall-clock suite: a failed timing is retried twice, since these shared
 # 2-core machines stall a process now and then (pytest-rerunfailures; see pyproject's dev extras)

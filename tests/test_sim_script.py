@@ -6,6 +6,14 @@ import random
 
 import pytest
 
+from agentloop.model.tokens import (
+    MESSAGE_OVERHEAD,
+    TokenCache,
+    chat_input_tokens,
+    count_tokens,
+    responses_input_tokens,
+    split_tokens,
+)
 from agentloop.script import ScriptToolCall, ScriptTurn
 from agentloop.sim import script_from_trace
 from agentloop.sim.conversation import (
@@ -15,14 +23,6 @@ from agentloop.sim.conversation import (
     pick_turn,
     plan_turn,
     responses_priors,
-)
-from agentloop.sim.tokens import (
-    MESSAGE_OVERHEAD,
-    TokenCache,
-    chat_input_tokens,
-    count_tokens,
-    responses_input_tokens,
-    split_tokens,
 )
 from agentloop.trace.reader import load_trace
 from agentloop.trace.tracer import Tracer

@@ -10,10 +10,10 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
 
+from agentloop.config.tiers import SpeedProfile
+from agentloop.model.tokens import count_tokens
 from agentloop.script import ScriptToolCall, ScriptTurn
 from agentloop.sim import SimServer
-from agentloop.sim.tokens import count_tokens
-from agentloop.tiers import SpeedProfile
 
 FAST = SpeedProfile(base_latency_s=0.01, prefill_tps=1_000_000, output_tps=5000)
 ARGS_A = '{"path": "src/app.py", "lines": [1, 20]}'

@@ -13,9 +13,9 @@ from typing import Any
 import openai
 import pytest
 
+from agentloop.config.tiers import SpeedProfile
+from agentloop.model.tokens import count_tokens
 from agentloop.sim import SimServer
-from agentloop.sim.tokens import count_tokens
-from agentloop.tiers import SpeedProfile
 
 PROFILE = SpeedProfile(base_latency_s=0.8, prefill_tps=0, output_tps=400)
 

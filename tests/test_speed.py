@@ -1,4 +1,4 @@
-"""The speed model (agentloop.speed) and the simulator's prompt cache that it paces."""
+"""The speed model (agentloop.model.speed) and the simulator's prompt cache that it paces."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import time
 import httpx
 import pytest
 
+from agentloop.config.tiers import load_tiers, parse_tiers, profile_line, write_profile
+from agentloop.model.speed import SpeedProfile, fit_decode, fit_prefill
 from agentloop.sim import SimServer
 from agentloop.sim.cache import PrefixCache
-from agentloop.speed import SpeedProfile, fit_decode, fit_prefill
-from agentloop.tiers import load_tiers, parse_tiers, profile_line, write_profile
 
 
 def test_decode_sum_matches_token_by_token():

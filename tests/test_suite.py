@@ -11,13 +11,13 @@ import pytest
 
 from agentloop.api import run_task
 from agentloop.cli import main
-from agentloop.cost import Prices, call_cost
+from agentloop.config.tiers import SpeedProfile
+from agentloop.model.prices import Prices, call_cost
 from agentloop.script import ScriptTurn
 from agentloop.sim.server import SimServer
 from agentloop.suite.records import RunRecord, load_suite, summarize_tasks
 from agentloop.suite.run import run_suite
 from agentloop.suite.stats import quantile
-from agentloop.tiers import SpeedProfile
 from agentloop.trace.reader import load_trace
 
 # a priced simulated tier, declared in the task files themselves (USD per million tokens)

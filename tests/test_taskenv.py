@@ -11,8 +11,8 @@ import pytest
 
 from agentloop import run_task
 from agentloop.cli import main
-from agentloop.taskenv import cache_root, env_key, requirements_of
-from agentloop.tasks import load_task
+from agentloop.config.tasks import load_task
+from agentloop.sandbox.taskenv import cache_root, env_key, requirements_of
 from agentloop.trace.reader import load_trace
 from tests.conftest import ROOT
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from agentloop.cli import main
+from agentloop.config.tasks import load_task
 from agentloop.errors import TaskFileError
-from agentloop.tasks import load_task
 
 CASES = [
     ("bad yaml", "name: x\nprompt: [unclosed\n", "line 3", None, "not valid YAML"),
@@ -139,7 +139,7 @@ def test_setup_failure_names_the_command(tmp_path: Path) -> None:
     """A setup command that fails is reported with its index and exit code."""
     import asyncio
 
-    from agentloop import workspace
+    from agentloop.sandbox import workspace
 
     path = tmp_path / "task.yaml"
     path.write_text("name: x\nprompt: hi\nsetup:\n  - 'false'\n")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentloop.context import RunContext
-from agentloop.runner import Runner
+from agentloop.config.tasks import Task
+from agentloop.config.tiers import SpeedProfile, Tier
+from agentloop.loop.runner import Runner
+from agentloop.sandbox.context import RunContext
 from agentloop.script import ScriptToolCall, ScriptTurn
-from agentloop.tasks import Task
 from agentloop.testing import MemorySink, ScriptedClient, run_and_trace, trace_of
-from agentloop.tiers import SpeedProfile, Tier
 from agentloop.trace.tracer import Tracer
 from agentloop.types import ToolResult, ToolSpec
 

@@ -16,7 +16,7 @@ import structlog
 from agentloop.cli import main as cli
 from agentloop.clients.openai_client import OpenAIClient
 from agentloop.commands.probe import measured_profile
-from agentloop.tiers import load_tiers_file
+from agentloop.config.tiers import load_tiers_file
 from agentloop.types import Message, ModelRequest
 from tests.conftest import terminate
 

@@ -9,8 +9,8 @@ import pytest
 
 from agentloop import open_task
 from agentloop.cli import main
+from agentloop.config.tiers import BUILTIN_TIERS, load_tiers, load_tiers_file, tier_sources
 from agentloop.errors import TaskFileError
-from agentloop.tiers import BUILTIN_TIERS, load_tiers, load_tiers_file, tier_sources
 from tests.conftest import ROOT
 
 PROJECT = """\
@@ -82,7 +82,7 @@ def test_tiers_command_says_where_each_tier_came_from(
 
 def test_the_builtin_tiers_are_package_data_and_the_repo_root_file_adds_none() -> None:
     """One copy of the built-in tiers, inside the package; the root tiers.toml is a layer."""
-    assert (ROOT / "agentloop" / "tiers.toml").resolve() == BUILTIN_TIERS
+    assert (ROOT / "agentloop" / "config" / "tiers.toml").resolve() == BUILTIN_TIERS
     assert {} == load_tiers_file(ROOT / "tiers.toml")
 
 

@@ -15,10 +15,10 @@ import structlog
 from agentloop.cli import main as cli
 from agentloop.commands.probe import measured_profile
 from agentloop.commands.tiers import check_tier
+from agentloop.config.tiers import BUILTIN_TIERS, SpeedProfile, Tier, load_tiers, write_profile
 from agentloop.errors import ModelError
-from agentloop.local import LocalSpec, serve, start_check
+from agentloop.model.local import LocalSpec, serve, start_check
 from agentloop.sim import SimServer
-from agentloop.tiers import BUILTIN_TIERS, SpeedProfile, Tier, load_tiers, write_profile
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ import agentloop_tools as tools
 import pytest
 from agentloop_tools.browser import _DOM_WALK, session
 
-from agentloop.context import RunContext
+from agentloop.sandbox.context import RunContext
 from agentloop.types import ToolResult
 
 PAGE = """<!doctype html>

@@ -13,7 +13,7 @@ from typing import Any
 import agentloop_tools as tools
 import pytest
 
-from agentloop.context import RunContext
+from agentloop.sandbox.context import RunContext
 from agentloop.types import ToolResult
 
 

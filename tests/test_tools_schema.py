@@ -11,9 +11,9 @@ import agentloop_tools as tools
 import pytest
 from agentloop_tools._schema import FunctionTool, parse_docstring
 
-from agentloop.context import RunContext
 from agentloop.errors import ToolError
 from agentloop.protocols import Tool, ToolContext
+from agentloop.sandbox.context import RunContext
 from agentloop.types import ToolResult
 
 

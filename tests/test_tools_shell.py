@@ -13,7 +13,7 @@ import agentloop_tools as tools
 import pytest
 from agentloop_tools.shell import parse_pytest_summary
 
-from agentloop.context import RunContext
+from agentloop.sandbox.context import RunContext
 from agentloop.types import ToolResult
 from tests.conftest import jail_survivors, namespace_survivors, pid_namespace
 
@@ -186,8 +186,8 @@ async def test_run_tests_non_pytest(ctx: RunContext) -> None:
 
 def test_tool_settings_are_typed_with_one_set_of_defaults() -> None:
     """Settings come from a mapping of known names only; the output cap has one default."""
-    from agentloop.context import DEFAULT_OUTPUT_CAP, ToolSettings
     from agentloop.errors import ConfigError
+    from agentloop.sandbox.context import DEFAULT_OUTPUT_CAP, ToolSettings
 
     s = ToolSettings.of({"allow_hosts": "example.com", "tool_timeout_s": 5})
     assert (("example.com",), 5.0, DEFAULT_OUTPUT_CAP) == (

@@ -10,8 +10,8 @@ from pathlib import Path
 import agentloop_tools as tools
 import orjson
 
-from agentloop.context import RunContext
-from agentloop.tasks import load_task
+from agentloop.config.tasks import load_task
+from agentloop.sandbox.context import RunContext
 
 TASK = Path(__file__).resolve().parents[1] / "tasks" / "webfix" / "task.yaml"
 

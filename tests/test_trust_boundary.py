@@ -18,10 +18,10 @@ from pathlib import Path
 import agentloop_tools as tools
 import pytest
 
-from agentloop import taskenv, workspace
-from agentloop.context import RunContext, scrubbed_env
-from agentloop.jail import ANSWER_TIMEOUT_S, READY_TIMEOUT_S, BwrapJail, JailError
-from agentloop.tasks import Limits, Task
+from agentloop.config.tasks import Limits, Task
+from agentloop.sandbox import taskenv, workspace
+from agentloop.sandbox.context import RunContext, scrubbed_env
+from agentloop.sandbox.jail import ANSWER_TIMEOUT_S, READY_TIMEOUT_S, BwrapJail, JailError
 
 FAILING_TEST = "def test_fixed():\n    import os\n    assert os.path.exists('fixed')\n"
 
@@ -256,7 +256,7 @@ async def test_a_command_that_stops_the_init_cannot_stretch_the_tool_timeout(
 def test_the_verdict_restores_the_tasks_tests_without_following_links(tmp_path: Path) -> None:
     """A snapshot never follows a planted link: a tests/ folder swapped for a link to a host
     folder is replaced by a real one, and the host folder is left untouched."""
-    from agentloop.verdict import snapshot
+    from agentloop.sandbox.verdict import snapshot
 
     pristine = tmp_path / "pristine"
     (pristine / "tests").mkdir(parents=True)

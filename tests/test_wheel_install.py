@@ -99,7 +99,7 @@ def test_the_wheel_carries_the_builtin_tiers_and_the_shipped_tasks(
     """The wheel ships tiers.toml and every task file with its workspace, and no bytecode."""
     wheel = next((installed[0].parent / "dist").glob("agentloop-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    assert "agentloop/tiers.toml" in names
+    assert "agentloop/config/tiers.toml" in names
     assert "agentloop/py.typed" in names  # the package's type hints are public (issue 9)
     assert "agentloop_tasks/incident/checkout-timeouts.yaml" in names
     assert "agentloop_tasks/incident/checkout-timeouts/tests/test_config.py" in names

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from agentloop import workspace
-from agentloop.context import scrubbed_env
+from agentloop.config.tasks import Task
 from agentloop.errors import ConfigError
-from agentloop.jail import find_bwrap
-from agentloop.tasks import Task
+from agentloop.sandbox import workspace
+from agentloop.sandbox.context import scrubbed_env
+from agentloop.sandbox.jail import find_bwrap
 
 
 async def test_command_leaving_a_background_process_returns_at_once(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@
 - Subprocesses get ``ctx.env`` only, minus anything named like a secret (the context already
   scrubbed it; this is the second lock).
 - Text fed back to the model is capped at ``ctx.settings.output_cap`` characters
-  (:class:`agentloop.context.ToolSettings` owns the default) and says so, and what was cut.
+  (:class:`agentloop.sandbox.context.ToolSettings` owns the default) and says so, and what was cut.
 - The browser may reach loopback, ``file://`` inside the workspace and ``allow_hosts`` only.
 - Process groups a tool starts are killed when the run ends, so nothing outlives the run.
 
@@ -22,9 +22,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from agentloop.errors import ToolError
-from agentloop.netaddr import is_loopback
+from agentloop.loopback import is_loopback
 from agentloop.protocols import ToolContext
-from agentloop.trace.redact import SECRET_NAME
+from agentloop.redact import SECRET_NAME
 
 LOCAL_SCHEMES = ("about", "data", "blob")  # never touch the network or the disk
 

@@ -7,7 +7,7 @@ that only loopback and ``allow_hosts`` bypass -- because Playwright's route hand
 first URL of a redirect chain, a loopback page redirecting elsewhere would otherwise get through.
 
 On top of that rule (:func:`refusal`), the loopback ports agentloop itself listens on
-(:mod:`agentloop.own_ports`: the service's) are refused, so a model cannot drive the service
+(:mod:`agentloop.loopback`: the service's) are refused, so a model cannot drive the service
 that runs it. A redirect to such a port goes direct (loopback bypasses the proxy, and the proxy
 rules cannot name ports to exclude); the service itself refuses it, as it refuses every
 cross-site browser request (:mod:`agentloop.service.guard`).
@@ -37,8 +37,7 @@ from agentloop_tools._sandbox import (
 )
 
 from agentloop.errors import ToolError
-from agentloop.netaddr import is_loopback
-from agentloop.own_ports import own_ports
+from agentloop.loopback import is_loopback, own_ports
 from agentloop.protocols import ToolContext
 from agentloop.types import ToolResult
 

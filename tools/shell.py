@@ -1,7 +1,7 @@
 """Shell tools: run a command, run the task's tests; real subprocesses in the run's jail.
 
 Every command runs as ``bash -c`` in the workspace with the scrubbed environment, through the one
-process runner (:func:`agentloop.proc.run`) in the run's jail (:mod:`agentloop.jail`). A timeout,
+process runner (:func:`agentloop.sandbox.run_command`) in the run's jail (:mod:`agentloop.sandbox.jail`). A timeout,
 or cancellation of the awaiting task, kills it and everything it started. Background processes
 that keep the output pipes open are killed when the command ends; ones that redirect their
 output keep running (a server for the browser, say) until the run ends, when the jail closes.
@@ -15,12 +15,10 @@ import signal
 
 from agentloop_tools._sandbox import output_cap, subprocess_env, tool_timeout, workspace
 
-from agentloop import proc
 from agentloop.errors import ToolError
-from agentloop.proc import Outcome
 from agentloop.protocols import ToolContext
+from agentloop.sandbox import Outcome, run_command, verdict_jail
 from agentloop.types import ToolResult
-from agentloop.verdict import verdict_jail
 
 
 def _effective_timeout(ctx: ToolContext, requested: float | None) -> float:
@@ -36,7 +34,7 @@ def _effective_timeout(ctx: ToolContext, requested: float | None) -> float:
 async def execute(ctx: ToolContext, command: str, timeout_s: float) -> Outcome:
     """Run ``bash -c command`` in the run's jail; killed with all it started on timeout/cancel."""
     jail = await ctx.the_jail()
-    return await proc.run(
+    return await run_command(
         jail,
         command,
         cwd=workspace(ctx),
@@ -171,9 +169,9 @@ async def run_tests(ctx: ToolContext, selector: str | None = None) -> ToolResult
         command = f"{command} {' '.join(shlex.quote(a) for a in shlex.split(selector))}"
     jail = await ctx.the_jail()
     # its own jail over a snapshot, never through the run's init: a command of the run cannot
-    # forge the outcome (agentloop.verdict)
+    # forge the outcome (agentloop.sandbox.verdict)
     async with verdict_jail(jail, workspace(ctx)) as vj:
-        o = await proc.run(
+        o = await run_command(
             vj,
             command,
             cwd=workspace(ctx),

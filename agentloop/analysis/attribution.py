@@ -14,7 +14,7 @@ up exactly to its duration:
 
 A span without timing (the call failed for good, or the trace was cut inside it) books its
 failed attempts as ``retry``/``wait`` and the rest as ``overhead``. The split of a timed call
-is :func:`agentloop.timing.split_ns`; this module books its parts.
+is :func:`agentloop.model.timing.split_ns`; this module books its parts.
 
 Tool time is booked as ``tool:<name>``; the wait for the ``max_parallel_tools`` bound before a
 tool span opens (its ``queued_ns``) as ``tool_queue``, not as framework time.
@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from agentloop.timing import split_ns
+from agentloop.model.timing import split_ns
 from agentloop.trace.attrs import GEN_AI_TOOL_NAME
 from agentloop.trace.fields import Where
 from agentloop.trace.span_attrs import ModelAttrs, ToolAttrs, model_attrs

@@ -17,7 +17,7 @@ from agentloop.analysis.flat import Graph
 from agentloop.analysis.passes import critical_path
 from agentloop.analysis.whatif import Scenario, WhatIf, whatif
 from agentloop.errors import TraceFileError
-from agentloop.speed import SpeedProfile
+from agentloop.model.speed import SpeedProfile
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, TOOL_QUEUE, too
 from agentloop.analysis.breakdown import MODEL_CATS, category_order, path_breakdown, step_label
 from agentloop.analysis.flat import Graph
 from agentloop.analysis.passes import critical_path
-from agentloop.context_window import recorded_trims
+from agentloop.loop.context_window import recorded_trims
 
 MAX_PATH_ROWS = 60
 
@@ -211,7 +211,7 @@ def trim_line(t: dict[str, Any]) -> str:
 
 def cache_line(input_tokens: int, cached_tokens: int) -> str:
     """How much of the run's input the server's prompt cache served (prefill is paid only for
-    the rest: agentloop.speed)."""
+    the rest: agentloop.model.speed)."""
     share = f" ({100 * cached_tokens / input_tokens:.0f}%)" if input_tokens else ""
     return (
         f"input tokens {input_tokens:,}, cached by the server {cached_tokens:,}{share}: "
@@ -310,3 +310,13 @@ def render_report(r: Report) -> str:
     if len(listed) > MAX_PATH_ROWS:
         out.append(f"  ... {len(listed) - MAX_PATH_ROWS} more segments (--json lists all)")
     return "\n".join(out)
+
+
+def report_document(trace: Any, report: Any = None, spent: Any = None) -> dict[str, Any]:
+    """What ``report --json`` prints (and the service's ``/report`` serves) for ``trace``."""
+    from agentloop.analysis import cost
+    from agentloop.analysis.graph import build_graph
+
+    report = report if report is not None else build_report(build_graph(trace))
+    spent = spent if spent is not None else cost.of_trace(trace)
+    return {**report_json(report), "cost": cost.as_json(spent)}

@@ -61,9 +61,9 @@ from agentloop.analysis.flat import Graph, interleave
 from agentloop.analysis.graph import gc_paused
 from agentloop.analysis.passes import retime, retime_with_pair
 from agentloop.analysis.report import cache_line
+from agentloop.config.tiers import no_profile
 from agentloop.errors import ConfigError
-from agentloop.speed import SpeedProfile
-from agentloop.tiers import no_profile
+from agentloop.model.speed import SpeedProfile
 
 CURVE_K = (1, 2, 3, 5, 8, 11, 20, 50, 100)
 
@@ -156,7 +156,7 @@ def new_parts(g: Graph, sc: Scenario) -> dict[int, tuple[int, int, int]]:
     out: dict[int, tuple[int, int, int]] = {}
     prof = sc.profile
     if prof is not None:
-        # THE speed model (agentloop.speed): prefill only for uncached input, decode at the
+        # THE speed model (agentloop.model.speed): prefill only for uncached input, decode at the
         # context-dependent speed; a call that never answered (not timed) would fail the same way
         parts = prof.parts
         for i, m in g.models.items():

@@ -29,7 +29,7 @@ from time import perf_counter_ns
 from types import TracebackType
 
 from agentloop.clients._stream import Turn
-from agentloop.tiers import Tier
+from agentloop.config.tiers import Tier
 
 FACTOR = 2.0  # the profile is a median; a loaded server or a longer think may take twice that
 BYTES_PER_TOKEN = 3.0  # English text runs ~4 bytes a token and JSON framing adds: errs long

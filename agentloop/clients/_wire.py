@@ -17,15 +17,13 @@ from typing import Any, Literal
 
 import orjson
 
+from agentloop.config.tiers import RESERVED_BODY_KEYS
 from agentloop.types import Message, ToolSpec
 
 Api = Literal["responses", "chat"]
 
 
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
-RESERVED_BODY_KEYS = frozenset(
-    {"model", "stream", "input", "messages", "tools", "store", "include"}
-)  # set by agentloop: extra_body may not override
 
 
 def responses_items(m: Message) -> list[dict[str, Any]]:

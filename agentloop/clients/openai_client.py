@@ -34,11 +34,11 @@ from agentloop.clients._stream import (
     read_sse,
 )
 from agentloop.clients._wire import BodyBuilder
+from agentloop.config.tiers import Tier, looks_like_key
 from agentloop.errors import ConfigError, ModelAPIError, ModelRetryError
 from agentloop.events import watch_stream
 from agentloop.log import get_logger
-from agentloop.sim.tokens import chat_input_tokens, count_tokens, responses_input_tokens
-from agentloop.tiers import Tier, looks_like_key
+from agentloop.model.tokens import chat_input_tokens, count_tokens, responses_input_tokens
 from agentloop.types import Attempt, CallTiming, ModelRequest, ModelResponse, ReasoningItem, Usage
 
 SIM_PLACEHOLDER_KEY = "sim-no-key"  # the simulator and key-less local servers need no secret
@@ -426,7 +426,7 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
 
 
 def _usage(turn: Turn, body: bytes, text: str, calls: tuple[Any, ...], thought: str) -> Usage:
-    """The server's usage, completed by agentloop's tokenizer (``agentloop.sim.tokens``) where the
+    """The server's usage, completed by agentloop's tokenizer (``agentloop.model.tokens``) where the
     server said nothing: no usage at all, or reasoning text without a reasoning count. Estimated
     counts are flagged (``Usage.estimated``), never passed off as the server's."""
     u = turn.usage

@@ -7,8 +7,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from agentloop.config.tiers import get_tier, load_tiers
 from agentloop.errors import ConfigError
-from agentloop.tiers import get_tier, load_tiers
 
 
 def register(sub: Any) -> None:

@@ -7,7 +7,7 @@ input, the shape of an agent's next request. Per call ``output_tps = (V - 1) / d
 visible tokens from the server's usage, and ``base = ttft_visible - R / output_tps`` (hidden
 reasoning is not prefill). The median wait of each kind of call fits base latency, prefill rate
 and how prefill slows behind a context; their median (context, tok/s) fit decode speed and how
-it slows (both in :mod:`agentloop.speed`). A simulated tier is probed through a simulator
+it slows (both in :mod:`agentloop.model.speed`). A simulated tier is probed through a simulator
 started with that tier's profile, so the probe checks the simulator's pacing end to end.
 ``--write`` puts the measured profile into the tiers file.
 """
@@ -25,11 +25,7 @@ from typing import Any
 
 import orjson
 
-from agentloop import local
-from agentloop.errors import ModelAPIError, ModelError
-from agentloop.log import configure
-from agentloop.speed import fit_decode, fit_prefill
-from agentloop.tiers import (
+from agentloop.config.tiers import (
     SpeedProfile,
     Tier,
     default_tiers_path,
@@ -37,7 +33,11 @@ from agentloop.tiers import (
     load_tiers,
     require_profile,
 )
-from agentloop.timing import base_seconds, call_metrics
+from agentloop.errors import ModelAPIError, ModelError
+from agentloop.log import configure
+from agentloop.model import local
+from agentloop.model.speed import fit_decode, fit_prefill
+from agentloop.model.timing import base_seconds, call_metrics
 from agentloop.types import Message, ModelRequest, ModelResponse
 
 _FILLER = (
@@ -160,8 +160,8 @@ def summarize(
     cached: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Medians; decode speed as a line through the median (context, tok/s) of each kind of
-    call (:func:`agentloop.speed.fit_decode`); base latency, prefill rate and how prefill slows
-    behind a context (:func:`agentloop.speed.fit_prefill`) from the median wait of each kind
+    call (:func:`agentloop.model.speed.fit_decode`); base latency, prefill rate and how prefill slows
+    behind a context (:func:`agentloop.model.speed.fit_prefill`) from the median wait of each kind
     of call: short prompt, long prompt, and the follow-up behind the cached long prompt."""
     med = statistics.median
     cached = cached or []
@@ -420,7 +420,7 @@ async def main(args: argparse.Namespace) -> int:
     else:
         _print(res)
     if args.write:
-        from agentloop.tiers import write_profile
+        from agentloop.config.tiers import write_profile
 
         profile = measured_profile(res, tier.profile.prefill_tps if tier.profile else 0.0)
         write_profile(path, tier.name, profile)

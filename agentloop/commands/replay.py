@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.commands._args import positive_int
+from agentloop.commands.progress import Progress
 from agentloop.commands.run import cancellable_on_sigterm, print_summary
+from agentloop.config.tiers import load_tiers
 from agentloop.log import configure
-from agentloop.progress import Progress
-from agentloop.tiers import load_tiers
-from agentloop.trace.redact import redactor
+from agentloop.redact import redactor
 
 
 def register(sub: Any) -> None:

@@ -11,9 +11,9 @@ from typing import Any
 
 import orjson
 
-from agentloop import cost
+from agentloop.analysis import cost
 from agentloop.analysis.graph import build_graph, load_quickly
-from agentloop.analysis.report import build_report, render_report, report_json
+from agentloop.analysis.report import build_report, render_report, report_document
 from agentloop.trace.reader import Trace
 
 
@@ -50,13 +50,6 @@ def load_for_analysis(path: Path) -> Trace:
     trace = load_quickly(path)
     gc.freeze()
     return trace
-
-
-def report_document(trace: Trace, report: Any = None, spent: Any = None) -> dict[str, Any]:
-    """What ``report --json`` prints (and the service's ``/report`` serves) for ``trace``."""
-    report = report if report is not None else build_report(build_graph(trace))
-    spent = spent if spent is not None else cost.of_trace(trace)
-    return {**report_json(report), "cost": cost.as_json(spent)}
 
 
 def emit_json(data: dict[str, Any]) -> None:

@@ -12,11 +12,11 @@ from typing import Any, TextIO, TypeVar
 
 from agentloop import api
 from agentloop.commands._args import positive_float, positive_int
+from agentloop.commands.progress import Progress
+from agentloop.config.tiers import Tier, load_tiers
 from agentloop.log import configure
-from agentloop.progress import Progress
-from agentloop.runner import RunResult
-from agentloop.tiers import Tier, load_tiers
-from agentloop.trace.redact import Redactor, redactor
+from agentloop.loop.runner import RunResult
+from agentloop.redact import Redactor, redactor
 
 T = TypeVar("T")
 

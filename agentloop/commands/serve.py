@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.errors import ConfigError, RequestError, TierFileError
-from agentloop.netaddr import is_loopback
+from agentloop.loopback import is_loopback
 from agentloop.service.runs import KEEP_ENDED, MAX_QUEUED
 
 TOKEN_ENV = "AGENTLOOP_TOKEN"  # the bearer token's variable; the token itself is never printed
@@ -95,7 +95,7 @@ async def main(args: argparse.Namespace) -> int:
 
     from agentloop import api, start_run
     from agentloop.log import configure
-    from agentloop.own_ports import registered
+    from agentloop.loopback import registered
     from agentloop.service.app import Service, build_app
     from agentloop.service.guard import HostNames
     from agentloop.service.runs import RunBook
@@ -145,7 +145,7 @@ async def main(args: argparse.Namespace) -> int:
     server = _Server(
         uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"), book
     )
-    with registered(port):  # the runs' browsers refuse this port (agentloop.own_ports)
+    with registered(port):  # the runs' browsers refuse this port (agentloop.loopback)
         print(
             f"agentloop serve: listening on http://{host}:{port} ({args.concurrency} runs at once, "
             f"tasks from {args.tasks_dir}, traces to {args.trace_dir}, "

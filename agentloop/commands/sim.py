@@ -90,7 +90,7 @@ def register(sub: Any) -> None:
 
 def _script(args: argparse.Namespace) -> list[ScriptTurn] | None:
     if args.script is not None:
-        from agentloop.tasks import load_task
+        from agentloop.config.tasks import load_task
 
         task = load_task(args.script)
         if not task.script:
@@ -108,8 +108,8 @@ def _script(args: argparse.Namespace) -> list[ScriptTurn] | None:
 
 
 async def main(args: argparse.Namespace) -> int:
+    from agentloop.config.tiers import get_tier, load_tiers, require_profile
     from agentloop.sim import SimServer
-    from agentloop.tiers import get_tier, load_tiers, require_profile
 
     tier = get_tier(load_tiers(args.tiers_file), args.tier, args.tiers_file or "tiers")
     profile = require_profile(tier, "to pace the simulator")

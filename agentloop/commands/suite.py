@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.commands.report import emit_json
-from agentloop.shipped import find_suite_or_task, looks_like_name
+from agentloop.config.shipped import find_suite_or_task, looks_like_name
 from agentloop.suite.report import render_suite, suite_json
 from agentloop.suite.run import Progress, run_suite
 

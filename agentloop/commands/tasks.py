@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from agentloop.shipped import shipped_tasks
+from agentloop.config.shipped import shipped_tasks
 
 
 def register(sub: Any) -> None:

@@ -18,8 +18,7 @@ from typing import Any
 
 import orjson
 
-from agentloop.log import configure
-from agentloop.tiers import (
+from agentloop.config.tiers import (
     Tier,
     get_tier,
     load_tiers,
@@ -27,6 +26,7 @@ from agentloop.tiers import (
     require_profile,
     tier_sources,
 )
+from agentloop.log import configure
 
 
 def register(sub: Any) -> None:
@@ -74,8 +74,8 @@ async def check_tier(tier: Tier, timeout_s: float = 5.0) -> dict[str, Any]:
     """``{"ok": bool, "status": text}`` for one tier; never raises for endpoint trouble."""
     from agentloop.clients.openai_client import SIM_PLACEHOLDER_KEY
 
-    if tier.local is not None:  # self-started (agentloop/local.py): does it start here?
-        from agentloop.local import start_check
+    if tier.local is not None:  # self-started (agentloop/model/local.py): does it start here?
+        from agentloop.model.local import start_check
 
         return await start_check(tier.local)
     if tier.simulated:

@@ -10,8 +10,8 @@ from typing import Any
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.whatif import Scenario, render_whatif, whatif, whatif_json
 from agentloop.commands.report import emit_json, load_for_analysis
+from agentloop.config.tiers import get_tier, load_tiers, require_profile
 from agentloop.errors import ConfigError
-from agentloop.tiers import get_tier, load_tiers, require_profile
 
 
 def register(sub: Any) -> None:

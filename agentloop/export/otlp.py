@@ -41,9 +41,9 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 
 from agentloop._version import __version__
 from agentloop.errors import ConfigError, ExportError
+from agentloop.redact import redactor, secret_values
 from agentloop.trace import attrs as A
 from agentloop.trace.reader import SpanRecord, Trace
-from agentloop.trace.redact import redactor, secret_values
 from agentloop.trace.schema import SpanEvent
 
 SCOPE = InstrumentationScope("agentloop", __version__)

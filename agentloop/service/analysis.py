@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.analysis.graph import build_graph
+from agentloop.analysis.report import report_document
 from agentloop.analysis.whatif import Scenario, whatif, whatif_json
-from agentloop.commands.report import report_document
+from agentloop.config.tiers import get_tier, load_tiers, require_profile
 from agentloop.errors import ConfigError, RequestError
-from agentloop.tiers import get_tier, load_tiers, require_profile
 from agentloop.trace.reader import load_trace
 
 

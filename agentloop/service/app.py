@@ -16,7 +16,7 @@ With a token set, every request must carry ``Authorization: Bearer <token>`` (co
 constant time; never logged). Before that, :mod:`agentloop.service.guard` refuses what a web page
 or a rebinding host sends. Errors are ``{"error": {"message", "field"?}}``.
 
-Every answer passes the one redactor (:mod:`agentloop.trace.redact`), the one the trace pipeline
+Every answer passes the one redactor (:mod:`agentloop.redact`), the one the trace pipeline
 uses: JSON answers and errors, each server-sent event, and the trace file line by line. A run's
 events come from the runner before its trace pipeline, so without this a secret a tool printed
 would reach the event stream verbatim. A body is read in chunks and refused (413) once past
@@ -41,11 +41,11 @@ from starlette.schemas import SchemaGenerator
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentloop.errors import AgentloopError, RequestError
+from agentloop.redact import Redactor, redactor
 from agentloop.service.analysis import report_for, whatif_for
 from agentloop.service.guard import BrowserGuard, HostNames
 from agentloop.service.requests import shown, task_from_request
 from agentloop.service.runs import Run, RunBook
-from agentloop.trace.redact import Redactor, redactor
 
 MAX_BODY = 1 << 20  # bytes of a request body (an inline task with a long script is ~50 KiB)
 

@@ -1,7 +1,7 @@
 """What a client may ask the service for: a run request parsed into a Task, or a 4xx naming the field.
 
 The task is a path (relative to the server's working directory, and inside its tasks folder),
-a shipped task's name (:mod:`agentloop.shipped`), or an inline task object; an inline task and any ``limits`` go through
+a shipped task's name (:mod:`agentloop.config.shipped`), or an inline task object; an inline task and any ``limits`` go through
 the same validation as a task file, so an error names the field the same way.
 
 A submitted task is data from whoever can reach the port, so besides a task file's rules: the
@@ -21,9 +21,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentloop.config.shipped import find_task, looks_like_name
+from agentloop.config.tasks import Limits, LimitsModel, Task, field_name, parse_task, problem
 from agentloop.errors import FileLocatedError, RequestError, TaskFileError
-from agentloop.shipped import find_task, looks_like_name
-from agentloop.tasks import Limits, LimitsModel, Task, field_name, parse_task, problem
 
 MAX_PATH = 1024  # characters of a task path (the OS refuses names past 255 bytes anyway)
 MAX_DEPTH = 64  # levels of JSON nesting a request may have (a task file needs about 6)
@@ -131,7 +131,7 @@ def task_from_request(
 def _load(path: Path, known_tools: set[str]) -> Task:
     if not path.is_file():
         raise RequestError(f"field 'task': no such task file {shown(str(path), 200)}", field="task")
-    from agentloop.tasks import load_task
+    from agentloop.config.tasks import load_task
 
     try:
         return load_task(path, known_tools)

@@ -23,9 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agentloop.config.tasks import Task
 from agentloop.errors import RequestError
 from agentloop.log import get_logger
-from agentloop.tasks import Task
 
 # what a run's status can be while the service holds it; the finished ones are the runner's
 QUEUED, RUNNING = "queued", "running"

@@ -23,9 +23,9 @@ from typing import Any
 import orjson
 
 from agentloop.errors import ConfigError
+from agentloop.model.tokens import split_tokens
 from agentloop.sim._stream import Segment, StreamPlan, Tpl
 from agentloop.sim.conversation import Call, filler_turn
-from agentloop.sim.tokens import split_tokens
 
 DIALECT_FLAGS = frozenset(
     {

@@ -9,7 +9,7 @@ request of the same model already sent in the same order. Matching is by whole i
 JSON, keys sorted), so an edited earlier message ends the cached prefix there.
 
 Kept per model, bounded (oldest prefixes forgotten first), O(items) per request. The speed model
-(:mod:`agentloop.speed`) then charges cached tokens at ``cached_prefill_tps`` (free by default).
+(:mod:`agentloop.model.speed`) then charges cached tokens at ``cached_prefill_tps`` (free by default).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class PrefixCache:
 
 def request_items(api: str, body: dict[str, Any]) -> list[Any]:
     """The conversation items of a request body, in the order the token counts list them
-    (:func:`agentloop.sim.tokens.chat_item_tokens` / ``responses_item_tokens``)."""
+    (:func:`agentloop.model.tokens.chat_item_tokens` / ``responses_item_tokens``)."""
     if api == "chat":
         return list(body.get("messages") or [])
     items = body.get("input") or []

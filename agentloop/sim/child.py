@@ -34,9 +34,9 @@ from typing import IO, Any
 import orjson
 
 from agentloop.errors import SimulatorError
+from agentloop.model.speed import SpeedProfile
 from agentloop.script import ScriptTurn
 from agentloop.sim.server import Route, SimServer
-from agentloop.speed import SpeedProfile
 
 START_TIMEOUT_S = 30.0  # importing agentloop and listening: ~0.5 s on an idle machine
 STOP_TIMEOUT_S = 5.0

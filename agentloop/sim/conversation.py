@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
+from agentloop.model.tokens import split_tokens
 from agentloop.script import ScriptToolCall, ScriptTurn
-from agentloop.sim.tokens import split_tokens
 
 
 class ScriptMismatch(Exception):

@@ -36,8 +36,10 @@ from typing import Any, Protocol
 
 import orjson
 
-from agentloop import own_ports
+from agentloop import loopback
+from agentloop.config.tiers import SpeedProfile
 from agentloop.errors import ConfigError, SimulatorError
+from agentloop.model.tokens import TokenCache, chat_item_tokens, responses_item_tokens
 from agentloop.script import ScriptTurn
 from agentloop.sim import _chat, _http, _responses
 from agentloop.sim._stream import Schedule, StreamCut, StreamFault, emit, make_schedule
@@ -53,8 +55,6 @@ from agentloop.sim.conversation import (
     responses_priors,
     truncate,
 )
-from agentloop.sim.tokens import TokenCache, chat_item_tokens, responses_item_tokens
-from agentloop.tiers import SpeedProfile
 
 FAULT_KINDS = ("429", "500", "503", "reset", "cut", "stall", "malformed", "endless", "badgzip")
 _STATUS_FAULTS = {
@@ -164,7 +164,7 @@ class SimServer:
         self.host, self.port = host, port
         self.models = tuple(models)  # extra names for GET /v1/models (any name is served)
         self._server: asyncio.Server | None = None
-        self._registry = contextlib.ExitStack()  # the port's entry in agentloop.own_ports
+        self._registry = contextlib.ExitStack()  # the port's entry in agentloop.loopback
         self._conns: set[asyncio.Task[None]] = set()
         self._requests = 0
         self.connections = 0  # TCP connections accepted so far (kept alive, one serves many calls)
@@ -205,10 +205,10 @@ class SimServer:
                 f"simulator cannot listen on {self.host}:{self.port}: {exc.strerror}"
             ) from exc
         self.port = self._server.sockets[0].getsockname()[1]
-        # the runs' browsers refuse this port (agentloop.own_ports); best effort: a registry
+        # the runs' browsers refuse this port (agentloop.loopback); best effort: a registry
         # folder that is not ours leaves the simulator serving, the service refuses to start
         with contextlib.suppress(ConfigError):
-            self._registry.enter_context(own_ports.registered(self.port))
+            self._registry.enter_context(loopback.registered(self.port))
 
     async def close(self) -> None:
         """Stop listening, end every connection, wait for their tasks."""

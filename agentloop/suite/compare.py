@@ -36,13 +36,14 @@ from typing import Any
 
 from agentloop.analysis._table import table
 from agentloop.analysis.compare import _profile
+from agentloop.analysis.cost import breakdown
 from agentloop.analysis.graph import Graph, build_graph, critical_path, retime
 from agentloop.analysis.whatif import Scenario, durations, new_parts, path_breakdown, predict_ns
-from agentloop.cost import Prices, breakdown
+from agentloop.config.tiers import Tier
 from agentloop.errors import ConfigError
+from agentloop.model.prices import Prices
 from agentloop.suite.records import RunRecord, Suite, load_suite
 from agentloop.suite.stats import BOOTSTRAP_ROUNDS, BOOTSTRAP_SEED, mean, quantile
-from agentloop.tiers import Tier
 from agentloop.trace import attrs as A
 from agentloop.trace.reader import load_trace
 

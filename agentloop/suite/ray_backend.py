@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.errors import ConfigError
-from agentloop.runner import RunResult
+from agentloop.loop.runner import RunResult
 
 TASK_CPUS = 0.25
 

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from agentloop.cost import of_trace
+from agentloop.analysis.cost import of_trace
 from agentloop.errors import ConfigError
 from agentloop.suite.stats import spread
 from agentloop.trace import attrs as A
@@ -48,7 +48,7 @@ class RunRecord:
     output_tokens: int = 0
     reasoning_tokens: int = 0
     cost_usd: float | None = None  # None: the tier has no prices
-    cost_by_category: dict[str, float] | None = None  # agentloop.cost.CATEGORIES
+    cost_by_category: dict[str, float] | None = None  # agentloop.model.prices.CATEGORIES
     cost_by_step: dict[str, float] | None = None  # step number (as text) -> USD
 
     @property

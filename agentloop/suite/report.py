@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentloop.analysis._table import table
-from agentloop.cost import CATEGORIES
+from agentloop.model.prices import CATEGORIES
 from agentloop.suite.records import RunRecord, Suite, finish
 
 

@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.api import open_task, resolve_tier, run_task, tool_registry
+from agentloop.config.tasks import Task
+from agentloop.config.tiers import Tier
 from agentloop.errors import AgentloopError, ConfigError, SimulatorError
 from agentloop.events import EventSink, Only, RunEvent
-from agentloop.jail_closer import closing_behind
-from agentloop.runner import RunResult
+from agentloop.loop.runner import RunResult
+from agentloop.sandbox.closer import closing_behind
 from agentloop.suite.gate import TICKET, StartGate, Ticket
 from agentloop.suite.records import (
     TRACES,
@@ -35,8 +37,6 @@ from agentloop.suite.records import (
     trace_figures,
     write_suite,
 )
-from agentloop.tasks import Task
-from agentloop.tiers import Tier
 from agentloop.trace.reader import load_trace
 
 TASK_SUFFIXES = (".yaml", ".yml")

@@ -31,7 +31,7 @@ WAIT_NS: Final = "wait_ns"  # back-off slept between attempts, total
 OUTPUT: Final = (
     "output"  # model: {text, tool_calls, reasoning_tokens}; tool: the text the model saw
 )
-COST_USD: Final = "cost_usd"  # the call's cost at the tier's prices (agentloop.cost)
+COST_USD: Final = "cost_usd"  # the call's cost at the tier's prices (agentloop.model.prices)
 # only when they apply
 USAGE_ESTIMATED: Final = "usage_estimated"  # true: agentloop counted tokens the server did not
 SERVER_TIMINGS: Final = "server_timings"  # the server's own timing object (llama.cpp), as sent
@@ -46,7 +46,7 @@ OUTPUT_REASONING: Final = "reasoning"  # Responses items: [{id, summary: [text],
 OUTPUT_REASONING_TEXT: Final = "reasoning_text"  # Chat reasoning_content, as streamed
 TOOL_CALL_KEYS: Final = ("id", "name", "arguments")
 REASONING_KEYS: Final = ("id", "summary", "encrypted")  # encrypted: bool, the content never
-# derived seconds (agentloop.timing.CallMetrics field names)
+# derived seconds (agentloop.model.timing.CallMetrics field names)
 TTFB_S: Final = "ttfb_s"
 TTFT_S: Final = "ttft_s"
 TTFT_VISIBLE_S: Final = "ttft_visible_s"

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, NamedTuple
 
-from agentloop.speed import SpeedProfile
+from agentloop.model.speed import SpeedProfile
 from agentloop.trace.fields import Where, instant, int_, json_kind, num, obj, opt_str, str_
 
 SCHEMA_VERSION = 1

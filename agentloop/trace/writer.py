@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from agentloop.log import get_logger
-from agentloop.trace.redact import Processor
+from agentloop.redact import Processor
 
 
 class JsonlSink:

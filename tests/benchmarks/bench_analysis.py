@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from agentloop.analysis.graph import Graph, build_graph, load_quickly  # noqa: E402
 from agentloop.analysis.synthetic import agent_lines  # noqa: E402
 from agentloop.analysis.whatif import Scenario, WhatIf, predict_ns, whatif  # noqa: E402
-from agentloop.tiers import SpeedProfile  # noqa: E402
+from agentloop.config.tiers import SpeedProfile  # noqa: E402
 from agentloop.trace.reader import SpanRecord, Trace, load_trace  # noqa: E402
 
 LOADS = ("plain", "unchecked", "load_trace")

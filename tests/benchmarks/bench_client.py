@@ -32,14 +32,14 @@ import httpx2  # noqa: E402
 import openai  # noqa: E402
 
 from agentloop.clients.openai_client import OpenAIClient  # noqa: E402
-from agentloop.tiers import SpeedProfile, Tier  # noqa: E402
+from agentloop.config.tiers import SpeedProfile, Tier  # noqa: E402
 from agentloop.types import Message, ModelRequest  # noqa: E402
 
 CHILD = """
 import asyncio, os, sys
 sys.path.insert(0, {root!r})
 from agentloop.sim import SimServer
-from agentloop.tiers import SpeedProfile
+from agentloop.config.tiers import SpeedProfile
 
 async def main():
     async with SimServer(profile=SpeedProfile({base}, {prefill}, {tps}), filler_tokens={tokens},
@@ -58,7 +58,7 @@ import asyncio, sys
 sys.path.insert(0, {root!r})
 import httpx2
 from agentloop.sim import SimServer
-from agentloop.tiers import SpeedProfile
+from agentloop.config.tiers import SpeedProfile
 
 async def main():
     async with SimServer(profile=SpeedProfile(0.0, 0, {record_tps}), filler_tokens={tokens}) as sim:

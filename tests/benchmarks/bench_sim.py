@@ -33,7 +33,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agentloop.sim.tokens import count_tokens  # noqa: E402
+from agentloop.model.tokens import count_tokens  # noqa: E402
 
 BASE_S = 0.2
 PREFILL_TPS = 100_000
@@ -44,15 +44,15 @@ _DELTA = b'"type":"response.output_text.delta"'
 
 
 def _warm_profile() -> dict:
-    from agentloop.tiers import SpeedProfile
+    from agentloop.config.tiers import SpeedProfile
 
     return {"warm": SpeedProfile(base_latency_s=0.0, prefill_tps=0, output_tps=10_000_000)}
 
 
 async def serve(rate: float, tokens: int) -> None:
     """The simulator process: print the base URL, serve until stdin closes."""
+    from agentloop.config.tiers import SpeedProfile
     from agentloop.sim import SimServer
-    from agentloop.tiers import SpeedProfile
 
     profile = SpeedProfile(base_latency_s=BASE_S, prefill_tps=PREFILL_TPS, output_tps=rate)
     async with SimServer(profile=profile, filler_tokens=tokens, profiles=_warm_profile()) as sim:
@@ -160,8 +160,8 @@ class Server:
 
     async def __aenter__(self) -> Server:
         if self.inproc:
+            from agentloop.config.tiers import SpeedProfile
             from agentloop.sim import SimServer
-            from agentloop.tiers import SpeedProfile
 
             self.sim = SimServer(
                 profile=SpeedProfile(BASE_S, PREFILL_TPS, self.rate),

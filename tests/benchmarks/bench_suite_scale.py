@@ -64,7 +64,7 @@ async def one(runs: int, shared: bool, folder: Path, spacing_ms: float | None = 
 
     if spacing_ms is not None:
         gate.SPACING_S = spacing_ms / 1000
-    from agentloop.tiers import get_tier, load_tiers
+    from agentloop.config.tiers import get_tier, load_tiers
     from agentloop.trace.reader import load_trace
 
     task = folder / "scale.yaml"

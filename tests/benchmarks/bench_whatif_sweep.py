@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 from agentloop import run_task  # noqa: E402
 from agentloop.analysis import build_graph, whatif  # noqa: E402
 from agentloop.analysis.whatif import Scenario  # noqa: E402
-from agentloop.tiers import load_tiers  # noqa: E402
+from agentloop.config.tiers import load_tiers  # noqa: E402
 from agentloop.trace.reader import load_trace  # noqa: E402
 
 TIERS = ("sim-standard", "sim-fast", "sim-ultrafast")

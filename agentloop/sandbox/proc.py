@@ -1,6 +1,6 @@
 """The one process runner: every task command (setup, tools, success check) runs through :func:`run`.
 
-A command is ``bash -c COMMAND`` started in the run's :class:`~agentloop.jail.Jail` in its own
+A command is ``bash -c COMMAND`` started in the run's :class:`~agentloop.sandbox.jail.Jail` in its own
 session, with its timeout; a timeout or the cancellation of the awaiting task kills it and every
 process it started (the jail tells them apart). Two ways to collect output:
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from agentloop.jail import Command, Jail
+from agentloop.sandbox.jail import Command, Jail
 
 LINGER_S = 0.5  # after bash exits, how long background holders of its pipes may keep writing
 TIMEOUT_EXIT = 124  # as coreutils' timeout reports one

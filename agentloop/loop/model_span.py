@@ -11,10 +11,10 @@ from typing import Any
 
 import orjson
 
-from agentloop import cost
+from agentloop.config.tiers import Tier
 from agentloop.errors import ModelError
-from agentloop.tiers import Tier
-from agentloop.timing import call_metrics, seconds
+from agentloop.model import prices
+from agentloop.model.timing import call_metrics, seconds
 from agentloop.trace import attrs as A
 from agentloop.trace.tracer import Tracer
 from agentloop.types import Attempt, Message, ModelResponse
@@ -93,7 +93,7 @@ def model_attrs(resp: ModelResponse, tracer: Tracer, tier: Tier, step: int) -> d
         A.GEN_AI_USAGE_OUTPUT_TOKENS: u.output_tokens,
         A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: u.reasoning_tokens,
         A.GEN_AI_USAGE_CACHED_INPUT_TOKENS: u.cached_input_tokens,
-        A.COST_USD: cost.call_cost(
+        A.COST_USD: prices.call_cost(
             tier.prices, u.input_tokens, u.cached_input_tokens, u.output_tokens
         ),
         A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: seconds(t.t_send, t.t_first),
@@ -115,7 +115,7 @@ def model_attrs(resp: ModelResponse, tracer: Tracer, tier: Tier, step: int) -> d
                 strict=True,
             )
         ),
-        **call_metrics(t, u).as_dict(),  # ttfb_s, ttft_s, ... (agentloop.timing)
+        **call_metrics(t, u).as_dict(),  # ttfb_s, ttft_s, ... (agentloop.model.timing)
         **attempts_attrs(resp.attempts, tracer),
         A.OUTPUT: {
             A.OUTPUT_TEXT: resp.text,

@@ -21,7 +21,7 @@ it, beside the run's:
   task venv's ``_agentloop_verdict.pth`` appends it at the end, so ``python -m service.check``
   still finds the workspace's modules, after the venv's ``pytest``).
 
-Where the run has no jail (:class:`~agentloop.jail.HostJail`) the verdict runs as its commands
+Where the run has no jail (:class:`~agentloop.sandbox.jail.HostJail`) the verdict runs as its commands
 do, unconfined, as the run's confinement already says.
 """
 
@@ -37,7 +37,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path, PurePath
 from typing import BinaryIO
 
-from agentloop.jail import BwrapJail, Jail, JailSpec, give_to
+from agentloop.sandbox.jail import BwrapJail, Jail, JailSpec, give_to
 
 SNAPSHOT_PREFIX = "agentloop-verdict-"
 TESTS_PREFIX = "agentloop-tests-"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, TextIO
 
 from agentloop.events import RunEvent
-from agentloop.trace.redact import Redactor, redactor
+from agentloop.redact import Redactor, redactor
 
 PLAIN_EVERY_S = 2.0  # without a TTY: one progress line per this much of a model call
 

@@ -58,7 +58,7 @@ class JailCloser:
             try:
                 await close()
             except Exception as exc:  # one jail's teardown failing never stops the others
-                get_logger("agentloop.jail").warning("jail_close_failed", error=str(exc))
+                get_logger("agentloop.sandbox.jail").warning("jail_close_failed", error=str(exc))
             self.closed += 1
             if not self._draining:
                 await asyncio.sleep(self.spacing_s)

@@ -2,7 +2,7 @@
 
 One ``bwrap`` per run, started before the setup commands and closed after the success check:
 
-- a new PID namespace whose init is :mod:`agentloop._jail_init` (PID 1: reaps every orphan, cannot
+- a new PID namespace whose init is :mod:`agentloop.sandbox._init` (PID 1: reaps every orphan, cannot
   be signalled from inside). When the jail closes the init exits and the kernel kills everything
   left in the namespace, setsid'd and double-forked processes included. agentloop's own process
   and its environment (``/proc/$PPID/environ``) are invisible from inside.
@@ -38,12 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentloop import _jail_init, jail_view
 from agentloop.errors import AgentloopError
-from agentloop.jail_closer import CLOSER
 from agentloop.log import get_logger
+from agentloop.sandbox import _init, view
+from agentloop.sandbox.closer import CLOSER
 
-MARK_VAR = _jail_init.MARK_VAR
+MARK_VAR = _init.MARK_VAR
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_DIR = "agentloop"  # the one cgroup folder agentloop owns under each hierarchy
 # without a pids cgroup, commands run as an unprivileged uid of their own so RLIMIT_NPROC binds
@@ -91,9 +91,11 @@ class JailSpec:
     writable: tuple[Path, ...] = ()  # the task's environment folder (its venv), say
     allow_network: bool = False  # the task allows hosts: share the host's network
     path_prefix: tuple[str, ...] = ()  # folders put first on PATH (the task venv's bin/)
-    readonly: tuple[Path, ...] = ()  # shown read-only: the task's venv (agentloop.taskenv)
+    readonly: tuple[Path, ...] = ()  # shown read-only: the task's venv (agentloop.sandbox.taskenv)
     workspace_src: Path | None = None  # the host folder shown at ``workspace`` (default: itself)
-    verdict: bool = False  # a verdict's jail (agentloop.verdict): the workspace shadows nothing
+    verdict: bool = (
+        False  # a verdict's jail (agentloop.sandbox.verdict): the workspace shadows nothing
+    )
     limits: JailLimits = field(default_factory=JailLimits)
     use_cgroups: bool = True  # False: as where /sys/fs/cgroup is not writable (tests)
 
@@ -324,7 +326,7 @@ class BwrapJail(Jail):
         self.holds: dict[str, str] = {}
         self.run_uid: int | None = None  # commands' uid when no pids cgroup holds
         self._nproc_hits = 0
-        self.log = get_logger("agentloop.jail")
+        self.log = get_logger("agentloop.sandbox.jail")
 
     def argv(self, bwrap: str, fd: int) -> list[str]:
         ws = str(self.spec.workspace)  # the init starts there
@@ -349,7 +351,7 @@ class BwrapJail(Jail):
         ]
         if not self.spec.allow_network and self.netns_fd is None:
             args.append("--unshare-net")
-        args += jail_view.host_args()  # the host's allow-list, read-only (agentloop.jail_view)
+        args += view.host_args()  # the host's allow-list, read-only (agentloop.sandbox.view)
         args += [
             "--perms",
             "1777",
@@ -369,7 +371,7 @@ class BwrapJail(Jail):
             "/dev/shm",
         ]
         binds = [self.spec.workspace, *self.spec.writable]
-        ro = [p for p in jail_view.python_folders() if not any(p.is_relative_to(b) for b in binds)]
+        ro = [p for p in view.python_folders() if not any(p.is_relative_to(b) for b in binds)]
         ro += [p for p in self.spec.readonly if p not in ro]
         made: list[Path] = []  # folders on the private /tmp leading to a bind: traversable
         for target in [*binds, *ro]:
@@ -393,7 +395,7 @@ class BwrapJail(Jail):
             sys.executable,
             "-I",
             "-S",
-            jail_view.INIT_AT,
+            view.INIT_AT,
             str(fd),
         ]
         return args
@@ -587,7 +589,7 @@ class BwrapJail(Jail):
         closer = CLOSER.get()
         if closer is not None and self._dead is None and self.sock is not None:
             # a suite's run: empty the jail now (nothing of the run outlives it), tear it down
-            # behind the runs still going (agentloop.jail_closer)
+            # behind the runs still going (agentloop.sandbox.closer)
             with contextlib.suppress(JailError, TimeoutError):
                 ev = await self._request({"op": "empty"}, "emptied", None)
                 if not ev.get("left"):
@@ -678,11 +680,11 @@ class HostJail(Jail):
 
     async def _kill(self, cmd: Command) -> None:
         proc, mark = self.procs[cmd.id]
-        await asyncio.to_thread(_jail_init.kill_members, proc.pid, mark, proc.returncode is None)
+        await asyncio.to_thread(_init.kill_members, proc.pid, mark, proc.returncode is None)
 
     async def _alive(self, cmd: Command) -> bool:
         proc, mark = self.procs[cmd.id]
-        found = await asyncio.to_thread(_jail_init.members, proc.pid, mark, proc.returncode is None)
+        found = await asyncio.to_thread(_init.members, proc.pid, mark, proc.returncode is None)
         return bool(found)
 
     async def aclose(self) -> None:

@@ -1,6 +1,8 @@
-"""The loopback ports agentloop itself listens on, which the browser tool refuses.
+"""This machine's loopback as agentloop sees it: which hosts are loopback, which ports are its own.
 
-The service's (``agentloop serve``: registering fails the start when the folder is not ours), the
+One rule for which hosts are loopback (the browser's network limit and ``serve``), and the
+registry of the loopback ports agentloop itself listens on, which the browser tool refuses: the
+service's (``agentloop serve``: registering fails the start when the folder is not ours), the
 simulator's and the local tier's llama-server's (best effort: they serve even so).
 
 A port is registered, for as long as its listener lives, as a file named after it in a folder
@@ -15,12 +17,24 @@ serve``) must know the port too. ``/tmp`` rather than ``$TMPDIR``: processes wit
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 from agentloop.errors import ConfigError
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` (and ``*.localhost``) or a loopback IP, brackets and a trailing dot allowed."""
+    host = host.strip("[]").lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def ports_dir() -> Path:

@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from agentloop import own_ports
+from agentloop import loopback
 from agentloop.errors import ConfigError, ModelError
 
 LOCAL = "local"  # base_url of a self-started tier
@@ -299,7 +299,7 @@ async def serve(spec: LocalSpec, *, binary: Path | None = None) -> AsyncIterator
             props = await _props(root)
             with contextlib.ExitStack() as registry:  # the runs' browsers refuse the port
                 with contextlib.suppress(ConfigError):
-                    registry.enter_context(own_ports.registered(argv_port))
+                    registry.enter_context(loopback.registered(argv_port))
                 yield LocalServer(f"{root}/v1", root, proc.pid, context_of(props), props, log)
         finally:
             await asyncio.shield(_stop(proc))

@@ -36,3 +36,14 @@ class Ending:
 
 
 CANCELLED = Ending("cancelled", "the run was cancelled")
+
+
+def cost_limit(max_cost_usd: float | None, spent_usd: float) -> Ending | None:
+    """The run's ending (status budget) once ``spent_usd`` is past the task's ``max_cost_usd``."""
+    if max_cost_usd is not None and spent_usd > max_cost_usd:
+        return Ending.limit_reached(
+            "cost",
+            f"cost limit of ${max_cost_usd:g} reached "
+            f"(${spent_usd:.6f} spent at the tier's prices)",
+        )
+    return None

@@ -1,6 +1,6 @@
 """The jail's init: PID 1 of a run's PID namespace, spawning each task command on request.
 
-Started by :mod:`agentloop.jail` as ``python -I -S _jail_init.py FD`` inside bubblewrap
+Started by :mod:`agentloop.sandbox.jail` as ``python -I -S _jail_init.py FD`` inside bubblewrap
 (``--as-pid-1``), it imports nothing but the standard library. ``FD`` is one end of a
 ``SOCK_SEQPACKET`` socket pair; the other end stays with agentloop. Messages are JSON, one per
 packet:
@@ -12,7 +12,7 @@ packet:
   every process carrying its mark in the environment), repeated until none is left;
   ``{"op": "alive", "id"}``: whether any of those is still alive; ``{"op": "empty", "id"}``:
   SIGKILL every other process of the namespace (a suite's run has ended: its jail is torn down
-  later, :mod:`agentloop.jail_closer`).
+  later, :mod:`agentloop.sandbox.closer`).
 - init -> agentloop: ``{"ev": "started", "id", "pid"}`` (or ``{"ev": "failed", "id", "error"}``),
   ``{"ev": "exit", "id", "code"}`` (negative: killed by that signal), ``{"ev": "alive", "id",
   "alive"}``, ``{"ev": "killed", "id", "left", "peak"}`` (``peak``: most processes found alive),
@@ -22,7 +22,7 @@ It makes itself non-dumpable first, so no command can trace it or take its socke
 reaps every orphan (no zombies), and signals from inside the namespace that it does not handle
 never reach it (``kill -STOP 1`` / ``kill -9 1`` from a command do nothing). When the
 socket closes (agentloop ended or closed the jail) it exits, and the kernel kills everything
-left in the namespace. The process-table helpers here are also what :mod:`agentloop.proc` uses
+left in the namespace. The process-table helpers here are also what :mod:`agentloop.sandbox.proc` uses
 to kill a command's processes when no jail can be had (one owner for "which processes are a
 command's").
 """
@@ -216,7 +216,7 @@ def undumpable() -> None:
     then neither trace it nor take its descriptors (ptrace, ``pidfd_getfd``, ``/proc/1/fd``), so
     its control socket stays agentloop's. A command it starts is dumpable again from its exec,
     and by then the socket is closed in it."""
-    import ctypes  # here, not at the top: agentloop.proc imports this module's helpers
+    import ctypes  # here, not at the top: agentloop.sandbox.proc imports this module's helpers
 
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:

@@ -11,17 +11,22 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agentloop.clients._wire import RESERVED_BODY_KEYS
-from agentloop.cost import Prices
 from agentloop.errors import ConfigError, TierFileError
-from agentloop.local import LOCAL, LocalSpec
-from agentloop.speed import SpeedProfile as SpeedProfile  # THE speed model: agentloop.speed
+from agentloop.model.local import LOCAL, LocalSpec
+from agentloop.model.prices import Prices
+from agentloop.model.speed import (
+    SpeedProfile as SpeedProfile,  # THE speed model: agentloop.model.speed
+)
 
 SIM = "sim"  # base_url of the embedded simulator
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KEY_PREFIX = re.compile(r"(?i)^(sk|gsk|csk|xai|hf|ghp|github_pat|pk|rk|key)[-_]|^AIza")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 REDACTED = "***"  # what a header value becomes in a trace header or listing
+# set by agentloop in every request body: a tier's extra_body may not name them
+RESERVED_BODY_KEYS = frozenset(
+    {"model", "stream", "input", "messages", "tools", "store", "include"}
+)
 
 
 def looks_like_key(value: str) -> bool:
@@ -50,7 +55,7 @@ class Tier:
     options: dict[str, Any] = field(default_factory=dict)
     stall_timeout_s: float = 30.0  # longest silence in a stream before the attempt is retried
     max_attempts: int = 4  # tries per model call, the first included
-    prices: Prices | None = None  # USD per million tokens (agentloop/cost.py)
+    prices: Prices | None = None  # USD per million tokens (agentloop/model/prices.py)
     context_window: int | None = None  # tokens per request; the runner trims to stay under it
     local: LocalSpec | None = None  # base_url "local": a llama-server agentloop starts itself
     # longest silence before the first token (agentloop/clients/_silence.py); None: from profile
@@ -107,7 +112,7 @@ class _Profile(BaseModel):
     base_latency_s: float = Field(ge=0, le=86400)
     prefill_tps: float = Field(ge=0, le=1e12)
     output_tps: float = Field(ge=1e-3, le=1e9)
-    cached_prefill_tps: float | None = Field(default=None, gt=0)  # agentloop.speed
+    cached_prefill_tps: float | None = Field(default=None, gt=0)  # agentloop.model.speed
     tpot_ms_per_1k: float = Field(default=0.0, ge=0, le=1e6)
     prefill_ms_per_1k: float = Field(default=0.0, ge=0, le=1e6)
 
@@ -172,7 +177,7 @@ class _TierModel(BaseModel):
     max_attempts: int = Field(default=4, ge=1, le=20)
     prices: _Prices | None = None
     context_window: int | None = Field(default=None, ge=64)
-    local: _Local | None = None  # with base_url = "local" (agentloop/local.py)
+    local: _Local | None = None  # with base_url = "local" (agentloop/model/local.py)
 
     @field_validator("base_url")
     @classmethod

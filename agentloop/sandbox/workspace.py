@@ -4,7 +4,7 @@ Working copies live under one folder agentloop owns (``$TMPDIR/agentloop-work``)
 ``<copy>.owner`` file naming the owning process (pid and start time). A new run first sweeps
 the copies whose owner is gone (at most once per ``SWEEP_EVERY_S`` in one process), so runs
 killed with SIGKILL leave nothing behind for long.
-Setup commands and the success check run in the run's jail through :func:`agentloop.proc.run`,
+Setup commands and the success check run in the run's jail through :func:`agentloop.sandbox.proc.run`,
 like the tools' commands: a service a setup command starts with ``&`` lives for the whole run.
 """
 
@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentloop import proc, taskenv
-from agentloop.context import scrubbed_env
+from agentloop.config.tasks import Task
 from agentloop.errors import ConfigError, TaskFileError
-from agentloop.jail import Jail, JailSpec, open_jail, sweep_cgroups
 from agentloop.log import get_logger
-from agentloop.tasks import Task
-from agentloop.verdict import save_tests, verdict_jail
+from agentloop.sandbox import proc, taskenv
+from agentloop.sandbox.context import scrubbed_env
+from agentloop.sandbox.jail import Jail, JailSpec, open_jail, sweep_cgroups
+from agentloop.sandbox.verdict import save_tests, verdict_jail
 
 WORK_DIR = "agentloop-work"
 OWNER_SUFFIX = ".owner"
@@ -112,7 +112,9 @@ class Place:
 
     path: Path
     jail: Jail
-    tests: Path | None = None  # the task's test files as set up (agentloop.verdict.save_tests)
+    tests: Path | None = (
+        None  # the task's test files as set up (agentloop.sandbox.verdict.save_tests)
+    )
 
     async def close(self, *, keep: bool = False) -> None:
         """Run end: the jail closes (every process of the run dies), the copy goes unless kept."""
@@ -168,7 +170,7 @@ async def prepare_run(
 
     ``readonly`` and ``path_prefix``: the task's environment folder (its venv, shown read-only)
     and the folders put first on the commands' PATH (that venv's ``bin/``), from
-    :mod:`agentloop.taskenv`; ``writable``: folders shown writable (a venv being built).
+    :mod:`agentloop.sandbox.taskenv`; ``writable``: folders shown writable (a venv being built).
     """
     work = await asyncio.to_thread(make_copy, task, root)
     jail: Jail | None = None
@@ -194,7 +196,7 @@ async def prepare_run(
                 "pass --unconfined (unconfined=True) to run them on the host anyway."
             )
         if not jail.confined:
-            get_logger("agentloop.workspace").warning(
+            get_logger("agentloop.sandbox.workspace").warning(
                 "task commands run UNCONFINED",
                 reason=jail.confinement["reason"],
                 not_confined=jail.confinement["not_confined"],
@@ -223,7 +225,7 @@ async def prepare_run(
 async def build_setup(task: Task, venv: Path) -> None:
     """A task venv's build step: the task's setup commands, once, in a jail of their own over a
     scratch copy of the workspace, with the venv writable (``setup: pip install`` lands there);
-    everything they started dies with that jail (:func:`agentloop.taskenv.ensure`)."""
+    everything they started dies with that jail (:func:`agentloop.sandbox.taskenv.ensure`)."""
     env = taskenv.env_for(venv)
     with taskenv.activate(env):
         place = await prepare_run(task, writable=(venv,), path_prefix=env.path_prefix)
@@ -251,7 +253,7 @@ async def check_success(
             code, out = await run_command(
                 task.success_command, work, scrubbed_env(), task.limits.tool_timeout_s
             )
-        else:  # never through the run's own init (agentloop.verdict)
+        else:  # never through the run's own init (agentloop.sandbox.verdict)
             async with verdict_jail(jail, work, pristine=tests) as vj:
                 code, out = await run_command(
                     task.success_command, work, scrubbed_env(), task.limits.tool_timeout_s, vj

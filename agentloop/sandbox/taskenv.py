@@ -26,7 +26,7 @@ venv, read-only.
 The value handed to the process runner and the jail is :class:`TaskEnv`: the venv, the folders
 to put first on PATH, the variables to set, and the folder that must be writable in the jail.
 While a run is set up and runs, :func:`activate` makes it the environment
-:func:`agentloop.context.scrubbed_env` builds for every task command.
+:func:`agentloop.sandbox.context.scrubbed_env` builds for every task command.
 """
 
 from __future__ import annotations
@@ -43,19 +43,19 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentloop.config.tasks import Task
 from agentloop.errors import TaskFileError
-from agentloop.jail import VERDICT_VAR
-from agentloop.tasks import Task
+from agentloop.sandbox.jail import VERDICT_VAR
 
 ALWAYS = ("pytest",)  # in every task venv: run_tests and the shipped checks run pytest
 CREATE_TIMEOUT_S = 600.0  # creating a venv and installing its packages (a first, cold run)
-# the verdict's commands run with PYTHONSAFEPATH=1 (agentloop.verdict), which keeps the working
+# the verdict's commands run with PYTHONSAFEPATH=1 (agentloop.sandbox.verdict), which keeps the working
 # folder off the front of sys.path; this module (imported by the .pth at start-up) puts back, at
 # the END, the working folder of `python -m` / `-c`, so the workspace's modules import but never
 # shadow the venv's pytest or the standard library; a script's own folder stays first, as usual
 VERDICT_PTH = "_agentloop_verdict.pth"
 VERDICT_MODULE = "_agentloop_verdict.py"
-VERDICT_MODULE_TEXT = f'''"""agentloop's verdict path rule (written by agentloop/taskenv.py; see agentloop/verdict.py)."""
+VERDICT_MODULE_TEXT = f'''"""agentloop's verdict path rule (written by agentloop/sandbox/taskenv.py; see agentloop/sandbox/verdict.py)."""
 
 import os
 import sys
@@ -68,7 +68,9 @@ if os.environ.get("{VERDICT_VAR}") == "1":
         sys.path.insert(0, os.path.dirname(os.path.abspath(first)))
 '''
 # an empty sitecustomize in the venv: one planted in the workspace is never imported by site
-SITECUSTOMIZE = "# agentloop: the task venv's own (empty) sitecustomize; see agentloop/taskenv.py\n"
+SITECUSTOMIZE = (
+    "# agentloop: the task venv's own (empty) sitecustomize; see agentloop/sandbox/taskenv.py\n"
+)
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,7 @@ async def ensure(
     its tree changed since it was built.
 
     ``setup(task, venv)`` runs the task's setup commands with the venv writable, once, when it
-    is built (:func:`agentloop.workspace.build_setup`).
+    is built (:func:`agentloop.sandbox.workspace.build_setup`).
     """
     venv = (root or cache_root()) / env_key(task)
     if not await asyncio.to_thread(_intact, venv):

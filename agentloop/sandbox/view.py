@@ -4,7 +4,7 @@ A jail's root is bubblewrap's empty tmpfs. Into it go, read-only, only what prog
 start and run: the system folders (``/usr`` and the merged-usr links ``/bin``, ``/lib`` ...),
 ``/etc`` less every file or folder that only root may read (``shadow``, ``ssl/private`` ...:
 covered by an empty one), the Python agentloop runs on (the task venv's interpreter), and the
-jail's init script at a fixed path. Then, by :mod:`agentloop.jail`, the task's venv (read-only),
+jail's init script at a fixed path. Then, by :mod:`agentloop.sandbox.jail`, the task's venv (read-only),
 the workspace, a private ``/tmp`` and ``/var/tmp``, ``/proc`` and ``/dev``.
 
 Not shown: ``/home``, ``/root`` (beyond the interpreter when it lives there, as pyenv's does),
@@ -20,7 +20,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
-from agentloop import _jail_init
+from agentloop.sandbox import _init
 
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 INIT_AT = "/.agentloop/init.py"  # where the init script is bound inside every jail
@@ -72,5 +72,5 @@ def host_args() -> list[str]:
     args += ["--ro-bind", "/etc", "/etc"]
     for path, is_folder in _etc_hidden():
         args += ["--tmpfs", path] if is_folder else ["--ro-bind", "/dev/null", path]
-    args += ["--ro-bind", str(Path(_jail_init.__file__).resolve()), INIT_AT]
+    args += ["--ro-bind", str(Path(_init.__file__).resolve()), INIT_AT]
     return args

@@ -10,9 +10,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agentloop.config.tiers import Tier, parse_tiers
 from agentloop.errors import TaskFileError, TierFileError
 from agentloop.script import ScriptTurn
-from agentloop.tiers import Tier, parse_tiers
 
 
 class _ToolCallModel(BaseModel):
@@ -74,7 +74,7 @@ class _LimitsModel(BaseModel):
     timeout_s: float = Field(default=600.0, gt=0)
     max_parallel_tools: int = Field(default=4, gt=0)
     tool_timeout_s: float = Field(default=120.0, gt=0)
-    max_cost_usd: float | None = Field(default=None, gt=0)  # agentloop/cost.py
+    max_cost_usd: float | None = Field(default=None, gt=0)  # agentloop/model/prices.py
 
 
 LimitsModel = _LimitsModel  # the limits' validation, shared with the service's run requests
@@ -120,7 +120,7 @@ class Limits:
     timeout_s: float = 600.0
     max_parallel_tools: int = 4
     tool_timeout_s: float = 120.0
-    max_cost_usd: float | None = None  # USD at the tier's prices (agentloop/cost.py)
+    max_cost_usd: float | None = None  # USD at the tier's prices (agentloop/model/prices.py)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The agent loop: call the model, run the turn's tool calls concurrently, feed results back, repeat.
 
 The loop ends with a value, not an exception: each step returns ``None`` (go on) or an
-:class:`agentloop.ending.Ending` (status, reason): the model finished (a turn without tool calls,
+:class:`agentloop.loop.ending.Ending` (status, reason): the model finished (a turn without tool calls,
 or the ``finish`` tool: recognised in :meth:`Runner._finished` only), a limit was hit
 (:meth:`Runner._over_limit`: output tokens, cost; the step and wall-time limits around the loop),
 or a model call failed for good (its attempts go into the model span). Cancellation is the one
@@ -28,11 +28,9 @@ from typing import Any
 
 import orjson
 
-from agentloop import cost
 from agentloop._version import __version__
-from agentloop.context import RunContext
-from agentloop.context_window import Fit, Window
-from agentloop.ending import CANCELLED, Ending
+from agentloop.config.tasks import Task
+from agentloop.config.tiers import Tier
 from agentloop.errors import AgentloopError, ModelError
 from agentloop.events import (
     EventSink,
@@ -44,10 +42,11 @@ from agentloop.events import (
     wants,
 )
 from agentloop.log import get_logger
-from agentloop.model_span import failed_model_attrs, model_attrs, replayable
+from agentloop.loop.context_window import Fit, Window
+from agentloop.loop.ending import CANCELLED, Ending, cost_limit
+from agentloop.loop.model_span import failed_model_attrs, model_attrs, replayable
 from agentloop.protocols import ModelClient, Tool
-from agentloop.tasks import Task
-from agentloop.tiers import Tier
+from agentloop.sandbox.context import RunContext
 from agentloop.trace import attrs as A
 from agentloop.trace.tracer import Span, Tracer
 from agentloop.types import (
@@ -129,9 +128,9 @@ class Runner:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         # one event stream (agentloop.events); the old observer callback is an adapter over it
         self.events = fan_out(events, observer_sink(observer) if observer else None)
-        self.log = get_logger("agentloop.runner", run_id=self.run_id)
+        self.log = get_logger("agentloop.loop.runner", run_id=self.run_id)
         self.output_tokens = 0
-        self.cost_usd = 0.0  # at the tier's prices (agentloop/cost.py)
+        self.cost_usd = 0.0  # at the tier's prices (agentloop/model/prices.py)
         self.final_text = ""
         self.check = check
         self.steps = 0
@@ -301,7 +300,7 @@ class Runner:
                 f"{limits.max_output_tokens} reached "
                 f"({self.output_tokens} tokens)",
             )
-        return cost.check_limit(limits.max_cost_usd, self.cost_usd)
+        return cost_limit(limits.max_cost_usd, self.cost_usd)
 
     def _finished(self, resp: ModelResponse) -> Ending | None:
         """The one place a finished task is recognised: a turn without tool calls, or a call of

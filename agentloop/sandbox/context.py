@@ -11,10 +11,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from agentloop import taskenv
 from agentloop.errors import ConfigError
-from agentloop.jail import Jail, JailSpec, open_jail
-from agentloop.trace.redact import SECRET_NAME
+from agentloop.redact import SECRET_NAME
+from agentloop.sandbox import taskenv
+from agentloop.sandbox.jail import Jail, JailSpec, open_jail
 
 DEFAULT_OUTPUT_CAP = 16_000  # characters of a tool's text fed back to the model
 MIN_OUTPUT_CAP = 200
@@ -43,7 +43,7 @@ _PASS_ENV = (
 def scrubbed_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The environment a tool's subprocess gets: an allow-list, minus anything secret-looking.
 
-    During a run, the task's own venv (:func:`agentloop.taskenv.current`) comes first on PATH
+    During a run, the task's own venv (:func:`agentloop.sandbox.taskenv.current`) comes first on PATH
     and agentloop's interpreter folder is taken off it; outside a run, the folder of the running
     interpreter comes first, so ``python`` is the Python agentloop runs on, activated or not.
     """
@@ -97,7 +97,7 @@ class ToolSettings:
 class RunContext:
     """Implements :class:`agentloop.protocols.ToolContext` for one run.
 
-    ``jail`` runs the run's commands (:mod:`agentloop.jail`); without one, the first command
+    ``jail`` runs the run's commands (:mod:`agentloop.sandbox.jail`); without one, the first command
     opens a jail over the workspace for the rest of the context's life.
     """
 

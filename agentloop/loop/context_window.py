@@ -11,7 +11,7 @@ it is made (message index, call id, tool, tokens dropped) and in the span's end 
 prefix (a prompt cache stays valid). When nothing is left to trim and the request is still too
 big, the run ends with status ``budget``, limit ``context``.
 
-Token counts are estimates (the simulator's tokenizer, :mod:`agentloop.sim.tokens`), scaled by
+Token counts are estimates (the simulator's tokenizer, :mod:`agentloop.model.tokens`), scaled by
 what the server reported: after each call the ratio of its ``input_tokens`` to the estimate of
 the request sent is remembered (never below 1), so a model whose tokenizer splits finer than
 ours is not overfilled twice.
@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from agentloop.sim.tokens import MESSAGE_OVERHEAD, count_tokens
+from agentloop.model.tokens import MESSAGE_OVERHEAD, count_tokens
 from agentloop.trace import attrs as A
 from agentloop.types import Message, ToolSpec
 
 if TYPE_CHECKING:
-    from agentloop.tiers import Tier
+    from agentloop.config.tiers import Tier
     from agentloop.trace.reader import Trace
 
 DEFAULT_RESERVE = 1024  # output tokens kept free when the tier sets no max_output_tokens
