@@ -1,54 +1,28 @@
 """``agentloop probe --tier NAME``: measure an endpoint's TTFT, output speed and prefill rate.
 
-Like llmperf: fixed prompts, each asking for a long answer, ``n`` rounds of three calls (after
-one warm-up call that opens the connection): a short prompt, a long one, and a follow-up that
-repeats the long one as its prefix (a prompt cache can serve it) and adds a third as much fresh
-input, the shape of an agent's next request. Per call ``output_tps = (V - 1) / decode`` with V
-visible tokens from the server's usage, and ``base = ttft_visible - R / output_tps`` (hidden
-reasoning is not prefill). The median wait of each kind of call fits base latency, prefill rate
-and how prefill slows behind a context; their median (context, tok/s) fit decode speed and how
-it slows (both in :mod:`agentloop.model.speed`). A simulated tier is probed through a simulator
-started with that tier's profile, so the probe checks the simulator's pacing end to end.
-``--write`` puts the measured profile into the tiers file.
+The measuring (prompts, rounds, fits) is :mod:`agentloop.model.probe`'s; here the tier picks the
+endpoint: a simulated tier is probed through a simulator started with that tier's profile (so the
+probe checks the simulator's pacing end to end), a local tier through its own llama-server, any
+other at its ``base_url``. ``--write`` puts the measured profile into the tiers file.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import statistics
 import sys
-import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from agentloop.config.tiers import (
-    SpeedProfile,
-    Tier,
-    default_tiers_path,
-    get_tier,
-    load_tiers,
-    require_profile,
-)
-from agentloop.errors import ModelAPIError, ModelError
+from agentloop.config.tiers import Tier, default_tiers_path, get_tier, load_tiers, require_profile
 from agentloop.log import configure
 from agentloop.model import local
-from agentloop.model.speed import fit_decode, fit_prefill
-from agentloop.model.timing import base_seconds, call_metrics
-from agentloop.types import Message, ModelRequest, ModelResponse
+from agentloop.model.probe import answer_tokens, measure, measured_profile, server_context
+from agentloop.protocols import ModelClient
 
-_FILLER = (
-    "The probe reads this background paragraph about harbours, tides, ledgers and the "
-    "slow work of counting crates before the ships leave at dawn. "
-)
-_ASK = (
-    "Write a long, plain-prose story about a lighthouse keeper who keeps careful logs. "
-    "Keep writing for at least {words} words; no headings, no lists."
-)
-_AGAIN = "Now write another such story, at least {words} words, about the keeper's daughter."
+__all__ = ["measured_profile", "probe", "register"]
 
 
 def register(sub: Any) -> None:
@@ -90,173 +64,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=main)
 
 
-def _pad(sentence: str, tokens: int) -> str:
-    """About ``tokens`` tokens of ``sentence`` repeated (each filler sentence is ~25 tokens)."""
-    return sentence * max(1, tokens // 25)
-
-
-def prompts(round_id: str, words: int, long_tokens: int) -> tuple[Message, Message]:
-    """The short and the long prompt; ``round_id`` first, so no prompt cache can serve them."""
-    ask = _ASK.format(words=words)
-    short = Message("user", f"[probe {round_id}] {ask}")
-    long = Message(
-        "user", f"[probe {round_id}] Background notes:\n{_pad(_FILLER, long_tokens)}\n\n{ask}"
-    )
-    return short, long
-
-
-_NOTES = (
-    "Later notes from the night shift about the north pier, the winch that sticks in the "
-    "cold and the tally of barrels that came back short. "
-)
-
-
-def cached_followup(long: Message, words: int, fresh_tokens: int) -> tuple[Message, ...]:
-    """A request repeating the long prompt as its prefix (a prompt cache can serve it) and then
-    about ``fresh_tokens`` new tokens: the request an agent sends next (its history cached, a
-    tool's output new), which shows how a fresh token's prefill slows behind a long context."""
-    return (
-        long,
-        Message("assistant", "The keeper opened the log."),
-        Message(
-            "user", f"Tool output:\n{_pad(_NOTES, fresh_tokens)}\n\n" + _AGAIN.format(words=words)
-        ),
-    )
-
-
-def call_figures(r: ModelResponse) -> dict[str, Any] | None:
-    """One call's TTFT, output speed and base latency (reasoning time taken out); None if mute.
-
-    ``context`` is the mean context a visible token was decoded at (input, reasoning, half the
-    visible tokens): what the decode speed depends on. ``server_output_tps`` is the server's
-    own figure for the call (llama.cpp's ``timings.predicted_per_second``) when it sends one.
-    """
-    t, u = r.timing, r.usage
-    if t.t_first_visible is None or t.t_last is None:
-        return None
-    m = call_metrics(t, u)
-    ttft_visible = m.ttft_visible_s or 0.0
-    tps = m.output_tps if m.output_tps else float("nan")
-    timings = r.server_timings or {}
-    server_tps = timings.get("predicted_per_second")
-    return {
-        "ttft_s": m.ttft_s,
-        "ttft_visible_s": ttft_visible,
-        "output_tps": tps,
-        "base_s": base_seconds(ttft_visible, u.reasoning_tokens, m.output_tps),
-        "input_tokens": u.input_tokens,
-        "cached_input_tokens": u.cached_input_tokens,
-        "output_tokens": u.output_tokens,
-        "reasoning_tokens": u.reasoning_tokens,
-        "context": u.input_tokens + u.reasoning_tokens + u.visible_tokens / 2,
-        "server_output_tps": server_tps if isinstance(server_tps, int | float) else None,
-        "attempts": len(r.attempts),
-    }
-
-
-def summarize(
-    short: list[dict[str, Any]],
-    long: list[dict[str, Any]],
-    cached: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """Medians; decode speed as a line through the median (context, tok/s) of each kind of
-    call (:func:`agentloop.model.speed.fit_decode`); base latency, prefill rate and how prefill slows
-    behind a context (:func:`agentloop.model.speed.fit_prefill`) from the median wait of each kind
-    of call: short prompt, long prompt, and the follow-up behind the cached long prompt."""
-    med = statistics.median
-    cached = cached or []
-
-    def tps_of(calls: list[dict[str, Any]]) -> float:
-        return float(
-            med(
-                [c["output_tps"] for c in calls if c["output_tps"] == c["output_tps"]]
-                or [float("nan")]
-            )
-        )
-
-    def wait_point(calls: list[dict[str, Any]]) -> tuple[float, float, float]:
-        return (
-            med([c["input_tokens"] - c["cached_input_tokens"] for c in calls]),
-            med([c["cached_input_tokens"] for c in calls]),
-            med([c["base_s"] for c in calls]),
-        )
-
-    in_s, in_l = med([c["input_tokens"] for c in short]), med([c["input_tokens"] for c in long])
-    base, prefill, prefill_slope = fit_prefill(
-        [wait_point(calls) for calls in (short, long, cached) if calls]
-    )
-    points = [
-        (med([c["context"] for c in ok]), med([c["output_tps"] for c in ok]))
-        for ok in (
-            [c for c in calls if c["output_tps"] == c["output_tps"]]
-            for calls in (short, long, cached)
-        )
-        if ok
-    ]  # one median point per kind of call: a call slowed by a busy machine moves no fit
-    tps0, slope = fit_decode(points) if points else (float("nan"), 0.0)
-    server = [c["server_output_tps"] for c in short if c["server_output_tps"]]
-    return {
-        "ttft_s": med([c["ttft_s"] for c in short]),
-        "ttft_long_s": med([c["ttft_s"] for c in long]),
-        "output_tps": tps_of(short),
-        "output_tps_long": tps_of(long),
-        "output_tps_at_0": tps0,
-        "tpot_ms_per_1k": slope,
-        "context_short": med([c["context"] for c in short]),
-        "context_long": med([c["context"] for c in long]),
-        "server_output_tps": med(server) if server else None,
-        "prefill_tps": prefill or None,
-        "prefill_ms_per_1k": prefill_slope,
-        "base_latency_s": base,
-        "cached_tokens": med([c["cached_input_tokens"] for c in cached]) if cached else 0.0,
-        "fresh_tokens_cached_call": (
-            med([c["input_tokens"] - c["cached_input_tokens"] for c in cached]) if cached else 0.0
-        ),
-        "ttft_cached_s": med([c["ttft_s"] for c in cached]) if cached else None,
-        "input_tokens_short": in_s,
-        "input_tokens_long": in_l,
-        "output_tokens": med([c["output_tokens"] for c in short + long]),
-        "reasoning_tokens": med([c["reasoning_tokens"] for c in short + long]),
-    }
-
-
-def measured_profile(res: dict[str, Any], fallback_prefill: float = 0.0) -> SpeedProfile:
-    """The profile ``--write`` stores: decode at context 0 and its slope when one was
-    measured, base latency, prefill rate and its slope behind a context."""
-    slope = res["tpot_ms_per_1k"]
-    return SpeedProfile(
-        base_latency_s=res["base_latency_s"],
-        prefill_tps=res["prefill_tps"] or fallback_prefill,
-        output_tps=res["output_tps_at_0"] if slope else res["output_tps"],
-        tpot_ms_per_1k=slope,
-        prefill_ms_per_1k=res["prefill_ms_per_1k"],
-    )
-
-
-async def server_context(base_url: str) -> int | None:
-    """The context window a server reports about itself (llama-server's ``/props``), if any.
-
-    Asked only over plain http (local and LAN servers); no key is sent."""
-    if not base_url.startswith("http://"):
-        return None
-    root = base_url.rstrip("/").removesuffix("/v1")
-    with contextlib.suppress(OSError, TimeoutError, ValueError, IndexError, orjson.JSONDecodeError):
-        status, body = await local.http_get(f"{root}/props")
-        if status == 200:
-            props = orjson.loads(body)
-            return local.context_of(props) if isinstance(props, dict) else None
-    return None
-
-
-def long_prompt_tokens(asked: int, window: int | None, tokens: int) -> int:
-    """The long prompt's size: as asked, but so that the follow-up (the long prompt, a third
-    as much fresh input and the answer) stays well inside the context window (our token
-    estimate may count fewer tokens than the model's tokenizer, so keep a third spare)."""
-    if window is None:
-        return asked
-    return max(50, min(asked, int((window - tokens - 64) * 0.5)))
-
-
 async def probe(
     tier: Tier, n: int = 5, tokens: int | None = None, long_tokens: int = 8000
 ) -> dict[str, Any]:
@@ -264,7 +71,7 @@ async def probe(
     tier its own llama-server."""
     from agentloop.clients.openai_client import OpenAIClient
 
-    tokens = tokens or (int(min(1000, max(64, tier.profile.output_tps))) if tier.profile else 256)
+    tokens = tokens or answer_tokens(tier.profile)
     if tier.simulated:
         from agentloop.sim import SimServer
 
@@ -272,91 +79,40 @@ async def probe(
             profile=require_profile(tier, "to pace its simulator"), filler_tokens=tokens
         ) as sim:
             client = OpenAIClient(tier, base_url=sim.base_url)
-            try:
-                return await _rounds(client, tier, n, tokens, long_tokens, tier.context_window)
-            finally:
-                await client.aclose()
+            return await _measured(client, tier, n, tokens, long_tokens, tier.context_window)
     reasons = tier.options.get("reasoning_effort") not in (None, "none", "minimal")
     asked = replace(
         tier, options={**tier.options, "max_output_tokens": tokens + (4096 if reasons else 0)}
     )
     if tier.local is not None:
         async with local.serve(tier.local) as server:
-            return await _probe_at(
-                asked,
-                server.base_url,
-                n,
-                tokens,
-                long_tokens,
-                tier.context_window or server.context_window,
-            )
+            client = OpenAIClient(asked, base_url=server.base_url, stall_timeout_s=120.0)
+            window = tier.context_window or server.context_window
+            return await _measured(client, asked, n, tokens, long_tokens, window)
     window = tier.context_window or await server_context(tier.base_url)
-    return await _probe_at(asked, None, n, tokens, long_tokens, window)
+    client = OpenAIClient(asked, base_url=None, stall_timeout_s=120.0)
+    return await _measured(client, asked, n, tokens, long_tokens, window)
 
 
-async def _probe_at(
-    tier: Tier, base_url: str | None, n: int, tokens: int, long_tokens: int, window: int | None
+async def _measured(
+    client: ModelClient, tier: Tier, n: int, tokens: int, long_tokens: int, window: int | None
 ) -> dict[str, Any]:
-    from agentloop.clients.openai_client import OpenAIClient
-
-    client = OpenAIClient(tier, base_url=base_url, stall_timeout_s=120.0)
+    """The engine's figures for ``tier`` (the client closed after), with the tier's names."""
     try:
-        return await _rounds(client, tier, n, tokens, long_tokens, window)
+        figures = await measure(
+            client, name=tier.name, n=n, tokens=tokens, long_tokens=long_tokens, window=window
+        )
     finally:
         await client.aclose()
-
-
-def _context_error(exc: ModelAPIError) -> bool:
-    text = exc.message.lower()
-    return "context" in text and any(
-        w in text for w in ("exceed", "length", "too long", "maximum", "size")
-    )
-
-
-async def _rounds(
-    client: Any, tier: Tier, n: int, tokens: int, long_tokens: int, window: int | None = None
-) -> dict[str, Any]:
-    words = int(tokens * 0.8)
-    size = long_prompt_tokens(long_tokens, window, tokens)
-    short_calls: list[dict[str, Any]] = []
-    long_calls: list[dict[str, Any]] = []
-    cached_calls: list[dict[str, Any]] = []
-    warm, _ = prompts(uuid.uuid4().hex[:8], words, size)
-    await client.complete(ModelRequest((warm,), (), 0))
-    rounds = max(1, n)
-    while len(short_calls) < rounds:
-        short, long = prompts(uuid.uuid4().hex[:8], words, size)
-        try:
-            got = [
-                call_figures(await client.complete(ModelRequest(msgs, (), 0)))
-                for msgs in ((short,), (long,), cached_followup(long, words, size // 3))
-            ]
-        except ModelAPIError as exc:  # no window known and the long prompt is over it
-            if not _context_error(exc) or size <= 100:
-                raise
-            size //= 2
-            continue
-        for figures, calls in zip(got, (short_calls, long_calls, cached_calls), strict=True):
-            if figures is not None:
-                calls.append(figures)
-        if got[0] is None:
-            break
-    if not short_calls or not long_calls:
-        raise ModelError(
-            f"tier '{tier.name}': the probe calls produced no visible output "
-            "(all tokens went to reasoning?); try a larger --tokens"
-        )
+    samples = figures.pop("samples")
     return {
         "tier": tier.name,
         "model": tier.model,
         "base_url": tier.base_url,
         "api": tier.api,
-        "n": len(short_calls),
-        "context_window": window,
-        "long_prompt_tokens": size,
-        **summarize(short_calls, long_calls, cached_calls),
+        **figures,
         "configured": tier.summary()["profile"],
-        "samples": {"short": short_calls, "long": long_calls, "cached": cached_calls},
+        "samples": samples,
     }
 
 
