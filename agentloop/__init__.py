@@ -1,7 +1,7 @@
 """agentloop: run agent tasks, trace where their time goes, predict what a faster tier buys."""
 
 from agentloop._version import __version__
-from agentloop.api import open_task, resolve_tier, run_task
+from agentloop.api import RunConfig, open_task, resolve_tier, run_task
 from agentloop.config.tasks import Limits, Task, load_task
 from agentloop.config.tiers import Tier, load_tiers
 from agentloop.errors import AgentloopError, ConfigError, ModelError, TaskFileError
@@ -16,6 +16,7 @@ __all__ = [
     "ConfigError",
     "Limits",
     "ModelError",
+    "RunConfig",
     "RunEvent",
     "RunHandle",
     "RunResult",

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from agentloop.config import shipped
 from agentloop.config.tasks import Task, load_task
@@ -33,6 +33,61 @@ from agentloop.trace.writer import JsonlSink, Pipeline
 
 DEFAULT_TIER = "sim-standard"
 MAX_TRACE_STRING = 64_000  # longer strings in a trace record are cut (and say so)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """Everything a run is given besides its task: one frozen value that :func:`run_task`,
+    :func:`agentloop.start_run`, :func:`execute`, the suite, the service and the CLI pass on.
+
+    Planning (read before the run starts, by :func:`plan_run`): ``tier`` (a name or a
+    :class:`Tier`; default the task's, else sim-standard), ``tiers_file``, ``trace_dir``,
+    ``max_steps`` and ``timeout_s`` (overrides of the task's limits). Running: ``client`` (an
+    injected model client instead of the tier's), ``tools`` (the registry; default the built-in
+    tools), ``events`` (every :class:`agentloop.events.RunEvent`), ``observer`` (the older
+    ``observer(kind, data)`` form of the same stream), ``script`` (turns replacing the task's,
+    as a replay gives), ``keep_workspace``, ``otlp`` (an OTLP/HTTP collector to stream spans
+    to) and ``unconfined`` (a real model's commands may run on the host where no jail can be
+    had).
+    """
+
+    tier: str | Tier | None = None
+    tiers_file: str | Path | None = None
+    trace_dir: str | Path = "traces"
+    max_steps: int | None = None
+    timeout_s: float | None = None
+    client: ModelClient | None = None
+    tools: dict[str, Tool] | None = None
+    events: EventSink | None = None
+    observer: Observer | None = None
+    script: list[ScriptTurn] | None = None
+    keep_workspace: bool = False
+    otlp: str | None = None
+    unconfined: bool = False
+
+
+class RunOptions(TypedDict, total=False):
+    """:class:`RunConfig`'s fields as keyword arguments (``run_task(task, tier=...)``): the
+    same names and types (``tests/test_run_config.py`` holds the two equal)."""
+
+    tier: str | Tier | None
+    tiers_file: str | Path | None
+    trace_dir: str | Path
+    max_steps: int | None
+    timeout_s: float | None
+    client: ModelClient | None
+    tools: dict[str, Tool] | None
+    events: EventSink | None
+    observer: Observer | None
+    script: list[ScriptTurn] | None
+    keep_workspace: bool
+    otlp: str | None
+    unconfined: bool
+
+
+def configure(config: RunConfig | None = None, **options: Unpack[RunOptions]) -> RunConfig:
+    """``config`` (default: all defaults) with ``options`` laid over it."""
+    return replace(config or RunConfig(), **options)
 
 
 def tool_registry() -> dict[str, Tool]:
@@ -152,19 +207,14 @@ class RunPlan:
     trace_path: Path
 
 
-def plan_run(
-    task: Task | str | Path,
-    *,
-    tier: str | Tier | None = None,
-    tiers_file: str | Path | None = None,
-    trace_dir: str | Path = "traces",
-    max_steps: int | None = None,
-    timeout_s: float | None = None,
-) -> RunPlan:
-    """Load the task, apply limit overrides, resolve the tier and name the run and its trace.
+def plan_run(task: Task | str | Path, config: RunConfig | None = None) -> RunPlan:
+    """Load the task, apply the config's limit overrides, resolve its tier, name the run and
+    its trace.
 
     Bad input (task or tier file, a limit below 1 step or 0 s) raises :class:`ConfigError`.
     """
+    config = config or RunConfig()
+    max_steps, timeout_s = config.max_steps, config.timeout_s
     if max_steps is not None and max_steps < 1:
         raise ConfigError(f"max_steps must be at least 1 (got {max_steps})")
     if timeout_s is not None and not timeout_s > 0:
@@ -180,65 +230,39 @@ def plan_run(
                 timeout_s=timeout_s or task.limits.timeout_s,
             ),
         )
-    the_tier = resolve_tier(task, tier, tiers_file)
+    the_tier = resolve_tier(task, config.tier, config.tiers_file)
     run_id = uuid.uuid4().hex[:12]
-    return RunPlan(task, the_tier, run_id, trace_path_for(Path(trace_dir), task, the_tier, run_id))
+    trace = trace_path_for(Path(config.trace_dir), task, the_tier, run_id)
+    return RunPlan(task, the_tier, run_id, trace)
 
 
 async def run_task(
     task: Task | str | Path,
     *,
-    tier: str | Tier | None = None,
-    tiers_file: str | Path | None = None,
-    trace_dir: str | Path = "traces",
-    max_steps: int | None = None,
-    timeout_s: float | None = None,
-    client: ModelClient | None = None,
-    tools: dict[str, Tool] | None = None,
-    observer: Observer | None = None,
-    keep_workspace: bool = False,
-    script: list[ScriptTurn] | None = None,
-    events: EventSink | None = None,
-    otlp: str | None = None,
-    unconfined: bool = False,
+    config: RunConfig | None = None,
+    **options: Unpack[RunOptions],
 ) -> RunResult:
     """Run one task to its end and return how it ended; the trace goes under ``trace_dir``.
 
+    The run is set by ``config`` (a :class:`RunConfig`), by its fields given as keywords
+    (``run_task(task, tier="sim-ultrafast", events=sink)``), or by both (the keywords win).
     ``script`` replaces the task's scripted turns (replay); ``{workspace}`` in either becomes the
     run's working folder. ``unconfined`` lets a real (unscripted) model's commands run on the
-    host where no jail can be had (refused otherwise: a model's output is hostile). ``events`` receives every :class:`agentloop.events.RunEvent`;
-    ``observer(kind, data)`` is the older form of the same stream.
+    host where no jail can be had (refused otherwise: a model's output is hostile). ``events``
+    receives every :class:`agentloop.events.RunEvent`; ``observer(kind, data)`` is the older
+    form of the same stream.
     Cancelling the calling task cancels the run: its subprocesses are killed and the trace is
     closed with status ``cancelled`` before ``CancelledError`` propagates
     (:func:`agentloop.start_run` gives a handle whose cancel returns a result instead).
     """
-    plan = plan_run(
-        task,
-        tier=tier,
-        tiers_file=tiers_file,
-        trace_dir=trace_dir,
-        max_steps=max_steps,
-        timeout_s=timeout_s,
-    )
-    return await execute(
-        plan,
-        client=client,
-        tools=tools,
-        observer=observer,
-        keep_workspace=keep_workspace,
-        script=script,
-        events=events,
-        otlp=otlp,
-        unconfined=unconfined,
-    )
+    the_config = configure(config, **options)
+    return await execute(plan_run(task, the_config), the_config)
 
 
-def _refuse_unscripted(
-    plan: RunPlan, client: ModelClient | None, script: list[ScriptTurn] | None
-) -> None:
+def _refuse_unscripted(plan: RunPlan, config: RunConfig) -> None:
     """A task without ``script:`` on a simulated tier would get filler text and report ``ok``:
     refused before the run (issue 10a)."""
-    if client is None and plan.tier.simulated and not plan.task.script and not script:
+    if config.client is None and plan.tier.simulated and not plan.task.script and not config.script:
         raise ConfigError(
             f"task '{plan.task.name}' has no script, and tier '{plan.tier.name}' is the "
             "simulator, which plays only scripted turns (it would answer with filler text). "
@@ -248,44 +272,33 @@ def _refuse_unscripted(
         )
 
 
-async def execute(plan: RunPlan, **kwargs: Any) -> RunResult:
+async def execute(plan: RunPlan, config: RunConfig | None = None) -> RunResult:
     """Run a planned task in its own Python environment (:mod:`agentloop.sandbox.taskenv`).
 
-    Keywords as :func:`run_task` takes them (client, tools, observer, keep_workspace, script,
-    events). Every task command of the run (setup, tools, success check) gets the task's venv.
+    ``config``'s planning fields were read by :func:`plan_run` already; its running fields
+    (client, tools, events, script, ...) are read here. Every task command of the run (setup,
+    tools, success check) gets the task's venv.
     """
-    _refuse_unscripted(plan, kwargs.get("client"), kwargs.get("script"))
+    config = config or RunConfig()
+    _refuse_unscripted(plan, config)
     task_env = await taskenv.ensure(plan.task, setup=ws.build_setup)
     with taskenv.activate(task_env):
-        return await _execute_in_env(plan, **kwargs)
+        return await _execute_in_env(plan, config)
 
 
-async def _execute_in_env(
-    plan: RunPlan,
-    *,
-    client: ModelClient | None = None,
-    tools: dict[str, Tool] | None = None,
-    observer: Observer | None = None,
-    keep_workspace: bool = False,
-    script: list[ScriptTurn] | None = None,
-    events: EventSink | None = None,
-    otlp: str | None = None,
-    unconfined: bool = False,
-) -> RunResult:
-    """Workspace and setup, client, trace, the loop, clean-up (the task env is active)."""
-    task, the_tier, run_id, path = plan.task, plan.tier, plan.run_id, plan.trace_path
-    registry = tool_registry() if tools is None else tools
+async def _prepare(plan: RunPlan, config: RunConfig) -> tuple[ws.Place, RunContext]:
+    """The run's working copy, its jail (setup run in it) and what its tools may touch."""
+    task = plan.task
     task_env = taskenv.current()  # the jail shows the task's venv read-only
-    place = await ws.prepare_run(  # the working copy, the run's jail, setup run in it
+    place = await ws.prepare_run(
         task,
         readonly=task_env.readonly if task_env else (),
         path_prefix=task_env.path_prefix if task_env else (),
         # a real model's commands are hostile input: no jail, no run, unless asked for
-        require_jail=client is None and not the_tier.simulated and not unconfined,
+        require_jail=config.client is None and not plan.tier.simulated and not config.unconfined,
     )
-    work = place.path
     ctx = RunContext(
-        workspace=work,
+        workspace=place.path,
         jail=place.jail,
         settings=ToolSettings(
             test_command=task.test_command,
@@ -293,7 +306,17 @@ async def _execute_in_env(
             tool_timeout_s=task.limits.tool_timeout_s,
         ),
     )
-    turns = _substitute(tuple(script) if script is not None else task.script, work)
+    return place, ctx
+
+
+async def _execute_in_env(plan: RunPlan, config: RunConfig) -> RunResult:
+    """Workspace and setup, client, trace, the loop, clean-up (the task env is active)."""
+    task, path = plan.task, plan.trace_path
+    registry = tool_registry() if config.tools is None else config.tools
+    place, ctx = await _prepare(plan, config)
+    work = place.path
+    script = tuple(config.script) if config.script is not None else task.script
+    turns = _substitute(script, work)
 
     async def check(final_text: str) -> dict[str, Any]:
         return await ws.check_success(task, work, final_text, place.jail, tests=place.tests)
@@ -301,31 +324,32 @@ async def _execute_in_env(
     try:
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(ctx.aclose)
-            the_client = (
-                client
-                if client is not None
-                else await stack.enter_async_context(model_client(the_tier, turns))
+            client = (
+                config.client
+                if config.client is not None
+                else await stack.enter_async_context(model_client(plan.tier, turns))
             )
             # the trace and the run's clock start once the client is ready: simulator start-up
             # is not the run's time
             sink = Pipeline(
-                [JsonlSink(path), *live_sinks(otlp)],  # otlp: issue 13
+                [JsonlSink(path), *live_sinks(config.otlp)],  # otlp: issue 13
                 [redactor(secret_values()), truncator(MAX_TRACE_STRING)],
             )
             stack.callback(sink.close)
             runner = Runner(
                 task,
-                the_client,
+                client,
                 registry,
-                the_tier,
+                plan.tier,
                 Tracer(sink),
                 ctx,
-                run_id=run_id,
-                observer=observer,
+                run_id=plan.run_id,
+                observer=config.observer,
                 check=check,
-                events=events,
+                events=config.events,
             )
             result = await runner.run()
     finally:  # the jail closes (nothing the run started survives), the copy goes unless kept
-        await asyncio.shield(place.close(keep=keep_workspace))
-    return replace(result, trace_path=str(path), workspace=str(work) if keep_workspace else None)
+        await asyncio.shield(place.close(keep=config.keep_workspace))
+    kept = str(work) if config.keep_workspace else None
+    return replace(result, trace_path=str(path), workspace=kept)

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Generator
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from agentloop import api
-from agentloop.events import EventSink, RunEvent, fan_out
+from agentloop.config.tasks import Task
+from agentloop.events import RunEvent, fan_out
 from agentloop.loop.runner import RunResult
 
 
@@ -120,23 +122,23 @@ class RunHandle:
         )
 
 
-async def start_run(task: Any, *, events: EventSink | None = None, **kwargs: Any) -> RunHandle:
+async def start_run(
+    task: Task | str | Path,
+    *,
+    config: api.RunConfig | None = None,
+    **options: Unpack[api.RunOptions],
+) -> RunHandle:
     """Start a run in the background and return its handle at once.
 
-    Takes the same keyword arguments as :func:`agentloop.run_task`; ``events`` (an extra sink)
-    sees every event too. The run is a task on the running loop, owned by the handle.
+    Takes what :func:`agentloop.run_task` takes (a :class:`agentloop.RunConfig`, its fields as
+    keywords, or both); ``events`` (an extra sink) sees every event too. The run is a task on
+    the running loop, owned by the handle.
     """
-    planning = {
-        k: kwargs.pop(k)
-        for k in ("tier", "tiers_file", "trace_dir", "max_steps", "timeout_s")
-        if k in kwargs
-    }
-    plan = api.plan_run(task, **planning)
+    the_config = api.configure(config, **options)
+    plan = api.plan_run(task, the_config)
     handle = RunHandle(plan)
-    sink = fan_out(handle._push, events)
+    watched = replace(the_config, events=fan_out(handle._push, the_config.events))
     handle._start(
-        asyncio.create_task(
-            api.execute(plan, events=sink, **kwargs), name=f"agentloop-run-{plan.run_id}"
-        )
+        asyncio.create_task(api.execute(plan, watched), name=f"agentloop-run-{plan.run_id}")
     )
     return handle

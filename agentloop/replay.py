@@ -224,8 +224,7 @@ async def replay(
     tier = tier or trace.run.tier.name
     the_tier = simulated(api.resolve_tier(task, tier, tiers_file), trace)
     tools: dict[str, Tool] | None = dict(recorded_tools(trace)) if offline else None
-    result = await api.run_task(
-        task,
+    config = api.RunConfig(
         tier=the_tier,
         trace_dir=trace_dir,
         tools=tools,
@@ -233,5 +232,6 @@ async def replay(
         script=turns,
         events=events,
     )
+    result = await api.run_task(task, config=config)
     found = [] if offline else divergences(trace, load_trace(result.trace_path or ""))
     return ReplayResult(result, found)

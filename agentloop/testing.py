@@ -25,12 +25,13 @@ For timing fidelity (pacing, retries, faults over real HTTP) use the simulator,
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import orjson
 
-from agentloop.api import run_task
+from agentloop.api import RunConfig, RunOptions, configure, run_task
 from agentloop.clients.scripted import ScriptedClient
 from agentloop.config.tasks import Task
 from agentloop.loop.runner import RunResult
@@ -46,14 +47,19 @@ def trace_of(records: list[dict[str, Any]]) -> Trace:
 
 
 async def run_and_trace(
-    task: Task | str | Path, *, trace_dir: str | Path | None = None, **run_task_kwargs: Any
+    task: Task | str | Path,
+    *,
+    config: RunConfig | None = None,
+    **options: Unpack[RunOptions],
 ) -> tuple[RunResult, Trace]:
-    """Run ``task`` (keyword arguments as :func:`agentloop.run_task`) and return its result
-    and its trace, parsed. Without ``trace_dir`` the trace file lives in a temporary folder
-    removed once it is read (the returned Trace is in memory)."""
-    if trace_dir is not None:
-        result = await run_task(task, trace_dir=trace_dir, **run_task_kwargs)
+    """Run ``task`` (a config and keyword arguments as :func:`agentloop.run_task` takes them)
+    and return its result and its trace, parsed. Without ``trace_dir`` (a keyword, or the
+    ``config``'s) the trace file lives in a temporary folder removed once it is read (the
+    returned Trace is in memory)."""
+    the_config = configure(config, **options)
+    if config is not None or "trace_dir" in options:
+        result = await run_task(task, config=the_config)
         return result, load_trace(result.trace_path or "")
     with tempfile.TemporaryDirectory(prefix="agentloop-test-") as tmp:
-        result = await run_task(task, trace_dir=tmp, **run_task_kwargs)
+        result = await run_task(task, config=replace(the_config, trace_dir=tmp))
         return result, load_trace(result.trace_path or "")

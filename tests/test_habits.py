@@ -16,6 +16,7 @@ PUBLIC = [
     "ConfigError",
     "Limits",
     "ModelError",
+    "RunConfig",
     "RunEvent",
     "RunHandle",
     "RunResult",

@@ -91,14 +91,16 @@ async def main(args: argparse.Namespace) -> int:
     result = await cancellable_on_sigterm(
         api.run_task(
             task,
-            tier=tier,
-            trace_dir=args.trace_dir,
-            max_steps=args.max_steps,
-            timeout_s=args.timeout,
-            events=Progress(out, args.quiet),
-            keep_workspace=args.keep_workspace,
-            otlp=args.otlp,
-            unconfined=args.unconfined,
+            config=api.RunConfig(
+                tier=tier,
+                trace_dir=args.trace_dir,
+                max_steps=args.max_steps,
+                timeout_s=args.timeout,
+                events=Progress(out, args.quiet),
+                keep_workspace=args.keep_workspace,
+                otlp=args.otlp,
+                unconfined=args.unconfined,
+            ),
         )
     )
     if result is None:

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agentloop.api import RunConfig
 from agentloop.config.tasks import Task
 from agentloop.errors import RequestError
 from agentloop.log import get_logger
@@ -81,7 +82,7 @@ class Run:
         }
 
 
-StartRun = Callable[..., Any]  # agentloop.start_run's shape: (task, **kwargs) -> awaitable handle
+StartRun = Callable[..., Any]  # agentloop.start_run's shape: (task, *, config) -> awaitable handle
 
 
 class RunBook:
@@ -128,11 +129,11 @@ class RunBook:
                 if run.cancel_requested or self._closing:
                     self._end(run, "cancelled", "cancelled before it started")
                     return
-                kwargs: dict[str, Any] = {"tier": run.tier, "trace_dir": self._trace_dir}
-                if self._tiers_file is not None:
-                    kwargs["tiers_file"] = self._tiers_file
+                config = RunConfig(
+                    tier=run.tier, trace_dir=self._trace_dir, tiers_file=self._tiers_file
+                )
                 try:
-                    handle = await self._start_run(run.task, **kwargs)
+                    handle = await self._start_run(run.task, config=config)
                 except Exception as exc:  # a tier or setup problem: the run ends as an error
                     self._end(run, "error", getattr(exc, "message", None) or str(exc))
                     return

@@ -22,26 +22,24 @@ import contextlib
 import dataclasses
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agentloop.api import RunConfig
 from agentloop.errors import ConfigError
 from agentloop.loop.runner import RunResult
 
 TASK_CPUS = 0.25
 
 
-def _run_one(
-    task: Any, tier: Any, max_steps: int | None, timeout_s: float | None
-) -> dict[str, Any]:
+def _run_one(task: Any, config: RunConfig) -> dict[str, Any]:
     """On a Ray worker: one run, its result and its trace's name and bytes."""
     from agentloop.api import run_task
 
     folder = Path(tempfile.mkdtemp(prefix="agentloop-ray-"))
     try:
-        result = asyncio.run(
-            run_task(task, tier=tier, trace_dir=folder, max_steps=max_steps, timeout_s=timeout_s)
-        )
+        result = asyncio.run(run_task(task, config=replace(config, trace_dir=folder)))
         trace = Path(result.trace_path) if result.trace_path else None
         data = trace.read_bytes() if trace is not None and trace.is_file() else b""
         fields = dataclasses.asdict(result)
@@ -54,20 +52,15 @@ def _run_one(
 class RayBackend:
     """A connection to a Ray cluster that runs suite jobs as Ray tasks."""
 
-    def __init__(
-        self,
-        address: str,
-        *,
-        tiers_file: object = None,
-        max_steps: int | None = None,
-        timeout_s: float | None = None,
-    ) -> None:
+    def __init__(self, address: str, config: RunConfig) -> None:
         try:
             import ray
         except ImportError:
             raise ConfigError("--ray needs Ray: pip install 'agentloop[ray]'") from None
         self._ray = ray
-        self.max_steps, self.timeout_s = max_steps, timeout_s
+        # what crosses the cluster: the run's settings, not this process's objects (a client,
+        # the tools, event sinks: a worker has its own)
+        self.config = replace(config, client=None, tools=None, events=None, observer=None)
         try:
             if address == "local":  # start a one-machine cluster inside this process
                 ray.init(include_dashboard=False, log_to_driver=False)
@@ -79,7 +72,7 @@ class RayBackend:
 
     async def run(self, job: Any, traces: Path) -> RunResult:
         """Run ``job`` on the cluster; its trace is written into ``traces``."""
-        ref = self._remote.remote(job.task, job.tier, self.max_steps, self.timeout_s)
+        ref = self._remote.remote(job.task, replace(self.config, tier=job.tier))
         try:
             out = await ref
         except asyncio.CancelledError:

@@ -17,15 +17,23 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
-from agentloop.api import open_task, resolve_tier, run_task, tool_registry
+from agentloop.api import (
+    RunConfig,
+    RunOptions,
+    configure,
+    open_task,
+    resolve_tier,
+    run_task,
+    tool_registry,
+)
 from agentloop.config.tasks import Task
 from agentloop.config.tiers import Tier
 from agentloop.errors import AgentloopError, ConfigError, SimulatorError
-from agentloop.events import EventSink, Only, RunEvent
+from agentloop.events import Only, RunEvent, fan_out
 from agentloop.loop.runner import RunResult
 from agentloop.sandbox.closer import closing_behind
 from agentloop.suite.gate import TICKET, StartGate, Ticket
@@ -94,7 +102,7 @@ ProgressCallback = Callable[[Progress], None]
 def plan_jobs(
     paths: Sequence[str | Path],
     *,
-    tier: str | None = None,
+    tier: str | Tier | None = None,
     tiers_file: str | Path | None = None,
     repeat: int = 1,
 ) -> list[Job]:
@@ -220,68 +228,52 @@ def _record(
     )
 
 
-async def _local(
-    job: Job,
-    traces: Path,
-    events: EventSink,
-    max_steps: int | None,
-    timeout_s: float | None,
-    tools: dict[str, Any],
-) -> RunResult:
-    return await run_task(
-        job.task,
-        tier=job.tier,
-        trace_dir=traces,
-        max_steps=max_steps,
-        timeout_s=timeout_s,
-        events=events,
-        tools=tools,
-    )
-
-
 async def run_suite(
     paths: Sequence[str | Path],
     out: str | Path,
     *,
-    tier: str | None = None,
-    tiers_file: str | Path | None = None,
+    config: RunConfig | None = None,
     concurrency: int = 8,
     repeat: int = 1,
-    max_steps: int | None = None,
-    timeout_s: float | None = None,
     ray: str | None = None,
     progress: ProgressCallback | None = None,
     progress_interval_s: float = 1.0,
     share_simulator: bool = True,
+    **options: Unpack[RunOptions],
 ) -> Suite:
     """Run every task ``repeat`` times, at most ``concurrency`` at once; write ``out/suite.json``.
 
     ``ray``: a Ray cluster address (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``, or ``local``
     to start one in-process) to run each run as a Ray task on. ``share_simulator=False`` gives
     every simulated run its own simulator, as a single run has (the benchmark's baseline).
+    Every run is given ``config`` (a :class:`agentloop.api.RunConfig`, or its fields as
+    keywords), with its job's tier and the suite's ``out/traces`` folder; its ``events`` see
+    every run's events.
     """
+    base = configure(config, **options)
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be at least 1 (got {concurrency})")
-    jobs = plan_jobs(paths, tier=tier, tiers_file=tiers_file, repeat=repeat)
+    jobs = plan_jobs(paths, tier=base.tier, tiers_file=base.tiers_file, repeat=repeat)
     folder = await asyncio.to_thread(Path(out).resolve)
     traces = folder / TRACES
     await asyncio.to_thread(traces.mkdir, parents=True, exist_ok=True)
     state = Progress(len(jobs))
     # built once: the registry derives every tool's schema from its signature (~30 ms a run)
-    tools = await asyncio.to_thread(tool_registry)
+    tools = base.tools if base.tools is not None else await asyncio.to_thread(tool_registry)
     records: list[RunRecord | None] = [None] * len(jobs)
     sem = asyncio.Semaphore(concurrency)
     remote: Any = None
     if ray is not None:
         from agentloop.suite.ray_backend import RayBackend
 
-        remote = RayBackend(ray, tiers_file=tiers_file, max_steps=max_steps, timeout_s=timeout_s)
+        remote = RayBackend(ray, base)
 
     def model_end(event: RunEvent) -> None:
         usage = event.data.get("usage")
         state.output_tokens += int(getattr(usage, "output_tokens", 0) or 0)
 
     observe = Only({"model_end"}, model_end)  # nor a model_progress ticker per call
+    each = replace(base, trace_dir=traces, tools=tools, events=fan_out(observe, base.events))
 
     async def one(i: int, job: Job) -> None:
         async with sem:
@@ -295,7 +287,7 @@ async def run_suite(
                     result = await remote.run(job, traces)
                     state.output_tokens += int(result.totals.get("output_tokens", 0) or 0)
                 else:
-                    result = await _local(job, traces, observe, max_steps, timeout_s, tools)
+                    result = await run_task(job.task, config=replace(each, tier=job.tier))
             except AgentloopError as exc:
                 error = exc.message
             except Exception as exc:  # one run's crash is its own record, never the suite's end
@@ -343,7 +335,7 @@ async def run_suite(
             progress(state)
         done = [r for r in records if r is not None]
         suite = Suite(
-            tier or (jobs[0].tier.name if jobs else ""),
+            _tier_name(base.tier) or (jobs[0].tier.name if jobs else ""),
             concurrency,
             repeat,
             time.perf_counter() - suite_t0,
@@ -353,3 +345,7 @@ async def run_suite(
         )
         await asyncio.to_thread(write_suite, folder, suite)
     return finish(suite)
+
+
+def _tier_name(tier: str | Tier | None) -> str | None:
+    return tier.name if isinstance(tier, Tier) else tier

@@ -1,0 +1,124 @@
+"""The run configuration: one frozen RunConfig reaches the run through every front door."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+
+import pytest
+
+import agentloop
+from agentloop import api
+from agentloop.events import RunEvent
+from agentloop.suite.run import run_suite
+from agentloop.testing import run_and_trace
+from agentloop.trace.reader import load_trace
+
+THREE_STEPS = """\
+name: config-demo
+prompt: Think three times.
+tools: [think]
+script:
+  - tool_calls:
+      - {name: think, arguments: {thought: one}}
+  - tool_calls:
+      - {name: think, arguments: {thought: two}}
+  - text: Done.
+"""
+
+
+def _task(folder: Path, name: str = "task") -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(THREE_STEPS)
+    return path
+
+
+def test_the_keyword_options_are_the_config_s_fields() -> None:
+    """RunOptions (the keywords run_task takes) names every RunConfig field with its type."""
+    config = typing.get_type_hints(api.RunConfig)
+    options = typing.get_type_hints(api.RunOptions)
+    assert config == options
+    assert [f.name for f in dataclasses.fields(api.RunConfig)] == list(options)
+
+
+def test_keywords_are_laid_over_the_config() -> None:
+    """configure: the config's fields, each keyword replacing one; a config is never changed."""
+    base = api.RunConfig(tier="sim-ultrafast", max_steps=5)
+    over = api.configure(base, max_steps=1, keep_workspace=True)
+    assert (over.tier, over.max_steps, over.keep_workspace) == ("sim-ultrafast", 1, True)
+    assert (base.max_steps, base.keep_workspace) == (5, False)
+    assert api.RunConfig() == api.configure()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        base.max_steps = 2  # type: ignore[misc]
+
+
+async def test_a_config_given_to_run_task_reaches_the_run(tmp_path: Path) -> None:
+    """run_task(config=...): its tier, trace folder, step limit and event sink are the run's."""
+    seen: list[RunEvent] = []
+    config = agentloop.RunConfig(
+        tier="sim-ultrafast", trace_dir=tmp_path / "here", max_steps=2, events=seen.append
+    )
+    result = await agentloop.run_task(_task(tmp_path), config=config)
+    assert ("budget", 2) == (result.status, result.steps)
+    trace = load_trace(result.trace_path or "")
+    assert Path(result.trace_path or "").parent == tmp_path / "here"
+    assert (2, "sim-ultrafast") == (trace.header["limits"]["max_steps"], trace.run.tier.name)
+    assert "run_end" == seen[-1].kind and result.run_id == seen[-1].run_id
+
+
+async def test_a_keyword_wins_over_the_config_s_field(tmp_path: Path) -> None:
+    """run_task(config=..., max_steps=...): the keyword is the run's limit, the rest the config's."""
+    config = agentloop.RunConfig(tier="sim-ultrafast", trace_dir=tmp_path, max_steps=1)
+    result = await agentloop.run_task(_task(tmp_path), config=config, max_steps=3)
+    assert ("ok", 3) == (result.status, result.steps)
+
+
+async def test_a_config_given_to_start_run_reaches_the_run(tmp_path: Path) -> None:
+    """start_run(config=...): the handle's run has the config's limit, and the config's own
+    sink sees the events the handle sees."""
+    mine: list[str] = []
+    config = agentloop.RunConfig(
+        tier="sim-ultrafast",
+        trace_dir=tmp_path,
+        max_steps=1,
+        events=lambda e: mine.append(e.kind),
+    )
+    handle = await agentloop.start_run(_task(tmp_path), config=config)
+    kinds = [e.kind async for e in handle.events()]
+    result = await handle
+    assert ("budget", 1) == (result.status, result.steps)
+    assert kinds == mine and "run_end" == kinds[-1]
+
+
+async def test_run_and_trace_takes_a_config(tmp_path: Path) -> None:
+    """agentloop.testing.run_and_trace(config=...) runs with it and writes where it says."""
+    config = agentloop.RunConfig(tier="sim-ultrafast", trace_dir=tmp_path / "t", max_steps=2)
+    result, trace = await run_and_trace(_task(tmp_path), config=config)
+    assert (2, 2) == (result.steps, trace.header["limits"]["max_steps"])
+    assert Path(result.trace_path or "").parent == tmp_path / "t"
+
+
+async def test_a_config_given_to_a_suite_reaches_every_run(tmp_path: Path) -> None:
+    """run_suite(config=...): every run has the config's limit, and the config's sink sees
+    each run's events (the suite's traces folder is still the suite's)."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    _task(tasks, "a")
+    _task(tasks, "b")
+    ends: list[str] = []
+    config = agentloop.RunConfig(
+        tier="sim-ultrafast",
+        trace_dir=tmp_path / "ignored",
+        max_steps=2,
+        events=lambda e: ends.append(e.run_id) if e.kind == "run_end" else None,
+    )
+    suite = await run_suite([tasks], tmp_path / "out", config=config, repeat=2)
+    assert [2] * 4 == [r.steps for r in suite.runs]
+    limits = [
+        load_trace(tmp_path / "out" / str(r.trace)).header["limits"]["max_steps"]
+        for r in suite.runs
+    ]
+    assert [2] * 4 == limits
+    assert 4 == len(set(ends))
+    assert not (tmp_path / "ignored").exists()
