@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,27 @@ def load_for_analysis(path: Path) -> Trace:
     trace = load_quickly(path)
     gc.freeze()
     return trace
+
+
+@contextlib.contextmanager
+def analysis_status(path: Path) -> Iterator[None]:
+    """While a big trace without a valid cache is read and checked (seconds to a minute), a
+    live status line on a terminal's stderr (rich), as a run shows its progress; nothing when
+    stderr is not a terminal, the trace is small or its cache is fresh."""
+    from agentloop.analysis import store
+
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0
+    if size < store.COLUMNAR_BYTES or not sys.stderr.isatty() or store.is_fresh(path):
+        yield
+        return
+    from rich.console import Console
+
+    what = f"reading {path.name} ({size / 1e6:,.0f} MB): every record checked, once"
+    with Console(stderr=True).status(f"{what}; the columns are cached for the next question"):
+        yield
 
 
 def emit_json(data: dict[str, Any]) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.analysis.graph import build_graph
-from agentloop.analysis.whatif import Scenario, render_whatif, whatif, whatif_json
-from agentloop.commands.report import emit_json, load_for_analysis
+from agentloop.analysis.whatif import Scenario, WhatIf, render_whatif, whatif, whatif_json
+from agentloop.commands.report import analysis_status, emit_json, load_for_analysis
 from agentloop.config.tiers import get_tier, load_tiers, require_profile
 from agentloop.errors import ConfigError
 
@@ -65,13 +65,25 @@ async def main(args: argparse.Namespace) -> int:
         scenario = Scenario.tier(tier.name, require_profile(tier))
     else:
         scenario = Scenario.multipliers(args.speedup, args.prefill_speedup)
-    trace = await asyncio.to_thread(load_for_analysis, args.trace)
-    result = whatif(build_graph(trace), scenario)
+    result = await asyncio.to_thread(_whatif_file, args.trace, scenario)
     if args.json:
         emit_json(whatif_json(result))
     else:
         print(render_whatif(result))
     return 0
+
+
+def _whatif_file(path: Path, scenario: Scenario) -> WhatIf:
+    """A big trace on its columns (cached beside it), a small one with the loops: one result."""
+    from agentloop.analysis import store
+
+    with analysis_status(path):
+        columns = store.columns_for_analysis(path)
+    if columns is not None:
+        from agentloop.analysis import vector, vwhatif
+
+        return vwhatif.whatif(vector.build(columns), scenario)
+    return whatif(build_graph(load_for_analysis(path)), scenario)
 
 
 async def _suite(args: argparse.Namespace) -> int:

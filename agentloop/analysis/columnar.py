@@ -1,0 +1,156 @@
+"""A checked trace's spans as columns (numpy arrays): what the analysis reads, made once.
+
+:func:`columns_of` takes a trace the checked reader loaded and its flat :class:`Graph`, and keeps
+per span (index = recorded start order, as in the Graph) what every analysis needs: parent and
+``after`` indices (already cleaned of unknown and forward ids, the notes kept in ``problems``),
+kind, name, instants, status, the step label, the tool category and queue time, and each model
+span's attribution (:mod:`agentloop.analysis.attribution`) and token counts. The arrays are the
+in-memory form; :mod:`agentloop.analysis.store` keeps them as a Parquet file beside the trace,
+and :mod:`agentloop.analysis.vector` analyses them without a Python object per span.
+
+Nothing here re-checks a trace: the values come from the checked reader and the Graph builder,
+so what the cache holds was checked once, and the same formulas made it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from agentloop.analysis.flat import Graph
+from agentloop.trace.attrs import STEP
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+B = npt.NDArray[np.bool_]
+
+# model span columns, in ModelParts order (tps and timed are kept apart: float and bool)
+PART_COLUMNS = (
+    "base_ns",
+    "reasoning_ns",
+    "decode_ns",
+    "tail_ns",
+    "wait_ns",
+    "retry_ns",
+    "overhead_ns",
+    "input_tokens",
+    "reasoning_tokens",
+    "visible_tokens",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """One trace's spans as parallel arrays (index = recorded start order) plus its header.
+
+    ``header`` / ``end`` are the run header and end record as written; ``problems`` the
+    reader's notes and the Graph builder's (unknown or forward ids); ``is_model`` marks the
+    finished childless model spans the analysis re-times (the Graph's ``models``); ``parts``
+    holds their attribution in :data:`PART_COLUMNS` order (zero elsewhere).
+    """
+
+    header: dict[str, Any]
+    end: dict[str, Any] | None
+    problems: tuple[str, ...]
+    ids: pa.Array  # strings; the string columns stay Arrow arrays (read a few when needed)
+    kinds: pa.Array
+    names: pa.Array
+    statuses: pa.Array
+    step_label: pa.Array  # a step span's label (its step attribute, else its name), else null
+    tool_category: pa.Array  # a finished tool span's category (tool:<name>), else null
+    parent: I64  # -1 for a root
+    after_off: I64  # span i's after indices are after_idx[after_off[i]:after_off[i + 1]]
+    after_idx: I64
+    t0: I64
+    t1: I64  # spans in flight end at the trace's end instant
+    in_flight: B
+    queued_ns: I64  # tool spans: the recorded wait for max_parallel_tools
+    is_model: B
+    parts: I64  # shape (n, len(PART_COLUMNS))
+    output_tps: F64
+    timed: B
+    cached_tokens: I64
+    end_ns: int
+    tools_by_name: bool  # every tool span name books one category (see vector.tally)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def complete(self) -> bool:
+        return self.end is not None
+
+
+def columns_of(g: Graph) -> Columns:
+    """The columns of a Graph built from a checked trace (:func:`agentloop.analysis.graph.
+    build_graph`); in-flight spans keep the Graph's end instant."""
+    trace, spans, n = g.trace, g.spans, len(g)
+    after_len = np.fromiter(map(len, g.after), np.int64, n)
+    after_off = np.zeros(n + 1, np.int64)
+    np.cumsum(after_len, out=after_off[1:])
+    flat = [j for a in g.after for j in a]
+    parts = np.zeros((n, len(PART_COLUMNS)), np.int64)
+    tps = np.zeros(n, np.float64)
+    timed = np.zeros(n, np.bool_)
+    cached = np.zeros(n, np.int64)
+    is_model = np.zeros(n, np.bool_)
+    if g.models:
+        mi = np.fromiter(g.models, np.int64, len(g.models))
+        ms = list(g.models.values())
+        is_model[mi] = True
+        parts[mi] = np.array([m[:10] for m in ms], np.int64).reshape(len(ms), len(PART_COLUMNS))
+        tps[mi] = [m.output_tps for m in ms]
+        timed[mi] = [m.timed for m in ms]
+        cached[mi] = [m.cached_tokens for m in ms]
+    from agentloop.analysis.attribution import tool_category
+
+    kinds = g.kinds
+    cats = [
+        tool_category(s.name, s.tool) if k == "tool" and s.t1 is not None else None
+        for s, k in zip(spans, kinds, strict=True)
+    ]
+    by_name: dict[str, str] = {}
+    for nm, cat in zip(g.names, cats, strict=True):
+        if cat is not None and by_name.setdefault(nm, cat) != cat:
+            break
+    else:
+        by_name = {}
+    return Columns(
+        header=trace.header,
+        end=trace.end,
+        problems=(*trace.problems, *g.problems),
+        ids=pa.array(g.ids, pa.string()),
+        kinds=pa.array(kinds, pa.string()).dictionary_encode(),
+        names=pa.array(g.names, pa.string()),
+        statuses=pa.array([s.status for s in spans], pa.string()).dictionary_encode(),
+        step_label=pa.array(
+            [
+                None
+                if k != "step"
+                else str(v)
+                if (v := s.start_attrs.get(STEP)) is not None
+                else s.name
+                for s, k in zip(spans, kinds, strict=True)
+            ],
+            pa.string(),
+        ),
+        tool_category=pa.array(cats, pa.string()).dictionary_encode(),
+        parent=np.array(g.parent, np.int64),
+        after_off=after_off,
+        after_idx=np.array(flat, np.int64),
+        t0=np.array(g.t0, np.int64),
+        t1=np.array(g.t1, np.int64),
+        in_flight=np.array(g.in_flight, np.bool_),
+        queued_ns=np.array([0 if s.tool is None else s.tool.queued_ns for s in spans], np.int64),
+        is_model=is_model,
+        parts=parts,
+        output_tps=tps,
+        timed=timed,
+        cached_tokens=cached,
+        end_ns=g.end_ns,
+        tools_by_name=not by_name,
+    )

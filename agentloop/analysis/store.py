@@ -1,0 +1,238 @@
+"""The columnar cache of a trace: a Parquet file beside it, made once, checked before each use.
+
+``run.jsonl`` gets ``.agentloop-cache/run.jsonl.parquet`` in its folder. The JSONL stays the
+crash-safe record and the source of truth; the cache holds its :class:`Columns`, made by the
+checked reader and the Graph builder, so what it holds was checked once.
+
+A cache is used only when its metadata names the same source (size, modification time, and a
+digest of the file's first and last 64 KiB), the same cache layout (:data:`CACHE_VERSION`) and
+the same agentloop version, and when it reads back whole (Parquet page checksums) with arrays
+that fit together (lengths, offsets, indices in range). Anything else (the JSONL grew or was
+edited, a version bump, a truncated or garbled file) makes it stale: it is rebuilt from the
+JSONL, never trusted. A folder the cache cannot be written to costs the rebuild every time,
+nothing more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from agentloop._version import __version__
+from agentloop.analysis.columnar import PART_COLUMNS, Columns, columns_of
+
+CACHE_VERSION = "1"
+CACHE_DIR = ".agentloop-cache"
+COLUMNAR_BYTES = 4 << 20  # traces from this size on are analysed on columns (about 10,000 spans)
+_EDGE = 64 * 1024  # bytes of the source's head and tail in its digest
+_META = b"agentloop.columns"
+
+
+def cache_path(trace: Path) -> Path:
+    """Where the cache of ``trace`` lives."""
+    return trace.parent / CACHE_DIR / (trace.name + ".parquet")
+
+
+def source_key(trace: Path) -> dict[str, Any]:
+    """What a cache must have been made from: the source's size, mtime and edge digest, the
+    layout and the agentloop version."""
+    st = trace.stat()
+    h = hashlib.blake2b(digest_size=16)
+    with trace.open("rb") as f:
+        h.update(f.read(_EDGE))
+        if st.st_size > _EDGE:
+            f.seek(max(_EDGE, st.st_size - _EDGE))
+            h.update(f.read(_EDGE))
+    return {
+        "layout": CACHE_VERSION,
+        "agentloop": __version__,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "digest": h.hexdigest(),
+    }
+
+
+def to_table(c: Columns, key: dict[str, Any]) -> pa.Table:
+    """The columns as one Arrow table; header, end record, problems and ``key`` in its
+    schema metadata."""
+    n = len(c)
+    after = pa.ListArray.from_arrays(pa.array(c.after_off, pa.int32()), pa.array(c.after_idx))
+    cols: dict[str, Any] = {
+        "id": c.ids,
+        "kind": c.kinds,
+        "name": c.names,
+        "status": c.statuses,
+        "step_label": c.step_label,
+        "tool_category": c.tool_category,
+        "parent": pa.array(c.parent),
+        "after": after,
+        "t0": pa.array(c.t0),
+        "t1": pa.array(c.t1),
+        "in_flight": pa.array(c.in_flight),
+        "queued_ns": pa.array(c.queued_ns),
+        "is_model": pa.array(c.is_model),
+    }
+    for k, name in enumerate(PART_COLUMNS):
+        cols[name] = pa.array(c.parts[:, k] if n else np.zeros(0, np.int64))
+    cols["output_tps"] = pa.array(c.output_tps)
+    cols["timed"] = pa.array(c.timed)
+    cols["cached_tokens"] = pa.array(c.cached_tokens)
+    meta = {
+        "key": key,
+        "header": c.header,
+        "end": c.end,
+        "problems": list(c.problems),
+        "end_ns": c.end_ns,
+        "tools_by_name": c.tools_by_name,
+    }
+    return pa.table(cols).replace_schema_metadata({_META: orjson.dumps(meta)})
+
+
+def from_table(t: pa.Table) -> Columns:
+    """Columns from a cache table; ValueError/KeyError/TypeError when its arrays do not fit."""
+    meta = orjson.loads((t.schema.metadata or {})[_META])
+    n = t.num_rows
+
+    def ints(name: str) -> np.ndarray:
+        a = np.asarray(t.column(name).combine_chunks().to_numpy(), np.int64)
+        if len(a) != n:
+            raise ValueError(name)
+        return a
+
+    def bools(name: str) -> np.ndarray:
+        return np.asarray(t.column(name).combine_chunks().to_numpy(zero_copy_only=False), bool)
+
+    after = t.column("after").combine_chunks()
+    after_off = np.asarray(after.offsets, np.int64)
+    after_idx = np.asarray(after.values, np.int64)
+    parent = ints("parent")
+    idx = np.arange(n)
+    owner = np.repeat(idx, np.diff(after_off))
+    if (
+        after_off[0] != 0
+        or (np.diff(after_off) < 0).any()
+        or after_off[-1] != len(after_idx)
+        or ((parent < -1) | (parent >= idx)).any()
+        or ((after_idx < 0) | (after_idx >= owner)).any()
+    ):
+        raise ValueError("indices out of range")
+    t0, t1 = ints("t0"), ints("t1")
+    if (t1 < t0).any():
+        raise ValueError("a span ends before it starts")
+    parts = np.stack([ints(nm) for nm in PART_COLUMNS], axis=1) if n else np.zeros((0, 10))
+    end = meta["end"]
+    return Columns(
+        header=meta["header"],
+        end=end,
+        problems=tuple(meta["problems"]),
+        ids=t.column("id").combine_chunks(),
+        kinds=t.column("kind").combine_chunks(),
+        names=t.column("name").combine_chunks(),
+        statuses=t.column("status").combine_chunks(),
+        step_label=t.column("step_label").combine_chunks(),
+        tool_category=t.column("tool_category").combine_chunks(),
+        parent=parent,
+        after_off=after_off,
+        after_idx=after_idx,
+        t0=t0,
+        t1=t1,
+        in_flight=bools("in_flight"),
+        queued_ns=ints("queued_ns"),
+        is_model=bools("is_model"),
+        parts=parts.astype(np.int64),
+        output_tps=np.asarray(t.column("output_tps").to_numpy(), np.float64),
+        timed=bools("timed"),
+        cached_tokens=ints("cached_tokens"),
+        end_ns=int(meta["end_ns"]),
+        tools_by_name=bool(meta["tools_by_name"]),
+    )
+
+
+def is_fresh(trace: Path) -> bool:
+    """Whether ``trace`` has a cache made from it as it is now (its key only: cheap)."""
+    try:
+        meta = orjson.loads(pq.read_schema(cache_path(trace)).metadata[_META])
+        return bool(meta.get("key") == source_key(trace))
+    except (OSError, pa.ArrowException, KeyError, TypeError, orjson.JSONDecodeError):
+        return False
+
+
+def read_cache(trace: Path) -> Columns | None:
+    """The cached columns of ``trace``; None when there are none, or they are stale or
+    damaged (the caller rebuilds)."""
+    path = cache_path(trace)
+    try:
+        key = source_key(trace)
+        t = pq.read_table(path, page_checksum_verification=True)
+        meta = orjson.loads((t.schema.metadata or {})[_META])
+        if meta.get("key") != key:
+            return None
+        return from_table(t)
+    except (OSError, pa.ArrowException, KeyError, ValueError, TypeError, orjson.JSONDecodeError):
+        return None
+
+
+def write_cache(trace: Path, c: Columns, key: dict[str, Any]) -> Path | None:
+    """Write the cache of ``trace`` made from the source ``key`` names (taken before reading
+    it, so a trace that grew meanwhile is stale next time), atomically: a reader sees the old
+    file or the new one. None when its folder cannot be written."""
+    path = cache_path(trace)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(exist_ok=True)
+        pq.write_table(to_table(c, key), tmp, write_page_checksum=True, compression="zstd")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return None
+    return path
+
+
+def load_columns(trace: Path) -> Columns:
+    """The columns of ``trace``: from a valid cache, else through the checked reader (a bad
+    trace raises its TraceFileError), writing the cache for next time."""
+    c = read_cache(trace)
+    if c is not None:
+        return c
+    from agentloop.analysis.graph import build_graph, gc_paused, load_quickly
+
+    try:
+        key = source_key(trace)
+    except OSError:
+        key = None
+    with gc_paused():  # a million spans alive: see gc_paused
+        c = columns_of(build_graph(load_quickly(trace)))  # a missing file: the reader's message
+    if key is not None:
+        write_cache(trace, c, key)
+    return c
+
+
+def columns_for_analysis(trace: Path) -> Columns | None:
+    """The columns of a trace big enough for the vectorised analysis to pay (a valid cache, or
+    one made now), else None: the caller analyses it with the loops."""
+    try:
+        big = trace.stat().st_size >= COLUMNAR_BYTES or cache_path(trace).is_file()
+    except OSError:
+        return None  # the checked reader says what is wrong with the path
+    if not big:
+        return None
+    c = load_columns(trace)
+    return c if c.tools_by_name else None
+
+
+def cache_trace(trace: str | Path) -> None:
+    """Make the cache of a finished run's trace (the run-end hook); never raises for a trace
+    that cannot be read or a folder that cannot be written: the JSONL is the record."""
+    from agentloop.errors import TraceFileError
+
+    with contextlib.suppress(TraceFileError, OSError):
+        load_columns(Path(trace))

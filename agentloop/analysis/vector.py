@@ -1,0 +1,324 @@
+"""The graph, the forward re-timing pass and the critical path on numpy arrays (big traces).
+
+The same analysis as :mod:`agentloop.analysis.graph` and :mod:`agentloop.analysis.passes`, over
+:class:`agentloop.analysis.columnar.Columns` instead of one Python object per span, with the
+same results to the nanosecond (``tests/test_columnar.py`` compares them field by field).
+
+Positions are those of :mod:`agentloop.analysis.flat` (``2i`` span i's start, ``2i + 1`` its
+end, ``2n`` the run's start). Every position's instant is its weight plus the latest of its
+candidates: a start's are its parent's start and its ``after`` spans' ends (weight: the recorded
+start gap), a leaf's end its own start (weight: its duration), a parent's end its children's
+ends (weight: the recorded close gap). Ties go to the last candidate in that order, as in the
+loops. The forward pass is a longest-path problem solved by policy iteration: take each
+position's recorded winner, sum the weights along those links by pointer doubling (log2 of the
+depth rounds over whole arrays), and where some candidate now ends later switch to it and sum
+again; a recorded run's winners are mostly still the winners, so one or two rounds do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, TOOL_QUEUE
+from agentloop.analysis.columnar import I64, B, Columns
+
+
+@dataclass(frozen=True, slots=True)
+class VGraph:
+    """Columns flattened for the passes: candidate lists per position, gaps, recorded links."""
+
+    c: Columns
+    cand_off: I64  # position v's candidates are cand_idx[cand_off[v]:cand_off[v + 1]]
+    cand_idx: I64
+    cand_pos: I64  # the position each candidate entry belongs to
+    is_leaf: B
+    start_gap: I64
+    close_gap: I64  # 0 for a leaf
+    back_link: I64  # per position: the recorded critical path's next position back
+    step_at: I64  # per position: the step span owning it, -1 at run level
+    roots: I64
+    start_ns: int
+    run_end_gap: int
+    recorded_dur: I64
+    queue: I64
+    models: I64  # indices of the re-timed model spans, ascending
+    tool_code: I64  # per span: index of its tool category in tool_names, -1 for none
+    tool_names: list[str]
+
+    def __len__(self) -> int:
+        return len(self.c)
+
+    @property
+    def end_ns(self) -> int:
+        return self.c.end_ns
+
+    @property
+    def measured_ns(self) -> int:
+        return self.c.end_ns - self.start_ns
+
+
+def _seg_max(vals: I64, off: I64) -> I64:
+    """Max of each non-empty segment ``vals[off[k]:off[k + 1]]``."""
+    return np.maximum.reduceat(vals, off[:-1]) if len(vals) else np.zeros(0, np.int64)
+
+
+def _last_argmax(V: I64, vg_off: I64, cand: I64) -> I64:
+    """Per position: the last candidate whose instant is the latest (ties to the later one)."""
+    ev = V[cand]
+    top = _seg_max(ev, vg_off)
+    cnt = np.diff(vg_off)
+    slot = np.where(ev == np.repeat(top, cnt), np.arange(len(cand)), -1)
+    return cand[np.maximum.reduceat(slot, vg_off[:-1])]
+
+
+def build(c: Columns) -> VGraph:
+    """Flatten columns for the passes (what :func:`agentloop.analysis.graph.build_graph` works
+    out per span, in whole-array operations)."""
+    n = len(c)
+    sent = 2 * n
+    par = c.parent
+    idx = np.arange(n, dtype=np.int64)
+    has_par = par >= 0
+    kids_of = par[has_par]
+    n_kids = np.bincount(kids_of, minlength=n).astype(np.int64)
+    is_leaf = n_kids == 0
+    alen = np.diff(c.after_off)
+    cnt = np.empty(sent, np.int64)
+    cnt[0::2] = 1 + alen
+    cnt[1::2] = np.where(is_leaf, 1, n_kids)
+    off = np.zeros(sent + 1, np.int64)
+    np.cumsum(cnt, out=off[1:])
+    cand = np.empty(int(off[-1]), np.int64)
+    cand[off[0:-1:2]] = np.where(has_par, 2 * par, sent)
+    if len(c.after_idx):
+        owner = np.repeat(idx, alen)
+        rank = np.arange(len(c.after_idx)) - c.after_off[owner]
+        cand[off[2 * owner] + 1 + rank] = 2 * c.after_idx + 1
+    leaf_ends = off[1::2][is_leaf]
+    cand[leaf_ends] = 2 * idx[is_leaf]
+    kids = idx[has_par]  # ascending, so each parent's children come in index order
+    if len(kids):
+        order = np.argsort(kids_of, kind="stable")
+        kids, kp = kids[order], kids_of[order]
+        first = np.zeros(n, np.int64)
+        np.cumsum(n_kids[:-1], out=first[1:])
+        cand[off[2 * kp + 1] + np.arange(len(kids)) - first[kp]] = 2 * kids + 1
+    V0 = np.empty(sent + 1, np.int64)
+    V0[0:-1:2], V0[1::2], V0[sent] = c.t0, c.t1, 0
+    top = _seg_max(V0[cand], off)
+    start_gap = c.t0 - top[0::2]
+    close_gap = np.where(is_leaf, 0, c.t1 - top[1::2])
+    roots = idx[~has_par]
+    start_ns = int(c.t0[roots].min()) if len(roots) else 0
+    V0[sent] = start_ns  # the path sees the run's start
+    back = _last_argmax(V0, off, cand)
+    is_step = kind_is(c, "step")
+    step_of = np.where(is_step, idx, -1)
+    while True:  # a span's step is its own (a step) or its parent's: one round per tree level
+        nxt = np.where(is_step, idx, np.where(has_par, step_of[np.maximum(par, 0)], -1))
+        if np.array_equal(nxt, step_of):
+            break
+        step_of = nxt
+    tc = c.tool_category
+    if not isinstance(tc, pa.DictionaryArray):
+        tc = tc.dictionary_encode()
+    sop = np.empty(sent + 1, np.int64)
+    sop[0::2][:n], sop[1::2], sop[sent] = step_of, step_of, -1
+    return VGraph(
+        c=c,
+        cand_off=off,
+        cand_idx=cand,
+        cand_pos=np.repeat(np.arange(sent, dtype=np.int64), cnt),
+        is_leaf=is_leaf,
+        start_gap=start_gap,
+        close_gap=close_gap,
+        back_link=np.append(back, sent - 1),
+        step_at=sop,
+        roots=roots,
+        start_ns=start_ns,
+        run_end_gap=c.end_ns - int(c.t1[roots].max()) if len(roots) else 0,
+        recorded_dur=c.t1 - c.t0,
+        queue=np.maximum(0, np.minimum(c.queued_ns, start_gap)),
+        models=idx[c.is_model],
+        tool_code=np.asarray(tc.indices.fill_null(-1), np.int64),
+        tool_names=tc.dictionary.to_pylist(),
+    )
+
+
+def _weights(vg: VGraph, dur: I64) -> I64:
+    w = np.zeros(2 * len(vg) + 1, np.int64)
+    w[0:-1:2] = vg.start_gap
+    w[1::2] = np.where(vg.is_leaf, dur, vg.close_gap)
+    return w
+
+
+def _sum_links(links: I64, w: np.ndarray) -> np.ndarray:
+    """Per position: the weights summed along ``links`` down to the run's start (pointer
+    doubling; ``w`` may hold several weight columns)."""
+    sent = len(links) - 1
+    acc = w.copy()
+    acc[sent] = 0
+    anc = links.copy()
+    anc[sent] = sent
+    while not (anc == sent).all():
+        acc += acc[anc]
+        anc = anc[anc]
+    return acc
+
+
+def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
+    """The forward pass (:func:`agentloop.analysis.passes.retime_flat`'s V, the run's start at
+    0) for each of ``durs``, by policy iteration from the recorded links."""
+    sent = 2 * len(vg)
+    W = np.stack([_weights(vg, d) for d in durs], axis=1)
+    links = vg.back_link.copy()
+    links[sent] = sent
+    Vs = _sum_links(links, W)
+    out = []
+    for j in range(len(durs)):
+        V, pol, w = Vs[:, j].copy(), links, W[:, j]
+        while True:
+            top = _seg_max(V[vg.cand_idx], vg.cand_off)
+            worse = top > V[pol[:-1]]
+            if not worse.any():
+                break
+            pol = pol.copy()
+            pol[:-1][worse] = _last_argmax(V, vg.cand_off, vg.cand_idx)[worse]
+            V = _sum_links(pol, w)
+        out.append(V)
+    return out
+
+
+def run_end(vg: VGraph, V: I64) -> int:
+    """The run's new end: its latest root's end plus the recorded gap to the end record."""
+    if not len(vg.roots):
+        return vg.end_ns
+    return int(V[2 * vg.roots + 1].max()) + vg.run_end_gap
+
+
+def path_links(vg: VGraph, V: I64) -> I64:
+    """The critical path's links for instants V (the run's start at 0 in V): as
+    :func:`agentloop.analysis.passes.retime_path` links them."""
+    Vp = V.copy()
+    Vp[-1] = vg.start_ns
+    return np.append(_last_argmax(Vp, vg.cand_off, vg.cand_idx), len(V) - 2)
+
+
+def on_path(vg: VGraph, V: I64, links: I64) -> I64:
+    """Positions on the critical path from the latest root's end back (the run's start not
+    included), ascending: the chain of ``links`` from there, by pointer doubling."""
+    sent = len(V) - 1
+    v0 = 2 * int(vg.roots[int(np.argmax(V[2 * vg.roots + 1]))]) + 1
+    seen = np.zeros(sent + 1, np.bool_)
+    seen[v0] = seen[sent] = True  # the run's start: where every chain ends
+    members = np.array([v0], np.int64)
+    jump = links.copy()
+    jump[sent] = sent
+    while True:  # members: the chain's first 2^k positions; one chain has no repeats
+        nxt = jump[members]
+        new = nxt[~seen[nxt]]
+        if not len(new):
+            break
+        seen[new] = True
+        members = np.concatenate([members, new])
+        jump = jump[jump]
+    seen[sent] = False
+    return np.flatnonzero(seen)
+
+
+def tally(
+    vg: VGraph, V: I64, links: I64, dur: I64, total: int, parts: I64 | None
+) -> tuple[dict[str, int], dict[int, int]]:
+    """Critical-path ns per category and per step (:func:`agentloop.analysis.breakdown.
+    path_tally`); ``parts``: re-timed (base, reasoning, decode) per model span (rows in
+    ``vg.models`` order), None as measured."""
+    c = vg.c
+    if not len(vg.roots):
+        return {FRAMEWORK: total - vg.start_ns}, {-1: total - vg.start_ns}
+    pos = on_path(vg, V, links)
+    Vp = V.copy()
+    Vp[-1] = vg.start_ns
+    v0 = 2 * int(vg.roots[int(np.argmax(V[2 * vg.roots + 1]))]) + 1
+    owner = vg.step_at[pos]
+    seg = Vp[pos] - Vp[links[pos]]
+    keys, inv = np.unique(owner, return_inverse=True)
+    sums = np.zeros(len(keys), np.int64)
+    np.add.at(sums, inv, seg)
+    steps = dict(zip(keys.tolist(), sums.tolist(), strict=True))
+    steps[-1] = steps.get(-1, 0) + total - int(Vp[v0])
+    ends = pos[(pos & 1) == 1]
+    leaves = ends[vg.is_leaf[ends >> 1]] >> 1
+    leaf_ns = dur[leaves]
+    gap_ns = total - vg.start_ns - int(leaf_ns.sum())
+    cats: dict[str, int] = {}
+    model_row = np.searchsorted(vg.models, leaves)
+    is_m = c.is_model[leaves]
+    others, other_ns = leaves[~is_m], leaf_ns[~is_m]
+    fl = c.in_flight[others]
+    if fl.any():
+        cats[IN_FLIGHT] = int(other_ns[fl].sum())
+    codes = vg.tool_code[others[~fl]]
+    if len(codes):
+        sums = np.zeros(len(vg.tool_names) + 1, np.int64)
+        np.add.at(sums, codes + 1, other_ns[~fl])
+        for k in np.unique(codes).tolist():
+            name = FRAMEWORK if k < 0 else vg.tool_names[k]
+            cats[name] = cats.get(name, 0) + int(sums[k + 1])
+    rows = model_row[is_m]
+    if len(rows):
+        ms = c.parts[vg.models[rows]]
+        new = ms[:, 0:3] if parts is None else parts[rows]
+        for k, name in enumerate(("base", "reasoning", "decode")):
+            cats[name] = int(new[:, k].sum())
+        for k, name in ((3, "tail"), (4, "wait"), (5, "retry"), (6, "overhead")):
+            cats[name] = int(ms[:, k].sum())
+    queued = int(vg.queue[leaves].sum())
+    if queued:
+        cats[TOOL_QUEUE] = queued
+    cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + gap_ns - queued
+    return cats, steps
+
+
+def kind_is(c: Columns, kind: str) -> B:
+    """Per span: whether its kind is ``kind``."""
+    return np.asarray(pc.equal(c.kinds, kind).fill_null(False), np.bool_)
+
+
+def pair_ends(vg: VGraph, A: I64, Bv: I64) -> tuple[int, int] | None:
+    """:func:`agentloop.analysis.passes.retime_pair`'s verdict from the two passes' instants:
+    the run's ends at x = 0 and x = 1 when no max changed hands between them, else None."""
+    c = vg.c
+    n = len(vg)
+    sent = 2 * n
+    A, Bv = A.copy(), Bv.copy()
+    A[sent] = Bv[sent] = 0
+    alen = np.diff(c.after_off)
+    has = np.flatnonzero(alen > 0)
+    if len(has):  # candidates in order: each must compare at both ends with the max so far
+        first = vg.cand_off[2 * has]
+        sa, sb = A[vg.cand_idx[first]], Bv[vg.cand_idx[first]]
+        for k in range(1, int(alen.max()) + 1):
+            live = alen[has] >= k
+            x = vg.cand_idx[first[live] + k]
+            ea, eb, a0, b0 = A[x], Bv[x], sa[live], sb[live]
+            if ((ea > a0) & (eb < b0)).any() or ((ea < a0) & (eb > b0)).any():
+                return None
+            sa[live], sb[live] = np.maximum(a0, ea), np.maximum(b0, eb)
+    ends = np.flatnonzero(~vg.is_leaf)
+    if len(ends):  # some child must end last at both ends
+        ca, cb = A[vg.cand_idx], Bv[vg.cand_idx]
+        hit = (ca == np.repeat(_seg_max(ca, vg.cand_off), np.diff(vg.cand_off))) & (
+            cb == np.repeat(_seg_max(cb, vg.cand_off), np.diff(vg.cand_off))
+        )
+        if not np.logical_or.reduceat(hit, vg.cand_off[:-1])[2 * ends + 1].all():
+            return None
+    if not len(vg.roots):
+        return (vg.end_ns, vg.end_ns)
+    ra, rb = A[2 * vg.roots + 1], Bv[2 * vg.roots + 1]
+    if not ((ra == ra.max()) & (rb == rb.max())).any():
+        return None
+    return int(ra.max()) + vg.run_end_gap, int(rb.max()) + vg.run_end_gap

@@ -1,0 +1,125 @@
+"""What-if re-timing on columns: :func:`agentloop.analysis.whatif.whatif` for big traces.
+
+The rule, the formulas and the result are :mod:`agentloop.analysis.whatif`'s; only the work is
+done on arrays (:mod:`agentloop.analysis.vector`). A tier's speed model is asked once per
+distinct (input, reasoning, visible, cached) token count, not once per model call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pyarrow as pa
+
+from agentloop.analysis.breakdown import category_order
+from agentloop.analysis.columnar import I64
+from agentloop.analysis.vector import VGraph, pair_ends, path_links, run_end, solve, tally
+from agentloop.analysis.whatif import CURVE_K, Contribution, Scenario, WhatIf
+
+
+def new_parts(vg: VGraph, sc: Scenario) -> I64:
+    """New (base, reasoning, decode) ns per re-timed model span (rows in ``vg.models`` order),
+    as :func:`agentloop.analysis.whatif.new_parts`."""
+    c = vg.c
+    m = vg.models
+    measured = c.parts[m, 0:3]
+    prof = sc.profile
+    if prof is not None:
+        out = measured.copy()
+        timed = c.timed[m]
+        keys = np.stack([c.parts[m, 7], c.parts[m, 8], c.parts[m, 9], c.cached_tokens[m]], axis=1)[
+            timed
+        ]
+        if len(keys):
+            uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+            vals = [prof.parts(*row) for row in uniq.tolist()]
+            table = np.array(
+                [[round(b * 1e9), round(r * 1e9), round(d * 1e9)] for b, r, d in vals], np.int64
+            )
+            out[timed] = table[inv.reshape(-1)]
+        return out
+    k, p = sc.speedup, sc.prefill_speedup
+    base = measured[:, 0]
+    if math.isinf(k):
+        return np.stack([_div(base, p), base * 0, base * 0], axis=1)
+    if k == 1 and p == 1:
+        return measured.copy()
+    return np.stack([_div(base, p), _div(measured[:, 1], k), _div(measured[:, 2], k)], axis=1)
+
+
+def _div(a: I64, x: float) -> I64:
+    """``round(v / x)`` for each v, as Python rounds a float (half to even)."""
+    return np.rint(a.astype(np.float64) / x).astype(np.int64)
+
+
+def durations(vg: VGraph, parts: I64) -> I64:
+    """Leaf durations with the model spans' base, reasoning and decode replaced."""
+    dur = vg.recorded_dur.copy()
+    m = vg.models
+    dur[m] += parts.sum(axis=1) - vg.c.parts[m, 0:3].sum(axis=1)
+    return dur
+
+
+def _k_durations(vg: VGraph, p: float, k: float) -> I64:
+    return durations(vg, new_parts(vg, Scenario("k", speedup=k, prefill_speedup=p)))
+
+
+def predict_ns(vg: VGraph, sc: Scenario) -> int:
+    """End-to-end time (ns) of the run re-timed under ``sc``."""
+    (V,) = solve(vg, [durations(vg, new_parts(vg, sc))])
+    return run_end(vg, V) - vg.start_ns
+
+
+def whatif(vg: VGraph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> WhatIf:
+    """Re-time ``vg`` under ``sc``: the same :class:`WhatIf` as the loops give."""
+    parts = new_parts(vg, sc)
+    dur = durations(vg, parts)
+    p = 1.0 if sc.profile is not None else sc.prefill_speedup
+    V, A, Bv = solve(vg, [dur, _k_durations(vg, p, math.inf), _k_durations(vg, p, 1)])
+    end = run_end(vg, V)
+    ends = pair_ends(vg, A, Bv)
+    links = path_links(vg, V)
+    new_cats, new_steps = tally(vg, V, links, dur, end, parts)
+    rec = np.empty(2 * len(vg) + 1, np.int64)
+    rec[0:-1:2], rec[1::2], rec[-1] = vg.c.t0, vg.c.t1, vg.start_ns
+    old_cats, old_steps = tally(vg, rec, vg.back_link, vg.recorded_dur, vg.end_ns, None)
+    if ends is not None:
+        t_inf, t_one = ends[0] - vg.start_ns, ends[1] - vg.start_ns
+        ceiling = t_inf
+        points = tuple((float(k), round(t_inf + (t_one - t_inf) / k)) for k in curve)
+    else:
+        ceiling = predict_ns(vg, Scenario("ceiling", speedup=math.inf, prefill_speedup=p))
+        points = tuple(
+            (float(k), predict_ns(vg, Scenario("curve", speedup=k, prefill_speedup=p)))
+            for k in curve
+        )
+    cats = tuple(
+        Contribution(c, old_cats.get(c, 0), new_cats.get(c, 0))
+        for c in category_order(set(old_cats) | set(new_cats))
+    )
+    step_ids = sorted(old_steps.keys() | new_steps.keys())
+    named = [i for i in step_ids if i >= 0]
+    labels = iter(vg.c.step_label.take(pa.array(named, pa.int64())).to_pylist())
+    steps = tuple(
+        map(
+            Contribution,
+            ["run" if i < 0 else str(next(labels)) for i in step_ids],
+            map(old_steps.get, step_ids, itertools.repeat(0)),
+            map(new_steps.get, step_ids, itertools.repeat(0)),
+        )
+    )
+    m = vg.models
+    return WhatIf(
+        sc,
+        vg.measured_ns,
+        end - vg.start_ns,
+        ceiling,
+        cats,
+        steps,
+        points,
+        vg.c.complete,
+        int(vg.c.parts[m, 7].sum()),
+        int(vg.c.cached_tokens[m].sum()),
+    )

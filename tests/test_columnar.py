@@ -1,0 +1,275 @@
+"""The columnar path (cache, arrays, vectorised passes) gives today's results, field by field."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from agentloop.analysis import store, vector, vwhatif
+from agentloop.analysis.breakdown import path_tally
+from agentloop.analysis.columnar import Columns, columns_of
+from agentloop.analysis.flat import Graph, interleave
+from agentloop.analysis.graph import build_graph
+from agentloop.analysis.synthetic import (
+    StepSpec,
+    TraceBuilder,
+    agent_lines,
+    model_attrs,
+    sequential_run,
+)
+from agentloop.analysis.whatif import Scenario, whatif
+from agentloop.config.tiers import SpeedProfile
+from agentloop.trace.reader import Trace, load_trace, parse_lines
+
+S = 1_000_000_000
+MS = 1_000_000
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = sorted((ROOT / "traces" / "reference").glob("*.jsonl"))
+
+
+def side_by_side(after_order: tuple[str, ...], tool_s: int = 2) -> Trace:
+    """A model call and a tool side by side, then a tool after both (in ``after_order``)."""
+    b = TraceBuilder()
+    run = b.start("run", "invoke_agent demo", 0)
+    st = b.start("step", "step 1", 0, run, step=1)
+    m = b.start("model", "chat demo", 0, st)
+    tl = b.start("tool", "execute_tool t", 0, st)
+    b.end(tl, tool_s * S, **{"gen_ai.tool.name": "t"})
+    b.end(m, 3 * S, **model_attrs(0, 1 * S, 0, 121, 60.0))
+    ids = {"m": m, "t": tl}
+    x = b.start("tool", "execute_tool x", 3 * S, st, [ids[k] for k in after_order])
+    b.end(x, 4 * S, **{"gen_ai.tool.name": "x"})
+    b.end(st, 4 * S)
+    b.end(run, 4 * S)
+    b.finish(4 * S)
+    return b.trace()
+
+
+def killed() -> Trace:
+    """Step 1 finished; step 2's model call was in flight when the run was killed."""
+    b = sequential_run([StepSpec(300 * MS, visible=61, tools=(("read", 500 * MS),))], finish=False)
+    run = b.records[1]["id"]
+    st = b.start("step", "step 2", 1807 * MS, run, ["s2"], step=2)
+    b.start("model", "chat demo", 1808 * MS, st, ["s4"], step=2)
+    return b.trace()
+
+
+def failed_for_good() -> Trace:
+    b = TraceBuilder()
+    run = b.start("run", "invoke_agent demo", 0)
+    st = b.start("step", "step 1", 0, run, step=1)
+    m = b.start("model", "chat demo", 0, st, step=1)
+    b.end(m, 2 * S, status="error", error="ModelRetryError: retries outlasted")
+    b.end(st, 2 * S, status="error")
+    b.end(run, 2 * S, status="error")
+    b.finish(2 * S, status="error")
+    return b.trace()
+
+
+def odd_edges() -> Trace:
+    """An ``after`` naming an unknown span and one naming a later span, a childless step."""
+    b = TraceBuilder()
+    run = b.start("run", "invoke_agent demo", 0)
+    st = b.start("step", "step 1", 1 * MS, run, step=1)
+    m = b.start("model", "chat demo", 2 * MS, st, ["nope"], step=1)
+    t1 = b.start("tool", "execute_tool a", 3 * MS, st, [m, "s9"], step=1)
+    b.end(m, 900 * MS, **model_attrs(5 * MS, 100 * MS, 40, 50, 60.0))
+    b.end(t1, 950 * MS, **{"gen_ai.tool.name": "a"})
+    b.end(st, 960 * MS)
+    empty = b.start("step", "warm-up", 970 * MS, run, [st])
+    b.end(empty, 980 * MS)
+    b.end(run, 990 * MS)
+    b.finish(995 * MS)
+    return b.trace()
+
+
+SHAPES: dict[str, Callable[[], Trace]] = {
+    "agent": lambda: parse_lines(list(agent_lines(40))),
+    "agent, 5 tools": lambda: parse_lines(list(agent_lines(25, tools_per_step=5))),
+    "parallel": lambda: sequential_run(
+        [
+            StepSpec(300 * MS, visible=61, tools=(("a", 1 * S), ("b", 3 * S), ("c", 3 * S))),
+            StepSpec(300 * MS, visible=2, reasoning=30, tools=(("a", 1 * S),)),
+            StepSpec(200 * MS, visible=1, tools=(("b", 10 * MS),)),
+        ]
+    ).trace(),
+    "retries": lambda: sequential_run(
+        [StepSpec(300 * MS, visible=61, attempts=((500 * MS, 1 * S),), tail_ns=3 * MS)]
+    ).trace(),
+    "changes hands": lambda: side_by_side(("m", "t")),
+    "tie": lambda: side_by_side(("t", "m"), tool_s=3),
+    "killed": killed,
+    "failed for good": failed_for_good,
+    "odd edges": odd_edges,
+    "empty": lambda: TraceBuilder().trace(),
+    **{f"reference {p.stem}": (lambda p=p: load_trace(p)) for p in REFERENCE},
+}
+SCENARIOS = [
+    Scenario.tier("ultra", SpeedProfile(0.2, 100_000, 750)),
+    Scenario.tier("slow", SpeedProfile(1.5, 2_000, 20)),
+    Scenario.multipliers(4),
+    Scenario.multipliers(3, 2),
+    Scenario.multipliers(1),
+    Scenario.multipliers(math.inf),
+]
+
+
+def test_the_reference_traces_are_in_the_parity_set():
+    """The shapes include every reference trace (a glob that found none would test nothing)."""
+    assert len(REFERENCE) >= 2
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_vectorised_whatif_equals_the_loops(name):
+    """Every field of every scenario's WhatIf is the same from the arrays as from the loops."""
+    g = build_graph(SHAPES[name]())
+    vg = vector.build(columns_of(g))
+    for sc in SCENARIOS:
+        assert whatif(g, sc) == vwhatif.whatif(vg, sc), sc.label
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_vectorised_graph_equals_the_builder(name):
+    """Gaps, recorded links, steps, queue times and the recorded path's tally are the Graph's."""
+    g = build_graph(SHAPES[name]())
+    vg = vector.build(columns_of(g))
+    n = len(g)
+    assert vg.start_gap.tolist() == g.start_gap
+    assert vg.close_gap.tolist() == [g.close_gap.get(i, 0) for i in range(n)]
+    assert vg.back_link[:-1].tolist() == g.back_link[:-1]
+    assert vg.step_at.tolist() == g.step_at
+    assert vg.queue.tolist() == g.queue
+    assert (vg.start_ns, vg.end_ns, vg.run_end_gap) == (g.start_ns, g.end_ns, g.run_end_gap)
+    assert vg.models.tolist() == sorted(g.models)
+    V = interleave(g.t0, g.t1, g.start_ns)
+    loops = path_tally(g, V, g.back_link, g.recorded_dur, g.end_ns, None)
+    rec = vector.np.array(V, vector.np.int64)
+    assert loops == vector.tally(vg, rec, vg.back_link, vg.recorded_dur, vg.end_ns, None)
+
+
+@pytest.mark.parametrize("name", ["agent", "parallel", "changes hands", "killed"])
+def test_vectorised_forward_pass_equals_retime(name):
+    """Every instant of the array pass is the loop's, for a scenario that reorders branches."""
+    from agentloop.analysis.passes import retime_flat
+    from agentloop.analysis.whatif import durations, new_parts
+
+    g = build_graph(SHAPES[name]())
+    vg = vector.build(columns_of(g))
+    for sc in SCENARIOS:
+        dur = durations(g, new_parts(g, sc))
+        V, end = retime_flat(g, dur)
+        (VA,) = vector.solve(vg, [vector.np.array(dur, vector.np.int64)])
+        assert (VA[:-1].tolist(), vector.run_end(vg, VA)) == (V[:-1], end)
+
+
+def _same(a: Columns, b: Columns) -> None:
+    for f in Columns.__dataclass_fields__:
+        x, y = getattr(a, f), getattr(b, f)
+        if hasattr(x, "tolist"):
+            assert x.tolist() == y.tolist(), f
+        else:
+            assert x == y, f
+
+
+@pytest.fixture
+def trace_file(tmp_path: Path) -> Path:
+    p = tmp_path / "run.jsonl"
+    p.write_bytes(b"".join(line + b"\n" for line in agent_lines(30)))
+    return p
+
+
+def test_cache_is_written_once_and_read_back_whole(trace_file: Path):
+    """The first analysis writes the cache; the next one reads the same columns from it."""
+    assert store.read_cache(trace_file) is None
+    first = store.load_columns(trace_file)
+    assert store.cache_path(trace_file).is_file()
+    cached = store.read_cache(trace_file)
+    assert cached is not None
+    _same(first, cached)
+    _same(columns_of(build_graph(load_trace(trace_file))), cached)
+
+
+def test_a_trace_that_grew_makes_its_cache_stale(trace_file: Path):
+    """Appending to the JSONL (a run still going) makes the cache stale; it is rebuilt."""
+    store.load_columns(trace_file)
+    lines = trace_file.read_bytes().splitlines()
+    trace_file.write_bytes(b"\n".join(lines[:-1]) + b"\n")  # the end record not yet written
+    assert store.read_cache(trace_file) is None
+    c = store.load_columns(trace_file)
+    assert not c.complete and store.read_cache(trace_file) is not None
+
+
+def test_an_edit_that_keeps_size_and_mtime_is_still_caught(trace_file: Path):
+    """Same size, same modification time, different bytes at the end: stale."""
+    store.load_columns(trace_file)
+    st = trace_file.stat()
+    data = bytearray(trace_file.read_bytes())
+    i = data.rindex(b'"ok"')
+    data[i : i + 4] = b'"no"'
+    trace_file.write_bytes(bytes(data))
+    os.utime(trace_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert store.read_cache(trace_file) is None
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbled", "emptied"])
+def test_a_damaged_cache_is_rebuilt_not_trusted(trace_file: Path, damage: str):
+    """A truncated, byte-flipped or empty cache file is refused, and the next load rebuilds it."""
+    good = store.load_columns(trace_file)
+    path = store.cache_path(trace_file)
+    data = bytearray(path.read_bytes())
+    if damage == "truncated":
+        data = data[: len(data) // 2]
+    elif damage == "garbled":
+        for i in range(len(data) // 4, len(data) // 2, 97):
+            data[i] ^= 0x5A
+    else:
+        data = bytearray()
+    path.write_bytes(bytes(data))
+    assert store.read_cache(trace_file) is None
+    _same(good, store.load_columns(trace_file))
+    assert store.read_cache(trace_file) is not None
+
+
+def test_a_cache_made_by_another_layout_is_stale(trace_file: Path):
+    """A cache whose key names another layout version (or agentloop version) is not used."""
+    c = store.load_columns(trace_file)
+    key = store.source_key(trace_file)
+    store.write_cache(trace_file, c, {**key, "layout": "0"})
+    assert store.read_cache(trace_file) is None
+    store.write_cache(trace_file, c, {**key, "agentloop": "0.0.0"})
+    assert store.read_cache(trace_file) is None
+    store.write_cache(trace_file, c, key)
+    assert store.read_cache(trace_file) is not None
+
+
+def test_a_cache_with_indices_out_of_range_is_refused(trace_file: Path):
+    """Well-formed Parquet whose parent indices point forward is refused (indices checked)."""
+    c = store.load_columns(trace_file)
+    bad = Columns(**{f: getattr(c, f) for f in Columns.__dataclass_fields__})
+    bad.parent[1] = 5
+    store.write_cache(trace_file, bad, store.source_key(trace_file))
+    assert store.read_cache(trace_file) is None
+
+
+def test_an_unwritable_folder_still_analyses(tmp_path: Path):
+    """Where the cache cannot be written (its folder's name is taken by a file), the columns
+    come from the JSONL each time."""
+    p = tmp_path / "run.jsonl"
+    p.write_bytes(b"".join(line + b"\n" for line in agent_lines(5)))
+    (tmp_path / store.CACHE_DIR).write_text("not a folder")
+    c = store.load_columns(p)
+    assert len(c) == 1 + 5 * 5 and store.read_cache(p) is None
+
+
+def test_the_cache_gives_the_same_whatif_as_the_jsonl(trace_file: Path):
+    """A whatif from the cached columns equals the loops' from the JSONL."""
+    store.load_columns(trace_file)
+    cached = store.read_cache(trace_file)
+    assert cached is not None
+    g: Graph = build_graph(load_trace(trace_file))
+    for sc in SCENARIOS:
+        assert whatif(g, sc) == vwhatif.whatif(vector.build(cached), sc)
