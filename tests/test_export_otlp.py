@@ -101,7 +101,7 @@ def wait_for_spans(
 
 
 def trace_hex(path: Path) -> str:
-    return format(SpanMapper(load_trace(path).header).trace_id, "032x")
+    return format(SpanMapper(load_trace(path).run).trace_id, "032x")
 
 
 def test_cli_export_reaches_phoenix_with_names_attributes_and_tree(phoenix: str) -> None:

@@ -27,7 +27,8 @@ LAYERS: list[set[str]] = [
     {"analysis"},  # reading recorded traces: attribution, critical path, what-if, compare
     {"loop"},  # the agent loop
     {"clients", "sandbox", "sim"},  # the model's side, the commands' side, the simulator
-    {"config", "trace"},  # untrusted files in, typed values out; the trace format
+    {"config"},  # untrusted files in, typed values out (a tier summarised as the trace writes it)
+    {"trace"},  # the trace format: typed records written and read
     {"model"},  # the facts of a model call: speed, timing, tokens, prices, local servers
     {"log", "loopback", "protocols"},
     {"errors", "events", "redact", "script", "_version"},

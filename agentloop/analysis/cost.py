@@ -12,6 +12,7 @@ from typing import Any
 
 from agentloop.model.prices import CATEGORIES, Prices, cost_parts
 from agentloop.trace import attrs as A
+from agentloop.trace.reader import Trace
 
 
 def _tokens(attrs: Mapping[str, Any], key: str) -> int:
@@ -51,10 +52,9 @@ def breakdown(model_attrs: Iterable[Mapping[str, Any]], prices: Prices | None) -
     return CostBreakdown(sum(cats.values()), cats, steps, True, prices.placeholder)
 
 
-def of_trace(trace: Any) -> CostBreakdown:
+def of_trace(trace: Trace) -> CostBreakdown:
     """A loaded trace's cost: its model spans at the prices its header's tier recorded."""
-    prices = Prices.from_summary((trace.header.get("tier") or {}).get("prices"))
-    return breakdown((s.attrs for s in trace.of_kind("model")), prices)
+    return breakdown((s.attrs for s in trace.of_kind("model")), trace.run.tier.prices)
 
 
 def render(b: CostBreakdown) -> str:

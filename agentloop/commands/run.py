@@ -173,9 +173,9 @@ WHATIF_K = 11.0
 def faster_tier(trace: Any, tiers: dict[str, Tier] | None) -> Tier | None:
     """The fastest tier (output tok/s) faster than the run's; a tie goes to the same kind
     (simulated or not) as the run's tier, then to the name."""
-    recorded = trace.header.get("tier") or {}
-    own_tps = float(((recorded.get("profile") or {}).get("output_tps")) or 0)
-    simulated = recorded.get("base_url") == "sim"
+    recorded = trace.run.tier
+    own_tps = recorded.profile.output_tps if recorded.profile is not None else 0.0
+    simulated = recorded.simulated
     faster = [
         t
         for t in (tiers or {}).values()

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agentloop.config.tiers import Tier, parse_tiers
 from agentloop.errors import TaskFileError, TierFileError
 from agentloop.script import ScriptTurn
+from agentloop.trace.header import LimitsRecord
 
 
 class _ToolCallModel(BaseModel):
@@ -121,6 +122,17 @@ class Limits:
     max_parallel_tools: int = 4
     tool_timeout_s: float = 120.0
     max_cost_usd: float | None = None  # USD at the tier's prices (agentloop/model/prices.py)
+
+    def record(self) -> LimitsRecord:
+        """The limits as a trace header records them."""
+        return {
+            "max_steps": self.max_steps,
+            "max_output_tokens": self.max_output_tokens,
+            "timeout_s": self.timeout_s,
+            "max_parallel_tools": self.max_parallel_tools,
+            "tool_timeout_s": self.tool_timeout_s,
+            "max_cost_usd": self.max_cost_usd,
+        }
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from agentloop.model.prices import Prices
 from agentloop.model.speed import (
     SpeedProfile as SpeedProfile,  # THE speed model: agentloop.model.speed
 )
+from agentloop.trace.header import ProfileRecord, TierRecord
 
 SIM = "sim"  # base_url of the embedded simulator
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -65,9 +66,9 @@ class Tier:
     def simulated(self) -> bool:
         return self.base_url == SIM
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> TierRecord:
         """The tier as written into a trace header (no secrets: only the variable's name)."""
-        return {
+        out: TierRecord = {
             "name": self.name,
             "base_url": self.base_url,
             "model": self.model,
@@ -75,27 +76,21 @@ class Tier:
             "api_key_env": self.api_key_env,
             "options": public_options(self.options),
             "stall_timeout_s": self.stall_timeout_s,
-            **(
-                {"first_token_timeout_s": self.first_token_timeout_s}
-                if self.first_token_timeout_s is not None
-                else {}
-            ),
-            "max_attempts": self.max_attempts,
-            "profile": profile_dict(self.profile) if self.profile is not None else None,
-            "prices": self.prices.summary() if self.prices is not None else None,
-            **({"context_window": self.context_window} if self.context_window else {}),
-            **(
-                {
-                    "local": {
-                        "model": self.local.model,
-                        "ctx_size": self.local.ctx_size,
-                        "threads": self.local.threads,
-                    }
-                }
-                if self.local
-                else {}
-            ),
-        }
+        }  # then one by one, in the order traces have always had
+        if self.first_token_timeout_s is not None:
+            out["first_token_timeout_s"] = self.first_token_timeout_s
+        out["max_attempts"] = self.max_attempts
+        out["profile"] = profile_dict(self.profile) if self.profile is not None else None
+        out["prices"] = self.prices.summary() if self.prices is not None else None
+        if self.context_window:
+            out["context_window"] = self.context_window
+        if self.local:
+            out["local"] = {
+                "model": self.local.model,
+                "ctx_size": self.local.ctx_size,
+                "threads": self.local.threads,
+            }
+        return out
 
 
 def public_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -429,10 +424,10 @@ def _fmt_number(x: float) -> str:
     return f"{x:.4g}" if "e" not in f"{x:.4g}" else f"{x:.6f}"
 
 
-def profile_dict(profile: SpeedProfile) -> dict[str, float]:
+def profile_dict(profile: SpeedProfile) -> ProfileRecord:
     """The profile as a trace header / JSON writes it; the optional speed-model fields only
     when set, so old readers see the three fields they know."""
-    out = {
+    out: ProfileRecord = {
         "base_latency_s": profile.base_latency_s,
         "prefill_tps": profile.prefill_tps,
         "output_tps": profile.output_tps,
@@ -448,9 +443,12 @@ def profile_dict(profile: SpeedProfile) -> dict[str, float]:
 
 def _profile_values(profile: SpeedProfile) -> list[tuple[str, str]]:
     """The profile's fields as a tiers file writes them (rounded, optional ones when set)."""
-    d = profile_dict(profile)
     digits = {"base_latency_s": 3, "output_tps": 1, "tpot_ms_per_1k": 3, "prefill_ms_per_1k": 3}
-    return [(k, _fmt_number(round(v, digits.get(k, 0)))) for k, v in d.items()]
+    return [
+        (k, _fmt_number(round(v, digits.get(k, 0))))
+        for k, v in profile_dict(profile).items()
+        if isinstance(v, int | float)  # every value is one (a TypedDict types its items object)
+    ]
 
 
 def profile_line(profile: SpeedProfile) -> str:

@@ -125,9 +125,8 @@ def _curve(w: WhatIf, marks: dict[str, tuple[float, float]] | None = None) -> st
 
 
 def _tps(trace: Trace) -> float:
-    prof = (trace.header.get("tier") or {}).get("profile") or {}
-    v = prof.get("output_tps")
-    return float(v) if isinstance(v, int | float) and v > 0 else 0.0
+    prof = trace.run.tier.profile
+    return prof.output_tps if prof is not None else 0.0
 
 
 def _header_notes(trace: Trace) -> list[str]:
@@ -137,7 +136,7 @@ def _header_notes(trace: Trace) -> list[str]:
             f'<p class="warn">Incomplete trace: the run did not finish; '
             f"{len(trace.in_flight)} span(s) in flight (dashed outline).</p>"
         )
-    if trace.header.get("inferred"):
+    if trace.run.inferred:
         out.append(
             '<p class="warn">Imported trace: dependency edges are inferred, and what '
             "the spans did not record (first-token time, reasoning split) is unknown."

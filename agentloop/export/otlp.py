@@ -44,7 +44,7 @@ from agentloop.errors import ConfigError, ExportError
 from agentloop.redact import redactor, secret_values
 from agentloop.trace import attrs as A
 from agentloop.trace.reader import SpanRecord, Trace
-from agentloop.trace.schema import SpanEvent
+from agentloop.trace.schema import RunHeader, SpanEvent
 
 SCOPE = InstrumentationScope("agentloop", __version__)
 MAX_ATTR_CHARS = 8_000  # long outputs are cut: a collector is not an archive of the run
@@ -84,10 +84,9 @@ def _id(run_id: str, salt: str, nbytes: int) -> int:
     return v or 1  # an all-zero id is invalid in OTLP
 
 
-def _epoch_ns(header: Mapping[str, Any]) -> int:
-    wall = (header.get("clock") or {}).get("wall")
+def _epoch_ns(header: RunHeader) -> int:
     try:
-        dt = datetime.fromisoformat(str(wall))
+        dt = datetime.fromisoformat(header.wall)
     except ValueError:
         return 0
     return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
@@ -104,25 +103,25 @@ def _scalar(v: Any) -> Any:
     return orjson.dumps(v, option=orjson.OPT_NON_STR_KEYS).decode()[:MAX_ATTR_CHARS]
 
 
-def resource_for(header: Mapping[str, Any]) -> Resource:
+def resource_for(header: RunHeader) -> Resource:
     """The run's resource: agentloop, the task, the tier with its model and speed profile."""
-    tier = header.get("tier") or {}
-    prof = tier.get("profile") or {}
+    tier, prof = header.tier, header.tier.profile
     attrs: dict[str, Any] = {
         "service.name": "agentloop",
         "service.version": __version__,
-        "service.instance.id": str(header.get("run_id", "")),
-        "agentloop.run_id": str(header.get("run_id", "")),
-        "agentloop.task.name": str((header.get("task") or {}).get("name", "?")),
-        "agentloop.tier.name": str(tier.get("name", "?")),
-        "agentloop.tier.model": str(tier.get("model", "?")),
-        "agentloop.tier.api": str(tier.get("api", "?")),
+        "service.instance.id": header.run_id,
+        "agentloop.run_id": header.run_id,
+        "agentloop.task.name": header.task.name,
+        "agentloop.tier.name": tier.name,
+        "agentloop.tier.model": tier.model or "?",
+        "agentloop.tier.api": tier.api or "?",
     }
-    for k in ("base_latency_s", "prefill_tps", "output_tps"):
-        if isinstance(prof.get(k), int | float):
-            attrs[f"agentloop.tier.profile.{k}"] = float(prof[k])
-    if header.get("inferred"):
-        attrs["agentloop.inferred"] = _scalar(header["inferred"])
+    if prof is not None:
+        attrs["agentloop.tier.profile.base_latency_s"] = prof.base_latency_s
+        attrs["agentloop.tier.profile.prefill_tps"] = prof.prefill_tps
+        attrs["agentloop.tier.profile.output_tps"] = prof.output_tps
+    if header.inferred:
+        attrs["agentloop.inferred"] = _scalar(header.inferred)
     # Resource(...), not Resource.create: create runs the SDK's resource detectors (threads,
     # process and host probing: 1.6 ms per run measured) for facts a trace does not hold
     return Resource(attrs)
@@ -131,8 +130,8 @@ def resource_for(header: Mapping[str, Any]) -> Resource:
 class SpanMapper:
     """Turns one run's span records into SDK spans (built once per run, then per span)."""
 
-    def __init__(self, header: Mapping[str, Any], scrub: Any = None) -> None:
-        self.run_id = str(header.get("run_id") or "agentloop")
+    def __init__(self, header: RunHeader, scrub: Any = None) -> None:
+        self.run_id = header.run_id or "agentloop"
         self.trace_id = _id(self.run_id, "trace", 16)
         self.epoch = _epoch_ns(header)
         self.resource = resource_for(header)
@@ -243,7 +242,7 @@ class SpanMapper:
 
 def trace_spans(trace: Trace) -> list[ReadableSpan]:
     """Every span of a loaded trace as an SDK span (in flight ones end at the last instant)."""
-    m = SpanMapper(trace.header)
+    m = SpanMapper(trace.run)
     end = trace.end_ns
     events: dict[str, list[SpanEvent]] = {}
     for ev in trace.events:

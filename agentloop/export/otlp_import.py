@@ -44,6 +44,7 @@ from agentloop._version import __version__
 from agentloop.errors import TraceFileError
 from agentloop.trace import attrs as A
 from agentloop.trace.fields import MAX_INSTANT_NS
+from agentloop.trace.header import TierRecord
 from agentloop.trace.schema import end_record, end_span_record, header_record, start_record
 
 MODEL_OPS = frozenset({"chat", "text_completion", "generate_content"})
@@ -318,7 +319,7 @@ def _pick_trace(spans: list[OtelSpan]) -> tuple[list[OtelSpan], list[str]]:
     return ranked[0], notes
 
 
-def import_otlp(path: str | Path, tier: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def import_otlp(path: str | Path, tier: TierRecord | None = None) -> list[dict[str, Any]]:
     """The agentloop trace records (header, spans, end) of the first agent run in an OTLP/JSON
     file. ``tier``: the tier the spans ran on, if the caller knows it (its summary, with the
     speed profile); else the tier is named after the model and its profile is unknown."""
@@ -365,7 +366,7 @@ def import_otlp(path: str | Path, tier: dict[str, Any] | None = None) -> list[di
         or run.name.removeprefix("invoke_agent").strip()
         or "agent"
     )
-    the_tier = tier or {
+    the_tier: TierRecord = tier or {
         "name": model_name,
         "base_url": "",
         "model": model_name,

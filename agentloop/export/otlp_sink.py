@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from agentloop.export.otlp import SpanMapper, exporter, quiet_sdk_logs, traces_endpoint
 from agentloop.log import get_logger
 from agentloop.trace.reader import SpanRecord
-from agentloop.trace.schema import SpanEvent
+from agentloop.trace.schema import SpanEvent, parse_header
 
 
 class _LogOnce(SpanExporter):
@@ -88,7 +88,8 @@ class OtlpSink:
     def write(self, record: dict[str, Any]) -> None:
         typ = record.get("type")
         if typ == "run":
-            self._mapper = SpanMapper(record, scrub=lambda r: r)  # records come redacted
+            # typed as a reader types it; records come redacted
+            self._mapper = SpanMapper(parse_header(record, "<live run>"), scrub=lambda r: r)
         elif typ == "span_start":
             self._open[record["id"]] = SpanRecord(
                 record["id"],

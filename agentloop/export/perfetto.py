@@ -64,12 +64,16 @@ def _args(b: Bar) -> dict[str, Any]:
 
 
 def _meta(tl: Timeline) -> list[dict[str, Any]]:
-    h = tl.trace.header
-    task = (h.get("task") or {}).get("name", "?")
-    tier = h.get("tier") or {}
-    end = tl.trace.end
-    status = end.get("status", "?") if end else "incomplete (in flight when the trace stopped)"
-    labels = f"status {status}; tier {tier.get('name', '?')} profile {tier.get('profile')}"
+    h, end = tl.trace.run, tl.trace.end_record
+    task, tier, prof = h.task.name, h.tier.name, h.tier.profile
+    status = end.status if end else "incomplete (in flight when the trace stopped)"
+    speed = (
+        f"base {prof.base_latency_s:g} s, prefill {prof.prefill_tps:g} tok/s, "
+        f"output {prof.output_tps:g} tok/s"
+        if prof is not None
+        else "unknown"
+    )
+    labels = f"status {status}; tier {tier} profile {speed}"
     ev: list[dict[str, Any]] = [
         {
             "ph": "M",
@@ -77,7 +81,7 @@ def _meta(tl: Timeline) -> list[dict[str, Any]]:
             "tid": 0,
             "ts": 0,
             "name": "process_name",
-            "args": {"name": f"agentloop {task} on {tier.get('name', '?')}"},
+            "args": {"name": f"agentloop {task} on {tier}"},
         },
         {
             "ph": "M",
@@ -212,16 +216,15 @@ def perfetto_events(tl: Timeline) -> list[dict[str, Any]]:
 def to_perfetto(trace: Trace) -> dict[str, Any]:
     """The whole Chrome trace-event JSON object for ``trace``."""
     tl = layout(trace)
-    h = trace.header
-    end = trace.end
+    h, end = trace.run, trace.end_record
     meta = {
         "agentloop": __version__,
-        "run_id": h.get("run_id"),
-        "task": (h.get("task") or {}).get("name"),
-        "tier": h.get("tier"),
-        "clock_wall": (h.get("clock") or {}).get("wall"),
+        "run_id": h.run_id,
+        "task": h.task.name,
+        "tier": h.raw.get("tier"),  # the recorded tier, copied whole as the trace holds it
+        "clock_wall": h.wall,
         "complete": trace.complete,
-        "status": end.get("status") if end else None,
+        "status": end.status if end else None,
         "end_to_end_s": tl.end_ns / 1e9,
         "in_flight": [s.id for s in trace.in_flight],
     }

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -163,7 +162,7 @@ class Runner:
                 {"name": s.name, "description": s.description, "parameters": s.parameters}
                 for s in self.specs
             ],
-            limits=dataclasses.asdict(self.task.limits),
+            limits=self.task.limits.record(),
             workspace=str(self.ctx.workspace),
             sandbox=self.ctx.jail.confinement if self.ctx.jail is not None else None,
         )

@@ -17,10 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 CATEGORIES = ("input", "cached_input", "reasoning", "output")
 PER = 1e6  # prices are per million tokens
+
+
+class PricesRecord(TypedDict):
+    """:class:`Prices` as a trace header's tier records them."""
+
+    input: float
+    cached_input: float
+    output: float
+    placeholder: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +41,7 @@ class Prices:
     output: float
     placeholder: bool = False
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> PricesRecord:
         """As written into a trace header's tier."""
         return {
             "input": self.input,

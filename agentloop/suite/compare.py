@@ -422,7 +422,7 @@ def suite_whatif(a_dir: Path, tier: Tier, concurrency: int | None = None) -> Sui
             f"(agentloop probe --tier {tier.name} --write measures one)"
         )
     sc = Scenario.tier(tier.name, tier.profile)
-    a_prices = Prices.from_summary((A.graphs[0].trace.header.get("tier") or {}).get("prices"))
+    a_prices = A.graphs[0].trace.run.tier.prices
     order = sorted(range(len(A.runs)), key=lambda i: A.runs[i].started_s)
     a_s = [g.measured_ns / 1e9 for g in A.graphs]
     p_s = [predict_ns(g, sc) / 1e9 for g in A.graphs]

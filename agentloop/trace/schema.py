@@ -18,28 +18,45 @@ discriminated by class (``isinstance``), each class standing for one value of th
 
 ``SCHEMA_VERSION`` is what the writer writes; ``READABLE_SCHEMAS`` what this reader accepts.
 Records are built as dicts for the sinks by :func:`header_record`, :func:`start_record`,
-:func:`end_span_record` and :func:`end_record`, so their shape is written down once.
+:func:`end_span_record` and :func:`end_record`, so their shape is written down once; the header's
+and the end record's fields are typed (:class:`~agentloop.trace.header.HeaderFields`,
+:class:`EndFields`), so a writer cannot drop or misname one. The header, typed both ways, lives
+in :mod:`agentloop.trace.header` and is re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, NamedTuple
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, NamedTuple, TypedDict, Unpack
 
-from agentloop.model.speed import SpeedProfile
-from agentloop.trace.fields import Where, instant, int_, json_kind, num, obj, opt_str, str_
-
-SCHEMA_VERSION = 1
-READABLE_SCHEMAS = frozenset({1})
+from agentloop.trace.fields import Where, instant, int_, json_kind, obj, str_
+from agentloop.trace.header import (
+    READABLE_SCHEMAS,
+    SCHEMA_VERSION,
+    HeaderFields,
+    LimitsInfo,
+    Profile,
+    RunHeader,
+    SandboxInfo,
+    TaskInfo,
+    TierInfo,
+    ToolInfo,
+    header_record,
+    parse_header,
+)
 
 __all__ = [
     "READABLE_SCHEMAS",
     "SCHEMA_VERSION",
+    "EndFields",
     "EndRecord",
+    "HeaderFields",
+    "LimitsInfo",
     "Profile",
     "Record",
     "RunHeader",
+    "SandboxInfo",
     "SpanEnd",
     "SpanEvent",
     "SpanStart",
@@ -54,131 +71,6 @@ __all__ = [
     "parse_record",
     "start_record",
 ]
-
-
-# -- the header --------------------------------------------------------------------------------
-
-
-# The recorded tier's speed profile (the trace header's ``tier.profile``): the speed model's own
-# record type, with the optional fields a trace carries only when set.
-Profile = SpeedProfile
-# its optional fields, each with whether it must be > 0 (a rate) or may be 0 (a slope)
-_OPTIONAL_PROFILE = {
-    "cached_prefill_tps": True,
-    "tpot_ms_per_1k": False,
-    "prefill_ms_per_1k": False,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class TaskInfo:
-    name: str
-    prompt: str = ""
-    system: str = ""
-    source: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TierInfo:
-    name: str
-    model: str = ""
-    base_url: str = ""
-    api: str = ""
-    profile: Profile | None = None  # None: an old or foreign trace without one
-
-
-@dataclass(frozen=True, slots=True)
-class ToolInfo:
-    name: str
-    description: str = ""
-    parameters: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class RunHeader:
-    """Line 1. ``raw`` keeps every field as written (fields added later ride along there)."""
-
-    type: ClassVar[Literal["run"]] = "run"
-    schema: int
-    run_id: str
-    task: TaskInfo
-    tier: TierInfo
-    tools: tuple[ToolInfo, ...]
-    workspace: str | None
-    wall: str
-    raw: dict[str, Any]
-
-
-def parse_header(rec: object, path: object) -> RunHeader:
-    """Check and type line 1 of a trace."""
-    w = Where(path, 1)
-    if type(rec) is not dict or rec.get("type") != "run":
-        w.fail("type", "missing the run header (field 'type' must be \"run\")")
-    schema = rec.get("schema")
-    if schema not in READABLE_SCHEMAS or type(schema) is not int:
-        w.fail(
-            "schema",
-            f"is {schema!r}; this agentloop reads schema "
-            f"{', '.join(map(str, sorted(READABLE_SCHEMAS)))}",
-        )
-    task = obj(w, rec, "task", "task")
-    tier = obj(w, rec, "tier", "tier")
-    prof = tier.get("profile")
-    profile = None
-    if prof is not None:
-        if type(prof) is not dict:
-            w.fail("tier.profile", f"must be an object, not {json_kind(prof)}")
-        profile = Profile(
-            num(w, prof, "base_latency_s", "tier.profile.base_latency_s"),
-            num(w, prof, "prefill_tps", "tier.profile.prefill_tps"),
-            num(w, prof, "output_tps", "tier.profile.output_tps", positive=True),
-            **{
-                k: num(w, prof, k, f"tier.profile.{k}", positive=positive)
-                for k, positive in _OPTIONAL_PROFILE.items()
-                if prof.get(k) is not None
-            },
-        )
-    tools = rec.get("tools") or []
-    if type(tools) is not list:
-        w.fail("tools", f"must be an array, not {json_kind(tools)}")
-    infos = []
-    for k, t in enumerate(tools):
-        if type(t) is not dict:
-            w.fail(f"tools[{k}]", f"must be an object, not {json_kind(t)}")
-        infos.append(
-            ToolInfo(
-                str_(w, t, "name", f"tools[{k}].name", None),
-                str_(w, t, "description", f"tools[{k}].description"),
-                obj(w, t, "parameters", f"tools[{k}].parameters"),
-            )
-        )
-    clock = obj(w, rec, "clock", "clock")
-    return RunHeader(
-        schema,
-        str_(w, rec, "run_id", "run_id"),
-        TaskInfo(
-            str_(w, task, "name", "task.name", "?"),
-            str_(w, task, "prompt", "task.prompt"),
-            str_(w, task, "system", "task.system"),
-            opt_str(w, task, "source", "task.source"),
-        ),
-        TierInfo(
-            str_(w, tier, "name", "tier.name", "?"),
-            str_(w, tier, "model", "tier.model"),
-            str_(w, tier, "base_url", "tier.base_url"),
-            str_(w, tier, "api", "tier.api"),
-            profile,
-        ),
-        tuple(infos),
-        opt_str(w, rec, "workspace", "workspace"),
-        str_(w, clock, "wall", "clock.wall"),
-        rec,
-    )
-
-
-def header_record(**fields: Any) -> dict[str, Any]:
-    """The run header as written (``schema`` and ``type`` filled in)."""
-    return {"type": "run", "schema": SCHEMA_VERSION, **fields}
 
 
 # -- span records --------------------------------------------------------------------------
@@ -259,7 +151,16 @@ def end_span_record(span_id: str, t: int, status: str, attrs: Mapping[str, Any])
     return {"type": "span_end", "id": span_id, "t": t, "status": status, "attrs": attrs}
 
 
-def end_record(status: str, t: int, **fields: Any) -> dict[str, Any]:
+class EndFields(TypedDict):
+    """What a writer gives :func:`end_record` besides the status and the instant."""
+
+    reason: str
+    steps: int
+    totals: dict[str, Any]  # output_tokens, elapsed_s
+    success: dict[str, Any] | None  # the success check's verdict; None: no check ran
+
+
+def end_record(status: str, t: int, **fields: Unpack[EndFields]) -> dict[str, Any]:
     return {"type": "end", "status": status, "t": t, **fields}
 
 

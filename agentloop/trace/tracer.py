@@ -10,11 +10,14 @@ from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Unpack
 
 from agentloop.protocols import SpanSink
 from agentloop.trace.attrs import ERROR
+from agentloop.trace.header import ClockRecord
 from agentloop.trace.schema import (
+    EndFields,
+    HeaderFields,
     end_record,
     end_span_record,
     event_record,
@@ -59,14 +62,14 @@ class Tracer:
         """A ``perf_counter_ns`` instant as run-clock ns."""
         return None if perf_ns is None else perf_ns - self.anchor_ns
 
-    def header(self, **fields: Any) -> None:
-        self.sink.write(
-            header_record(clock={"wall": self.anchor_wall.isoformat(), "unit": "ns"}, **fields)
-        )
+    def header(self, **fields: Unpack[HeaderFields]) -> None:
+        """Write the run header (line 1), its clock anchored at this tracer's start."""
+        clock: ClockRecord = {"wall": self.anchor_wall.isoformat(), "unit": "ns"}
+        self.sink.write(header_record(clock, **fields))
 
-    def end(self, status: str, **fields: Any) -> None:
-        fields.setdefault("t", self.now())
-        self.sink.write(end_record(status, **fields))
+    def end(self, status: str, t: int | None = None, **fields: Unpack[EndFields]) -> None:
+        """Write the end record (the last line), at ``t`` (default: now)."""
+        self.sink.write(end_record(status, self.now() if t is None else t, **fields))
 
     def event(self, span: Span, name: str, **attrs: Any) -> None:
         """Record a named instant inside the open ``span`` now (a ``span_event`` line, written

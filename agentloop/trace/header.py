@@ -1,0 +1,345 @@
+"""The trace's run header (line 1): the typed record its writers build, and the typed view read back.
+
+Writers build line 1 with :func:`header_record`, whose fields are the
+TypedDicts below (:class:`HeaderFields`: what a writer gives; the clock, type and schema are
+filled in), so a writer that forgets a field or misnames one fails mypy, not a reader months
+later. Readers get a :class:`RunHeader`: everything a report, an export, a cost tally or a suite
+needs (task, tier with profile and prices, tools, limits, sandbox, whether the spans' edges were
+inferred by an import) checked and typed once at load, so none of them reads the raw dict. ``raw`` keeps the
+record as written (fields added later ride along there).
+
+The records on disk are what agentloop has always written: a field a writer does not give is
+left out (``NotRequired``), not written as null.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, NotRequired, TypedDict, Unpack
+
+from agentloop.model.prices import Prices, PricesRecord
+from agentloop.model.speed import SpeedProfile
+from agentloop.trace.fields import Where, json_kind, num, obj, opt_str, str_
+
+SCHEMA_VERSION = 1
+READABLE_SCHEMAS = frozenset({1})
+
+
+# -- what a writer writes ------------------------------------------------------------------------
+
+
+class ClockRecord(TypedDict):
+    wall: str  # ISO wall-clock time of the run clock's 0, for display
+    unit: Literal["ns"]
+
+
+class TaskRecord(TypedDict):
+    name: str
+    prompt: str
+    system: str
+    source: str | None
+
+
+class ProfileRecord(TypedDict):
+    """A speed profile (:class:`~agentloop.model.speed.SpeedProfile`); optional fields only
+    when set, so old readers see the three they know."""
+
+    base_latency_s: float
+    prefill_tps: float
+    output_tps: float
+    cached_prefill_tps: NotRequired[float]
+    tpot_ms_per_1k: NotRequired[float]
+    prefill_ms_per_1k: NotRequired[float]
+
+
+class LocalRecord(TypedDict):
+    model: str
+    ctx_size: int
+    threads: int | None
+
+
+class TierRecord(TypedDict):
+    """The recorded tier (``Tier.summary()``): no secrets, only the key variable's name."""
+
+    name: str
+    base_url: str
+    model: str
+    api: str
+    api_key_env: str | None
+    options: dict[str, Any]  # extra header values redacted
+    stall_timeout_s: NotRequired[float]
+    first_token_timeout_s: NotRequired[float]
+    max_attempts: NotRequired[int]
+    profile: NotRequired[ProfileRecord | None]  # None (or absent): not measured
+    prices: NotRequired[PricesRecord | None]
+    context_window: NotRequired[int]
+    local: NotRequired[LocalRecord]
+
+
+class ToolRecord(TypedDict):
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON schema
+
+
+class LimitsRecord(TypedDict, total=False):
+    """The task's limits (``Limits.record()``); an imported trace has none (``{}``)."""
+
+    max_steps: int
+    max_output_tokens: int
+    timeout_s: float
+    max_parallel_tools: int
+    tool_timeout_s: float
+    max_cost_usd: float | None
+
+
+class ImportedRecord(TypedDict):
+    """Where an imported trace came from (``agentloop import``)."""
+
+    format: str
+    trace_id: str
+    service: Any
+    spans: int
+    notes: list[str]
+
+
+class HeaderFields(TypedDict):
+    """What a writer gives :func:`header_record` (or ``Tracer.header``)."""
+
+    run_id: str
+    agentloop: str  # the writer's version
+    task: TaskRecord
+    tier: TierRecord
+    tools: list[ToolRecord]
+    limits: LimitsRecord
+    workspace: NotRequired[str | None]
+    sandbox: NotRequired[dict[str, Any] | None]  # the jail's confinement; None: no jail
+    imported: NotRequired[ImportedRecord]
+    inferred: NotRequired[dict[str, Any]]  # what an import inferred (e.g. the edges)
+    unknown: NotRequired[list[str]]  # what an import could not know
+
+
+def header_record(clock: ClockRecord, **fields: Unpack[HeaderFields]) -> dict[str, Any]:
+    """Line 1 as written (``type``, ``schema`` and ``clock`` first): typed going in, a plain
+    record for the sinks coming out."""
+    return {"type": "run", "schema": SCHEMA_VERSION, "clock": clock, **fields}
+
+
+# -- what a reader gets --------------------------------------------------------------------------
+
+
+# The recorded tier's speed profile (the trace header's ``tier.profile``): the speed model's own
+# record type, with the optional fields a trace carries only when set.
+Profile = SpeedProfile
+# its optional fields, each with whether it must be > 0 (a rate) or may be 0 (a slope)
+_OPTIONAL_PROFILE = {
+    "cached_prefill_tps": True,
+    "tpot_ms_per_1k": False,
+    "prefill_ms_per_1k": False,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInfo:
+    name: str
+    prompt: str = ""
+    system: str = ""
+    source: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TierInfo:
+    name: str
+    model: str = ""
+    base_url: str = ""
+    api: str = ""
+    profile: Profile | None = None  # None: an old or foreign trace without one
+    prices: Prices | None = None  # None: the tier had no prices (or an old trace)
+    api_key_env: str | None = None
+
+    @property
+    def simulated(self) -> bool:
+        return self.base_url == "sim"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInfo:
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsInfo:
+    """The recorded limits; a field the trace does not record is None."""
+
+    max_steps: int | None = None
+    max_output_tokens: int | None = None
+    timeout_s: float | None = None
+    max_parallel_tools: int | None = None
+    tool_timeout_s: float | None = None
+    max_cost_usd: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxInfo:
+    """Where the run's commands ran (the jail's ``confinement``): its kind, and what was and
+    was not confined, in words."""
+
+    kind: str
+    jail: bool
+    confined: str = ""
+    not_confined: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunHeader:
+    """Line 1, typed. ``raw`` keeps every field as written (fields added later ride along)."""
+
+    type: ClassVar[Literal["run"]] = "run"
+    schema: int
+    run_id: str
+    task: TaskInfo
+    tier: TierInfo
+    tools: tuple[ToolInfo, ...]
+    workspace: str | None
+    wall: str
+    raw: dict[str, Any]
+    agentloop: str = ""  # the writer's version ("" in a foreign trace)
+    limits: LimitsInfo = LimitsInfo()
+    sandbox: SandboxInfo | None = None  # None: no jail, or an older trace
+    inferred: dict[str, Any] = field(default_factory=dict)  # what an import inferred ({}: none)
+
+
+def _profile(w: Where, prof: object) -> Profile | None:
+    if prof is None:
+        return None
+    if type(prof) is not dict:
+        w.fail("tier.profile", f"must be an object, not {json_kind(prof)}")
+    return Profile(
+        num(w, prof, "base_latency_s", "tier.profile.base_latency_s"),
+        num(w, prof, "prefill_tps", "tier.profile.prefill_tps"),
+        num(w, prof, "output_tps", "tier.profile.output_tps", positive=True),
+        **{
+            k: num(w, prof, k, f"tier.profile.{k}", positive=positive)
+            for k, positive in _OPTIONAL_PROFILE.items()
+            if prof.get(k) is not None
+        },
+    )
+
+
+def _prices(w: Where, p: object) -> Prices | None:
+    if not p:
+        return None
+    if type(p) is not dict:
+        w.fail("tier.prices", f"must be an object or null, not {json_kind(p)}")
+    placeholder = p.get("placeholder", False)
+    if type(placeholder) is not bool:
+        w.fail("tier.prices.placeholder", f"must be true or false, not {json_kind(placeholder)}")
+    return Prices(
+        num(w, p, "input", "tier.prices.input"),
+        num(w, p, "cached_input", "tier.prices.cached_input"),
+        num(w, p, "output", "tier.prices.output"),
+        placeholder,
+    )
+
+
+_LIMIT_KINDS: dict[str, type] = {
+    "max_steps": int,
+    "max_output_tokens": int,
+    "timeout_s": float,
+    "max_parallel_tools": int,
+    "tool_timeout_s": float,
+    "max_cost_usd": float,
+}
+
+
+def _limits(w: Where, rec: Mapping[str, Any]) -> LimitsInfo:
+    lim = obj(w, rec, "limits", "limits")
+    got: dict[str, Any] = {}
+    for k, kind in _LIMIT_KINDS.items():
+        v = lim.get(k)
+        if v is None:
+            continue
+        if kind is int and type(v) is not int:
+            w.fail(f"limits.{k}", f"must be an integer, not {json_kind(v)}")
+        got[k] = v if kind is int else num(w, lim, k, f"limits.{k}")
+    return LimitsInfo(**got)
+
+
+def _sandbox(w: Where, rec: Mapping[str, Any]) -> SandboxInfo | None:
+    if rec.get("sandbox") is None:
+        return None
+    sb = obj(w, rec, "sandbox", "sandbox")
+    jail = sb.get("jail", False)
+    if type(jail) is not bool:
+        w.fail("sandbox.jail", f"must be true or false, not {json_kind(jail)}")
+    return SandboxInfo(
+        str_(w, sb, "kind", "sandbox.kind", None),
+        jail,
+        str_(w, sb, "confined", "sandbox.confined"),
+        str_(w, sb, "not_confined", "sandbox.not_confined"),
+    )
+
+
+def _tools(w: Where, rec: Mapping[str, Any]) -> tuple[ToolInfo, ...]:
+    tools = rec.get("tools") or []
+    if type(tools) is not list:
+        w.fail("tools", f"must be an array, not {json_kind(tools)}")
+    infos = []
+    for k, t in enumerate(tools):
+        if type(t) is not dict:
+            w.fail(f"tools[{k}]", f"must be an object, not {json_kind(t)}")
+        infos.append(
+            ToolInfo(
+                str_(w, t, "name", f"tools[{k}].name", None),
+                str_(w, t, "description", f"tools[{k}].description"),
+                obj(w, t, "parameters", f"tools[{k}].parameters"),
+            )
+        )
+    return tuple(infos)
+
+
+def parse_header(rec: object, path: object) -> RunHeader:
+    """Check and type line 1 of a trace."""
+    w = Where(path, 1)
+    if type(rec) is not dict or rec.get("type") != "run":
+        w.fail("type", "missing the run header (field 'type' must be \"run\")")
+    schema = rec.get("schema")
+    if schema not in READABLE_SCHEMAS or type(schema) is not int:
+        w.fail(
+            "schema",
+            f"is {schema!r}; this agentloop reads schema "
+            f"{', '.join(map(str, sorted(READABLE_SCHEMAS)))}",
+        )
+    task = obj(w, rec, "task", "task")
+    tier = obj(w, rec, "tier", "tier")
+    clock = obj(w, rec, "clock", "clock")
+    return RunHeader(
+        schema,
+        str_(w, rec, "run_id", "run_id"),
+        TaskInfo(
+            str_(w, task, "name", "task.name", "?"),
+            str_(w, task, "prompt", "task.prompt"),
+            str_(w, task, "system", "task.system"),
+            opt_str(w, task, "source", "task.source"),
+        ),
+        TierInfo(
+            str_(w, tier, "name", "tier.name", "?"),
+            str_(w, tier, "model", "tier.model"),
+            str_(w, tier, "base_url", "tier.base_url"),
+            str_(w, tier, "api", "tier.api"),
+            _profile(w, tier.get("profile")),
+            _prices(w, tier.get("prices")),
+            opt_str(w, tier, "api_key_env", "tier.api_key_env"),
+        ),
+        _tools(w, rec),
+        opt_str(w, rec, "workspace", "workspace"),
+        str_(w, clock, "wall", "clock.wall"),
+        rec,
+        str_(w, rec, "agentloop", "agentloop"),
+        _limits(w, rec),
+        _sandbox(w, rec),
+        obj(w, rec, "inferred", "inferred"),
+    )
