@@ -1,6 +1,6 @@
 """The jail's init: PID 1 of a run's PID namespace, spawning each task command on request.
 
-Started by :mod:`agentloop.sandbox.jail` as ``python -I -S _jail_init.py FD`` inside bubblewrap
+Started by :mod:`agentloop.sandbox.bwrapjail` as ``python -I -S /.agentloop/init.py FD`` inside bubblewrap
 (``--as-pid-1``), it imports nothing but the standard library. ``FD`` is one end of a
 ``SOCK_SEQPACKET`` socket pair; the other end stays with agentloop. Messages are JSON, one per
 packet:
@@ -223,6 +223,65 @@ def undumpable() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
+class _Server:
+    """The init's side of the protocol: the commands it started, and its answers to agentloop."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.leaders: dict[int, tuple[int, str]] = {}  # pid -> (request id, mark)
+        self.by_id: dict[int, tuple[int, str]] = {}  # request id -> (pid, mark)
+
+    def send(self, **ev: object) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.setblocking(True)
+            self.sock.send(json.dumps(ev).encode())
+            self.sock.setblocking(False)
+
+    def report_exits(self) -> None:
+        reap()
+        for pid in [p for p in _exits if p in self.leaders]:
+            rid, _ = self.leaders.pop(pid)
+            self.send(ev="exit", id=rid, code=_exits.pop(pid))
+        _exits.clear()
+
+    def spawn(self, msg: dict[str, Any], rid: Any, fds: list[int]) -> None:
+        mark = msg["env"].get(MARK_VAR, "")
+        try:
+            pid = spawn(msg, fds)
+        except OSError as exc:  # out of processes (the cgroup limit), say
+            self.send(ev="failed", id=rid, error=str(exc))
+        else:
+            self.leaders[pid] = (rid, mark)
+            self.by_id[rid] = (pid, mark)
+            self.send(ev="started", id=rid, pid=pid)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.report_exits()
+
+    def handle(self, msg: dict[str, Any], fds: list[int]) -> None:
+        """Answer one request (a request about an unknown command is dropped)."""
+        rid = msg.get("id")
+        if msg["op"] == "spawn":
+            self.spawn(msg, rid, fds)
+        elif msg["op"] == "kill" and rid in self.by_id:
+            pid, mark = self.by_id[rid]
+            left, peak = kill_members(pid, mark, pid in self.leaders)
+            self.report_exits()
+            self.send(ev="killed", id=rid, left=left, peak=peak)
+        elif msg["op"] == "alive" and rid in self.by_id:
+            pid, mark = self.by_id[rid]
+            reap()
+            self.send(ev="alive", id=rid, alive=bool(members(pid, mark, pid in self.leaders)))
+            self.report_exits()
+        elif msg["op"] == "empty":
+            left = empty()
+            self.report_exits()
+            self.send(ev="emptied", id=rid, left=left)
+        elif msg["op"] == "forget" and rid in self.by_id:
+            del self.by_id[rid]
+
+
 def main() -> None:
     undumpable()
     sock = socket.socket(fileno=int(sys.argv[1]))
@@ -236,28 +295,13 @@ def main() -> None:
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
     sel.register(rfd, selectors.EVENT_READ)
-    leaders: dict[int, tuple[int, str]] = {}  # pid -> (request id, mark)
-    by_id: dict[int, tuple[int, str]] = {}  # request id -> (pid, mark)
-
-    def send(**ev: object) -> None:
-        with contextlib.suppress(OSError):
-            sock.setblocking(True)
-            sock.send(json.dumps(ev).encode())
-            sock.setblocking(False)
-
-    def report_exits() -> None:
-        reap()
-        for pid in [p for p in _exits if p in leaders]:
-            rid, _ = leaders.pop(pid)
-            send(ev="exit", id=rid, code=_exits.pop(pid))
-        _exits.clear()
-
+    server = _Server(sock)
     while True:
         for key, _ in sel.select():
             if key.fileobj == rfd:
                 with contextlib.suppress(BlockingIOError):
                     os.read(rfd, 512)
-                report_exits()
+                server.report_exits()
                 continue
             try:
                 data, fds, _flags, _addr = socket.recv_fds(sock, 1 << 20, MAX_FDS)
@@ -267,38 +311,7 @@ def main() -> None:
                 data, fds = b"", []
             if not data:
                 return  # agentloop is gone or closed the jail: the namespace dies with us
-            msg = json.loads(data)
-            rid = msg.get("id")
-            if msg["op"] == "spawn":
-                mark = msg["env"].get(MARK_VAR, "")
-                try:
-                    pid = spawn(msg, fds)
-                except OSError as exc:  # out of processes (the cgroup limit), say
-                    send(ev="failed", id=rid, error=str(exc))
-                else:
-                    leaders[pid] = (rid, mark)
-                    by_id[rid] = (pid, mark)
-                    send(ev="started", id=rid, pid=pid)
-                finally:
-                    for fd in fds:
-                        os.close(fd)
-                report_exits()
-            elif msg["op"] == "kill" and rid in by_id:
-                pid, mark = by_id[rid]
-                left, peak = kill_members(pid, mark, pid in leaders)
-                report_exits()
-                send(ev="killed", id=rid, left=left, peak=peak)
-            elif msg["op"] == "alive" and rid in by_id:
-                pid, mark = by_id[rid]
-                reap()
-                send(ev="alive", id=rid, alive=bool(members(pid, mark, pid in leaders)))
-                report_exits()
-            elif msg["op"] == "empty":
-                left = empty()
-                report_exits()
-                send(ev="emptied", id=rid, left=left)
-            elif msg["op"] == "forget" and rid in by_id:
-                del by_id[rid]
+            server.handle(json.loads(data), fds)
 
 
 if __name__ == "__main__":

@@ -127,37 +127,14 @@ async def run(
     loop = asyncio.get_running_loop()
     out, err = Capture(cap), Capture(cap)
     closed = [loop.create_future(), loop.create_future()]
-    pipes = [os.pipe(), os.pipe()]
-    transports = []
+    transports: list[asyncio.ReadTransport] = []
     started = time.perf_counter()
     hits = jail.process_limit_hits()
-    null = os.open(os.devnull, os.O_RDONLY)
+    cmd, reads = await _spawn_piped(jail, command, cwd, env)
+    lingering = False
     try:
-        cmd = await jail.spawn(["bash", "-c", command], cwd, env, (null, pipes[0][1], pipes[1][1]))
-    except BaseException:
-        for r, _w in pipes:
-            os.close(r)
-        raise
-    finally:  # the child has its copies: ours would leak one descriptor per command
-        os.close(null)
-        for _r, w in pipes:
-            os.close(w)
-    timed_out = lingering = False
-    try:
-        for (r, _w), capture, fut in zip(pipes, (out, err), closed, strict=True):
-            reader = _Reader(capture, fut)
-            t, _ = await loop.connect_read_pipe(
-                lambda reader=reader: reader,  # type: ignore[misc]
-                os.fdopen(r, "rb", 0),
-            )
-            transports.append(t)
-        try:
-            async with asyncio.timeout(timeout_s):
-                code = await asyncio.shield(cmd.exited)
-        except TimeoutError:
-            timed_out = True
-            await cmd.kill()
-            code = await cmd.exited
+        await _read_into(reads, (out, err), closed, transports)
+        code, timed_out = await _exit_within(cmd, timeout_s)
         done, _ = await asyncio.wait(closed, timeout=LINGER_S)
         if len(done) < 2:  # background processes still hold the pipes
             lingering = True
@@ -181,6 +158,55 @@ async def run(
         still_running=alive,
         process_limit_hits=_limit_hits(jail, hits, err),
     )
+
+
+async def _spawn_piped(
+    jail: Jail, command: str, cwd: Path, env: dict[str, str]
+) -> tuple[Command, list[int]]:
+    """Start ``bash -c command``, stdin from /dev/null, stdout and stderr into two new pipes;
+    the command and the pipes' read ends (ours; the write ends are closed here)."""
+    pipes = [os.pipe(), os.pipe()]
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        cmd = await jail.spawn(["bash", "-c", command], cwd, env, (null, pipes[0][1], pipes[1][1]))
+    except BaseException:
+        for r, _w in pipes:
+            os.close(r)
+        raise
+    finally:  # the child has its copies: ours would leak one descriptor per command
+        os.close(null)
+        for _r, w in pipes:
+            os.close(w)
+    return cmd, [r for r, _w in pipes]
+
+
+async def _read_into(
+    reads: list[int],
+    captures: tuple[Capture, Capture],
+    closed: list[asyncio.Future[None]],
+    transports: list[asyncio.ReadTransport],
+) -> None:
+    """Feed each pipe into its capture as it fills; its future is set when the pipe closes.
+    Each transport is added to ``transports`` as it is made (the caller closes them)."""
+    loop = asyncio.get_running_loop()
+    for r, capture, fut in zip(reads, captures, closed, strict=True):
+        reader = _Reader(capture, fut)
+        t, _ = await loop.connect_read_pipe(
+            lambda reader=reader: reader,  # type: ignore[misc]
+            os.fdopen(r, "rb", 0),
+        )
+        transports.append(t)
+
+
+async def _exit_within(cmd: Command, timeout_s: float) -> tuple[int, bool]:
+    """The command's exit code, killing it (and its processes) at ``timeout_s``; whether it
+    timed out."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await asyncio.shield(cmd.exited), False
+    except TimeoutError:
+        await cmd.kill()
+        return await cmd.exited, True
 
 
 async def _run_to_files(

@@ -189,29 +189,8 @@ async def prepare_run(
             ),
             bwrap=bwrap,
         )
-        if not jail.confined and require_jail:
-            raise ConfigError(
-                "no jail can be had here, and this run's commands come from a real model, whose "
-                f"output is hostile input ({jail.confinement['reason']}). Install the jail, or "
-                "pass --unconfined (unconfined=True) to run them on the host anyway."
-            )
-        if not jail.confined:
-            get_logger("agentloop.sandbox.workspace").warning(
-                "task commands run UNCONFINED",
-                reason=jail.confinement["reason"],
-                not_confined=jail.confinement["not_confined"],
-            )
-        env = scrubbed_env()
-        for i, cmd in enumerate(task.setup):
-            code, out = await run_command(cmd, work, env, task.limits.tool_timeout_s, jail)
-            if code != 0:
-                tail = out.strip().splitlines()[-5:]
-                raise TaskFileError(
-                    task.source or task.name,
-                    f"setup command failed with exit code {code}: {cmd!r}"
-                    + (f"; last output: {' | '.join(tail)}" if tail else ""),
-                    field=f"setup[{i}]",
-                )
+        _refuse_or_warn(jail, require_jail)
+        await _run_setup(task, work, jail)
         # the task's tests as set up, before the model's first command: the check's own copy
         tests = await asyncio.to_thread(save_tests, work)
     except BaseException:
@@ -220,6 +199,39 @@ async def prepare_run(
         await asyncio.shield(asyncio.to_thread(remove, work))
         raise
     return Place(work, jail, tests)
+
+
+def _refuse_or_warn(jail: Jail, require_jail: bool) -> None:
+    """No jail here: refuse the run when one is required (a real model's commands), else say
+    loudly that its commands run unconfined."""
+    if not jail.confined and require_jail:
+        raise ConfigError(
+            "no jail can be had here, and this run's commands come from a real model, whose "
+            f"output is hostile input ({jail.confinement['reason']}). Install the jail, or "
+            "pass --unconfined (unconfined=True) to run them on the host anyway."
+        )
+    if not jail.confined:
+        get_logger("agentloop.sandbox.workspace").warning(
+            "task commands run UNCONFINED",
+            reason=jail.confinement["reason"],
+            not_confined=jail.confinement["not_confined"],
+        )
+
+
+async def _run_setup(task: Task, work: Path, jail: Jail) -> None:
+    """The task's setup commands, in order, in the run's jail; the first that fails is a
+    TaskFileError naming its index, exit code and last output."""
+    env = scrubbed_env()
+    for i, cmd in enumerate(task.setup):
+        code, out = await run_command(cmd, work, env, task.limits.tool_timeout_s, jail)
+        if code != 0:
+            tail = out.strip().splitlines()[-5:]
+            raise TaskFileError(
+                task.source or task.name,
+                f"setup command failed with exit code {code}: {cmd!r}"
+                + (f"; last output: {' | '.join(tail)}" if tail else ""),
+                field=f"setup[{i}]",
+            )
 
 
 async def build_setup(task: Task, venv: Path) -> None:
