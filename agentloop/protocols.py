@@ -1,9 +1,13 @@
-"""The seams of agentloop, all in one place: model client, tool, span sink."""
+"""The seams of agentloop, all in one place: model client, tool, span sink, simulator routes."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from agentloop.script import ScriptTurn
 from agentloop.types import ModelRequest, ModelResponse, ToolResult, ToolSpec
 
 
@@ -59,3 +63,29 @@ class SpanSink(Protocol):
     def write(self, record: dict[str, Any]) -> None: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One run's share of a simulator (:class:`Routes`): its own base URL, and the key in it."""
+
+    base_url: str
+    key: str
+
+
+# what a route is paced by: agentloop.model.speed.SpeedProfile (the model layer sits above this
+# one, so the seam names it where it is used: Routes[SpeedProfile])
+ProfileT_contra = TypeVar("ProfileT_contra", contravariant=True)
+
+
+class Routes(Protocol[ProfileT_contra]):
+    """Hands a run a base URL of its own on a shared simulator, serving ``script`` paced by
+    ``profile`` while the context lasts: :class:`agentloop.sim.server.SimServer`, or the suite's
+    simulator process (:class:`agentloop.sim.child.SimProcess`)."""
+
+    def route(
+        self,
+        profile: ProfileT_contra,
+        script: Sequence[ScriptTurn] | None = None,
+        filler_tokens: int | None = None,
+    ) -> contextlib.AbstractAsyncContextManager[Route]: ...

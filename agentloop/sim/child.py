@@ -35,8 +35,9 @@ import orjson
 
 from agentloop.errors import SimulatorError
 from agentloop.model.speed import SpeedProfile
+from agentloop.protocols import Route
 from agentloop.script import ScriptTurn
-from agentloop.sim.server import Route, SimServer
+from agentloop.sim.server import SimServer
 
 START_TIMEOUT_S = 30.0  # importing agentloop and listening: ~0.5 s on an idle machine
 STOP_TIMEOUT_S = 5.0
