@@ -192,40 +192,42 @@ def stream_plan(
             Segment([], call.plan.text_tokens, _delta_tpl(call, b'{"content":', b"}"), [])
         )
     whole = "whole_tool_args" in dialect
-    for k, c in enumerate(turn.tool_calls):
-        if whole:  # id, name and all the arguments in one chunk
-            head_ = orjson.dumps(
-                {
-                    "index": k,
-                    "id": call.plan.call_id(k),
-                    "type": "function",
-                    "function": {"name": c.name},
-                }
-            )[:-2]
-            delta = _delta_tpl(call, b'{"tool_calls":[' + head_ + b',"arguments":', b"}}]}")
-            segments.append(Segment([], call.plan.arg_tokens[k], delta, [], whole=True))
-            continue
-        opened = [
-            _chunk(
-                call,
-                _choice(
-                    {
-                        "tool_calls": [
-                            {
-                                "index": k,
-                                "id": call.plan.call_id(k),
-                                "type": "function",
-                                "function": {"name": c.name, "arguments": ""},
-                            }
-                        ]
-                    }
-                ),
-            )
-        ]
-        delta = _delta_tpl(
-            call, b'{"tool_calls":[{"index":%d,"function":{"arguments":' % k, b"}}]}"
-        )
-        segments.append(Segment(opened, call.plan.arg_tokens[k], delta, []))
+    segments += [_call_segment(call, k, whole) for k in range(len(turn.tool_calls))]
+    return StreamPlan(
+        False, head, [], segments, _tail(call, req, dialect, timings), thinking=thinking
+    )
+
+
+def _call_segment(call: Call, k: int, whole: bool) -> Segment:
+    """Tool call ``k``: a first chunk with its id and name, then argument pieces; ``whole``: id,
+    name and all the arguments in one chunk."""
+    c = call.plan.turn.tool_calls[k]
+    if whole:
+        head = orjson.dumps(
+            {
+                "index": k,
+                "id": call.plan.call_id(k),
+                "type": "function",
+                "function": {"name": c.name},
+            }
+        )[:-2]
+        delta = _delta_tpl(call, b'{"tool_calls":[' + head + b',"arguments":', b"}}]}")
+        return Segment([], call.plan.arg_tokens[k], delta, [], whole=True)
+    first = {
+        "index": k,
+        "id": call.plan.call_id(k),
+        "type": "function",
+        "function": {"name": c.name, "arguments": ""},
+    }
+    opened = [_chunk(call, _choice({"tool_calls": [first]}))]
+    delta = _delta_tpl(call, b'{"tool_calls":[{"index":%d,"function":{"arguments":' % k, b"}}]}")
+    return Segment(opened, call.plan.arg_tokens[k], delta, [])
+
+
+def _tail(
+    call: Call, req: dict[str, Any], dialect: frozenset[str], timings: dict[str, Any] | None
+) -> list[Tpl]:
+    """The finish chunk, the usage chunk (when asked for) and ``[DONE]``, as the dialect has them."""
     extra: dict[str, Any] = {"timings": timings} if timings is not None else {}
     tail = [_chunk(call, _choice({}, _finish(call)), **extra)]
     options = req.get("stream_options") or {}
@@ -236,4 +238,4 @@ def stream_plan(
         tail.append(_chunk(call, [], usage=u))
     if "no_done" not in dialect:
         tail.append((b"data: [DONE]\n\n", b""))
-    return StreamPlan(False, head, [], segments, tail, thinking=thinking)
+    return tail

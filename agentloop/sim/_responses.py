@@ -142,54 +142,47 @@ def check_reasoning(
             token = item.get("encrypted_content")
             if token is None:
                 if store is False:
-                    return ReasoningCheck(
-                        received,
-                        tuple(missing),
-                        (
-                            404,
-                            (
-                                f"Item with id '{rs_id}' not found. Items are not persisted when `store` "
-                                "is set to false. Try again with `store` set to true, or remove this "
-                                "item from your input."
-                            ),
-                            None,
-                        ),
-                    )
+                    return ReasoningCheck(received, tuple(missing), _not_found(rs_id))
                 continue
             payload = decrypt(token)
             if payload is None or payload.get("id") != rs_id or payload.get("turn") != j:
-                return ReasoningCheck(
-                    received,
-                    tuple(missing),
-                    (
-                        400,
-                        (
-                            f"The encrypted content for item '{rs_id}' could not be verified (it does "
-                            f"not belong to model turn {j} of this conversation)."
-                        ),
-                        "invalid_encrypted_content",
-                    ),
-                )
+                return ReasoningCheck(received, tuple(missing), _unverified(rs_id, j))
             received += 1
         reasoned = plans is not None and j < len(plans) and plans[j].turn.reasoning_tokens > 0
         if reasoned and not prior.reasoning:
             missing.append(j)
     if require and missing:
-        return ReasoningCheck(
-            received,
-            tuple(missing),
-            (
-                400,
-                (
-                    f"agentloop sim (require_reasoning): model turn(s) {list(missing)} reasoned, but this "
-                    "request does not pass their reasoning items back; with store=false send every "
-                    "reasoning item (id, encrypted_content, summary) the model returned, ask for them "
-                    f"with include=['{ENCRYPTED_INCLUDE}']"
-                ),
-                "reasoning_items_missing",
-            ),
-        )
+        return ReasoningCheck(received, tuple(missing), _dropped(missing))
     return ReasoningCheck(received, tuple(missing))
+
+
+def _not_found(rs_id: str) -> tuple[int, str, str | None]:
+    return (
+        404,
+        f"Item with id '{rs_id}' not found. Items are not persisted when `store` is set to false. "
+        "Try again with `store` set to true, or remove this item from your input.",
+        None,
+    )
+
+
+def _unverified(rs_id: str, j: int) -> tuple[int, str, str | None]:
+    return (
+        400,
+        f"The encrypted content for item '{rs_id}' could not be verified (it does not belong to "
+        f"model turn {j} of this conversation).",
+        "invalid_encrypted_content",
+    )
+
+
+def _dropped(missing: list[int]) -> tuple[int, str, str | None]:
+    return (
+        400,
+        f"agentloop sim (require_reasoning): model turn(s) {list(missing)} reasoned, but this "
+        "request does not pass their reasoning items back; with store=false send every "
+        "reasoning item (id, encrypted_content, summary) the model returned, ask for them "
+        f"with include=['{ENCRYPTED_INCLUDE}']",
+        "reasoning_items_missing",
+    )
 
 
 def _items(call: Call, req: dict[str, Any]) -> list[dict[str, Any]]:
@@ -272,98 +265,102 @@ def stream_plan(call: Call, req: dict[str, Any]) -> StreamPlan:
     """The streamed events of ``call`` as templates around its token deltas."""
     items = _items(call, req)
     turn = call.plan.turn
+    created = response_object(call, req, "in_progress", [], False)
     head = [
-        _event(
-            "response.created", {"response": response_object(call, req, "in_progress", [], False)}
-        ),
-        _event(
-            "response.in_progress",
-            {"response": response_object(call, req, "in_progress", [], False)},
-        ),
+        _event("response.created", {"response": created}),
+        _event("response.in_progress", {"response": created}),
     ]
     reasoning: list[Tpl] = []
     pre: list[Tpl] = []  # closes the reasoning item just before the first visible token
     idx = 0
     if turn.reasoning_tokens:
-        item = items[0]
-        added = {k: v for k, v in item.items() if k != "encrypted_content"}  # not final yet
-        reasoning = [
-            _event(
-                "response.output_item.added",
-                {"output_index": 0, "item": {**added, "summary": [], "status": "in_progress"}},
-            )
-        ]
-        pre = [
-            *_summary_events(item),
-            _event("response.output_item.done", {"output_index": 0, "item": item}),
-        ]
+        reasoning, pre = _reasoning_events(items[0])
         idx = 1
     segments: list[Segment] = []
     if turn.text or not turn.tool_calls:
-        item = items[idx]
-        msg_id = item["id"]
-        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-        where = {"item_id": msg_id, "output_index": idx, "content_index": 0}
-        opened = [
-            *pre,
-            _event(
-                "response.output_item.added",
-                {"output_index": idx, "item": {**item, "status": "in_progress", "content": []}},
-            ),
-            _event("response.content_part.added", {**where, "part": part}),
-        ]
+        segments.append(_text_segment(call, items[idx], idx, pre))
         pre = []
-        delta = (
-            b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
-            b'"item_id":"%b","output_index":%d,"content_index":0,"logprobs":[],'
-            b'"sequence_number":' % (msg_id.encode(), idx),
-            b',"delta":',
-            b"}\n\n",
-        )
-        closed = [
-            _event("response.output_text.done", {**where, "text": turn.text, "logprobs": []}),
-            _event("response.content_part.done", {**where, "part": {**part, "text": turn.text}}),
-            _event("response.output_item.done", {"output_index": idx, "item": item}),
-        ]
-        segments.append(Segment(opened, call.plan.text_tokens, delta, closed))
         idx += 1
     for k, tokens in enumerate(call.plan.arg_tokens):
-        item = items[idx]
-        fc_id = item["id"]
-        opened = [
-            *pre,
-            _event(
-                "response.output_item.added",
-                {"output_index": idx, "item": {**item, "arguments": "", "status": "in_progress"}},
-            ),
-        ]
+        segments.append(_call_segment(items[idx], idx, pre, tokens, turn.tool_calls[k].arguments))
         pre = []
-        delta = (
-            b'event: response.function_call_arguments.delta\ndata: {"type":'
-            b'"response.function_call_arguments.delta","item_id":"%b","output_index":%d,'
-            b'"sequence_number":' % (fc_id.encode(), idx),
-            b',"delta":',
-            b"}\n\n",
-        )
-        closed = [
-            _event(
-                "response.function_call_arguments.done",
-                {
-                    "item_id": fc_id,
-                    "output_index": idx,
-                    "name": item["name"],
-                    "arguments": turn.tool_calls[k].arguments,
-                },
-            ),
-            _event("response.output_item.done", {"output_index": idx, "item": item}),
-        ]
-        segments.append(Segment(opened, tokens, delta, closed))
         idx += 1
     status = _final_status(call)
     tail = [
         _event(f"response.{status}", {"response": response_object(call, req, status, items, True)})
     ]
     return StreamPlan(True, head, reasoning, segments, tail)
+
+
+def _reasoning_events(item: dict[str, Any]) -> tuple[list[Tpl], list[Tpl]]:
+    """The reasoning item's events: added when reasoning starts; its summary and done just
+    before the first visible token."""
+    added = {k: v for k, v in item.items() if k != "encrypted_content"}  # not final yet
+    start = _event(
+        "response.output_item.added",
+        {"output_index": 0, "item": {**added, "summary": [], "status": "in_progress"}},
+    )
+    done = [
+        *_summary_events(item),
+        _event("response.output_item.done", {"output_index": 0, "item": item}),
+    ]
+    return [start], done
+
+
+def _text_segment(call: Call, item: dict[str, Any], idx: int, pre: list[Tpl]) -> Segment:
+    """The message item at output ``idx``: its opening events, text deltas, closing events."""
+    text = call.plan.turn.text
+    msg_id = item["id"]
+    part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+    where = {"item_id": msg_id, "output_index": idx, "content_index": 0}
+    opened = [
+        *pre,
+        _event(
+            "response.output_item.added",
+            {"output_index": idx, "item": {**item, "status": "in_progress", "content": []}},
+        ),
+        _event("response.content_part.added", {**where, "part": part}),
+    ]
+    delta = (
+        b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+        b'"item_id":"%b","output_index":%d,"content_index":0,"logprobs":[],'
+        b'"sequence_number":' % (msg_id.encode(), idx),
+        b',"delta":',
+        b"}\n\n",
+    )
+    closed = [
+        _event("response.output_text.done", {**where, "text": text, "logprobs": []}),
+        _event("response.content_part.done", {**where, "part": {**part, "text": text}}),
+        _event("response.output_item.done", {"output_index": idx, "item": item}),
+    ]
+    return Segment(opened, call.plan.text_tokens, delta, closed)
+
+
+def _call_segment(
+    item: dict[str, Any], idx: int, pre: list[Tpl], tokens: tuple[str, ...], arguments: str
+) -> Segment:
+    """The function_call item at output ``idx``: added, argument deltas, done."""
+    fc_id = item["id"]
+    opened = [
+        *pre,
+        _event(
+            "response.output_item.added",
+            {"output_index": idx, "item": {**item, "arguments": "", "status": "in_progress"}},
+        ),
+    ]
+    delta = (
+        b'event: response.function_call_arguments.delta\ndata: {"type":'
+        b'"response.function_call_arguments.delta","item_id":"%b","output_index":%d,'
+        b'"sequence_number":' % (fc_id.encode(), idx),
+        b',"delta":',
+        b"}\n\n",
+    )
+    done = {"item_id": fc_id, "output_index": idx, "name": item["name"], "arguments": arguments}
+    closed = [
+        _event("response.function_call_arguments.done", done),
+        _event("response.output_item.done", {"output_index": idx, "item": item}),
+    ]
+    return Segment(opened, tokens, delta, closed)
 
 
 def _summary_events(item: dict[str, Any]) -> list[Tpl]:

@@ -144,63 +144,103 @@ async def emit(
     min_interval: Callable[[], float] = lambda: 0.0,
 ) -> None:
     """Write ``plan`` paced by ``sched``; raises StreamCut when a cut fault fires."""
-    clock = asyncio.get_running_loop().time
-    sleep = asyncio.sleep
-    total = sum(len(s.tokens) for s in plan.segments)
-    pending = sorted(
-        (StreamFault(min(f.after, total), f.kind, f.stall_s) for f in faults), key=lambda f: f.after
-    )
-    k = max(1, tokens_per_chunk)
+    await _Emitter(write, plan, sched, tokens_per_chunk, faults, is_closing, min_interval).run()
 
-    async def apply(g: int) -> None:
+
+class _Emitter:
+    """One stream being written: how many visible tokens are out (``g``), when the last write
+    left, the bytes held for the next write, and the in-stream faults still to fire."""
+
+    __slots__ = (
+        "buf", "g", "is_closing", "k", "last_write", "min_interval", "pending", "plan", "sched",
+        "seg", "total", "write",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        write: Callable[[bytes], None],
+        plan: StreamPlan,
+        sched: Schedule,
+        tokens_per_chunk: int,
+        faults: list[StreamFault],
+        is_closing: Callable[[], bool],
+        min_interval: Callable[[], float],
+    ) -> None:
+        self.write, self.plan, self.sched = write, plan, sched
+        self.is_closing, self.min_interval = is_closing, min_interval
+        self.total = sum(len(s.tokens) for s in plan.segments)
+        self.pending = sorted(
+            (StreamFault(min(f.after, self.total), f.kind, f.stall_s) for f in faults),
+            key=lambda f: f.after,
+        )
+        self.k = max(1, tokens_per_chunk)
+        self.seg: Segment | None = plan.segments[0] if plan.segments else None
+        self.g = 0  # visible tokens written so far
+        self.last_write = 0.0
+        self.buf = b""
+
+    async def run(self) -> None:
+        plan, sched, write = self.plan, self.sched, self.write
+        clock = asyncio.get_running_loop().time
+        write(plan.render(plan.head))
+        await self.apply(0)
+        if plan.reasoning:
+            delay = sched.t_reason - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            write(plan.render(plan.reasoning))
+        if plan.thinking is not None:
+            await _think(
+                write, plan, plan.thinking, sched, self.k, self.is_closing, self.min_interval
+            )
+        if self.total == 0:
+            delay = sched.t_first - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        for seg in plan.segments:
+            if not await self.segment(seg):
+                return
+        write(self.buf + plan.render(plan.tail))
+
+    async def apply(self, g: int) -> None:
+        """Fire the in-stream faults due once ``g`` visible tokens are out."""
+        pending = self.pending
         while pending and pending[0].after == g:
             f = pending.pop(0)
             if f.kind == "cut":
                 raise StreamCut()
             if f.kind == "stall":
-                sched.shift(f.stall_s)
-                await sleep(f.stall_s)
+                self.sched.shift(f.stall_s)
+                await asyncio.sleep(f.stall_s)
             elif f.kind == "malformed":
-                write(MALFORMED)
+                self.write(MALFORMED)
             elif f.kind == "endless":
                 await _endless(
-                    write,
-                    plan,
-                    seg_now[0] if seg_now else None,
-                    sched.inv_tps,
-                    k,
-                    is_closing,
-                    min_interval,
+                    self.write,
+                    self.plan,
+                    self.seg,
+                    self.sched.inv_tps,
+                    self.k,
+                    self.is_closing,
+                    self.min_interval,
                 )
 
-    seg_now: list[Segment] = [plan.segments[0]] if plan.segments else []
-
-    write(plan.render(plan.head))
-    await apply(0)
-    if plan.reasoning:
-        delay = sched.t_reason - clock()
-        if delay > 0:
-            await sleep(delay)
-        write(plan.render(plan.reasoning))
-    if plan.thinking is not None:
-        await _think(write, plan, plan.thinking, sched, k, is_closing, min_interval)
-    if total == 0:
-        delay = sched.t_first - clock()
-        if delay > 0:
-            await sleep(delay)
-    g = 0  # visible tokens written so far
-    last_write = 0.0
-    buf = b""
-    for seg in plan.segments:
-        seg_now[:] = [seg]
-        buf += plan.render(seg.open)
+    async def segment(self, seg: Segment) -> bool:
+        """Write one segment's tokens at their deadlines; False once the client has hung up."""
+        # the hot loop: one pass per chunk, so what it reads is held in locals
+        plan, sched, write, pending, k = self.plan, self.sched, self.write, self.pending, self.k
+        clock, sleep = asyncio.get_running_loop().time, asyncio.sleep
+        is_closing, min_interval, total = self.is_closing, self.min_interval, self.total
+        self.seg = seg
+        buf = self.buf + plan.render(seg.open)
+        g, last_write = self.g, self.last_write
         tokens, i, n_seg = seg.tokens, 0, len(seg.tokens)
         if seg.whole and n_seg:
             delay = sched.due(g + n_seg - 1) - clock()
             if delay > 0:
                 await sleep(delay)
             if is_closing():
-                return
+                return False
             write(buf + plan.render_delta(seg, "".join(tokens)))
             buf, g, i = b"", g + n_seg, n_seg
         while i < n_seg:
@@ -216,7 +256,7 @@ async def emit(
             if delay > 0:
                 await sleep(delay)
             if is_closing():
-                return
+                return False
             behind = sched.due_count(clock()) - g  # catch up: every token due goes now
             if behind > stop - i:
                 stop = i + min(behind, cap)
@@ -226,14 +266,16 @@ async def emit(
             g += stop - i
             i = stop
             if pending and pending[0].after == g:
-                await apply(g)
+                await self.apply(g)
+        self.g, self.last_write = g, last_write
         # the segment's closing events follow its last delta at once, in their own write: they
         # repeat the whole text, and must not hold back the delta before them
         buf += plan.render(seg.close)
         if buf and n_seg and seg is not plan.segments[-1]:
             write(buf)
             buf = b""
-    write(buf + plan.render(plan.tail))
+        self.buf = buf
+        return True
 
 
 async def _think(
