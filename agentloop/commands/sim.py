@@ -37,6 +37,14 @@ def register(sub: Any) -> None:
             "answering with a task's script, a recorded trace's turns, or filler text."
         ),
     )
+    _where(s)
+    _what(s)
+    _how(s)
+    s.set_defaults(func=main)
+
+
+def _where(s: Any) -> None:
+    """Where it listens and which tier paces it."""
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any free)")
     s.add_argument(
@@ -45,6 +53,10 @@ def register(sub: Any) -> None:
         help="tier whose speed profile paces the answers (default sim-standard)",
     )
     s.add_argument("--tiers", dest="tiers_file", type=Path, help="tiers file")
+
+
+def _what(s: Any) -> None:
+    """What it answers with: a task's script, a trace's turns, or filler."""
     src = s.add_mutually_exclusive_group()
     src.add_argument(
         "--script",
@@ -61,6 +73,10 @@ def register(sub: Any) -> None:
     src.add_argument(
         "--filler", type=int, metavar="N", help="answer every request with N tokens of filler text"
     )
+
+
+def _how(s: Any) -> None:
+    """How it writes: speed override, chunking, jitter, a real server's dialect, strictness."""
     s.add_argument("--output-tps", type=float, help="override the profile's output tokens/s")
     s.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per SSE chunk")
     s.add_argument(
@@ -85,7 +101,6 @@ def register(sub: Any) -> None:
         action="store_true",
         help=("refuse (400) a Responses request that does not pass back earlier reasoning items"),
     )
-    s.set_defaults(func=main)
 
 
 def _script(args: argparse.Namespace) -> list[ScriptTurn] | None:
