@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from agentloop.script import ScriptToolCall, ScriptTurn
-from agentloop.trace.reader import Trace
+
+if TYPE_CHECKING:  # only named in a signature: the simulator child needs no trace reader
+    from agentloop.trace.reader import Trace
 
 
 def script_from_trace(trace: Trace) -> list[ScriptTurn]:
