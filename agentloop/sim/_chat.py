@@ -227,7 +227,8 @@ def _call_segment(call: Call, k: int, whole: bool) -> Segment:
 def _tail(
     call: Call, req: dict[str, Any], dialect: frozenset[str], timings: dict[str, Any] | None
 ) -> list[Tpl]:
-    """The finish chunk, the usage chunk (when asked for) and ``[DONE]``, as the dialect has them."""
+    """The finish chunk, the usage chunk (when asked for) and ``[DONE]``, as ``dialect`` has
+    them."""
     extra: dict[str, Any] = {"timings": timings} if timings is not None else {}
     tail = [_chunk(call, _choice({}, _finish(call)), **extra)]
     options = req.get("stream_options") or {}

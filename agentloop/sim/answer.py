@@ -119,12 +119,14 @@ class Answers:
         pacer: Pacer,
         tokens: TokenCache,
     ) -> bool:
-        """Answer one model call (``api``: "responses" or "chat"): whether the connection lives on."""
+        """Answer one model call (``api``: "responses" or "chat"); whether the connection
+        lives on."""
         t0 = asyncio.get_running_loop().time()
         self.requests += 1
         number = self.requests
         fired = firing(self.faults, number)
         rid = [("x-request-id", f"req_sim{number:06d}")]
+        # refuse: a fault, then the body, then a conversation that does not fit the script
         early = refuse(writer, req, fired, rid)
         if early is not None:
             return early
@@ -138,18 +140,19 @@ class Answers:
         except (AttributeError, TypeError) as exc:
             why = f"Malformed {api} request body: {exc}"
             return Refusal(400, why, "invalid_request").write(writer, req, rid)
+        # plan: the turn cut to its limit, its cached prefix, its deadlines
         planned = self._plan(t0, number, api, body, *turn)
-        stalls = in_stream(fired)
-        if wants_bad_gzip(fired):
+        if wants_bad_gzip(fired):  # planned first: the prompt cache has seen the request
             return bad_gzip(writer, req, bool(body.get("stream")), rid)
-        call, sched = planned.call, planned.sched
+        # pace and write: whole when the last token is due, or streamed token by token
+        call, sched, during = planned.call, planned.sched, in_stream(fired)
         if not body.get("stream"):
             whole = (_chat if api == "chat" else _responses).final_json(call, body)
             return await pacer.whole(
-                writer, req, whole, sched, call.plan.visible_tokens, stalls, rid
+                writer, req, whole, sched, call.plan.visible_tokens, during, rid
             )
         plan = self._stream_plan(api, body, planned)
-        return await pacer.stream(writer, req, plan, sched, stalls, rid)
+        return await pacer.stream(writer, req, plan, sched, during, rid)
 
     # ---- refuse ------------------------------------------------------------------------------
 

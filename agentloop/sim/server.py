@@ -263,8 +263,15 @@ class SimServer:
                 raise
             except Exception as exc:  # a simulator bug: say so to the client, drop the line
                 if not writer.transport.is_closing():
-                    why = f"agentloop sim failed on {req.method} {req.path}: {type(exc).__name__}: {exc}"
-                    _reply(writer, 500, why, "sim_bug", False, "server_error")
+                    what = f"{req.method} {req.path}: {type(exc).__name__}: {exc}"
+                    _reply(
+                        writer,
+                        500,
+                        f"agentloop sim failed on {what}",
+                        "sim_bug",
+                        False,
+                        "server_error",
+                    )
                 break
             await writer.drain()
 
