@@ -12,6 +12,7 @@ import pytest
 
 from agentloop.config.tiers import SpeedProfile
 from agentloop.errors import SimulatorError
+from agentloop.script import ScriptTurn
 from agentloop.sim import SimServer
 
 SLOW = SpeedProfile(base_latency_s=0.01, prefill_tps=1_000_000, output_tps=50)
@@ -130,3 +131,44 @@ async def test_port_in_use_is_a_simulator_error():
         with pytest.raises(SimulatorError, match=f"127.0.0.1:{first.port}"):
             await second.start()
         await second.close()
+
+
+async def test_every_route_streams_within_the_servers_one_count():
+    """Streams on routes and on the server itself are counted together (one write budget), and
+    opening or closing a route while they run leaves the count as it is."""
+    long = [ScriptTurn(text=" ".join(["word"] * 400))]
+    started = asyncio.Event()
+
+    async def consume(base_url: str, until: asyncio.Event) -> None:
+        request = {"model": "sim", "stream": True, "input": "x"}
+        async with (
+            httpx.AsyncClient(base_url=base_url) as http,
+            http.stream("POST", "/responses", json=request) as resp,
+        ):
+            async for line in resp.aiter_lines():
+                if "output_text.delta" in line:
+                    started.set()
+                    await until.wait()
+                    return
+
+    async with SimServer(profile=SLOW, filler_tokens=400) as sim:
+        stop = asyncio.Event()
+        async with sim.route(SLOW, long) as a:
+            tasks = [asyncio.create_task(consume(a.base_url, stop)) for _ in range(3)]
+            tasks.append(asyncio.create_task(consume(sim.base_url, stop)))
+            while sim.active_streams < 4:
+                await asyncio.wait_for(started.wait(), 5)
+                await asyncio.sleep(0.01)
+            async with sim.route(SLOW, long):
+                during = (sim.active_streams, sim.routes)
+            after_close = sim.active_streams
+            stop.set()
+            await asyncio.gather(*tasks)
+        for _ in range(100):
+            if sim.active_streams == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert (4, 2) == during
+        assert 4 == after_close
+        assert 0 == sim.active_streams
+        assert 1 == sim.requests  # the routes' requests are counted by their own answers
