@@ -6,7 +6,11 @@ at any of the three byte alignments, so a secret inside a longer encoded text is
 hex (either case), reversed, and URL-encoded. Besides those it hides bearer tokens, ``sk-``
 keys, the password of a URL (``scheme://user:PASSWORD@host``) and the value of any
 ``NAME=value`` / ``NAME: value`` whose name looks secret. One instance serves the trace pipeline,
-the log processor and the terminal's progress lines (:meth:`Redactor.text`).
+the log processor and the terminal's progress lines (:meth:`Redactor.text`); the model client
+and ``agentloop tiers`` hide the tier's key with it, and a tier's extra header values are shown
+as :data:`REDACTED` too: one marker everywhere. :data:`SECRET_NAME` is also what keeps a
+variable out of a command's environment (the sandbox), and :func:`looks_like_key` what refuses
+a key written where a variable's name belongs (a tier file).
 """
 
 from __future__ import annotations
@@ -24,8 +28,26 @@ Processor = Callable[[dict[str, Any]], dict[str, Any]]
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{8,}")
 _SK = re.compile(r"\bsk-[A-Za-z0-9_\-]{12,}")
-REDACTED = "[REDACTED]"
+REDACTED = "[REDACTED]"  # the one marker: every hidden secret, wherever it is shown
 MIN_SECRET = 6  # shorter values are not worth hiding (and would blot out ordinary words)
+
+
+# the prefixes of API keys as providers issue them (OpenAI, Groq, Cerebras, xAI, Hugging Face,
+# GitHub, Stripe-style pk/rk, Google's AIza)
+_KEY_PREFIX = re.compile(r"(?i)^(sk|gsk|csk|xai|hf|ghp|github_pat|pk|rk|key)[-_]|^AIza")
+
+
+def looks_like_key(value: str) -> bool:
+    """Whether ``value`` (meant to name an environment variable) looks like an API key itself."""
+    v = value.strip()
+    if _KEY_PREFIX.search(v):
+        return True
+    return (
+        len(v) >= 20
+        and re.search(r"[a-z]", v) is not None
+        and re.search(r"\d", v) is not None
+        and not re.fullmatch(r"[A-Z0-9_]+", v)
+    )
 
 
 def secret_values(environ: dict[str, str] | None = None) -> list[str]:

@@ -268,7 +268,7 @@ async def test_retried_errors_echoing_the_key_keep_it_out_of_attempts_errors_and
     err = info.value
     attempts = err.attempts  # type: ignore[attr-defined]
     assert [a.status for a in attempts] == [503, 503]
-    assert all("overloaded for key ***" in (a.error or "") for a in attempts)
+    assert all("overloaded for key [REDACTED]" in (a.error or "") for a in attempts)
     out, errout = capfd.readouterr()
     shown = "".join(traceback.format_exception(err)) + out + errout + caplog.text
     assert SECRET not in shown and "echo-tier" in err.message

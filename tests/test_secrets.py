@@ -175,3 +175,40 @@ def test_a_secret_inside_a_dataclass_is_redacted_as_orjson_would_write_it() -> N
     out = orjson.dumps(Redactor([secret])(record)).decode()
     assert secret not in out
     assert '"name":"run"' in out
+
+
+def test_every_place_that_hides_a_secret_shows_the_one_marker(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Trace records, log lines, the terminal and a tier's listing all show ``[REDACTED]``, and
+    no module but agentloop/redact.py spells a marker of its own."""
+    import ast
+
+    from agentloop.config.tiers import Tier
+    from agentloop.log import get_logger
+    from agentloop.redact import REDACTED, redactor
+
+    monkeypatch.setenv("DEPLOY_TOKEN", SECRET)
+    record = redactor()({"type": "span_end", "attrs": {"output": f"token {SECRET}"}})
+    get_logger("agentloop.test").warning("leak", detail=f"token {SECRET}")
+    logged = capsys.readouterr().err
+    shown = Progress(sys.stdout).redact.text(f"token {SECRET}")  # the terminal's default
+    tier = Tier("t", "http://h", "m", "chat", None, options={"extra_headers": {"X-Org": SECRET}})
+    assert [f"token {REDACTED}", f"token {REDACTED}", REDACTED] == [
+        record["attrs"]["output"],
+        shown,
+        tier.summary()["options"]["extra_headers"]["X-Org"],
+    ]
+    assert f"token {REDACTED}" in logged and SECRET not in logged
+    assert "[REDACTED]" == REDACTED
+    package = Path(__file__).resolve().parents[1] / "agentloop"
+    spelled = sorted(
+        f"{p.relative_to(package)}:{node.lineno}"
+        for p in package.rglob("*.py")
+        if p.name != "redact.py"
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and (node.value.strip() == "***" or "REDACTED" in node.value)
+    )
+    assert [] == spelled

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import os
 import random
-import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from time import perf_counter_ns
@@ -24,6 +22,13 @@ import openai
 import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
+from agentloop.clients._errors import (
+    RETRY_STATUS,
+    Retryable,
+    retry_after,
+    scrub_sdk_error,
+    server_message,
+)
 from agentloop.clients._silence import Bounds, Watch, first_token_timeout, reasons
 from agentloop.clients._stream import (
     DEFAULT_MAX_CHARS,
@@ -34,28 +39,18 @@ from agentloop.clients._stream import (
     read_sse,
 )
 from agentloop.clients._wire import BodyBuilder
-from agentloop.config.tiers import Tier, looks_like_key
+from agentloop.config.tiers import Tier
 from agentloop.errors import ConfigError, ModelAPIError, ModelRetryError
 from agentloop.events import watch_stream
 from agentloop.log import get_logger
 from agentloop.model.tokens import chat_input_tokens, count_tokens, responses_input_tokens
+from agentloop.redact import Redactor, looks_like_key
 from agentloop.types import Attempt, CallTiming, ModelRequest, ModelResponse, ReasoningItem, Usage
 
 SIM_PLACEHOLDER_KEY = "sim-no-key"  # the simulator and key-less local servers need no secret
-_RETRY_STATUS = frozenset({408, 409, 429})
 # after a stream's terminal event, the body's end is read (see _drain) up to this much, this long
 DRAIN_BYTES = 4096
 DRAIN_S = 0.25
-
-
-class _Retryable(Exception):
-    """One attempt failed in a way worth another try."""
-
-    def __init__(
-        self, error: str, status: int | None = None, retry_after: float | None = None
-    ) -> None:
-        super().__init__(error)
-        self.error, self.status, self.retry_after = error, status, retry_after
 
 
 def make_sdk_client(
@@ -93,38 +88,6 @@ def make_sdk_client(
         max_retries=0,
         timeout=httpx2.Timeout(timeout, connect=connect_timeout_s),
     )
-
-
-def _server_message(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-        return str(body)[:300]
-    if isinstance(body, str) and body:
-        return body[:300]
-    return exc.message
-
-
-def _retry_after(headers: httpx2.Headers) -> float | None:
-    """The wait a server asked for: retry-after-ms, or Retry-After in seconds or as an HTTP date."""
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value) * scale)
-        except ValueError:
-            pass
-        if name == "retry-after":  # RFC 9110: an HTTP-date is allowed too
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-            except (TypeError, ValueError, IndexError):
-                continue
-            if when.tzinfo is not None:
-                return max(0.0, when.timestamp() - time.time())
-    return None
 
 
 def _reasoning_items(raw: list[dict[str, Any]]) -> tuple[ReasoningItem, ...]:
@@ -188,6 +151,8 @@ class OpenAIClient:
                 connect_timeout_s=connect_timeout_s,
             )
         )
+        key = self._client.api_key
+        self._redact = Redactor([key] if key else [])  # the key a server may echo back
         self.max_attempts = max(1, max_attempts)
         self.backoff_initial_s, self.backoff_max_s = backoff_initial_s, backoff_max_s
         self.retry_after_cap_s = retry_after_cap_s
@@ -236,14 +201,14 @@ class OpenAIClient:
             sleep=sleep,
             stop=stop_after_attempt(self.max_attempts),
             wait=self._wait,
-            retry=retry_if_exception_type(_Retryable),
+            retry=retry_if_exception_type(Retryable),
             reraise=True,
         )
         try:
             async for attempt in retrying:
                 with attempt:
                     return await self._attempt(body, build_ns, attempts, limits, options)
-        except _Retryable as exc:
+        except Retryable as exc:
             raise ModelRetryError(
                 f"tier '{self.tier.name}': {self.endpoint} still failing after "
                 f"{len(attempts)} attempts; last error: {self._scrub(exc.error)}",
@@ -255,7 +220,7 @@ class OpenAIClient:
 
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
-        if isinstance(exc, _Retryable) and exc.retry_after is not None:
+        if isinstance(exc, Retryable) and exc.retry_after is not None:
             wait = min(exc.retry_after, self.retry_after_cap_s)
         else:
             n = state.attempt_number - 1
@@ -274,20 +239,8 @@ class OpenAIClient:
         return wait
 
     def _scrub(self, text: str) -> str:
-        key = self._client.api_key
-        return text.replace(key, "***") if key and len(key) >= 8 else text
-
-    def _scrub_exc(self, exc: openai.APIStatusError) -> None:
-        """Take the key out of an SDK error a server echoed it into, before it is chained."""
-        key = self._client.api_key
-        if not key or len(key) < 8 or (key not in str(exc) and key not in repr(exc.body)):
-            return
-        exc.message = self._scrub(exc.message)
-        exc.args = tuple(self._scrub(a) if isinstance(a, str) else a for a in exc.args)
-        if isinstance(exc.body, str):
-            exc.body = self._scrub(exc.body)
-        elif exc.body is not None:
-            exc.body = orjson.loads(self._scrub(orjson.dumps(exc.body).decode()))
+        """``text`` with the tier's key (and anything secret-shaped) hidden: the one redactor."""
+        return self._redact.text(text)
 
     async def _attempt(
         self,
@@ -307,7 +260,7 @@ class OpenAIClient:
                 await self._read(resp, turn, limits)
             finally:
                 await resp.aclose()
-        except _Retryable as exc:
+        except Retryable as exc:
             attempts.append(Attempt(t_send, perf_counter_ns(), exc.error, exc.status))
             raise
         except ModelAPIError as exc:
@@ -351,11 +304,11 @@ class OpenAIClient:
             )
         except openai.APIStatusError as exc:
             status = exc.status_code
-            self._scrub_exc(exc)
-            message = _server_message(exc)
-            if status in _RETRY_STATUS or status >= 500:
-                raise _Retryable(
-                    f"HTTP {status}: {message}", status, _retry_after(exc.response.headers)
+            scrub_sdk_error(exc, self._redact)
+            message = server_message(exc)
+            if status in RETRY_STATUS or status >= 500:
+                raise Retryable(
+                    f"HTTP {status}: {message}", status, retry_after(exc.response.headers)
                 ) from exc
             raise ModelAPIError(
                 f"tier '{self.tier.name}': {self.endpoint} refused the request "
@@ -363,15 +316,15 @@ class OpenAIClient:
                 status=status,
             ) from exc
         except openai.APITimeoutError as exc:
-            raise _Retryable(
+            raise Retryable(
                 f"timeout: no response headers within {round(limits.first_s, 2):g} s"
                 + (" (first-token bound)" if limits.first_s != limits.stall_s else "")
             ) from exc
         except httpx2.DecodingError as exc:  # e.g. a gzip body that does not decompress
-            raise _Retryable(f"undecodable response body: {exc}") from exc
+            raise Retryable(f"undecodable response body: {exc}") from exc
         except openai.APIConnectionError as exc:
             cause = exc.__cause__
-            raise _Retryable(f"connection error: {type(cause).__name__ if cause else exc}") from exc
+            raise Retryable(f"connection error: {type(cause).__name__ if cause else exc}") from exc
 
     async def _read(self, resp: httpx2.Response, turn: Turn, limits: Bounds) -> None:
         chunks = resp.aiter_bytes()
@@ -382,11 +335,11 @@ class OpenAIClient:
                 with Watch(limits, turn):
                     await read_sse(chunks, turn)
         except (httpx2.TimeoutException, TimeoutError) as exc:
-            raise _Retryable(limits.stall_error(turn), resp.status_code) from exc
+            raise Retryable(limits.stall_error(turn), resp.status_code) from exc
         except httpx2.TransportError as exc:
-            raise _Retryable(f"stream broken: {type(exc).__name__}", resp.status_code) from exc
+            raise Retryable(f"stream broken: {type(exc).__name__}", resp.status_code) from exc
         except httpx2.DecodingError as exc:  # e.g. a gzip body that does not decompress
-            raise _Retryable(
+            raise Retryable(
                 f"undecodable response body ({resp.headers.get('content-encoding')}): {exc}",
                 resp.status_code,
             ) from exc
@@ -398,11 +351,11 @@ class OpenAIClient:
                 status=resp.status_code,
             ) from exc
         except StreamBroken as exc:
-            raise _Retryable(f"stream broken: {exc}", resp.status_code) from exc
+            raise Retryable(f"stream broken: {exc}", resp.status_code) from exc
         except StreamErrorEvent as exc:
             message = self._scrub(str(exc))
             if exc.retryable:
-                raise _Retryable(f"error event ({exc.code}): {message}", resp.status_code) from exc
+                raise Retryable(f"error event ({exc.code}): {message}", resp.status_code) from exc
             raise ModelAPIError(
                 f"tier '{self.tier.name}': {self.endpoint} failed the response "
                 f"({exc.code}): {message}",

@@ -27,6 +27,7 @@ from agentloop.config.tiers import (
     tier_sources,
 )
 from agentloop.log import configure
+from agentloop.redact import scrub_text
 
 
 def register(sub: Any) -> None:
@@ -104,7 +105,7 @@ async def _ask(tier: Tier, base_url: str, key: str, timeout_s: float) -> dict[st
         async with asyncio.timeout(timeout_s + 1.0):
             ids = [m.id async for m in client.models.list()]
     except openai.APIStatusError as exc:
-        text = exc.message.replace(key, "***") if len(key) >= 8 else exc.message
+        text = scrub_text(exc.message, [key])
         return {"ok": False, "status": f"endpoint refused: HTTP {exc.status_code}: {text[:160]}"}
     except (openai.APIConnectionError, TimeoutError) as exc:
         what = (

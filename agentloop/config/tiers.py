@@ -17,30 +17,16 @@ from agentloop.model.prices import Prices
 from agentloop.model.speed import (
     SpeedProfile as SpeedProfile,  # THE speed model: agentloop.model.speed
 )
+from agentloop.redact import REDACTED, looks_like_key
 from agentloop.trace.header import ProfileRecord, TierRecord
 
 SIM = "sim"  # base_url of the embedded simulator
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_KEY_PREFIX = re.compile(r"(?i)^(sk|gsk|csk|xai|hf|ghp|github_pat|pk|rk|key)[-_]|^AIza")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-REDACTED = "***"  # what a header value becomes in a trace header or listing
 # set by agentloop in every request body: a tier's extra_body may not name them
 RESERVED_BODY_KEYS = frozenset(
     {"model", "stream", "input", "messages", "tools", "store", "include"}
 )
-
-
-def looks_like_key(value: str) -> bool:
-    """Whether ``value`` (meant to name an environment variable) looks like an API key itself."""
-    v = value.strip()
-    if _KEY_PREFIX.search(v):
-        return True
-    return (
-        len(v) >= 20
-        and re.search(r"[a-z]", v) is not None
-        and re.search(r"\d", v) is not None
-        and not re.fullmatch(r"[A-Z0-9_]+", v)
-    )
 
 
 @dataclass(frozen=True, slots=True)
