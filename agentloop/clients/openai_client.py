@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx2
 import openai
-import orjson
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
 
 from agentloop.clients._errors import (
@@ -38,14 +37,14 @@ from agentloop.clients._stream import (
     Turn,
     read_sse,
 )
+from agentloop.clients._turn import reasoning_items, usage_of
 from agentloop.clients._wire import BodyBuilder
 from agentloop.config.tiers import Tier
 from agentloop.errors import ConfigError, ModelAPIError, ModelRetryError
 from agentloop.events import watch_stream
 from agentloop.log import get_logger
-from agentloop.model.tokens import chat_input_tokens, count_tokens, responses_input_tokens
 from agentloop.redact import Redactor, looks_like_key
-from agentloop.types import Attempt, CallTiming, ModelRequest, ModelResponse, ReasoningItem, Usage
+from agentloop.types import Attempt, CallTiming, ModelRequest, ModelResponse
 
 SIM_PLACEHOLDER_KEY = "sim-no-key"  # the simulator and key-less local servers need no secret
 # after a stream's terminal event, the body's end is read (see _drain) up to this much, this long
@@ -88,24 +87,6 @@ def make_sdk_client(
         max_retries=0,
         timeout=httpx2.Timeout(timeout, connect=connect_timeout_s),
     )
-
-
-def _reasoning_items(raw: list[dict[str, Any]]) -> tuple[ReasoningItem, ...]:
-    """Reasoning items as received, kept verbatim (their JSON) for the next requests."""
-    out = []
-    for item in raw:
-        summary = tuple(
-            str(p.get("text") or "") for p in item.get("summary") or () if isinstance(p, dict)
-        )
-        out.append(
-            ReasoningItem(
-                id=str(item.get("id") or ""),
-                raw=orjson.dumps(item).decode(),
-                summary=summary,
-                encrypted=bool(item.get("encrypted_content")),
-            )
-        )
-    return tuple(out)
 
 
 class OpenAIClient:
@@ -281,13 +262,13 @@ class OpenAIClient:
         return ModelResponse(
             text=text,
             tool_calls=calls,
-            usage=_usage(turn, body, text, calls, thought),
+            usage=usage_of(turn, body, text, calls, thought),
             timing=timing,
             attempts=tuple(attempts),
             model=turn.model or self.tier.model,
             service_tier=turn.service_tier,
             finish_reason=turn.finish_reason,
-            reasoning=_reasoning_items(turn.reasoning),
+            reasoning=reasoning_items(turn.reasoning),
             reasoning_text=thought,
             server_timings=turn.server_timings,
         )
@@ -376,29 +357,3 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
                 size += len(chunk)
                 if size > DRAIN_BYTES:
                     return
-
-
-def _usage(turn: Turn, body: bytes, text: str, calls: tuple[Any, ...], thought: str) -> Usage:
-    """The server's usage, completed by agentloop's tokenizer (``agentloop.model.tokens``) where the
-    server said nothing: no usage at all, or reasoning text without a reasoning count. Estimated
-    counts are flagged (``Usage.estimated``), never passed off as the server's."""
-    u = turn.usage
-    if turn.usage_seen and (u.reasoning_tokens or not thought):
-        return u
-    reasoning = count_tokens(thought)
-    if turn.usage_seen:  # reported output (it includes reasoning), reasoning not itemised
-        return replace(u, reasoning_tokens=min(reasoning, u.output_tokens), estimated=True)
-    req = orjson.loads(body)
-    if turn.api == "chat":
-        inputs = chat_input_tokens(req.get("messages") or [], count_tokens)
-    else:
-        inputs = responses_input_tokens(
-            req.get("instructions"), req.get("input") or [], count_tokens
-        )
-    visible = count_tokens(text) + sum(count_tokens(c.arguments) for c in calls)
-    return Usage(
-        input_tokens=inputs,
-        output_tokens=reasoning + visible,
-        reasoning_tokens=reasoning,
-        estimated=True,
-    )
