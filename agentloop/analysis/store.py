@@ -188,7 +188,7 @@ def write_cache(trace: Path, c: Columns, key: dict[str, Any]) -> Path | None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(exist_ok=True)
-        pq.write_table(to_table(c, key), tmp, write_page_checksum=True, compression="zstd")
+        pq.write_table(to_table(c, key), tmp, write_page_checksum=True, compression="none")
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):

@@ -34,7 +34,6 @@ class VGraph:
     c: Columns
     cand_off: I64  # position v's candidates are cand_idx[cand_off[v]:cand_off[v + 1]]
     cand_idx: I64
-    cand_pos: I64  # the position each candidate entry belongs to
     is_leaf: B
     start_gap: I64
     close_gap: I64  # 0 for a leaf
@@ -132,7 +131,6 @@ def build(c: Columns) -> VGraph:
         c=c,
         cand_off=off,
         cand_idx=cand,
-        cand_pos=np.repeat(np.arange(sent, dtype=np.int64), cnt),
         is_leaf=is_leaf,
         start_gap=start_gap,
         close_gap=close_gap,
@@ -162,11 +160,14 @@ def _sum_links(links: I64, w: np.ndarray) -> np.ndarray:
     sent = len(links) - 1
     acc = w.copy()
     acc[sent] = 0
-    anc = links.copy()
+    anc = links.astype(np.int32) if sent < 2**31 else links.copy()
     anc[sent] = sent
-    while not (anc == sent).all():
-        acc += acc[anc]
-        anc = anc[anc]
+    buf, nxt = np.empty_like(acc), np.empty_like(anc)
+    while anc.min() != sent:  # every link reaches the run's start once all are done
+        np.take(acc, anc, axis=0, out=buf)
+        acc += buf
+        np.take(anc, anc, out=nxt)
+        anc, nxt = nxt, anc
     return acc
 
 

@@ -1,6 +1,6 @@
-"""Benchmark: load and re-time a one-million-span synthetic trace (target: re-timing < 2 s).
+"""Benchmark: load and re-time a one-million-span synthetic trace, cold and warm, and a suite.
 
-Run as ``python tests/benchmarks/bench_analysis.py [STEPS] [ROUNDS]``. Writes a trace in the real
+Run as ``python tests/benchmarks/bench_analysis.py [STEPS] [ROUNDS] [SUITE_RUNS]``. Writes a trace in the real
 record format to a temporary file (200,000 steps of one model call and three parallel tool calls:
 one million spans, two million span records), then times separately: loading it, flattening it
 into the graph (attribution included), one what-if re-timing (new durations + forward pass), and
@@ -12,11 +12,22 @@ the rebuild as it was before the typed schema (spans from the records' fields, n
 typed views). Each load runs in a fresh child process, the three taking turns for ROUNDS rounds
 (best kept), so none inherits a heap another one scattered. Figures vary with the machine's
 load: the script prints what it saw.
+
+Then, end to end (process start to answer, each a fresh ``agentloop`` process, its peak
+memory from ``wait4``): ``whatif --tier sim-ultrafast`` and ``report`` cold (no columnar cache:
+the checked load, then the cache is written) and warm (the cache read back), beside the
+``orjson.loads`` floor (targets: warm <= 3 s, cold <= 1.5x the floor, peak memory <= 2x the
+cache). Last, a suite of SUITE_RUNS traces (default 1,000 runs of 200 steps: about 1M spans in
+all): ``agentloop whatif SUITE --tier sim-ultrafast`` as the command runs it today, and every
+run predicted on its columns, cold and warm (target warm <= 5 s).
 """
 
 from __future__ import annotations
 
 import gc
+import math
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,10 +40,12 @@ import orjson
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from agentloop.analysis import store, vector, vwhatif  # noqa: E402
 from agentloop.analysis.graph import Graph, build_graph, load_quickly  # noqa: E402
 from agentloop.analysis.synthetic import agent_lines  # noqa: E402
 from agentloop.analysis.whatif import Scenario, WhatIf, predict_ns, whatif  # noqa: E402
-from agentloop.config.tiers import SpeedProfile  # noqa: E402
+from agentloop.config.tiers import SpeedProfile, get_tier, load_tiers  # noqa: E402
+from agentloop.suite.records import RunRecord, Suite, write_suite  # noqa: E402
 from agentloop.trace.reader import SpanRecord, Trace, load_trace  # noqa: E402
 
 LOADS = ("plain", "unchecked", "load_trace")
@@ -99,6 +112,7 @@ def main() -> None:
         return
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    suite_runs = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big.jsonl"
         t = time.perf_counter()
@@ -113,8 +127,12 @@ def main() -> None:
         trace = load_quickly(path)
         quick_s = time.perf_counter() - t
         graph_s, runs, full_s, _, w, predicted = analyse(trace)
-    n_spans = len(trace.spans)
-    n_models = sum(s.kind == "model" for s in trace.spans.values())
+        n_spans = len(trace.spans)
+        n_models = sum(s.kind == "model" for s in trace.spans.values())
+        del trace, _
+        gc.collect()
+        ends = end_to_end(path, rounds)
+        suite = suite_figures(Path(tmp) / "suite", suite_runs)
     retime_s = min(runs)
     n_records = 2 * n_spans + 2
     print(
@@ -157,6 +175,103 @@ def main() -> None:
     print(
         f"full whatif    {full_s:6.2f} s   (re-timing, both critical paths and their "
         f"breakdowns, ceiling and {len(w.curve)}-point curve from one lockstep pass)"
+    )
+    print_end_to_end(ends, plain)
+    print_suite(suite, suite_runs)
+
+
+def cli(args: list[str]) -> tuple[float, float]:
+    """Seconds and peak memory (MB) of one ``agentloop`` command in a fresh process."""
+    exe = shutil.which("agentloop") or "agentloop"
+    t = time.perf_counter()
+    proc = subprocess.Popen([exe, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    s = time.perf_counter() - t
+    if status != 0:
+        raise SystemExit(f"agentloop {' '.join(args)} failed: {proc.stderr.read().decode()}")
+    proc.returncode = 0
+    return s, usage.ru_maxrss / 1024
+
+
+def end_to_end(path: Path, rounds: int) -> dict[str, list[tuple[float, float]]]:
+    """whatif and report, cold (cache removed first) and warm, ``rounds`` times each."""
+    seen: dict[str, list[tuple[float, float]]] = {}
+    for _ in range(rounds):
+        for cmd in ("whatif", "report"):
+            args = [cmd, str(path), "--json"]
+            if cmd == "whatif":
+                args += ["--tier", "sim-ultrafast"]
+            shutil.rmtree(store.cache_path(path).parent, ignore_errors=True)
+            seen.setdefault(f"{cmd} cold", []).append(cli(args))
+            cache = store.cache_path(path)
+            if cmd == "whatif":
+                mb = cache.stat().st_size / 1e6 if cache.is_file() else math.nan
+                seen["cache MB"] = [(mb, 0.0)]
+            seen.setdefault(f"{cmd} warm", []).append(cli(args))
+    return seen
+
+
+def print_end_to_end(ends: dict[str, list[tuple[float, float]]], plain: float) -> None:
+    cache_mb = ends["cache MB"][0][0]
+    print(f"end to end (fresh agentloop process to answer; columnar cache {cache_mb:.0f} MB):")
+    for key, target in (
+        ("whatif cold", f"target <= 1.5x floor = {1.5 * plain:.2f} s"),
+        ("whatif warm", "target <= 3 s"),
+        ("report cold", f"target <= 1.5x floor = {1.5 * plain:.2f} s"),
+        ("report warm", "target <= 3 s"),
+    ):
+        best = min(ends[key])
+        print(
+            f"  {key:11s} {best[0]:6.2f} s  {best[0] / plain:5.2f}x floor  peak {best[1]:6.0f} MB "
+            f"({best[1] / cache_mb:.1f}x cache)  ({target}; runs "
+            f"{', '.join(f'{s:.2f}' for s, _ in ends[key])} s)"
+        )
+
+
+def suite_figures(folder: Path, n: int) -> dict[str, float]:
+    """A suite folder of ``n`` runs of 200 steps; the command's time and the columnar one."""
+    (folder / "traces").mkdir(parents=True)
+    runs = []
+    for k in range(n):
+        name = f"traces/run-{k:04d}.jsonl"
+        with (folder / name).open("wb") as f:
+            f.writelines(line + b"\n" for line in agent_lines(200, task=f"task-{k % 20}"))
+        runs.append(
+            RunRecord(
+                f"task-{k % 20}",
+                "bench",
+                1 + k // 20,
+                "sim-standard",
+                "ok",
+                "done",
+                True,
+                60.0,
+                200,
+                name,
+                float(k),
+                float(k) + 60.0,
+            )
+        )
+    write_suite(folder, Suite("sim-standard", 8, n // 20, float(n), runs))
+    args = ["whatif", str(folder), "--tier", "sim-ultrafast", "--json"]
+    out = {"command": cli(args)[0]}
+    tier = get_tier(load_tiers(None), "sim-ultrafast", "tiers.toml")
+    sc = Scenario.tier(tier.name, tier.profile)
+    paths = [folder / r.trace for r in runs if r.trace]
+    for label in ("columns cold", "columns warm"):
+        t = time.perf_counter()
+        total = sum(vwhatif.predict_ns(vector.build(store.load_columns(p)), sc) for p in paths)
+        out[label] = time.perf_counter() - t
+    out["predicted s"] = total / 1e9
+    return out
+
+
+def print_suite(s: dict[str, float], n: int) -> None:
+    print(f"suite of {n:,} runs of 200 steps (~{n * 1001:,} spans), whatif --tier sim-ultrafast:")
+    print(f"  command (suite/compare.py, the loops, every trace loaded) {s['command']:6.2f} s")
+    print(
+        f"  every run on its columns: cold {s['columns cold']:6.2f} s (caches written), "
+        f"warm {s['columns warm']:6.2f} s (target <= 5 s; in process)"
     )
 
 
