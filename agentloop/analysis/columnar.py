@@ -49,8 +49,9 @@ class Columns:
 
     ``header`` / ``end`` are the run header and end record as written; ``problems`` the
     reader's notes and the Graph builder's (unknown or forward ids); ``is_model`` marks the
-    finished childless model spans the analysis re-times (the Graph's ``models``); ``parts``
-    holds their attribution in :data:`PART_COLUMNS` order (zero elsewhere).
+    finished childless model spans the analysis re-times (the Graph's ``models``); ``parts``,
+    ``output_tps``, ``timed`` and ``cached_tokens`` have a row for each of them, in index order
+    (``parts`` their attribution and token counts in :data:`PART_COLUMNS` order).
     """
 
     header: dict[str, Any]
@@ -70,7 +71,7 @@ class Columns:
     in_flight: B
     queued_ns: I64  # tool spans: the recorded wait for max_parallel_tools
     is_model: B
-    parts: I64  # shape (n, len(PART_COLUMNS))
+    parts: I64  # shape (model spans, len(PART_COLUMNS))
     output_tps: F64
     timed: B
     cached_tokens: I64
@@ -93,19 +94,13 @@ def columns_of(g: Graph) -> Columns:
     after_off = np.zeros(n + 1, np.int64)
     np.cumsum(after_len, out=after_off[1:])
     flat = [j for a in g.after for j in a]
-    parts = np.zeros((n, len(PART_COLUMNS)), np.int64)
-    tps = np.zeros(n, np.float64)
-    timed = np.zeros(n, np.bool_)
-    cached = np.zeros(n, np.int64)
     is_model = np.zeros(n, np.bool_)
-    if g.models:
-        mi = np.fromiter(g.models, np.int64, len(g.models))
-        ms = list(g.models.values())
-        is_model[mi] = True
-        parts[mi] = np.array([m[:10] for m in ms], np.int64).reshape(len(ms), len(PART_COLUMNS))
-        tps[mi] = [m.output_tps for m in ms]
-        timed[mi] = [m.timed for m in ms]
-        cached[mi] = [m.cached_tokens for m in ms]
+    ms = list(g.models.values())  # in index order: the Graph adds them so
+    is_model[np.fromiter(g.models, np.int64, len(ms))] = True
+    parts = np.array([m[:10] for m in ms], np.int64).reshape(len(ms), len(PART_COLUMNS))
+    tps = np.array([m.output_tps for m in ms], np.float64)
+    timed = np.array([m.timed for m in ms], np.bool_)
+    cached = np.array([m.cached_tokens for m in ms], np.int64)
     from agentloop.analysis.attribution import tool_category
 
     kinds = g.kinds

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from agentloop._version import __version__
 from agentloop.analysis.columnar import PART_COLUMNS, Columns, columns_of
 
-CACHE_VERSION = "1"
+CACHE_VERSION = "2"
 CACHE_DIR = ".agentloop-cache"
 COLUMNAR_BYTES = 4 << 20  # traces from this size on are analysed on columns (about 10,000 spans)
 _EDGE = 64 * 1024  # bytes of the source's head and tail in its digest
@@ -80,11 +80,19 @@ def to_table(c: Columns, key: dict[str, Any]) -> pa.Table:
         "queued_ns": pa.array(c.queued_ns),
         "is_model": pa.array(c.is_model),
     }
+    # model span columns: a value in a model span's row, null elsewhere (stored as nothing)
+    rows = np.flatnonzero(c.is_model)
+
+    def spread(v: np.ndarray) -> pa.Array:
+        out = np.zeros(n, v.dtype)
+        out[rows] = v
+        return pa.array(out, mask=~c.is_model)
+
     for k, name in enumerate(PART_COLUMNS):
-        cols[name] = pa.array(c.parts[:, k] if n else np.zeros(0, np.int64))
-    cols["output_tps"] = pa.array(c.output_tps)
-    cols["timed"] = pa.array(c.timed)
-    cols["cached_tokens"] = pa.array(c.cached_tokens)
+        cols[name] = spread(c.parts[:, k])
+    cols["output_tps"] = spread(c.output_tps)
+    cols["timed"] = spread(c.timed)
+    cols["cached_tokens"] = spread(c.cached_tokens)
     meta = {
         "key": key,
         "header": c.header,
@@ -127,7 +135,18 @@ def from_table(t: pa.Table) -> Columns:
     t0, t1 = ints("t0"), ints("t1")
     if (t1 < t0).any():
         raise ValueError("a span ends before it starts")
-    parts = np.stack([ints(nm) for nm in PART_COLUMNS], axis=1) if n else np.zeros((0, 10))
+    is_model = bools("is_model")
+    m = int(is_model.sum())
+
+    def model(name: str, dtype: type) -> np.ndarray:
+        col = t.column(name).combine_chunks()
+        if col.null_count != n - m or len(col) != n:
+            raise ValueError(name)
+        return np.asarray(col.drop_null().to_numpy(zero_copy_only=False), dtype)
+
+    parts = np.empty((m, len(PART_COLUMNS)), np.int64)
+    for k, nm in enumerate(PART_COLUMNS):
+        parts[:, k] = model(nm, np.int64)
     end = meta["end"]
     return Columns(
         header=meta["header"],
@@ -146,11 +165,11 @@ def from_table(t: pa.Table) -> Columns:
         t1=t1,
         in_flight=bools("in_flight"),
         queued_ns=ints("queued_ns"),
-        is_model=bools("is_model"),
-        parts=parts.astype(np.int64),
-        output_tps=np.asarray(t.column("output_tps").to_numpy(), np.float64),
-        timed=bools("timed"),
-        cached_tokens=ints("cached_tokens"),
+        is_model=is_model,
+        parts=parts,
+        output_tps=model("output_tps", np.float64),
+        timed=model("timed", np.bool_),
+        cached_tokens=model("cached_tokens", np.int64),
         end_ns=int(meta["end_ns"]),
         tools_by_name=bool(meta["tools_by_name"]),
     )

@@ -67,7 +67,7 @@ def trace_tables(run: str, c: Columns, extra: dict[str, Any] | None = None) -> d
         }
     )
     m = vg.models
-    p = c.parts[m]
+    p = c.parts
     model_calls = pa.table(
         {
             "run": pa.array(runs[m], pa.string()),
@@ -79,12 +79,12 @@ def trace_tables(run: str, c: Columns, extra: dict[str, Any] | None = None) -> d
             **{f"{k}_ns": p[:, j] for j, k in enumerate(("base", "reasoning", "decode", "tail"))},
             **{f"{k}_ns": p[:, j + 4] for j, k in enumerate(("wait", "retry", "overhead"))},
             "input_tokens": p[:, 7],
-            "cached_input_tokens": c.cached_tokens[m],
+            "cached_input_tokens": c.cached_tokens,
             "reasoning_tokens": p[:, 8],
             "visible_tokens": p[:, 9],
             "output_tokens": p[:, 8] + p[:, 9],
-            "output_tps": c.output_tps[m],
-            "timed": c.timed[m],
+            "output_tps": c.output_tps,
+            "timed": c.timed,
             "on_critical_path": on[m],
         }
     )

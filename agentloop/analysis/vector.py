@@ -173,15 +173,26 @@ def _sum_links(links: I64, w: np.ndarray) -> np.ndarray:
 
 def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
     """The forward pass (:func:`agentloop.analysis.passes.retime_flat`'s V, the run's start at
-    0) for each of ``durs``, by policy iteration from the recorded links."""
+    0) for each of ``durs``, by policy iteration from the recorded links. The recorded
+    durations give the recorded instants, unsummed."""
     sent = 2 * len(vg)
-    W = np.stack([_weights(vg, d) for d in durs], axis=1)
+    same = [np.array_equal(d, vg.recorded_dur) for d in durs]
+    todo = [d for d, s in zip(durs, same, strict=True) if not s]
     links = vg.back_link.copy()
     links[sent] = sent
-    Vs = _sum_links(links, W)
+    if todo:
+        W = np.stack([_weights(vg, d) for d in todo], axis=1)
+        Vs = _sum_links(links, W)
     out = []
-    for j in range(len(durs)):
+    j = 0
+    for s in same:
+        if s:
+            rec = np.empty(sent + 1, np.int64)
+            rec[0:-1:2], rec[1::2], rec[sent] = vg.c.t0, vg.c.t1, 0
+            out.append(rec)
+            continue
         V, pol, w = Vs[:, j].copy(), links, W[:, j]
+        j += 1
         while True:
             top = _seg_max(V[vg.cand_idx], vg.cand_off)
             worse = top > V[pol[:-1]]
@@ -246,10 +257,11 @@ def tally(
     v0 = 2 * int(vg.roots[int(np.argmax(V[2 * vg.roots + 1]))]) + 1
     owner = vg.step_at[pos]
     seg = Vp[pos] - Vp[links[pos]]
-    keys, inv = np.unique(owner, return_inverse=True)
-    sums = np.zeros(len(keys), np.int64)
-    np.add.at(sums, inv, seg)
-    steps = dict(zip(keys.tolist(), sums.tolist(), strict=True))
+    seen = np.bincount(owner + 1, minlength=len(vg) + 1)
+    keys = np.flatnonzero(seen)
+    sums = np.zeros(len(vg) + 1, np.int64)
+    np.add.at(sums, owner + 1, seg)
+    steps = dict(zip((keys - 1).tolist(), sums[keys].tolist(), strict=True))
     steps[-1] = steps.get(-1, 0) + total - int(Vp[v0])
     ends = pos[(pos & 1) == 1]
     leaves = ends[vg.is_leaf[ends >> 1]] >> 1
@@ -271,7 +283,7 @@ def tally(
             cats[name] = cats.get(name, 0) + int(sums[k + 1])
     rows = model_row[is_m]
     if len(rows):
-        ms = c.parts[vg.models[rows]]
+        ms = c.parts[rows]
         new = ms[:, 0:3] if parts is None else parts[rows]
         for k, name in enumerate(("base", "reasoning", "decode")):
             cats[name] = int(new[:, k].sum())

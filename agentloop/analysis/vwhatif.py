@@ -23,13 +23,12 @@ def new_parts(vg: VGraph, sc: Scenario) -> I64:
     """New (base, reasoning, decode) ns per re-timed model span (rows in ``vg.models`` order),
     as :func:`agentloop.analysis.whatif.new_parts`."""
     c = vg.c
-    m = vg.models
-    measured = c.parts[m, 0:3]
+    measured = c.parts[:, 0:3]
     prof = sc.profile
     if prof is not None:
         out = measured.copy()
-        timed = c.timed[m]
-        keys = np.stack([c.parts[m, 7], c.parts[m, 8], c.parts[m, 9], c.cached_tokens[m]], axis=1)[
+        timed = c.timed
+        keys = np.stack([c.parts[:, 7], c.parts[:, 8], c.parts[:, 9], c.cached_tokens], axis=1)[
             timed
         ]
         if len(keys):
@@ -58,7 +57,7 @@ def durations(vg: VGraph, parts: I64) -> I64:
     """Leaf durations with the model spans' base, reasoning and decode replaced."""
     dur = vg.recorded_dur.copy()
     m = vg.models
-    dur[m] += parts.sum(axis=1) - vg.c.parts[m, 0:3].sum(axis=1)
+    dur[m] += parts.sum(axis=1) - vg.c.parts[:, 0:3].sum(axis=1)
     return dur
 
 
@@ -110,7 +109,6 @@ def whatif(vg: VGraph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> What
             map(new_steps.get, step_ids, itertools.repeat(0)),
         )
     )
-    m = vg.models
     return WhatIf(
         sc,
         vg.measured_ns,
@@ -120,6 +118,6 @@ def whatif(vg: VGraph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> What
         steps,
         points,
         vg.c.complete,
-        int(vg.c.parts[m, 7].sum()),
-        int(vg.c.cached_tokens[m].sum()),
+        int(vg.c.parts[:, 7].sum()),
+        int(vg.c.cached_tokens.sum()),
     )
