@@ -273,3 +273,18 @@ def test_the_cache_gives_the_same_whatif_as_the_jsonl(trace_file: Path):
     g: Graph = build_graph(load_trace(trace_file))
     for sc in SCENARIOS:
         assert whatif(g, sc) == vwhatif.whatif(vector.build(cached), sc)
+
+
+def test_the_run_end_hook_caches_big_traces_only(tmp_path: Path, trace_file: Path):
+    """cache_trace writes the cache of a trace past COLUMNAR_BYTES, skips a small one, and
+    says nothing for a file that is not a trace."""
+    store.cache_trace(trace_file)
+    assert store.read_cache(trace_file) is None  # 30 steps: analysed with the loops
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b"".join(line + b"\n" for line in agent_lines(4000)))
+    store.cache_trace(big)
+    assert store.read_cache(big) is not None
+    junk = tmp_path / "junk.jsonl"
+    junk.write_bytes(b"not json\n" * (store.COLUMNAR_BYTES // 9 + 1))
+    store.cache_trace(junk)
+    assert not store.cache_path(junk).exists()

@@ -249,9 +249,13 @@ def columns_for_analysis(trace: Path) -> Columns | None:
 
 
 def cache_trace(trace: str | Path) -> None:
-    """Make the cache of a finished run's trace (the run-end hook); never raises for a trace
-    that cannot be read or a folder that cannot be written: the JSONL is the record."""
+    """Make the cache of a finished run's trace, if it is big enough to be analysed on columns
+    (the run-end hook: ``await asyncio.to_thread(cache_trace, path)`` once the trace is
+    closed). Never raises for a trace that cannot be read or a folder that cannot be written:
+    the JSONL is the record, the cache only saves the next analysis its reading."""
     from agentloop.errors import TraceFileError
 
+    p = Path(trace)
     with contextlib.suppress(TraceFileError, OSError):
-        load_columns(Path(trace))
+        if p.stat().st_size >= COLUMNAR_BYTES:
+            load_columns(p)
