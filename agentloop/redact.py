@@ -1,4 +1,4 @@
-"""The one redactor for everything shown or written (trace, logs, terminal), and the truncator.
+"""The one redactor for everything shown or written (trace, logs, terminal), and the one truncator.
 
 :class:`Redactor` knows the secret values it holds (the values of environment variables named
 like secrets) in the forms a command can turn them into: verbatim, base64 (standard and URL-safe,
@@ -181,13 +181,39 @@ def redactor(secrets: Iterable[str] | None = None) -> Redactor:
     return Redactor(secret_values() if secrets is None else secrets)
 
 
+NOTE_CHARS = 160  # room kept for the note that says what was cut
+
+
+def cut_middle(head: str, tail: str, note: str) -> str:
+    """``head``, then ``note`` (what was cut) on a line of its own, then ``tail``: the one shape
+    of a cut text, for a text in hand (:func:`clip`) or a stream kept as head and tail."""
+    return f"{head}\n[... {note} ...]\n{tail}"
+
+
+def clip(
+    text: str, cap: int, *, what: str = "output", head_share: float = 0.4, kind: str = "output"
+) -> str:
+    """``text`` in at most ``cap`` chars: head and tail kept, the cut stated in the middle (the
+    one truncator: tool output fed to the model, and trace strings)."""
+    if len(text) <= cap:
+        return text
+    keep = max(0, cap - NOTE_CHARS)
+    head = int(keep * head_share)
+    tail = keep - head
+    cut = len(text) - head - tail
+    return cut_middle(
+        text[:head],
+        text[len(text) - tail :] if tail else "",
+        f"{cut:,} chars cut from the middle of {what} ({len(text):,} chars in all); "
+        f"{kind} capped at {cap:,} chars",
+    )
+
+
 def truncator(max_chars: int) -> Processor:
-    """Cut any string longer than ``max_chars``, saying how much was cut."""
+    """Cut any string longer than ``max_chars`` (:func:`clip`), saying how much was cut."""
 
     def cut(s: str) -> str:
-        if len(s) <= max_chars:
-            return s
-        return s[:max_chars] + f"... [cut {len(s) - max_chars} chars]"
+        return s if len(s) <= max_chars else clip(s, max_chars, what="a string", kind="a string")
 
     def process(record: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = _map_strings(record, cut)

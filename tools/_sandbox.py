@@ -24,7 +24,7 @@ from urllib.parse import unquote, urlsplit
 from agentloop.errors import ToolError
 from agentloop.loopback import is_loopback
 from agentloop.protocols import ToolContext
-from agentloop.redact import SECRET_NAME
+from agentloop.redact import SECRET_NAME, clip
 
 LOCAL_SCHEMES = ("about", "data", "blob")  # never touch the network or the disk
 
@@ -78,19 +78,9 @@ def tool_timeout(ctx: ToolContext) -> float:
 
 
 def cap_text(text: str, cap: int, *, what: str = "output", head_share: float = 0.4) -> str:
-    """``text`` cut to at most ``cap`` chars: head and tail kept, the cut stated in the middle."""
-    if len(text) <= cap:
-        return text
-    note_len = 160
-    keep = max(0, cap - note_len)
-    head = int(keep * head_share)
-    tail = keep - head
-    cut = len(text) - head - tail
-    note = (
-        f"\n[... {cut:,} chars cut from the middle of {what} ({len(text):,} chars in all); "
-        f"output capped at {cap:,} chars ...]\n"
-    )
-    return text[:head] + note + (text[len(text) - tail :] if tail else "")
+    """``text`` cut to at most ``cap`` chars: head and tail kept, the cut stated in the middle
+    (:func:`agentloop.redact.clip`, the one truncator)."""
+    return clip(text, cap, what=what, head_share=head_share)
 
 
 # -- network rule (browser) -------------------------------------------------------------------

@@ -10,10 +10,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agentloop.config.limits import Limits as Limits
 from agentloop.config.tiers import Tier, parse_tiers
 from agentloop.errors import TaskFileError, TierFileError
 from agentloop.script import ScriptTurn
-from agentloop.trace.header import LimitsRecord
 
 
 class _ToolCallModel(BaseModel):
@@ -68,14 +68,17 @@ def requirement_problem(text: str) -> str | None:
     )
 
 
+_DEFAULT = Limits()  # the defaults' one owner: agentloop/config/limits.py
+
+
 class _LimitsModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    max_steps: int = Field(default=30, gt=0)
-    max_output_tokens: int = Field(default=200_000, gt=0)
-    timeout_s: float = Field(default=600.0, gt=0)
-    max_parallel_tools: int = Field(default=4, gt=0)
-    tool_timeout_s: float = Field(default=120.0, gt=0)
-    max_cost_usd: float | None = Field(default=None, gt=0)  # agentloop/model/prices.py
+    max_steps: int = Field(default=_DEFAULT.max_steps, gt=0)
+    max_output_tokens: int = Field(default=_DEFAULT.max_output_tokens, gt=0)
+    timeout_s: float = Field(default=_DEFAULT.timeout_s, gt=0)
+    max_parallel_tools: int = Field(default=_DEFAULT.max_parallel_tools, gt=0)
+    tool_timeout_s: float = Field(default=_DEFAULT.tool_timeout_s, gt=0)
+    max_cost_usd: float | None = Field(default=_DEFAULT.max_cost_usd, gt=0)
 
 
 LimitsModel = _LimitsModel  # the limits' validation, shared with the service's run requests
@@ -110,29 +113,6 @@ class _TaskModel(BaseModel):
     @classmethod
     def _listify(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v
-
-
-@dataclass(frozen=True)
-class Limits:
-    """When a run stops on its own: steps, output tokens, wall time, cost; and tool concurrency."""
-
-    max_steps: int = 30
-    max_output_tokens: int = 200_000
-    timeout_s: float = 600.0
-    max_parallel_tools: int = 4
-    tool_timeout_s: float = 120.0
-    max_cost_usd: float | None = None  # USD at the tier's prices (agentloop/model/prices.py)
-
-    def record(self) -> LimitsRecord:
-        """The limits as a trace header records them."""
-        return {
-            "max_steps": self.max_steps,
-            "max_output_tokens": self.max_output_tokens,
-            "timeout_s": self.timeout_s,
-            "max_parallel_tools": self.max_parallel_tools,
-            "tool_timeout_s": self.tool_timeout_s,
-            "max_cost_usd": self.max_cost_usd,
-        }
 
 
 @dataclass(frozen=True)
@@ -216,6 +196,55 @@ def problem(exc: ValidationError) -> str:
 
 def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Task:
     """Validate a task file's text. ``known_tools`` (tool registry names) checks the tools list."""
+    root, m = _validated(text, path)
+    workspace = None
+    if m.workspace is not None:
+        workspace = (path.parent / m.workspace).resolve()
+        if not workspace.is_dir():
+            raise TaskFileError(
+                path,
+                f"workspace folder {workspace} does not exist",
+                line=_key_line(root, ("workspace",)),
+                field="workspace",
+            )
+    if known_tools is not None:
+        _check_tools(m, root, path, known_tools)
+    try:
+        tiers = parse_tiers({"tiers": m.tiers}, path) if m.tiers else {}
+    except TierFileError as exc:
+        raise TaskFileError(
+            path, exc.message.split(": ", 1)[-1], line=_key_line(root, ("tiers",)), field=exc.field
+        ) from None
+    for i, req in enumerate(m.requirements):
+        why = requirement_problem(req)
+        if why is not None:
+            raise TaskFileError(
+                path, why, line=_key_line(root, ("requirements", i)), field=f"requirements[{i}]"
+            )
+    return Task(
+        name=m.name,
+        prompt=m.prompt,
+        system=m.system,
+        source=path,
+        description=m.description,
+        workspace=workspace,
+        setup=tuple(m.setup),
+        requirements=tuple(m.requirements),
+        tools=tuple(m.tools),
+        finish_tool=m.finish_tool,
+        test_command=m.test_command,
+        allow_hosts=tuple(m.allow_hosts),
+        limits=Limits(**m.limits.model_dump()),
+        tier=m.tier,
+        tiers=tiers,
+        success_command=m.success.command,
+        success_text=m.success.expect_text,
+        script=tuple(ScriptTurn.from_dict(t.model_dump()) for t in m.script),
+    )
+
+
+def _validated(text: str, path: Path) -> tuple[yaml.Node | None, _TaskModel]:
+    """The file's YAML node tree (for line numbers) and its validated model."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -228,7 +257,7 @@ def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Ta
             path, "a task file must be a YAML mapping (name:, prompt:, ...)", line=1
         )
     try:
-        m = _TaskModel.model_validate(data)
+        return root, _TaskModel.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(err["loc"])
@@ -243,80 +272,28 @@ def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Ta
             path, problem(exc), line=_key_line(root, loc), field=field_name(loc)
         ) from None
 
-    base = path.parent
-    workspace = None
-    if m.workspace is not None:
-        workspace = (base / m.workspace).resolve()
-        if not workspace.is_dir():
+
+def _check_tools(m: _TaskModel, root: yaml.Node | None, path: Path, known_tools: set[str]) -> None:
+    """Every tool the task lists, and every tool its script calls, is one the registry has."""
+    for i, name in enumerate(m.tools):
+        if name not in known_tools:
             raise TaskFileError(
                 path,
-                f"workspace folder {workspace} does not exist",
-                line=_key_line(root, ("workspace",)),
-                field="workspace",
+                f"unknown tool '{name}' (known tools: {', '.join(sorted(known_tools))})",
+                line=_key_line(root, ("tools", i)),
+                field=f"tools[{i}]",
             )
-    if known_tools is not None:
-        for i, name in enumerate(m.tools):
-            if name not in known_tools:
+    for i, turn in enumerate(m.script):
+        for j, call in enumerate(turn.tool_calls):
+            if call.name not in known_tools and call.name != "finish":
+                # a script may name a tool the task does not allow (to exercise the error
+                # path), but a tool nobody has is almost surely a typo
                 raise TaskFileError(
                     path,
-                    f"unknown tool '{name}' (known tools: {', '.join(sorted(known_tools))})",
-                    line=_key_line(root, ("tools", i)),
-                    field=f"tools[{i}]",
+                    f"script names unknown tool '{call.name}'",
+                    line=_key_line(root, ("script", i, "tool_calls", j, "name")),
+                    field=f"script[{i}].tool_calls[{j}].name",
                 )
-        for i, turn in enumerate(m.script):
-            for j, call in enumerate(turn.tool_calls):
-                if call.name not in known_tools and call.name != "finish":
-                    # a script may name a tool the task does not allow (to exercise the error
-                    # path), but a tool nobody has is almost surely a typo
-                    raise TaskFileError(
-                        path,
-                        f"script names unknown tool '{call.name}'",
-                        line=_key_line(root, ("script", i, "tool_calls", j, "name")),
-                        field=f"script[{i}].tool_calls[{j}].name",
-                    )
-    try:
-        tiers = parse_tiers({"tiers": m.tiers}, path) if m.tiers else {}
-    except TierFileError as exc:
-        raise TaskFileError(
-            path, exc.message.split(": ", 1)[-1], line=_key_line(root, ("tiers",)), field=exc.field
-        ) from None
-    for i, req in enumerate(m.requirements):
-        why = requirement_problem(req)
-        if why is not None:
-            raise TaskFileError(
-                path,
-                why,
-                line=_key_line(root, ("requirements", i)),
-                field=f"requirements[{i}]",
-            )
-    lim = m.limits
-    return Task(
-        name=m.name,
-        prompt=m.prompt,
-        system=m.system,
-        source=path,
-        description=m.description,
-        workspace=workspace,
-        setup=tuple(m.setup),
-        requirements=tuple(m.requirements),
-        tools=tuple(m.tools),
-        finish_tool=m.finish_tool,
-        test_command=m.test_command,
-        allow_hosts=tuple(m.allow_hosts),
-        limits=Limits(
-            lim.max_steps,
-            lim.max_output_tokens,
-            lim.timeout_s,
-            lim.max_parallel_tools,
-            lim.tool_timeout_s,
-            lim.max_cost_usd,
-        ),
-        tier=m.tier,
-        tiers=tiers,
-        success_command=m.success.command,
-        success_text=m.success.expect_text,
-        script=tuple(ScriptTurn.from_dict(t.model_dump()) for t in m.script),
-    )
 
 
 def load_task(path: str | Path, known_tools: set[str] | None = None) -> Task:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from agentloop.config.limits import Limits
 from agentloop.errors import ConfigError
 from agentloop.redact import SECRET_NAME
 from agentloop.sandbox import taskenv
@@ -18,7 +19,7 @@ from agentloop.sandbox.jail import Jail, JailSpec, open_jail
 
 DEFAULT_OUTPUT_CAP = 16_000  # characters of a tool's text fed back to the model
 MIN_OUTPUT_CAP = 200
-DEFAULT_TOOL_TIMEOUT_S = 120.0
+DEFAULT_TOOL_TIMEOUT_S = Limits.tool_timeout_s  # the limits' defaults: agentloop/config/limits.py
 
 # variables a subprocess may inherit; anything else (and anything named like a secret) is dropped
 _PASS_ENV = (

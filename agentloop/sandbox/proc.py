@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from agentloop.redact import cut_middle
 from agentloop.sandbox.jail import Command, Jail
 
 LINGER_S = 0.5  # after bash exits, how long background holders of its pipes may keep writing
@@ -70,11 +71,11 @@ class Capture:
         keep_tail = budget - keep_head
         shown = head_t[:keep_head] + (tail_t[-keep_tail:] if keep_tail else "")
         cut = max(0, self.total - len(shown.encode("utf-8", "replace")))
-        return (
-            head_t[:keep_head]
-            + f"\n[... about {cut:,} bytes cut from the middle of {name} ({self.total:,} "
-            f"bytes in all); output capped at {cap:,} chars ...]\n"
-            + (tail_t[-keep_tail:] if keep_tail else "")
+        return cut_middle(
+            head_t[:keep_head],
+            tail_t[-keep_tail:] if keep_tail else "",
+            f"about {cut:,} bytes cut from the middle of {name} ({self.total:,} bytes in all); "
+            f"output capped at {cap:,} chars",
         )
 
 
