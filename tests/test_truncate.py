@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from agentloop.redact import clip, truncator
 from agentloop_tools._sandbox import cap_text
+
+from agentloop.redact import clip, truncator
 
 
 def test_a_long_trace_string_keeps_head_and_tail_within_the_cap() -> None:
