@@ -38,7 +38,7 @@ script:
 """
 
 
-@pytest.mark.flaky(reruns=2)  # wall-clock pacing on a shared machine (see pyproject)
+@pytest.mark.pacing
 async def test_whatif_predicts_the_ultrafast_run_within_3_percent(tmp_path: Path) -> None:
     """A run on sim-standard re-timed to sim-ultrafast predicts the real sim-ultrafast run (3%)."""
     (tmp_path / "task.yaml").write_text(TASK)

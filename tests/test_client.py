@@ -41,7 +41,7 @@ def seconds(a: int | None, b: int | None) -> float:
 
 
 @pytest.mark.parametrize("api", APIS)
-@pytest.mark.flaky(reruns=2)  # wall-clock pacing on a shared machine (see pyproject)
+@pytest.mark.pacing
 async def test_ttft_and_output_tps_match_the_pacing(api: str) -> None:
     """ttft ~ base + input/prefill and output_tps ~ the profile's rate, within a few percent."""
     profile = SpeedProfile(base_latency_s=0.5, prefill_tps=20000, output_tps=150)

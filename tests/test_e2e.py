@@ -62,7 +62,7 @@ def test_demo_playbook_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFix
     assert [False, False, True] == [t.attrs["ok"] for t in tests]
 
 
-@pytest.mark.flaky(reruns=2)  # wall-clock pacing on a shared machine (see pyproject)
+@pytest.mark.pacing
 def test_whatif_predicts_the_ultrafast_run_within_3_percent(tmp_path: Path) -> None:
     """Run on sim-standard, predict sim-ultrafast, run it: prediction within 3% of measured."""
 

@@ -19,7 +19,7 @@ SLOW = SpeedProfile(base_latency_s=0.01, prefill_tps=1_000_000, output_tps=50)
 FAST = SpeedProfile(base_latency_s=0.0, prefill_tps=0, output_tps=5000)
 
 
-@pytest.mark.flaky(reruns=2)  # wall-clock pacing on a shared machine (see pyproject)
+@pytest.mark.pacing
 async def test_close_with_streams_in_flight_is_prompt_and_clean():
     """Leaving the server's context mid-stream ends every stream at once; clients see the cut."""
     sim = SimServer(profile=SLOW, filler_tokens=500)

@@ -17,9 +17,8 @@ from agentloop.script import ScriptToolCall, ScriptTurn
 from agentloop.sim import SimServer
 from agentloop.sim._stream import make_schedule
 
-# the clearly marked wall-clock suite: a failed timing is retried twice, since these shared
-# 2-core machines stall a process now and then (pytest-rerunfailures; see pyproject's dev extras)
-pytestmark = pytest.mark.flaky(reruns=2)
+# the clearly marked wall-clock suite (`-m "not pacing"` leaves it out)
+pytestmark = pytest.mark.pacing
 
 REL = 0.05  # relative tolerance on durations >= 0.3 s (shared, noisy 2-core machine)
 
