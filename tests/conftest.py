@@ -1,13 +1,16 @@
-"""Shared fixtures: small real tools for runner tests, and a trace built from memory records."""
+"""Shared fixtures: small real tools for runner tests, a trace built from memory records, and
+the CLI called in-process (``run_cli``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -120,9 +123,65 @@ def reap(proc: subprocess.Popen[Any], within_s: float = 30.0) -> int:
     return proc.returncode
 
 
+@dataclass(frozen=True)
+class CliResult:
+    """An in-process command's exit code and what it printed, named as ``subprocess.run``'s."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> CliResult:
+    """``agentloop ARGS`` through ``agentloop.cli.main`` in this process, its output captured.
+
+    The CLI's own code end to end (argument parsing, ``asyncio.run``, exit codes, messages on
+    stderr) without a fresh interpreter's second of imports: for tests about what a command
+    prints and returns. A test about signals, pipes or a process's own exit keeps a subprocess.
+    ``env`` adds variables for the call only. Call it where no event loop runs (``main`` runs
+    its own; ``run`` sets a signal handler, so the main thread)."""
+    import structlog
+
+    from agentloop.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as exc:  # argparse's refusals (2) and --help/--version (0)
+                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+                if isinstance(exc.code, str):
+                    err.write(exc.code + "\n")
+    finally:
+        structlog.reset_defaults()  # the CLI configured logging for its own run only
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
 def records_to_trace(records: list[dict[str, Any]]) -> Trace:
     """A MemorySink's records as a trace (the public helper's one implementation)."""
     return trace_of(records)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n``), the tests of a module that share one of its module-scoped
+    fixtures (a Phoenix, a Ray head, a llama-server, the built wheel) go to one worker, so that
+    program starts once (``--dist loadgroup``); every other test is spread one by one."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d[-1].scope != "function" and d[-1].baseid == module for d in defs if d):
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 @pytest.fixture

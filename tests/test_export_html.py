@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import struct
-import subprocess
-import sys
 import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agentloop_tools.browser import CHROMIUM_ARGS, SYSTEM_CHROMIUM
 from playwright.async_api import async_playwright
 
 from agentloop.export._svg import CRITICAL, PHASE_COLOURS
 from agentloop.trace.reader import load_trace
+from tests.conftest import CliResult, run_cli
+
+# the tests here drive a real Chromium
+pytestmark = pytest.mark.external
 
 ROOT = Path(__file__).resolve().parent.parent
 STANDARD = ROOT / "traces/reference/checkout-timeouts-sim-standard.jsonl"
@@ -104,16 +108,15 @@ async def render(page_file: Path, shots: list[str]) -> dict[str, Any]:
             await browser.close()
 
 
-def agentloop(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agentloop.cli", *args], capture_output=True, text=True, timeout=60
-    )
+async def agentloop(*args: str) -> CliResult:
+    """The command in-process, off this test's event loop (``main`` runs a loop of its own)."""
+    return await asyncio.to_thread(run_cli, *args)
 
 
 async def test_report_page_renders_offline_with_waterfall_and_curve(tmp_path: Path) -> None:
     """``report --html``: Chromium logs nothing, fetches nothing, and draws both charts."""
     page = tmp_path / "report.html"
-    r = agentloop("report", str(STANDARD), "--html", str(page))
+    r = await agentloop("report", str(STANDARD), "--html", str(page))
     seen = await render(page, ["#waterfall", "#curve"])
     wf, cv = seen["shots"]["#waterfall"], seen["shots"]["#curve"]
     models = len(load_trace(STANDARD).of_kind("model"))
@@ -134,7 +137,7 @@ async def test_report_page_renders_offline_with_waterfall_and_curve(tmp_path: Pa
 async def test_compare_page_puts_both_runs_on_one_axis(tmp_path: Path) -> None:
     """``compare --html``: two waterfalls of equal width (one axis) and the speedup bars."""
     page = tmp_path / "compare.html"
-    r = agentloop("compare", str(STANDARD), str(ULTRAFAST), "--html", str(page))
+    r = await agentloop("compare", str(STANDARD), str(ULTRAFAST), "--html", str(page))
     seen = await render(page, ["#waterfall-a", "#waterfall-b", "#speedups", "#curve"])
     a, b = seen["boxes"]["#waterfall-a"], seen["boxes"]["#waterfall-b"]
     html = page.read_text()
@@ -151,7 +154,7 @@ async def test_incomplete_trace_page_says_so(tmp_path: Path) -> None:
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(b"\n".join(STANDARD.read_bytes().splitlines()[:40]) + b"\n")
     page = tmp_path / "cut.html"
-    r = agentloop("report", str(cut), "--html", str(page))
+    r = await agentloop("report", str(cut), "--html", str(page))
     seen = await render(page, ["#waterfall"])
     open_leaves = [s for s in load_trace(cut).in_flight if s.kind in ("model", "tool")]
     assert (0, [], True) == (r.returncode, seen["console"], "Incomplete trace" in page.read_text())

@@ -20,19 +20,15 @@ import pytest
 from agentloop.export.otlp import otlp_json, trace_spans
 from agentloop.trace.reader import load_trace
 from tests._venvs import venv
+from tests.conftest import CliResult, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests/data/otel"
 STANDARD = ROOT / "traces/reference/checkout-timeouts-sim-standard.jsonl"
 
 
-def agentloop(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agentloop.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def agentloop(*args: str) -> CliResult:
+    return run_cli(*args)
 
 
 def as_json(*args: str) -> Any:
@@ -107,6 +103,7 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Pat
     yield out
 
 
+@pytest.mark.external
 def test_spans_become_steps_of_model_and_tool_calls(imported: dict[str, Path]) -> None:
     """Three chat spans open three steps; the tools follow their call, tokens come along."""
     trace = load_trace(imported["sim-standard"])
@@ -127,6 +124,7 @@ def test_spans_become_steps_of_model_and_tool_calls(imported: dict[str, Path]) -
     )
 
 
+@pytest.mark.external
 def test_edges_are_inferred_and_unknowns_said(imported: dict[str, Path]) -> None:
     """Each call waits for the latest span that ended before it; the header says what is guessed."""
     trace = load_trace(imported["sim-standard"])
@@ -145,6 +143,7 @@ def test_edges_are_inferred_and_unknowns_said(imported: dict[str, Path]) -> None
     )
 
 
+@pytest.mark.external
 def test_report_and_whatif_on_the_imported_run(imported: dict[str, Path]) -> None:
     """report: 3 steps, one of the two parallel probes on the path; whatif: faster, > 3x."""
     report = as_json("report", str(imported["sim-standard"]), "--json")
@@ -156,6 +155,7 @@ def test_report_and_whatif_on_the_imported_run(imported: dict[str, Path]) -> Non
     assert whatif["predicted_s"] < report["measured_s"]
 
 
+@pytest.mark.external
 def test_compare_predicts_the_real_ultrafast_run(imported: dict[str, Path]) -> None:
     """The prediction from the imported standard run lands within 25% of the real ultrafast one."""
     c = as_json("compare", str(imported["sim-standard"]), str(imported["sim-ultrafast"]), "--json")

@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import pytest
 from agentloop.export.otlp import SpanMapper, otlp_json, trace_spans
 from agentloop.trace.reader import load_trace
 from tests._venvs import venv
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 STANDARD = ROOT / "traces/reference/checkout-timeouts-sim-standard.jsonl"
@@ -104,14 +104,10 @@ def trace_hex(path: Path) -> str:
     return format(SpanMapper(load_trace(path).run).trace_id, "032x")
 
 
+@pytest.mark.external
 def test_cli_export_reaches_phoenix_with_names_attributes_and_tree(phoenix: str) -> None:
     """``export --otlp``: Phoenix holds every span, GenAI names and attributes, the same tree."""
-    r = subprocess.run(
-        [sys.executable, "-m", "agentloop.cli", "export", str(STANDARD), "--otlp", phoenix],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = run_cli("export", STANDARD, "--otlp", phoenix)
     trace = load_trace(STANDARD)
     got = wait_for_spans(phoenix, trace_hex(STANDARD), len(trace.spans))
     names = Counter(s["name"] for s in got)
@@ -136,6 +132,7 @@ def test_cli_export_reaches_phoenix_with_names_attributes_and_tree(phoenix: str)
     )
 
 
+@pytest.mark.external
 def test_otlp_json_file_is_the_request_phoenix_accepts(phoenix: str, tmp_path: Path) -> None:
     """The otlp-json file, read by protobuf's JSON mapping, is a request Phoenix stores whole."""
     from google.protobuf.json_format import ParseDict
@@ -149,22 +146,7 @@ def test_otlp_json_file_is_the_request_phoenix_accepts(phoenix: str, tmp_path: P
     header = orjson.loads(lines[0])
     header["run_id"] = "cut-" + header["run_id"]
     cut.write_bytes(b"\n".join([orjson.dumps(header), *lines[1:40]]) + b"\n")
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agentloop.cli",
-            "export",
-            str(cut),
-            "--format",
-            "otlp-json",
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = run_cli("export", cut, "--format", "otlp-json", "-o", out)
     doc = orjson.loads(out.read_bytes())
     spans = doc["resourceSpans"][0]["scopeSpans"][0]["spans"]
     for s in spans:  # OTLP/JSON spells ids in hex; protobuf's mapping reads base64
@@ -221,28 +203,14 @@ def test_no_secret_of_the_environment_leaves_in_an_export(tmp_path: Path) -> Non
     poisoned = tmp_path / "poisoned.jsonl"
     poisoned.write_bytes(b"\n".join([*lines[:-2], orjson.dumps(rec), lines[-1]]) + b"\n")
     out = tmp_path / "out.json"
-    env = {**os.environ, "EXPORT_TEST_API_KEY": secret}
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agentloop.cli",
-            "export",
-            str(poisoned),
-            "--format",
-            "otlp-json",
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
+    r = run_cli(
+        "export", poisoned, "--format", "otlp-json", "-o", out, env={"EXPORT_TEST_API_KEY": secret}
     )
     text = out.read_text()
     assert (0, False, False) == (r.returncode, secret in text, "sk-abcdefghijklmnop1234" in text)
 
 
+@pytest.mark.external
 async def test_run_streams_spans_live_to_phoenix(phoenix: str, tmp_path: Path) -> None:
     """A fresh demo run on sim-standard with ``otlp=``: spans reach Phoenix while it runs."""
     import agentloop
@@ -269,24 +237,16 @@ async def test_run_streams_spans_live_to_phoenix(phoenix: str, tmp_path: Path) -
 
 def test_dead_collector_is_logged_once_and_the_run_ends_well(tmp_path: Path) -> None:
     """``run --otlp`` at a port nobody listens on: exit 0, a complete trace, one warning."""
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agentloop.cli",
-            "run",
-            str(DEMO),
-            "--tier",
-            "sim-ultrafast",
-            "--trace-dir",
-            str(tmp_path),
-            "-q",
-            "--otlp",
-            f"http://127.0.0.1:{free_port()}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
+    r = run_cli(
+        "run",
+        DEMO,
+        "--tier",
+        "sim-ultrafast",
+        "--trace-dir",
+        tmp_path,
+        "-q",
+        "--otlp",
+        f"http://127.0.0.1:{free_port()}",
     )
     [trace_file] = tmp_path.glob("*.jsonl")
     warnings = [ln for ln in r.stderr.splitlines() if "OTLP collector" in ln]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,6 +10,7 @@ import orjson
 
 from agentloop.export.perfetto import to_perfetto
 from agentloop.trace.reader import load_trace
+from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 STANDARD = ROOT / "traces/reference/checkout-timeouts-sim-standard.jsonl"
@@ -174,38 +173,10 @@ def test_incomplete_trace_exports_with_spans_in_flight_marked(tmp_path: Path) ->
 def test_cli_writes_the_file_and_refuses_a_non_trace(tmp_path: Path) -> None:
     """``agentloop export --format perfetto`` writes the JSON; a non-trace is exit 2 naming it."""
     out = tmp_path / "run.perfetto.json"
-    ok = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agentloop.cli",
-            "export",
-            str(STANDARD),
-            "--format",
-            "perfetto",
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    ok = run_cli("export", STANDARD, "--format", "perfetto", "-o", out)
     bad_input = tmp_path / "bad.jsonl"
     bad_input.write_text("hello\n")
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agentloop.cli",
-            "export",
-            str(bad_input),
-            "--format",
-            "perfetto",
-            "-o",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    bad = run_cli("export", bad_input, "--format", "perfetto", "-o", out)
     assert (0, []) == (ok.returncode, trace_event_problems(orjson.loads(out.read_bytes())))
     assert (2, True, "") == (bad.returncode, str(bad_input) in bad.stderr, bad.stdout)
     assert "Traceback" not in bad.stderr

@@ -18,7 +18,7 @@ from agentloop.clients.openai_client import OpenAIClient
 from agentloop.commands.probe import measured_profile
 from agentloop.config.tiers import load_tiers_file
 from agentloop.types import Message, ModelRequest
-from tests.conftest import terminate
+from tests.conftest import run_cli, terminate
 
 REFERENCE = Path(__file__).parent.parent / "traces" / "reference"
 STANDARD = REFERENCE / "checkout-timeouts-sim-standard.jsonl"
@@ -237,19 +237,9 @@ cache_prompt = true }}, extra_headers = {{ "X-Org" = "org-1" }} }}
 
 
 async def _agentloop(*args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agentloop.cli",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 120)
-    finally:
-        await terminate(proc)
-    return proc.returncode or 0, out.decode(), err.decode()
+    """The command in-process, off this test's event loop (``main`` runs a loop of its own)."""
+    r = await asyncio.wait_for(asyncio.to_thread(run_cli, *args), 120)
+    return r.returncode, r.stdout, r.stderr
 
 
 async def test_a_minimal_tier_is_probed_written_and_then_predicted_on(tmp_path: Path) -> None:
