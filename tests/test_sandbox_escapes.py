@@ -251,6 +251,7 @@ async def test_huge_outputs_are_capped(ctx: RunContext, kind: str) -> None:
     assert "capped at 3,000 chars" in r.output
 
 
+@pytest.mark.external
 async def test_browser_blocks_redirects_and_subrequests(ctx: RunContext) -> None:
     """A loopback page cannot redirect, fetch or link the browser to a non-allowed host or file.
 
@@ -306,6 +307,7 @@ async def test_browser_blocks_redirects_and_subrequests(ctx: RunContext) -> None
     assert f"127.0.0.1:{port}/redirect" in hits
 
 
+@pytest.mark.external
 async def test_file_page_cannot_reach_files_outside(ctx: RunContext) -> None:
     """A workspace page's iframe and link to a file outside the workspace are both blocked."""
     root = Path(ctx.workspace).parent
@@ -322,6 +324,7 @@ async def test_file_page_cannot_reach_files_outside(ctx: RunContext) -> None:
     untouched(root)
 
 
+@pytest.mark.external
 async def test_websocket_to_other_host_is_blocked(ctx: RunContext) -> None:
     """A page's WebSocket to a non-allowed host is refused by the WebSocket route."""
     page = Path(ctx.workspace) / "ws.html"
@@ -668,6 +671,7 @@ async def test_sigkilled_run_leaves_no_process_and_its_copy_is_swept(tmp_path: P
     workspace.remove(work)
 
 
+@pytest.mark.external
 @pytest.mark.parametrize("where", ["data_url", "workspace_file"])
 async def test_webrtc_cannot_reach_a_non_allowed_address(ctx: RunContext, where: str) -> None:
     """A page's WebRTC STUN requests (UDP, past the HTTP proxy rule) never leave the browser."""

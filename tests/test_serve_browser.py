@@ -20,6 +20,9 @@ from agentloop.sim import SimServer
 from agentloop.types import ToolResult
 from tests.conftest import html_response
 
+# the tests here drive a real Chromium
+pytestmark = pytest.mark.external
+
 
 @pytest.fixture
 async def service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Server]:

@@ -18,6 +18,8 @@ from agentloop.suite.records import load_suite
 from agentloop.suite.run import run_suite
 from agentloop.trace.reader import load_trace
 
+pytestmark = pytest.mark.external
+
 RAY = str(Path(sys.executable).with_name("ray"))
 
 

@@ -15,6 +15,9 @@ from agentloop_tools.browser import _DOM_WALK, session
 from agentloop.sandbox.context import RunContext
 from agentloop.types import ToolResult
 
+# the tests here drive a real Chromium
+pytestmark = pytest.mark.external
+
 PAGE = """<!doctype html>
 <html><head><title>Greeter</title></head><body>
 <h1>Service status</h1>

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import agentloop_tools as tools
 import orjson
+import pytest
 
 from agentloop.config.tasks import load_task
 from agentloop.sandbox.context import RunContext
@@ -25,6 +26,7 @@ def test_task_file_validates() -> None:
     assert task.workspace is not None and (task.workspace / "status.html").is_file()
 
 
+@pytest.mark.external
 async def test_script_played_through_the_tools_succeeds(tmp_path: Path) -> None:
     """Played turn by turn (a turn's calls concurrently, as the runner does), the script works."""
     task = load_task(TASK, set(tools.registry()))

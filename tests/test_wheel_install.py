@@ -37,6 +37,8 @@ import tools
 
 import agentloop
 
+pytestmark = [pytest.mark.external, pytest.mark.slow]
+
 
 async def main():
     handle = await agentloop.start_run("checkout-timeouts", tier="sim-ultrafast",
