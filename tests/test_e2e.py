@@ -116,6 +116,8 @@ def test_killed_run_leaves_a_loadable_partial_trace(tmp_path: Path) -> None:
             "agentloop.cli",
             "run",
             str(DEMO),
+            "--tier",
+            "sim-ultrafast",  # the signal's effect is the point, not the model's latency
             "--trace-dir",
             str(tmp_path),
             "-q",
@@ -145,6 +147,8 @@ def test_sigterm_cancels_cleanly_with_a_closed_trace(tmp_path: Path) -> None:
             "agentloop.cli",
             "run",
             str(DEMO),
+            "--tier",
+            "sim-ultrafast",  # the signal's effect is the point, not the model's latency
             "--trace-dir",
             str(tmp_path),
             "-q",
@@ -174,7 +178,9 @@ async def test_cancelling_the_caller_cancels_the_run(tmp_path: Path) -> None:
         if event.kind == "tool_start":
             tool_started.set()
 
-    job = asyncio.create_task(run_task(DEMO, trace_dir=tmp_path, events=on_event))
+    job = asyncio.create_task(
+        run_task(DEMO, tier="sim-ultrafast", trace_dir=tmp_path, events=on_event)
+    )
     await tool_started.wait()
     job.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -212,10 +212,11 @@ def test_no_secret_of_the_environment_leaves_in_an_export(tmp_path: Path) -> Non
 
 @pytest.mark.external
 async def test_run_streams_spans_live_to_phoenix(phoenix: str, tmp_path: Path) -> None:
-    """A fresh demo run on sim-standard with ``otlp=``: spans reach Phoenix while it runs."""
+    """A fresh demo run with ``otlp=``: spans reach Phoenix while it runs (the exporter sends
+    every 0.2 s; sim-ultrafast's run lasts seconds, its checks' pytest runs among them)."""
     import agentloop
 
-    handle = await agentloop.start_run(DEMO, tier="sim-standard", trace_dir=tmp_path, otlp=phoenix)
+    handle = await agentloop.start_run(DEMO, tier="sim-ultrafast", trace_dir=tmp_path, otlp=phoenix)
     trace_id: str | None = None
     seen_before_end = 0
     waiter = asyncio.ensure_future(handle)
