@@ -55,23 +55,26 @@ def load_for_analysis(path: Path) -> Trace:
 
 
 @contextlib.contextmanager
-def analysis_status(path: Path) -> Iterator[None]:
-    """While a big trace without a valid cache is read and checked (seconds to a minute), a
-    live status line on a terminal's stderr (rich), as a run shows its progress; nothing when
-    stderr is not a terminal, the trace is small or its cache is fresh."""
+def analysis_status(path: Path, cached: bool = True) -> Iterator[None]:
+    """While a big trace is read and checked (seconds to a minute), a live status line on a
+    terminal's stderr (rich), as a run shows its progress; nothing when stderr is not a
+    terminal or the trace is small. ``cached``: the command reads the columnar cache, so a
+    fresh one shows nothing either and a missing one is made."""
     from agentloop.analysis import store
 
     try:
         size = path.stat().st_size
     except OSError:
         size = 0
-    if size < store.COLUMNAR_BYTES or not sys.stderr.isatty() or store.is_fresh(path):
+    if size < store.COLUMNAR_BYTES or not sys.stderr.isatty() or (cached and store.is_fresh(path)):
         yield
         return
     from rich.console import Console
 
-    what = f"reading {path.name} ({size / 1e6:,.0f} MB): every record checked, once"
-    with Console(stderr=True).status(f"{what}; the columns are cached for the next question"):
+    what = f"reading {path.name} ({size / 1e6:,.0f} MB): every record checked"
+    if cached:
+        what += ", once; the columns are cached for the next question"
+    with Console(stderr=True).status(what):
         yield
 
 
@@ -79,8 +82,13 @@ def emit_json(data: dict[str, Any]) -> None:
     sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
+def _load_showing(path: Path) -> Trace:
+    with analysis_status(path, cached=False):
+        return load_for_analysis(path)
+
+
 async def main(args: argparse.Namespace) -> int:
-    trace = await asyncio.to_thread(load_for_analysis, args.trace)
+    trace = await asyncio.to_thread(_load_showing, args.trace)
     report = build_report(build_graph(trace))
     if args.html is not None:  # issue 13: the same analysis as one HTML file
         from agentloop.export.html import report_html, write_html
