@@ -6,9 +6,9 @@ The one layout behind the Perfetto export and the HTML waterfall, so both draw t
 - the tool calls of a turn run concurrently, so tools go on lanes 1.. ("tools 1", ...), each
   on the lowest lane free at its start;
 - a model span is split into its phases (failed attempts and back-off, base, hidden reasoning,
-  visible decode, tail) from its recorded timing instants and the analysis' attribution
-  (:func:`agentloop.analysis.attribution.model_parts`): reasoning is the stretch just before
-  the first visible token, base the rest of the time to it;
+  visible decode, tail) from its typed end attributes by the one split of a call's time
+  (:func:`agentloop.model.timing.phase_bounds`): reasoning is the stretch just before the first
+  visible token, base the rest of the time to it;
 - a leaf is on the critical path when its own time is a segment of the path
   (:func:`agentloop.analysis.graph.critical_path`);
 - instants are ns from the run span's start (what the analysis calls end-to-end time).
@@ -20,11 +20,10 @@ Spans still open when a killed run's trace stops end at the trace's last instant
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from agentloop.analysis.attribution import model_parts, tool_category
+from agentloop.analysis.attribution import tool_category
 from agentloop.analysis.graph import build_graph, critical_path, fallback_tps
-from agentloop.trace import attrs as A
+from agentloop.model.timing import phase_bounds
 from agentloop.trace.reader import SpanRecord, Trace
 
 AGENT_LANE = "agent"
@@ -71,45 +70,39 @@ class Timeline:
     end_ns: int  # end-to-end time: the end record (else the last instant) from the start
 
 
-def _clamp(t: Any, lo: int, hi: int) -> int:
-    return min(hi, max(lo, int(t))) if isinstance(t, int | float) else lo
-
-
 def model_phases(span: SpanRecord, t1: int, tps: float) -> tuple[Phase, ...]:
-    """The phases of a model span on the run clock (absolute; callers shift them)."""
-    a = span.attrs
+    """The phases of a model span on the run clock (absolute; callers shift them): failed
+    attempts and their back-off, then the successful attempt's phases from
+    :func:`agentloop.model.timing.phase_bounds`, each clamped to the span."""
+    m = span.model
+    if m is None:  # still in flight: nothing recorded yet
+        return ()
     lo, hi = span.t0, t1
+
+    def clamp(t: int) -> int:
+        return min(hi, max(lo, t))
+
     out: list[Phase] = []
-    for att in a.get(A.ATTEMPTS) or ():
-        if att.get(A.ATTEMPT_ERROR) is not None and att.get(A.ATTEMPT_END) is not None:
-            s = _clamp(att.get(A.ATTEMPT_START), lo, hi)
-            e = _clamp(att[A.ATTEMPT_END], lo, hi)
+    for att in m.attempts:
+        if att.error is not None and att.t_end is not None:
+            s, e = clamp(att.t_start if att.t_start is not None else lo), clamp(att.t_end)
             if e > s:
                 out.append(Phase("retry", s, e))
-            w = att.get(A.WAIT_NS) or 0
-            if w:
-                out.append(Phase("wait", e, _clamp(e + w, lo, hi)))
-    tm = a.get(A.TIMING) or {}
-    if span.t1 is None or tm.get(A.T_SEND) is None:
+            if att.wait_ns:
+                out.append(Phase("wait", e, clamp(e + att.wait_ns)))
+    tm = m.timing
+    if tm is None:
         return tuple(out)
-    parts = model_parts(a, t1 - span.t0, tps, span.status == "error")
-    send = _clamp(tm[A.T_SEND], lo, hi)
-    last = tm.get(A.T_LAST)
-    first_vis = tm.get(A.T_FIRST_VISIBLE)
-    if first_vis is None:
-        first_vis = last if last is not None else tm.get(A.T_END)
-    fv = _clamp(first_vis, send, hi)
-    r0 = max(send, fv - parts.reasoning)
-    end = _clamp(tm.get(A.T_END, hi), fv, hi)
-    lst = _clamp(last, fv, end) if last is not None else fv
-    for name, s, e in (
-        ("base", send, r0),
-        ("reasoning", r0, fv),
-        ("decode", fv, lst),
-        ("tail", lst, end),
-    ):
-        if e > s:
-            out.append(Phase(name, s, e))
+    bounds = phase_bounds(
+        tm.t_send,
+        tm.t_first_visible,
+        tm.t_last,
+        hi if tm.t_end is None else tm.t_end,
+        m.reasoning_tokens,
+        m.visible_tokens,
+        tps,
+    )
+    out += [Phase(name, clamp(s), clamp(e)) for name, s, e in bounds if clamp(e) > clamp(s)]
     return tuple(out)
 
 

@@ -11,7 +11,7 @@ From a call's instants (``t_send``, ``t_hdr``, ``t_first``, ``t_first_visible``,
   ``ttft_visible``), ``base = ttft_visible - reasoning`` (queue + network + prefill).
 
 The runner writes :func:`call_metrics` into model spans, attribution splits spans with
-:func:`split_ns`, the probe reports :func:`call_metrics` and :func:`base_seconds`. Nothing else
+:func:`split_ns`, the timeline draws them with :func:`phase_bounds`, the probe reports :func:`call_metrics` and :func:`base_seconds`. Nothing else
 computes these: a metric has one name and one formula everywhere.
 """
 
@@ -115,3 +115,28 @@ def split_ns(
     reasoning = min(ttv, round(reasoning_tokens * 1e9 / tps)) if tps > 0 else 0
     tail = max(0, t_end - (t_last if t_last is not None else first_vis)) if t_end is not None else 0
     return SplitNs(ttv - reasoning, reasoning, decode, tail, tps)
+
+
+PHASES = ("base", "reasoning", "decode", "tail")  # a timed call's stretches, in time order
+
+
+def phase_bounds(
+    t_send: int,
+    t_first_visible: int | None,
+    t_last: int | None,
+    t_end: int | None,
+    reasoning_tokens: int,
+    visible_tokens: int,
+    fallback_tps: float,
+) -> tuple[tuple[str, int, int], ...]:
+    """The split of :func:`split_ns` laid on the call's clock: ``(phase, start, end)`` for each of
+    :data:`PHASES`, back to back from ``t_send`` (reasoning the stretch just before the first
+    visible token, base the rest of the wait for it)."""
+    s = split_ns(
+        t_send, t_first_visible, t_last, t_end, reasoning_tokens, visible_tokens, fallback_tps
+    )
+    out, t = [], t_send
+    for name, ns in zip(PHASES, s[:4], strict=True):
+        out.append((name, t, t + ns))
+        t += ns
+    return tuple(out)
