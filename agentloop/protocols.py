@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from agentloop.script import ScriptTurn
@@ -20,25 +21,54 @@ class ModelClient(Protocol):
     async def aclose(self) -> None: ...
 
 
-class ToolContext(Protocol):
-    """What a tool may touch during a run: its workspace, limits, and run-scoped resources."""
+class ToolSettingsView(Protocol):
+    """What a run tells its tools (:class:`agentloop.sandbox.context.ToolSettings`), read-only."""
 
     @property
-    def workspace(self) -> Any: ...  # pathlib.Path, resolved
+    def test_command(self) -> str | None: ...  # what run_tests runs
+
+    @property
+    def allow_hosts(self) -> tuple[str, ...]: ...  # hosts the browser may reach besides loopback
+
+    @property
+    def output_cap(self) -> int: ...  # characters of a tool's text fed back to the model
+
+    @property
+    def tool_timeout_s(self) -> float: ...  # ceiling on one tool call
+
+    @property
+    def browser_executable(self) -> str | None: ...  # Chromium to drive (None: the system one)
+
+    @property
+    def browser_args(self) -> tuple[str, ...]: ...  # extra Chromium flags
+
+
+# the run's jail: agentloop.sandbox.jail.Jail (the sandbox sits above this layer, so the seam
+# names it where it is used: ToolContext[Jail], as Routes[SpeedProfile])
+JailT_co = TypeVar("JailT_co", covariant=True)
+R = TypeVar("R")
+
+
+class ToolContext(Protocol[JailT_co]):
+    """What a tool may touch during a run: its workspace, limits, and run-scoped resources
+    (:class:`agentloop.sandbox.context.RunContext`)."""
+
+    @property
+    def workspace(self) -> Path: ...  # resolved
 
     @property
     def env(self) -> dict[str, str]: ...  # scrubbed environment for subprocesses
 
     @property
-    def settings(
-        self,
-    ) -> Any: ...  # agentloop.sandbox.context.ToolSettings: test_command, output_cap ...
+    def settings(self) -> ToolSettingsView: ...
 
-    async def the_jail(self) -> Any:
+    async def the_jail(self) -> JailT_co:
         """The run's :class:`agentloop.sandbox.jail.Jail`: where every command of the run executes."""
         ...
 
-    async def resource(self, key: str, factory: Any) -> Any:
+    async def resource(
+        self, key: str, factory: Callable[[contextlib.AsyncExitStack], Awaitable[R]]
+    ) -> R:
         """Return the run-scoped resource ``key``, creating it with ``await factory(stack)`` once.
 
         ``stack`` is the run's ``contextlib.AsyncExitStack``: what the factory enters there is
@@ -54,7 +84,7 @@ class Tool(Protocol):
     @property
     def spec(self) -> ToolSpec: ...
 
-    async def __call__(self, ctx: ToolContext, arguments: dict[str, Any]) -> ToolResult: ...
+    async def __call__(self, ctx: ToolContext[Any], arguments: dict[str, Any]) -> ToolResult: ...
 
 
 class SpanSink(Protocol):
