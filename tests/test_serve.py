@@ -60,17 +60,31 @@ class Server:
         assert 202 == r.status_code, r.text
         return str(r.json()["id"])
 
-    async def events(self, run_id: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        async with self.client.stream("GET", f"/v1/runs/{run_id}/events") as r:
+    async def events(
+        self, run_id: str, headers: dict[str, str] | None = None
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        async for _, name, data in self.sse(run_id, headers):
+            if name:
+                yield name, data
+
+    async def sse(
+        self, run_id: str, headers: dict[str, str] | None = None
+    ) -> AsyncIterator[tuple[str, str, dict[str, Any]]]:
+        """(id, event name, data) of each event; ("", "", {"comment": TEXT}) for a comment."""
+        async with self.client.stream("GET", f"/v1/runs/{run_id}/events", headers=headers) as r:
             assert 200 == r.status_code
             assert r.headers["content-type"].startswith("text/event-stream")
-            name = None
+            event_id, name = "", None
             async for line in r.aiter_lines():
-                if line.startswith("event: "):
+                if line.startswith(":"):
+                    yield "", "", {"comment": line[1:].strip()}
+                elif line.startswith("id: "):
+                    event_id = line[len("id: ") :]
+                elif line.startswith("event: "):
                     name = line[len("event: ") :]
                 elif line.startswith("data: ") and name is not None:
-                    yield name, orjson.loads(line[len("data: ") :])
-                    name = None
+                    yield event_id, name, orjson.loads(line[len("data: ") :])
+                    event_id, name = "", None
 
     async def all_events(self, run_id: str) -> list[tuple[str, dict[str, Any]]]:
         return [e async for e in self.events(run_id)]
@@ -82,7 +96,7 @@ class Server:
 
 
 def _start(root: Path, *args: str, token: str | None = TOKEN) -> Server:
-    env = {k: v for k, v in os.environ.items() if k != "AGENTLOOP_TOKEN"}
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTLOOP_TOKEN", "OPENAI_API_KEY")}
     if token:
         env["AGENTLOOP_TOKEN"] = token
     proc = subprocess.Popen(
@@ -128,6 +142,9 @@ def root(tmp_path: Path) -> Path:
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "quick.yaml").write_text(QUICK)
     (tmp_path / "tasks" / "slow.yaml").write_text(SLOW)
+    (tmp_path / "tasks" / "unscripted.yaml").write_text(
+        "name: unscripted\nprompt: Do it.\ntools: [think]\ntier: sim-fast\n"
+    )
     (tmp_path / "outside.yaml").write_text(QUICK)
     return tmp_path
 
@@ -178,7 +195,9 @@ async def test_a_run_streams_its_events_then_serves_trace_report_and_whatif(
     assert "run_end" == kinds[-1]
     assert {"step_start", "model_start", "model_end", "tool_start", "tool_end"} <= set(kinds)
     assert "ok" == events[-1][1]["data"]["status"]
-    assert all(e["run_id"] == events[0][1]["run_id"] for _, e in events)
+    # one id per run: the submitted id is in every event beside the runner's (the trace's)
+    runner_id = (await server.status(run_id))["run_id"]
+    assert {(run_id, runner_id)} == {(e["id"], e["run_id"]) for _, e in events}
 
     status = await server.status(run_id)
     assert ("ok", 2) == (status["status"], status["steps"])
@@ -224,6 +243,10 @@ async def test_an_inline_task_runs(server: Server) -> None:
         ({"task": {"name": "x", "prompt": "p", "tools": ["rm_rf"]}}, "task.tools[0]"),
         ({"tier": "sim-fast"}, "task"),
         ({"task": "tasks/quick.yaml", "colour": "red"}, "colour"),
+        # knowable before a run starts: refused at the door, never accepted and then "crashed"
+        ({"task": "tasks/quick.yaml", "tier": "openai-standard"}, "tier"),  # key unset
+        ({"task": "tasks/unscripted.yaml"}, "task.script"),  # the simulator plays scripts only
+        ({"task": {"name": "x", "prompt": "p", "tier": "sim-fast"}}, "task.script"),
     ],
 )
 async def test_bad_requests_get_400_naming_the_field(
@@ -233,6 +256,39 @@ async def test_bad_requests_get_400_naming_the_field(
     r = await server.client.post("/v1/runs", json=body)
     assert 400 == r.status_code, r.text
     assert field == r.json()["error"]["field"]
+    assert "--" not in r.json()["error"]["message"]  # an HTTP caller is told HTTP, not CLI flags
+    assert [] == (await server.client.get("/v1/runs")).json()["runs"]  # nothing was written
+
+
+async def test_the_door_names_what_is_missing_in_http_terms(server: Server) -> None:
+    """A tier whose key variable is unset and a task the simulator cannot play are refused with
+    a message that names the field, the variable and what to ask for instead."""
+    r = await server.client.post(
+        "/v1/runs", json={"task": "tasks/quick.yaml", "tier": "openai-standard"}
+    )
+    message = r.json()["error"]["message"]
+    assert "OPENAI_API_KEY" in message and "'tier'" in message
+    r = await server.client.post("/v1/runs", json={"task": "tasks/unscripted.yaml"})
+    message = r.json()["error"]["message"]
+    assert "'script'" in message and "'tier'" in message and "--tier" not in message
+
+
+async def test_task_paths_are_relative_to_the_tasks_folder(server: Server, root: Path) -> None:
+    """`incident/x.yaml` and `quick.yaml` are paths inside --tasks-dir, as are the ones relative
+    to the server's folder (`tasks/quick.yaml`); a bare name is a task of the tasks folder."""
+    (root / "tasks" / "incident").mkdir()
+    (root / "tasks" / "incident" / "nested.yaml").write_text(QUICK.replace("quick", "nested"))
+    for task, name in (
+        ("incident/nested.yaml", "nested"),
+        ("quick.yaml", "quick"),
+        ("tasks/quick.yaml", "quick"),
+        ("quick", "quick"),
+    ):
+        run_id = await server.submit({"task": task})
+        assert name == (await server.status(run_id))["task"], task
+    for outside in ("incident/../../outside.yaml", "../outside.yaml"):
+        r = await server.client.post("/v1/runs", json={"task": outside})
+        assert (400, "task") == (r.status_code, r.json()["error"]["field"]), outside
 
 
 async def test_a_shipped_task_by_name_and_limits(server: Server) -> None:
@@ -273,6 +329,7 @@ async def test_openapi_document(server: Server) -> None:
         "/v1/runs/{id}/whatif",
     } <= set(doc["paths"])
     assert {"get", "post"} == set(doc["paths"]["/v1/runs"])
+    assert {"/healthz", "/readyz", "/metrics"} <= set(doc["paths"])
 
 
 async def _wait_for(server: Server, run_id: str, kind: str) -> dict[str, Any]:
@@ -340,3 +397,72 @@ def test_no_token_refuses_a_non_loopback_address(root: Path) -> None:
     assert 2 == out.returncode
     assert "AGENTLOOP_TOKEN" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+async def test_events_carry_ids_and_a_stream_resumes_after_the_last_one(server: Server) -> None:
+    """Each event has `id: N`, numbered from 0 without gaps; a client that reconnects with
+    Last-Event-ID: K gets the events after K, the same ones a full stream has there."""
+    run_id = await server.submit({"task": "tasks/quick.yaml"})
+    full = [(i, k, d) async for i, k, d in server.sse(run_id) if k]
+    assert [str(n) for n in range(len(full))] == [i for i, _, _ in full]
+    k = len(full) // 2
+    rest = [(i, n, d) async for i, n, d in server.sse(run_id, {"Last-Event-ID": str(k)}) if n]
+    assert full[k + 1 :] == rest
+    bad = await server.client.get(f"/v1/runs/{run_id}/events", headers={"Last-Event-ID": "x"})
+    assert (400, "Last-Event-ID") == (bad.status_code, bad.json()["error"]["field"])
+
+
+async def test_a_queued_runs_stream_gets_a_heartbeat(root: Path) -> None:
+    """While a run waits for a slot its stream is not silent: a comment line comes every
+    --heartbeat-s, before the run's first event."""
+    s = _start(root, "--concurrency", "1", "--heartbeat-s", "0.3")
+    try:
+        slow = await s.submit({"task": "tasks/slow.yaml"})
+        quick = await s.submit({"task": "tasks/quick.yaml"})
+        seen: list[tuple[str, str]] = []
+        async with contextlib.aclosing(s.sse(quick)) as stream:
+            async for _, name, data in stream:
+                seen.append((name, data.get("comment", "")))
+                if len(seen) == 3:
+                    break
+        assert [("", "still queued")] * 3 == seen
+        await s.client.delete(f"/v1/runs/{slow}")
+        events = await s.all_events(quick)
+        assert ("run_start", "run_end") == (events[0][0], events[-1][0])
+    finally:
+        await s.client.aclose()
+        _stop(s)
+
+
+async def test_answers_match_the_openapi_schemas(server: Server) -> None:
+    """/openapi.json is a valid OpenAPI 3.1 document, and real answers (accepted, summary,
+    list, event, error, health) validate against the schemas it gives for them."""
+    from jsonschema import Draft202012Validator
+    from openapi_spec_validator import validate
+
+    doc = (await server.client.get("/openapi.json")).json()
+    validate(doc)
+
+    def check(instance: Any, path: str, method: str, code: str) -> None:
+        content = doc["paths"][path][method]["responses"][code]["content"]
+        schema = next(iter(content.values()))["schema"]
+        Draft202012Validator({**schema, "components": doc["components"]}).validate(instance)
+
+    r = await server.client.post("/v1/runs", json={"task": "tasks/quick.yaml"})
+    check(r.json(), "/v1/runs", "post", "202")
+    run_id = r.json()["id"]
+    for _, data in await server.all_events(run_id):
+        check(data, "/v1/runs/{id}/events", "get", "200")
+    check((await server.client.get(f"/v1/runs/{run_id}")).json(), "/v1/runs/{id}", "get", "200")
+    check((await server.client.get("/v1/runs")).json(), "/v1/runs", "get", "200")
+    bad = await server.client.post("/v1/runs", json={"task": "nope"})
+    check(bad.json(), "/v1/runs", "post", "400")
+    check((await server.client.get("/healthz")).json(), "/healthz", "get", "200")
+    body = doc["paths"]["/v1/runs"]["post"]["requestBody"]["content"]["application/json"]
+    Draft202012Validator({**body["schema"], "components": doc["components"]}).validate(
+        {"task": "quick", "tier": "sim-fast", "limits": {"max_steps": 3}}
+    )
+    with pytest.raises(Exception, match="colour"):
+        Draft202012Validator({**body["schema"], "components": doc["components"]}).validate(
+            {"task": "quick", "colour": "red"}
+        )

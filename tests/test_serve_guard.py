@@ -245,8 +245,8 @@ async def test_an_inline_task_cannot_reach_for_the_host(
 
 
 async def test_the_queue_is_bounded(root: Path) -> None:
-    """Past --max-queued waiting runs a submission gets 429 (and is not held)."""
-    s = _start(root, "--concurrency", "1", "--max-queued", "2", token=None)
+    """Past --max-queue waiting runs a submission gets 429 (and is not held)."""
+    s = _start(root, "--concurrency", "1", "--max-queue", "2", token=None)
     s.client.headers.pop("Authorization")
     try:
         ids = [await s.submit({"task": "tasks/slow.yaml"})]
@@ -255,27 +255,30 @@ async def test_the_queue_is_bounded(root: Path) -> None:
         r = await s.client.post("/v1/runs", json={"task": "tasks/quick.yaml"})
         assert 429 == r.status_code
         assert "queue is full" in r.json()["error"]["message"]
-        assert ids == [x["id"] for x in await _runs(s)]
-    finally:  # stopping the server cancels the three
+        assert 1 <= int(r.headers["Retry-After"]) <= 600
+        assert ids[::-1] == [x["id"] for x in await _runs(s)]  # newest first
+    finally:  # stopping the server cancels the one running, the two queued stay queued
         await s.client.aclose()
         _stop(s)
 
 
-async def test_only_the_last_ended_runs_are_remembered(root: Path) -> None:
-    """With --keep-ended 2, the third ended run pushes the first out of the book (404), while
-    its trace stays on disk."""
+async def test_only_the_last_ended_runs_are_held_in_memory(root: Path) -> None:
+    """With --keep-ended 2, the third ended run pushes the first out of memory: it is still
+    answered, from the run store, with the same summary and its trace."""
     s = _start(root, "--concurrency", "1", "--keep-ended", "2", token=None)
     s.client.headers.pop("Authorization")
     try:
-        ids, traces = [], []
+        ids, summaries = [], []
         for _ in range(3):
             run_id = await s.submit({"task": "tasks/quick.yaml"})
             await s.all_events(run_id)
             ids.append(run_id)
-            traces.append(root / str((await s.status(run_id))["trace"]))
-        assert ids[1:] == [x["id"] for x in await _runs(s)]
-        assert 404 == (await s.client.get(f"/v1/runs/{ids[0]}")).status_code
-        assert all(t.is_file() for t in traces)
+            summaries.append(await s.status(run_id))
+        assert ids[::-1] == [x["id"] for x in await _runs(s)]
+        assert summaries[0] == await s.status(ids[0])
+        assert 200 == (await s.client.get(f"/v1/runs/{ids[0]}/report")).status_code
+        events = await s.all_events(ids[0])  # the end, as the store has it
+        assert [("run_end", "ok")] == [(k, e["data"]["status"]) for k, e in events]
     finally:
         await s.client.aclose()
         _stop(s)
@@ -359,17 +362,21 @@ async def test_a_forgotten_run_is_freed(root: Path) -> None:
     from agentloop import start_run
     from agentloop.config.tasks import load_task
     from agentloop.service.runs import RunBook
+    from agentloop.service.store import RunStore
 
-    book = RunBook(start_run, trace_dir=root / "traces", keep_ended=1)
+    store = RunStore(root / "state")
+    await store.open()
+    book = RunBook(start_run, store=store, trace_dir=root / "traces", keep_ended=1)
     task = load_task(root / "tasks" / "quick.yaml")
     try:
-        first = book.submit(task, None)
+        first, _ = await book.submit(task, None, {"task": "tasks/quick.yaml"})
         await first.ended.wait()
         run_ref, handle_ref = weakref.ref(first), weakref.ref(first.handle)
         del first
-        second = book.submit(task, None)
+        second, _ = await book.submit(task, None, {"task": "tasks/quick.yaml"})
         await second.ended.wait()
         gc.collect()
         assert ([second.id], None, None) == (list(book.runs), run_ref(), handle_ref())
     finally:
         await book.close()
+        await store.close()

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentloop.errors import ConfigError, RequestError, TierFileError
+from agentloop.errors import ConfigError
 from agentloop.loopback import is_loopback
-from agentloop.service.runs import KEEP_ENDED, MAX_QUEUED
+from agentloop.service.runs import KEEP_ENDED, MAX_FOLLOWERS, MAX_QUEUED
 
 TOKEN_ENV = "AGENTLOOP_TOKEN"  # the bearer token's variable; the token itself is never printed
 
@@ -51,19 +51,58 @@ def register(sub: Any) -> None:
         "--tiers", type=Path, metavar="FILE", help="tiers file layered on the built-in one"
     )
     p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path("agentloop-state"),
+        help="folder of the run store (SQLite): queued and ended runs outlive a restart "
+        "(default ./agentloop-state)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="on start, run again (once, as new runs) the runs a crash interrupted",
+    )
+    p.add_argument(
+        "--drain-s",
+        type=float,
+        metavar="S",
+        default=0.0,
+        help="on SIGTERM, seconds runs in flight may still finish before they are cancelled "
+        "(default 0); queued runs stay queued for the next start",
+    )
+    p.add_argument(
+        "--max-queue",
         "--max-queued",
+        dest="max_queued",
         type=int,
         metavar="N",
         default=MAX_QUEUED,
-        help=f"runs that may wait for a slot; more are refused with 429 (default {MAX_QUEUED})",
+        help=f"runs that may wait for a slot; more are refused with 429 and a Retry-After "
+        f"(default {MAX_QUEUED})",
     )
     p.add_argument(
         "--keep-ended",
         type=int,
         metavar="N",
         default=KEEP_ENDED,
-        help=f"ended runs remembered; older ones are forgotten, their traces kept "
-        f"(default {KEEP_ENDED})",
+        help=f"ended runs held in memory with their events; older ones are answered from the "
+        f"store (default {KEEP_ENDED})",
+    )
+    p.add_argument(
+        "--max-followers",
+        type=int,
+        metavar="N",
+        default=MAX_FOLLOWERS,
+        help=f"event streams of one run at once; more are refused with 429 "
+        f"(default {MAX_FOLLOWERS})",
+    )
+    p.add_argument(
+        "--heartbeat-s",
+        type=float,
+        metavar="S",
+        default=5.0,
+        help="seconds of silence on an event stream before a comment line keeps it open "
+        "(default 5)",
     )
     p.add_argument(
         "--allow-host",
@@ -98,16 +137,22 @@ async def main(args: argparse.Namespace) -> int:
     from agentloop.loopback import registered
     from agentloop.service.app import Service, build_app
     from agentloop.service.guard import HostNames
+    from agentloop.service.metrics import Metrics
     from agentloop.service.runs import RunBook
+    from agentloop.service.store import RunStore
 
     configure()
     for flag, value, least in (
         ("--concurrency", args.concurrency, 1),
-        ("--max-queued", args.max_queued, 0),
+        ("--max-queue", args.max_queued, 0),
         ("--keep-ended", args.keep_ended, 0),
+        ("--max-followers", args.max_followers, 1),
     ):
         if value < least:
             raise ConfigError(f"{flag} must be at least {least}")
+    for flag, seconds in (("--drain-s", args.drain_s), ("--heartbeat-s", args.heartbeat_s)):
+        if not 0 <= seconds < 86400 or (flag == "--heartbeat-s" and seconds == 0):
+            raise ConfigError(f"{flag} must be more than 0 and less than a day")
     token = os.environ.get(TOKEN_ENV) or None
     if token is None and not is_loopback(args.host):
         raise ConfigError(
@@ -115,44 +160,51 @@ async def main(args: argparse.Namespace) -> int:
             "(clients then send 'Authorization: Bearer <token>'), or listen on "
             "127.0.0.1"
         )
-    tiers_file = args.tiers
-
-    def check_tier(task: Any, tier: str | None) -> None:
-        try:
-            api.resolve_tier(task, tier, tiers_file)
-        except TierFileError as exc:
-            raise RequestError(exc.message, field="tier") from None
-
+    store = RunStore(args.state_dir)
+    await store.open()
+    metrics = Metrics()
     book = RunBook(
         start_run,
+        store=store,
         trace_dir=args.trace_dir,
         concurrency=args.concurrency,
-        tiers_file=tiers_file,
+        tiers_file=args.tiers,
         max_queued=args.max_queued,
         keep_ended=args.keep_ended,
+        on_end=metrics.run_ended,
     )
+    metrics.watch(book)
     service = Service(
         book,
         tasks_dir=args.tasks_dir,
         known_tools=set(api.tool_registry()),
-        tiers_file=tiers_file,
-        check_tier=check_tier,
+        tiers_file=args.tiers,
+        metrics=metrics,
+        heartbeat_s=args.heartbeat_s,
+        max_followers=args.max_followers,
     )
     sock = _bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
     hosts = HostNames(args.host, extra=tuple(args.allow_host))
     app = build_app(service, token, hosts=hosts, port=port)
     server = _Server(
-        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"), book
+        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"),
+        book,
+        args.drain_s,
     )
-    with registered(port):  # the runs' browsers refuse this port (agentloop.loopback)
-        print(
-            f"agentloop serve: listening on http://{host}:{port} ({args.concurrency} runs at once, "
-            f"tasks from {args.tasks_dir}, traces to {args.trace_dir}, "
-            f"{'bearer token required' if token else 'no token: loopback only'})",
-            flush=True,
-        )
-        await server.serve(sockets=[sock])
+    try:
+        with registered(port):  # the runs' browsers refuse this port (agentloop.loopback)
+            picked = await book.recover(service.parse, resume=args.resume)
+            print(
+                f"agentloop serve: listening on http://{host}:{port} ({args.concurrency} runs at "
+                f"once, tasks from {args.tasks_dir}, traces to {args.trace_dir}, run store in "
+                f"{args.state_dir}, {'bearer token required' if token else 'no token: loopback only'}"
+                f"; {picked['queued']} queued run(s) picked up, {picked['resumed']} resumed)",
+                flush=True,
+            )
+            await server.serve(sockets=[sock])
+    finally:
+        await store.close()
     if server.stopped_runs is not None:
         print(
             f"agentloop serve: stopped; {server.stopped_runs} run(s) cancelled with their "
@@ -164,13 +216,15 @@ async def main(args: argparse.Namespace) -> int:
 
 
 class _Server:
-    """uvicorn's server, stopping gracefully: on SIGTERM/SIGINT the runs are cancelled (their
-    traces closed as ``cancelled``, their event streams ended) before the server exits."""
+    """uvicorn's server, stopping gracefully: on SIGTERM/SIGINT submissions get 503, runs in
+    flight may finish for ``drain_s``, then the rest are cancelled (their traces closed as
+    ``cancelled``, their event streams ended) before the server exits; queued runs stay queued
+    in the store for the next start."""
 
-    def __init__(self, config: Any, book: Any) -> None:
+    def __init__(self, config: Any, book: Any, drain_s: float) -> None:
         import uvicorn
 
-        self._book = book
+        self._book, self._drain_s = book, drain_s
         self.stopped_runs: int | None = None
         self._stopping: asyncio.Task[None] | None = None
         loop = asyncio.get_running_loop()
@@ -191,7 +245,7 @@ class _Server:
             self._stopping = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
-        self.stopped_runs = await self._book.close()
+        self.stopped_runs = await self._book.close(self._drain_s)
         self._server.should_exit = True
 
     async def serve(self, sockets: list[socket.socket]) -> None:

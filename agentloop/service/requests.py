@@ -1,8 +1,11 @@
 """What a client may ask the service for: a run request parsed into a Task, or a 4xx naming the field.
 
-The task is a path (relative to the server's working directory, and inside its tasks folder),
-a shipped task's name (:mod:`agentloop.config.shipped`), or an inline task object; an inline task and any ``limits`` go through
-the same validation as a task file, so an error names the field the same way.
+The task is a path inside the server's tasks folder (relative to that folder, or to the server's
+working directory), a task's name (a file of that stem in the tasks folder, else a shipped task:
+:mod:`agentloop.config.shipped`), or an inline task object; an inline task and any ``limits`` go
+through the same validation as a task file, so an error names the field the same way.
+:func:`check_runnable` then checks at the door what would otherwise fail once the run started:
+the tier, its key variable, a script for the simulator.
 
 A submitted task is data from whoever can reach the port, so besides a task file's rules: the
 body nests at most :data:`MAX_DEPTH` levels, no string in it holds a NUL, a path holds no
@@ -14,6 +17,7 @@ included). Error messages quote a submitted value only in part (:func:`shown`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,9 +25,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agentloop.api import resolve_tier
 from agentloop.config.shipped import find_task, looks_like_name
 from agentloop.config.tasks import Limits, LimitsModel, Task, field_name, parse_task, problem
-from agentloop.errors import FileLocatedError, RequestError, TaskFileError
+from agentloop.config.tiers import Tier
+from agentloop.errors import FileLocatedError, RequestError, TaskFileError, TierFileError
 
 MAX_PATH = 1024  # characters of a task path (the OS refuses names past 255 bytes anyway)
 MAX_DEPTH = 64  # levels of JSON nesting a request may have (a task file needs about 6)
@@ -106,26 +112,37 @@ def task_from_request(
     if isinstance(req.task, dict):
         task = _inline(req.task, tasks_dir, known_tools)
     elif not looks_like_name(req.task):
-        _check_path(req.task, "task")
-        path = Path(req.task)
-        if path.is_absolute() or not _inside(Path.cwd() / path, tasks_dir):
-            raise RequestError(
-                f"field 'task': {shown(req.task)} is not inside the tasks folder {tasks_dir}",
-                field="task",
-            )
-        task = _load(Path.cwd() / path, known_tools)
+        task = _load(_task_path(req.task, tasks_dir), known_tools)
+    elif (tasks_dir / f"{req.task}.yaml").is_file():  # a task of the tasks folder by its stem
+        task = _load(tasks_dir / f"{req.task}.yaml", known_tools)
     else:
         try:
             found = find_task(req.task)
         except TaskFileError:
             raise RequestError(
-                f"field 'task': no shipped task named {shown(req.task)} (give a "
-                f"shipped task's name, a path inside {tasks_dir}, or an inline "
-                "task object)",
+                f"field 'task': no task named {shown(req.task)} in the tasks folder or "
+                f"among the shipped tasks (give a task's name, a path inside {tasks_dir}, "
+                "or an inline task object)",
                 field="task",
             ) from None
         task = _load(found, known_tools)
     return _with_limits(task, req.limits), req.tier
+
+
+def _task_path(given: str, tasks_dir: Path) -> Path:
+    """A task path of a request: relative to the tasks folder (``incident/checkout-timeouts.yaml``)
+    or to the server's working directory (``tasks/incident/...``); inside the tasks folder."""
+    _check_path(given, "task")
+    path = Path(given)
+    if not path.is_absolute():
+        for candidate in (tasks_dir / path, Path.cwd() / path):
+            if candidate.is_file() and _inside(candidate, tasks_dir):
+                return candidate
+        if _inside(tasks_dir / path, tasks_dir):
+            return tasks_dir / path  # not there: _load says so
+    raise RequestError(
+        f"field 'task': {shown(given)} is not inside the tasks folder {tasks_dir}", field="task"
+    )
 
 
 def _load(path: Path, known_tools: set[str]) -> Task:
@@ -173,3 +190,40 @@ def _with_limits(task: Task, limits: dict[str, Any]) -> Task:
     return replace(
         task, limits=Limits(**{k: values[k] for k in values if k in Limits.__dataclass_fields__})
     )
+
+
+def check_runnable(task: Task, tier: str | None, tiers_file: Path | None) -> Tier:
+    """The tier a run of ``task`` would use, once everything a run needs before its start is
+    there; else a 400 naming the field (``tier``, ``task.script``), said in HTTP terms.
+
+    These would otherwise end an accepted run at its start (the unscripted rule is
+    :func:`agentloop.api.execute`'s, the key's the model client's).
+    """
+    try:
+        the_tier = resolve_tier(task, tier, tiers_file)
+    except TierFileError as exc:
+        message = exc.message.split(": ", 1)[-1]
+        raise RequestError(f"field 'tier': {message}", field="tier") from None
+    named = "the task's own tier" if tier is None else "tier"
+    if the_tier.simulated and the_tier.profile is None:
+        raise RequestError(
+            f"field 'tier': {named} '{the_tier.name}' is simulated but has no speed profile on "
+            "this server (measure one with agentloop probe there, or ask for another tier)",
+            field="tier",
+        )
+    if the_tier.simulated and not task.script:
+        raise RequestError(
+            f"field 'task.script': task '{task.name}' has no script, and {named} "
+            f"'{the_tier.name}' is the simulator, which plays only scripted turns: ask for a "
+            "real tier in 'tier', or give the task a 'script' of turns",
+            field="task.script",
+        )
+    key = the_tier.api_key_env
+    if key and not os.environ.get(key):
+        raise RequestError(
+            f"field 'tier': {named} '{the_tier.name}' reads its API key from the server's "
+            f"environment variable {key}, which is not set on this server: ask for another "
+            "tier, or have the operator set it",
+            field="tier",
+        )
+    return the_tier

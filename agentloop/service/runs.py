@@ -1,22 +1,30 @@
-"""The service's runs: submitted, queued under a concurrency bound, started through run handles.
+"""The service's runs: submitted, written down, queued under a concurrency bound, started.
 
-One :class:`RunBook` per server. Every submitted run gets a service id at once (the ``202``
-answer); it waits for a slot (status ``queued``), then starts through
-:func:`agentloop.start_run`, whose handle gives the run id, the trace path, the event stream and
-``cancel()``. Each run is an asyncio task the book owns (stored and awaited on shutdown), so a
-cancel or a shutdown always ends with the trace closed as ``cancelled``.
+One :class:`RunBook` per server, over a :class:`agentloop.service.store.RunStore`. Every accepted
+run is a row in the store before its ``202`` answer; it waits for a slot (status ``queued``),
+then starts through :func:`agentloop.start_run`, whose handle gives the runner's run id, the
+trace path, the event stream and ``cancel()``; its start and its end are written as they
+happen. Each run is an asyncio task the book owns (stored and awaited on shutdown), so a cancel
+or a shutdown always ends with the trace closed as ``cancelled``.
 
-The book is bounded both ways: past ``max_queued`` waiting runs a submission is refused (429),
-and of the ended runs only the last ``keep_ended`` are held (their traces stay on disk).
+On start (:meth:`RunBook.recover`) the book reads the store: queued runs wait again, in the
+order they were submitted; runs that were in flight when the server died are ``interrupted``
+(their trace ends where the run was) and, when asked, run again once as a new run. A graceful
+stop leaves queued runs queued, so the next start picks them up.
+
+The book is bounded: past ``max_queued`` waiting runs a submission is refused (429 with a
+Retry-After), and of the ended runs only the last ``keep_ended`` are held in memory with their
+events (older ones are answered from the store).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,13 +33,18 @@ from typing import Any
 
 from agentloop.api import RunConfig
 from agentloop.config.tasks import Task
-from agentloop.errors import RequestError
+from agentloop.errors import AgentloopError, RequestError
 from agentloop.log import get_logger
+from agentloop.service.store import RunStore
 
-# what a run's status can be while the service holds it; the finished ones are the runner's
-QUEUED, RUNNING = "queued", "running"
+# the statuses the service gives a run besides how the runner ends one (ok, error, budget, ...)
+QUEUED, RUNNING, INTERRUPTED = "queued", "running", "interrupted"
 MAX_QUEUED = 64  # runs waiting for a slot; one more is refused with 429
-KEEP_ENDED = 1000  # ended runs the book remembers; older ones are forgotten (not their traces)
+KEEP_ENDED = 1000  # ended runs held in memory with their events; older ones from the store
+MAX_FOLLOWERS = 32  # event streams of one run at once; one more is refused with 429
+STOPPED = "the service stopped while the run was in flight; its trace ends where the run was"
+
+Parse = Callable[[Any], tuple[Task, str | None]]  # a request body -> (task, tier), or 4xx
 
 
 def _now() -> str:
@@ -43,8 +56,9 @@ class Run:
     """One submitted run as the service sees it (mutable: the book updates it as it goes)."""
 
     id: str
-    task: Task
+    task_name: str
     tier: str | None
+    task: Task | None = None  # None for a run read back from the store that will not run
     status: str = QUEUED
     reason: str = ""
     submitted_at: str = field(default_factory=_now)
@@ -56,17 +70,20 @@ class Run:
     elapsed_s: float | None = None
     success: bool | None = None
     success_detail: str = ""
+    resumed_from: str | None = None
+    resumed_as: str | None = None
     handle: Any = None  # the RunHandle once started
     started: asyncio.Event = field(default_factory=asyncio.Event)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     cancel_requested: bool = False
     worker: asyncio.Task[None] | None = None
+    followers: int = 0  # event streams open on this run
 
     def summary(self) -> dict[str, Any]:
-        """The JSON a client sees for this run."""
+        """The JSON a client sees for this run (schema ``RunSummary``)."""
         return {
             "id": self.id,
-            "task": self.task.name,
+            "task": self.task_name,
             "tier": self.tier,
             "status": self.status,
             "reason": self.reason,
@@ -79,10 +96,43 @@ class Run:
             "success": self.success,
             "success_detail": self.success_detail,
             "trace": str(self.trace_path) if self.trace_path else None,
+            "resumed_from": self.resumed_from,
+            "resumed_as": self.resumed_as,
         }
+
+    def row(self) -> dict[str, Any]:
+        """The store's columns of this run (its summary's fields are all columns)."""
+        return self.summary()
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Run:
+        """A run as the store has it; one that has ended has its events set."""
+        run = cls(
+            id=row["id"],
+            task_name=row["task"],
+            tier=row["tier"],
+            status=row["status"],
+            reason=row["reason"],
+            submitted_at=row["submitted_at"],
+            started_at=row["started_at"],
+            ended_at=row["ended_at"],
+            run_id=row["run_id"],
+            trace_path=Path(row["trace"]) if row["trace"] else None,
+            steps=row["steps"],
+            elapsed_s=row["elapsed_s"],
+            success=row["success"],
+            success_detail=row["success_detail"],
+            resumed_from=row["resumed_from"],
+            resumed_as=row["resumed_as"],
+        )
+        if run.status not in (QUEUED, RUNNING):
+            run.started.set()
+            run.ended.set()
+        return run
 
 
 StartRun = Callable[..., Any]  # agentloop.start_run's shape: (task, *, config) -> awaitable handle
+RunEnded = Callable[[Run], Any]  # told of every run that ended (the metrics); may be async
 
 
 class RunBook:
@@ -92,77 +142,188 @@ class RunBook:
         self,
         start_run: StartRun,
         *,
+        store: RunStore,
         trace_dir: Path,
         concurrency: int = 4,
         tiers_file: Path | None = None,
         max_queued: int = MAX_QUEUED,
         keep_ended: int = KEEP_ENDED,
+        on_end: RunEnded | None = None,
     ) -> None:
         self._start_run = start_run
+        self.store = store
         self._trace_dir = trace_dir
         self._tiers_file = tiers_file
         self._slots = asyncio.Semaphore(concurrency)
         self.concurrency = concurrency
         self.max_queued, self.keep_ended = max_queued, keep_ended
-        self.runs: dict[str, Run] = {}
+        self._on_end = on_end
+        self.runs: dict[str, Run] = {}  # live runs, and the last keep_ended ended ones
         self._ended: deque[str] = deque()  # ids of ended runs still held, oldest first
-        self._closing = False
+        self.counts: Counter[str] = Counter()  # runs by status, the store's whole history
+        self._durations: deque[float] = deque(maxlen=32)  # the last runs' seconds, for Retry-After
+        self._submitting = asyncio.Lock()  # one submission at a time: key check, bound, insert
+        self.closing = False
 
-    def submit(self, task: Task, tier: str | None) -> Run:
-        """Queue a run of ``task``; it starts when a slot is free (429 when the queue is full)."""
-        waiting = sum(1 for r in self.runs.values() if r.status == QUEUED)
-        if waiting >= self.max_queued:
-            raise RequestError(
-                f"the queue is full ({waiting} runs waiting for one of {self.concurrency} "
-                "slots): submit again when runs have ended",
-                field="",
-                status=429,
+    @property
+    def queued(self) -> int:
+        return self.counts[QUEUED]
+
+    @property
+    def running(self) -> int:
+        return self.counts[RUNNING]
+
+    def _set(self, run: Run, status: str) -> None:
+        self.counts[run.status] -= 1
+        self.counts[status] += 1
+        run.status = status
+
+    def retry_after(self) -> int:
+        """Seconds after which a refused submission may find room: the mean of the last runs'
+        durations times the queue's turns ahead, at least 1, at most 10 minutes."""
+        mean = sum(self._durations) / len(self._durations) if self._durations else 5.0
+        turns = (self.queued + 1) / self.concurrency
+        return max(1, min(600, math.ceil(mean * turns)))
+
+    # -- submitting -----------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        task: Task,
+        tier: str | None,
+        request: Any,
+        *,
+        key: str | None = None,
+        digest: str | None = None,
+        resumed_from: str | None = None,
+    ) -> tuple[Run, bool]:
+        """Write down and queue a run of ``task``; (the run, whether it is new). With an
+        idempotency ``key`` seen before the first run comes back (409 if ``digest``, the
+        body's, differs); past ``max_queued`` waiting runs a 429; while stopping a 503."""
+        async with self._submitting:
+            if self.closing:
+                raise RequestError(
+                    "the service is stopping and takes no new runs: submit again once it is back",
+                    field="",
+                    status=503,
+                )
+            if key is not None:
+                row = await self.store.by_key(key)
+                if row is not None:
+                    if row["idem_digest"] != digest:
+                        raise RequestError(
+                            f"header 'Idempotency-Key': run {row['id']} was submitted with this "
+                            "key and another body (use a new key for a new run)",
+                            field="Idempotency-Key",
+                            status=409,
+                        )
+                    return self.runs.get(row["id"]) or Run.from_row(row), False
+            if self.queued >= self.max_queued:
+                raise RequestError(
+                    f"the queue is full ({self.queued} runs waiting for one of "
+                    f"{self.concurrency} slots): submit again after Retry-After seconds",
+                    field="",
+                    status=429,
+                )
+            run = Run(
+                id=uuid.uuid4().hex[:12],
+                task_name=task.name,
+                tier=tier,
+                task=task,
+                resumed_from=resumed_from,
             )
-        run = Run(id=uuid.uuid4().hex[:12], task=task, tier=tier)
+            await self.store.add({**run.row(), "idem_key": key, "idem_digest": digest}, request)
+            self._queue(run)
+        return run, True
+
+    def _queue(self, run: Run) -> None:
+        self.counts[QUEUED] += 1
         self.runs[run.id] = run
         run.worker = asyncio.create_task(self._drive(run), name=f"agentloop-run-{run.id}")
-        return run
+
+    async def recover(self, parse: Parse, *, resume: bool = False) -> dict[str, int]:
+        """Read the store at start: queued runs wait again in their order; runs in flight when
+        the service died are ``interrupted`` and, with ``resume``, run once more as new runs.
+        How many of each."""
+        self.counts = Counter(await self.store.counts())
+        again = 0
+        for row in await self.store.with_status(RUNNING):
+            await self.store.update(row["id"], status=INTERRUPTED, reason=STOPPED, ended_at=_now())
+            self.counts[RUNNING] -= 1
+            self.counts[INTERRUPTED] += 1
+            if resume and row["resumed_from"] is None:  # once: a resumed run is not resumed again
+                try:
+                    task, tier = parse(row["request"])
+                except AgentloopError as exc:
+                    await self.store.update(row["id"], reason=f"{STOPPED}; not resumed: {exc}")
+                    continue
+                run, _ = await self.submit(task, tier, row["request"], resumed_from=row["id"])
+                await self.store.update(row["id"], resumed_as=run.id)
+                again += 1
+        queued = await self.store.with_status(QUEUED)
+        for row in queued:
+            if row["id"] in self.runs:
+                continue  # just resubmitted above
+            run = Run.from_row(row)
+            self.counts[QUEUED] -= 1  # _queue counts it again
+            try:
+                run.task, run.tier = parse(row["request"])
+            except AgentloopError as exc:  # the task file went away or changed while down
+                self.counts[QUEUED] += 1
+                await self._finish(run, "error", f"not run after the restart: {exc}")
+                continue
+            self._queue(run)
+        return {"queued": len(queued), "resumed": again}
+
+    # -- running --------------------------------------------------------------------------------
 
     async def _drive(self, run: Run) -> None:
-        try:
-            async with self._slots:
-                if run.cancel_requested or self._closing:
-                    self._end(run, "cancelled", "cancelled before it started")
-                    return
-                config = RunConfig(
-                    tier=run.tier, trace_dir=self._trace_dir, tiers_file=self._tiers_file
+        async with self._slots:
+            if self.closing:  # stays queued in the store: the next start runs it
+                return
+            if run.cancel_requested:
+                await self._finish(run, "cancelled", "cancelled before it started")
+                return
+            assert run.task is not None
+            config = RunConfig(
+                tier=run.tier, trace_dir=self._trace_dir, tiers_file=self._tiers_file
+            )
+            try:
+                handle = await self._start_run(run.task, config=config)
+            except Exception as exc:  # checked at the door; a tier file edited since, say
+                await self._finish(run, "error", getattr(exc, "message", None) or str(exc))
+                return
+            run.handle, run.run_id = handle, handle.run_id
+            run.trace_path = Path(handle.trace_path)
+            run.started_at = _now()
+            self._set(run, RUNNING)
+            await self.store.update(
+                run.id,
+                status=RUNNING,
+                started_at=run.started_at,
+                run_id=run.run_id,
+                trace=str(run.trace_path),
+            )
+            run.started.set()
+            if run.cancel_requested:
+                handle.cancel()
+            follow = asyncio.create_task(self._follow_steps(run, handle))
+            try:
+                result = await handle
+            except Exception as exc:  # a crash inside the run: the run is an error, the
+                # service goes on (the trace, if one was started, was closed by the runner)
+                get_logger("agentloop.service").error(
+                    "run_crashed", id=run.id, error=f"{type(exc).__name__}: {exc}"
                 )
-                try:
-                    handle = await self._start_run(run.task, config=config)
-                except Exception as exc:  # a tier or setup problem: the run ends as an error
-                    self._end(run, "error", getattr(exc, "message", None) or str(exc))
-                    return
-                run.handle, run.run_id = handle, handle.run_id
-                run.trace_path = Path(handle.trace_path)
-                run.status, run.started_at = RUNNING, _now()
-                run.started.set()
-                if run.cancel_requested:
-                    handle.cancel()
-                follow = asyncio.create_task(self._follow_steps(run, handle))
-                try:
-                    result = await handle
-                except Exception as exc:  # a crash inside the run: the run is an error, the
-                    # service goes on (the trace, if one was started, was closed by the runner)
-                    get_logger("agentloop.service").error(
-                        "run_crashed", id=run.id, error=f"{type(exc).__name__}: {exc}"
-                    )
-                    self._end(run, "error", f"crashed: {type(exc).__name__}: {exc}")
-                    return
-                finally:
-                    follow.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await follow
-                run.steps, run.elapsed_s = result.steps, result.elapsed_s
-                run.success, run.success_detail = result.success, result.success_detail
-                self._end(run, result.status, result.reason)
-        finally:
-            if not run.ended.is_set():  # cancelled from outside (shutdown of the loop itself)
-                self._end(run, "cancelled", "service stopped")
+                await self._finish(run, "error", f"crashed: {type(exc).__name__}: {exc}")
+                return
+            finally:
+                follow.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await follow
+            run.steps, run.elapsed_s = result.steps, result.elapsed_s
+            run.success, run.success_detail = result.success, result.success_detail
+            await self._finish(run, result.status, result.reason)
 
     async def _follow_steps(self, run: Run, handle: Any) -> None:
         """Keep ``run.steps`` current from the run's own events, for ``GET /v1/runs/{id}``."""
@@ -170,13 +331,53 @@ class RunBook:
             if ev.kind == "step_start" and ev.step is not None:
                 run.steps = max(run.steps, int(ev.step))
 
-    def _end(self, run: Run, status: str, reason: str) -> None:
-        run.status, run.reason, run.ended_at = status, reason, _now()
+    async def _finish(self, run: Run, status: str, reason: str) -> None:
+        run.reason, run.ended_at = reason, _now()
+        self._set(run, status)
+        if run.elapsed_s is not None:
+            self._durations.append(run.elapsed_s)
+        await self.store.update(
+            run.id,
+            status=status,
+            reason=reason,
+            ended_at=run.ended_at,
+            steps=run.steps,
+            elapsed_s=run.elapsed_s,
+            success=run.success,
+            success_detail=run.success_detail,
+        )
+        self._ended_in_memory(run)
+        if self._on_end is not None:
+            done = self._on_end(run)
+            if asyncio.iscoroutine(done):
+                await done
+
+    def _ended_in_memory(self, run: Run) -> None:
         run.started.set()  # a subscriber waiting for the start learns it never will
         run.ended.set()
         self._ended.append(run.id)
         while len(self._ended) > self.keep_ended:
             self.runs.pop(self._ended.popleft(), None)
+
+    # -- what clients ask -----------------------------------------------------------------------
+
+    async def find(self, run_id: str) -> Run | None:
+        """The run with this id: held in memory, else as the store has it."""
+        if run_id in self.runs:
+            return self.runs[run_id]
+        row = await self.store.get(run_id)
+        return Run.from_row(row) if row is not None else None
+
+    async def page(
+        self, *, status: str | None, task: str | None, before: int | None, limit: int
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """Summaries newest first (the live ones as they are now) and the next page's cursor."""
+        rows, cursor = await self.store.page(status=status, task=task, before=before, limit=limit)
+        out = []
+        for row in rows:
+            held = self.runs.get(row["id"])
+            out.append(held.summary() if held is not None else Run.from_row(row).summary())
+        return out, cursor
 
     def cancel(self, run: Run) -> None:
         """Cancel a run: a queued one never starts, a running one ends with status cancelled."""
@@ -184,24 +385,29 @@ class RunBook:
         if run.handle is not None and not run.ended.is_set():
             run.handle.cancel()
 
-    async def events(self, run: Run) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        """(event name, JSON data) of ``run`` from its start; ends with ``run_end``."""
+    async def events(self, run: Run) -> AsyncIterator[tuple[int, str, dict[str, Any]]]:
+        """(sequence number, event name, JSON data) of ``run`` from its start; ends with
+        ``run_end``. The numbers are the same for every subscriber (``Last-Event-ID``)."""
         await run.started.wait()
+        seq = 0
         if run.handle is not None:
             async for ev in run.handle.events():
                 if ev.kind == "run_end":
                     # the book's summary is final before a client sees the end, so a GET
                     # right after run_end never says "running"
                     await run.ended.wait()
-                    yield ev.kind, event_json(ev)
+                    yield seq, ev.kind, {"id": run.id, **event_json(ev)}
                     return
-                yield ev.kind, event_json(ev)
-        # the run ended without a run_end event of its own (it never started, or crashed):
-        # the stream still ends the way every stream does
+                yield seq, ev.kind, {"id": run.id, **event_json(ev)}
+                seq += 1
+        # the run ended without a run_end event of its own (it never started, crashed, ran
+        # before a restart, or waits for the next start): the stream still ends the same way
         await run.ended.wait()
         yield (
+            seq,
             "run_end",
             {
+                "id": run.id,
                 "kind": "run_end",
                 "run_id": run.run_id,
                 "t_s": run.elapsed_s or 0.0,
@@ -212,26 +418,40 @@ class RunBook:
                     "reason": run.reason,
                     "steps": run.steps,
                     "elapsed_s": run.elapsed_s or 0.0,
-                    "success": None,
+                    "success": run.success,
                 },
             },
         )
 
-    async def close(self, grace_s: float = 30.0) -> int:
-        """Cancel every run that has not ended and wait for their traces to close."""
-        self._closing = True
-        live = [r for r in self.runs.values() if not r.ended.is_set()]
-        for run in live:
-            self.cancel(run)
+    # -- stopping -------------------------------------------------------------------------------
+
+    async def close(self, drain_s: float = 0.0, grace_s: float = 30.0) -> int:
+        """Stop: take no new runs, leave the queued ones queued (in the store, for the next
+        start), let runs in flight finish for ``drain_s``, then cancel the rest and wait for
+        their traces to close. How many were cancelled."""
+        self.closing = True
+        for run in list(self.runs.values()):
+            if run.status == QUEUED and run.worker is not None:
+                run.worker.cancel()
+                run.reason = "the service stopped; the run waits in the queue for its next start"
+                run.started.set()
+                run.ended.set()  # its event streams end; its row stays queued
+        live = [r for r in self.runs.values() if r.status == RUNNING and not r.ended.is_set()]
         workers = [r.worker for r in live if r.worker is not None]
-        if workers:
+        if workers and drain_s > 0:
+            await asyncio.wait(workers, timeout=drain_s)
+        cancelled = [r for r in live if not r.ended.is_set()]
+        for run in cancelled:
+            self.cancel(run)
+        pending = [r.worker for r in cancelled if r.worker is not None]
+        if pending:
             deadline = time.monotonic() + grace_s
-            _, pending = await asyncio.wait(workers, timeout=max(0.0, deadline - time.monotonic()))
-            for w in pending:
+            _, stuck = await asyncio.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+            for w in stuck:
                 w.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=5.0)
-        return len(live)
+            if stuck:
+                await asyncio.wait(stuck, timeout=5.0)
+        return len(cancelled)
 
 
 def event_json(ev: Any) -> dict[str, Any]:
