@@ -408,6 +408,8 @@ async def test_events_carry_ids_and_a_stream_resumes_after_the_last_one(server: 
     k = len(full) // 2
     rest = [(i, n, d) async for i, n, d in server.sse(run_id, {"Last-Event-ID": str(k)}) if n]
     assert full[k + 1 :] == rest
+    past = [n async for _, n, _ in server.sse(run_id, {"Last-Event-ID": "9999"}) if n]
+    assert ["run_end"] == past  # every stream ends with run_end, also one resumed past it
     bad = await server.client.get(f"/v1/runs/{run_id}/events", headers={"Last-Event-ID": "x"})
     assert (400, "Last-Event-ID") == (bad.status_code, bad.json()["error"]["field"])
 

@@ -247,7 +247,8 @@ class Service:
         operationId: runEvents
         description: "Each event is id: N (its number in the run), event: KIND, data: JSON
           (RunEvent); from the run's start, or after the event a Last-Event-ID header names;
-          ending with run_end. A comment line comes every few seconds while nothing else does."
+          always ending with run_end (a run that ended before a restart has only that). A
+          comment line comes every few seconds while nothing else does."
         parameters:
           - {name: Last-Event-ID, in: header, required: false, schema: {type: string}}
         responses:
@@ -289,8 +290,8 @@ class Service:
                     if item is None:
                         return
                     seq, name, data = item
-                    if last is not None and seq <= last:
-                        continue
+                    if last is not None and seq <= last and name != "run_end":
+                        continue  # seen before the reconnect (every stream ends with run_end)
                     # plain JSON first: the redactor walks dicts, lists and strings
                     data = redact(orjson.loads(orjson.dumps(data)))
                     yield (

@@ -257,7 +257,11 @@ class RunBook:
                 except AgentloopError as exc:
                     await self.store.update(row["id"], reason=f"{STOPPED}; not resumed: {exc}")
                     continue
-                run, _ = await self.submit(task, tier, row["request"], resumed_from=row["id"])
+                try:
+                    run, _ = await self.submit(task, tier, row["request"], resumed_from=row["id"])
+                except RequestError as exc:  # the queue is full already
+                    await self.store.update(row["id"], reason=f"{STOPPED}; not resumed: {exc}")
+                    continue
                 await self.store.update(row["id"], resumed_as=run.id)
                 again += 1
         queued = await self.store.with_status(QUEUED)
@@ -348,9 +352,14 @@ class RunBook:
         )
         self._ended_in_memory(run)
         if self._on_end is not None:
-            done = self._on_end(run)
-            if asyncio.iscoroutine(done):
-                await done
+            try:
+                done = self._on_end(run)
+                if asyncio.iscoroutine(done):
+                    await done
+            except Exception as exc:  # the metrics never end the service
+                get_logger("agentloop.service").error(
+                    "on_end_failed", id=run.id, error=f"{type(exc).__name__}: {exc}"
+                )
 
     def _ended_in_memory(self, run: Run) -> None:
         run.started.set()  # a subscriber waiting for the start learns it never will
