@@ -6,18 +6,13 @@ prints it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from agentloop.model.prices import CATEGORIES, Prices, cost_parts
-from agentloop.trace import attrs as A
 from agentloop.trace.reader import Trace
-
-
-def _tokens(attrs: Mapping[str, Any], key: str) -> int:
-    v = attrs.get(key)
-    return int(v) if isinstance(v, int | float) else 0
+from agentloop.trace.span_attrs import ModelAttrs
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,30 +26,29 @@ class CostBreakdown:
     placeholder: bool
 
 
-def breakdown(model_attrs: Iterable[Mapping[str, Any]], prices: Prices | None) -> CostBreakdown:
-    """Cost of a run's model spans (their end attributes) at ``prices``, by category and step."""
+def breakdown(model_attrs: Iterable[ModelAttrs | None], prices: Prices | None) -> CostBreakdown:
+    """Cost of a run's model spans (their typed end attributes, ``SpanRecord.model``; None for
+    a span still in flight) at ``prices``, by category and step."""
     cats = dict.fromkeys(CATEGORIES, 0.0)
     steps: dict[int, float] = {}
     if prices is None:
         return CostBreakdown(0.0, cats, steps, False, False)
     for a in model_attrs:
+        if a is None:
+            continue
         parts = cost_parts(
-            prices,
-            _tokens(a, A.GEN_AI_USAGE_INPUT_TOKENS),
-            _tokens(a, A.GEN_AI_USAGE_CACHED_INPUT_TOKENS),
-            _tokens(a, A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS),
-            _tokens(a, A.GEN_AI_USAGE_OUTPUT_TOKENS),
+            prices, a.input_tokens, a.cached_input_tokens, a.reasoning_tokens, a.output_tokens
         )
         for k, v in parts.items():
             cats[k] += v
-        step = _tokens(a, A.STEP)
+        step = a.step or 0
         steps[step] = steps.get(step, 0.0) + sum(parts.values())
     return CostBreakdown(sum(cats.values()), cats, steps, True, prices.placeholder)
 
 
 def of_trace(trace: Trace) -> CostBreakdown:
     """A loaded trace's cost: its model spans at the prices its header's tier recorded."""
-    return breakdown((s.attrs for s in trace.of_kind("model")), trace.run.tier.prices)
+    return breakdown((s.model for s in trace.of_kind("model")), trace.run.tier.prices)
 
 
 def render(b: CostBreakdown) -> str:

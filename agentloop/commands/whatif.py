@@ -87,7 +87,7 @@ def _whatif_file(path: Path, scenario: Scenario) -> WhatIf:
 
 
 async def _suite(args: argparse.Namespace) -> int:
-    from agentloop.suite.compare import render_suite_whatif, suite_whatif, suite_whatif_json
+    from agentloop.suite.whatif import render_suite_whatif, suite_whatif, suite_whatif_json
 
     if args.tier is None:
         raise ConfigError("a suite folder is predicted on a tier: use --tier NAME")

@@ -19,7 +19,6 @@ from pydantic import TypeAdapter, ValidationError
 from agentloop.analysis.cost import of_trace
 from agentloop.errors import ConfigError
 from agentloop.suite.stats import spread
-from agentloop.trace import attrs as A
 from agentloop.trace.reader import Trace
 
 SUITE_FILE = "suite.json"
@@ -57,30 +56,17 @@ class RunRecord:
         return self.status == "ok" and self.success is not False
 
 
-def _int(v: Any) -> int:
-    return int(v) if isinstance(v, int | float) else 0
-
-
 def trace_figures(trace: Trace) -> dict[str, Any]:
-    """Token totals and cost of a run, summed over its model spans' end attributes."""
-    tin = cached = out = reasoning = 0
-    cost: float | None = None
-    for s in trace.of_kind("model"):
-        a = s.attrs
-        tin += _int(a.get(A.GEN_AI_USAGE_INPUT_TOKENS))
-        cached += _int(a.get(A.GEN_AI_USAGE_CACHED_INPUT_TOKENS))
-        out += _int(a.get(A.GEN_AI_USAGE_OUTPUT_TOKENS))
-        reasoning += _int(a.get(A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS))
-        c = a.get(A.COST_USD)
-        if isinstance(c, int | float):
-            cost = (cost or 0.0) + float(c)
+    """Token totals and cost of a run, summed over its model spans' typed end attributes; the
+    cost at the prices its header recorded (the formula the runner priced each span with)."""
+    calls = [s.model for s in trace.of_kind("model") if s.model is not None]
     split = of_trace(trace)
     return {
-        "input_tokens": tin,
-        "cached_input_tokens": cached,
-        "output_tokens": out,
-        "reasoning_tokens": reasoning,
-        "cost_usd": cost,
+        "input_tokens": sum(m.input_tokens for m in calls),
+        "cached_input_tokens": sum(m.cached_input_tokens for m in calls),
+        "output_tokens": sum(m.output_tokens for m in calls),
+        "reasoning_tokens": sum(m.reasoning_tokens for m in calls),
+        "cost_usd": split.total_usd if split.priced else None,
         "cost_by_category": split.by_category if split.priced else None,
         "cost_by_step": {str(k): v for k, v in sorted(split.by_step.items())}
         if split.priced
