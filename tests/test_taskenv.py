@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import subprocess
 import sys
+import time
+import uuid
 import zipfile
 from pathlib import Path
 
@@ -11,8 +15,15 @@ import pytest
 
 from agentloop import run_task
 from agentloop.cli import main
-from agentloop.config.tasks import load_task
-from agentloop.sandbox.taskenv import cache_root, env_key, requirements_of
+from agentloop.config.tasks import Task, load_task
+from agentloop.sandbox import taskenv, workspace
+from agentloop.sandbox.venvcache import (
+    cache_root,
+    env_key,
+    is_install_command,
+    prune,
+    requirements_of,
+)
 from agentloop.trace.reader import load_trace
 from tests.conftest import ROOT
 
@@ -119,3 +130,101 @@ def test_reference_replays_do_not_diverge_with_the_dev_extras_installed(
     out = capsys.readouterr().out
     assert 0 == code, out
     assert "diverged  no: every tool result matched the recording" in out
+
+
+INSTALLS = (
+    "pip install x",
+    "pip3 install -r requirements.txt",
+    "python -m pip install .",
+    "cd pkg && pip install -e .",
+    "uv pip install 'tomli>=2'",
+    '"$VIRTUAL_ENV/bin/pip" --quiet install x',
+    "pip3.11 install x > install.log 2>&1",
+    "uv pip sync requirements.lock",
+    "echo 'an unbalanced quote",
+)
+NOT_INSTALLS = (
+    "python -m service.main > server.log 2>&1 &",
+    "echo $(date +%s) > started.txt",
+    "pip freeze > before.txt",
+    "pip list && install -d out",
+    "bash edge/start.sh",
+    "cp /home/someone/fixtures/orders.json data/",
+)
+
+
+def _task(*setup: str, workspace: Path | None = None) -> Task:
+    return Task(name="t", prompt="p", system="s", workspace=workspace, setup=setup)
+
+
+def test_only_the_install_commands_of_a_setup_key_its_venv() -> None:
+    """Setup lines that vary per run (a token, a date, a path) share one key; an install does not."""
+    assert (True,) * len(INSTALLS) == tuple(map(is_install_command, INSTALLS))
+    assert (False,) * len(NOT_INSTALLS) == tuple(map(is_install_command, NOT_INSTALLS))
+    plain = env_key(_task())
+    varying = {
+        env_key(_task(f"sleep 300.{uuid.uuid4().hex} &", f"echo {uuid.uuid4().hex} > run.txt"))
+        for _ in range(3)
+    }
+    assert {plain} == varying
+    assert plain != env_key(_task("pip install -q x"))
+    assert env_key(_task("pip install -q x")) == env_key(_task("date > t", "pip install -q x"))
+
+
+async def test_setup_lines_that_vary_per_run_share_one_task_venv(
+    tmp_path: Path, own_cache: Path
+) -> None:
+    """Two runs whose setup differs but for its install command get one venv, built once from the
+    install command only: a non-install line never ran with the venv writable."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    wheel = _tiny_wheel(ws)
+    install = f"pip install -q --no-index ./{wheel.name}"
+
+    def task(token: str) -> Task:
+        return _task(f'touch "$VIRTUAL_ENV/ran-{token}" || true', install, workspace=ws)
+
+    envs = [
+        await taskenv.ensure(task(uuid.uuid4().hex), setup=workspace.build_setup) for _ in range(2)
+    ]
+    for env in envs:
+        assert env.hold is not None
+        env.hold.release()
+    root = cache_root()
+    assert [envs[0].venv] == [p for p in root.iterdir() if p.is_dir()] == [envs[1].venv]
+    assert [f"{PKG}.py"] == [p.name for p in envs[0].venv.rglob(f"{PKG}.py")]
+    assert [] == list(envs[0].venv.glob("ran-*"))
+
+
+def _fake_venv(root: Path, name: str, unused_s: float) -> Path:
+    """A venv folder and ready mark last used ``unused_s`` ago (its contents do not matter)."""
+    venv = root / name
+    venv.mkdir()
+    mark = root / f"{name}.ready"
+    mark.write_text("digest\npytest\n")
+    then = time.time() - unused_s
+    for path in (venv, mark):
+        os.utime(path, (then, then))
+    return venv
+
+
+async def test_pruning_removes_old_task_venvs_and_keeps_the_one_in_use(own_cache: Path) -> None:
+    """Past the count or the age bound old task venvs go; one a live run holds stays, however
+    old, until the run lets it go."""
+    live = await taskenv.ensure(_task())  # as a run holds its venv
+    root = cache_root()
+    month = 30 * 86400.0
+    old = [_fake_venv(root, f"{i:016x}", month) for i in range(2)]
+    recent = [_fake_venv(root, f"{i + 10:016x}", 60.0 * (i + 1)) for i in range(3)]
+    use = live.venv.with_name(live.venv.name + ".use")
+    os.utime(use, (time.time() - month, time.time() - month))  # held, though unused a month
+
+    removed = await asyncio.to_thread(prune, root, keep=2)
+    assert sorted([*old, recent[2]]) == sorted(removed)
+    assert [] == [p for p in removed if p.exists()]
+    assert (live.venv / "bin" / "python").exists() and use.exists()
+
+    with taskenv.activate(live):  # the run ends with its activate block: the hold is let go
+        pass
+    assert [live.venv] == await asyncio.to_thread(prune, root, keep=2)
+    assert sorted(recent[:2]) == sorted(p for p in root.iterdir() if p.is_dir())

@@ -10,18 +10,19 @@ always added, because ``run_tests`` and the shipped checks use it. ``setup: pip 
 installs into the task's venv: it is made with ``--seed``, so it has its own ``pip``.
 
 The venv lives in ``${XDG_CACHE_HOME:-~/.cache}/agentloop/taskenvs/<key>``, where the key hashes
-the Python version, the requirements and the setup commands (what the task installs): the first
-run creates it (uv: about a second, packages from uv's cache), later runs reuse it. Creation
-holds a file lock, so concurrent runs of one task build it once.
+the Python version, the requirements and the setup's install commands (what the task installs;
+:mod:`agentloop.sandbox.venvcache` says precisely which lines those are): the first run creates
+it (uv: about a second, packages from uv's cache), later runs reuse it, and old ones are pruned.
+Creation holds a file lock, so concurrent runs of one task build it once.
 
 Nothing persists from one run to the next: the venv is built by agentloop only, outside every
-run's jail, and every run sees it read-only. Building it runs the task's setup commands once in
-a jail of their own with the venv writable (so ``setup: pip install`` lands there); a run's own
-setup then finds it installed. The ready mark lives beside the venv (``<key>.ready``, never
-inside it, where a run could plant it) and holds a manifest of the venv's tree (every path's
-type, mode, size, mtime and link target, read without following a link); a venv whose tree
-differs is removed and built anew. Two tasks with the same requirements and setup share one
-venv, read-only.
+run's jail, and every run sees it read-only. Building it runs the task's install commands (and
+only those) once in a jail of their own with the venv writable (so ``setup: pip install`` lands
+there); a run's own setup then runs every setup line and finds the packages installed. The
+ready mark lives beside the venv (``<key>.ready``, never inside it, where a run could plant it)
+and holds a manifest of the venv's tree (every path's type, mode, size, mtime and link target,
+read without following a link); a venv whose tree differs is removed and built anew. Two tasks
+with the same requirements and install commands share one venv, read-only.
 
 The value handed to the process runner and the jail is :class:`TaskEnv`: the venv, the folders
 to put first on PATH, the variables to set, and the folder that must be writable in the jail.
@@ -36,18 +37,27 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import shutil
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from agentloop.config.tasks import Task
 from agentloop.errors import TaskFileError
 from agentloop.sandbox.jail import VERDICT_VAR
+from agentloop.sandbox.venvcache import (
+    Hold,
+    cache_root,
+    discard,
+    env_key,
+    hold,
+    install_commands,
+    prune,
+    ready_mark,
+    requirements_of,
+)
 
-ALWAYS = ("pytest",)  # in every task venv: run_tests and the shipped checks run pytest
 CREATE_TIMEOUT_S = 600.0  # creating a venv and installing its packages (a first, cold run)
 # the verdict's commands run with PYTHONSAFEPATH=1 (agentloop.sandbox.verdict), which keeps the working
 # folder off the front of sys.path; this module (imported by the .pth at start-up) puts back, at
@@ -75,12 +85,16 @@ SITECUSTOMIZE = (
 
 @dataclass(frozen=True)
 class TaskEnv:
-    """A task's venv, as the process runner and the jail need it."""
+    """A task's venv, as the process runner and the jail need it.
+
+    ``hold``: the run's hold on the venv (:func:`ensure` takes it; the pruner leaves a held venv
+    alone), released when the :func:`activate` block it is given to ends."""
 
     venv: Path
     path_prefix: tuple[str, ...]  # first on the commands' PATH: the venv's bin/
     variables: Mapping[str, str] = field(default_factory=dict)  # VIRTUAL_ENV ...
     readonly: tuple[Path, ...] = ()  # shown read-only in the run's jail: the venv
+    hold: Hold | None = field(default=None, compare=False, repr=False)
 
     def apply(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` for a task command: the venv first on PATH, agentloop's interpreter off it."""
@@ -109,37 +123,15 @@ def current() -> TaskEnv | None:
 
 @contextlib.contextmanager
 def activate(env: TaskEnv) -> Iterator[None]:
-    """Make ``env`` the task environment for this context (and the tasks it starts)."""
+    """Make ``env`` the task environment for this context (and the tasks it starts); on the
+    way out, the run's hold on its venv (if ``env`` carries one) is released."""
     token = _current.set(env)
     try:
         yield
     finally:
         _current.reset(token)
-
-
-def requirements_of(task: Task) -> tuple[str, ...]:
-    """What the task's venv gets installed: ``pytest`` and the task's ``requirements``."""
-    reqs = [*ALWAYS, *task.requirements]
-    return tuple(dict.fromkeys(r.strip() for r in reqs if r.strip()))
-
-
-def env_key(task: Task) -> str:
-    """The cache key: Python version, requirements and setup commands (what the task installs)."""
-    h = hashlib.sha256()
-    for part in (
-        sys.version,
-        os.path.realpath(sys.executable),
-        *sorted(requirements_of(task)),
-        "--setup--",
-        *task.setup,
-    ):
-        h.update(part.encode() + b"\0")
-    return h.hexdigest()[:16]
-
-
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "agentloop" / "taskenvs"
+        if env.hold is not None:
+            env.hold.release()
 
 
 def env_for(venv: Path) -> TaskEnv:
@@ -150,10 +142,6 @@ def env_for(venv: Path) -> TaskEnv:
         variables={"VIRTUAL_ENV": str(venv)},
         readonly=(venv,),
     )
-
-
-def _ready_mark(venv: Path) -> Path:
-    return venv.with_name(venv.name + ".ready")
 
 
 def manifest(venv: Path) -> str:
@@ -180,7 +168,7 @@ def manifest(venv: Path) -> str:
 
 def _intact(venv: Path) -> bool:
     """Whether the venv is as agentloop built it (blocking): its mark's manifest matches."""
-    mark = _ready_mark(venv)
+    mark = ready_mark(venv)
     try:
         if not os.path.isfile(mark) or os.path.islink(mark) or os.path.islink(venv):
             return False
@@ -196,39 +184,46 @@ async def ensure(
     task: Task, root: Path | None = None, *, setup: SetupBuild | None = None
 ) -> TaskEnv:
     """The task's venv, created (and its requirements installed) on first use, or again when
-    its tree changed since it was built.
+    its tree changed since it was built; held for the run (see :class:`TaskEnv`).
 
-    ``setup(task, venv)`` runs the task's setup commands with the venv writable, once, when it
-    is built (:func:`agentloop.sandbox.workspace.build_setup`).
+    ``setup(task, venv)`` runs the task's install commands with the venv writable, once, when
+    it is built (:func:`agentloop.sandbox.workspace.build_setup`). After a build, old venvs
+    that no live run holds are pruned (:func:`agentloop.sandbox.venvcache.prune`).
     """
-    venv = (root or cache_root()) / env_key(task)
-    if not await asyncio.to_thread(_intact, venv):
-        await asyncio.to_thread(venv.parent.mkdir, parents=True, exist_ok=True)
-        lock = await asyncio.to_thread(_lock, venv.with_name(venv.name + ".lock"))
-        try:
-            if not await asyncio.to_thread(_intact, venv):  # someone may have built it meanwhile
-                await asyncio.to_thread(_discard, venv)
-                await _create(task, venv)
-                if setup is not None and task.setup:
-                    await setup(task, venv)
-                digest = await asyncio.to_thread(manifest, venv)
-                await asyncio.to_thread(
-                    _ready_mark(venv).write_text,
-                    digest + "\n" + "\n".join(requirements_of(task)) + "\n",
-                )
-        finally:
-            await asyncio.to_thread(os.close, lock)  # closing the descriptor drops the lock
-    return env_for(venv)
+    cache = root or cache_root()
+    venv = cache / env_key(task)
+    await asyncio.to_thread(cache.mkdir, parents=True, exist_ok=True)
+    held = await asyncio.to_thread(hold, venv)  # before the check: never pruned under us
+    try:
+        built = await _build_unless_intact(task, venv, setup)
+    except BaseException:
+        held.release()
+        raise
+    if built:
+        await asyncio.to_thread(prune, cache)
+    return replace(env_for(venv), hold=held)
 
 
-def _discard(venv: Path) -> None:
-    """Remove a venv that is not as built (and its mark); a link in its place is unlinked."""
-    with contextlib.suppress(FileNotFoundError):
-        _ready_mark(venv).unlink()
-    if os.path.islink(venv) or os.path.isfile(venv):
-        os.unlink(venv)
-    elif os.path.isdir(venv):
-        shutil.rmtree(venv)
+async def _build_unless_intact(task: Task, venv: Path, setup: SetupBuild | None) -> bool:
+    """Build the venv unless it is as built (under its build lock); whether it was built."""
+    if await asyncio.to_thread(_intact, venv):
+        return False
+    lock = await asyncio.to_thread(_lock, venv.with_name(venv.name + ".lock"))
+    try:
+        if await asyncio.to_thread(_intact, venv):  # someone may have built it meanwhile
+            return False
+        await asyncio.to_thread(discard, venv)
+        await _create(task, venv)
+        if setup is not None and install_commands(task):
+            await setup(task, venv)
+        digest = await asyncio.to_thread(manifest, venv)
+        await asyncio.to_thread(
+            ready_mark(venv).write_text,
+            digest + "\n" + "\n".join(requirements_of(task)) + "\n",
+        )
+        return True
+    finally:
+        await asyncio.to_thread(os.close, lock)  # closing the descriptor drops the lock
 
 
 def _lock(path: Path) -> int:

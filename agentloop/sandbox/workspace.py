@@ -17,6 +17,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from agentloop.log import get_logger
 from agentloop.sandbox import proc, taskenv
 from agentloop.sandbox.context import scrubbed_env
 from agentloop.sandbox.jail import Jail, JailSpec, open_jail, sweep_cgroups
+from agentloop.sandbox.venvcache import install_commands
 from agentloop.sandbox.verdict import save_tests, verdict_jail
 
 WORK_DIR = "agentloop-work"
@@ -165,12 +167,14 @@ async def prepare_run(
     path_prefix: tuple[str, ...] = (),
     require_jail: bool = False,
     bwrap: str | None = None,
+    setup: Sequence[int] | None = None,
 ) -> Place:
     """Copy the task's workspace, open the run's jail over it, run the setup commands in it.
 
     ``readonly`` and ``path_prefix``: the task's environment folder (its venv, shown read-only)
     and the folders put first on the commands' PATH (that venv's ``bin/``), from
-    :mod:`agentloop.sandbox.taskenv`; ``writable``: folders shown writable (a venv being built).
+    :mod:`agentloop.sandbox.taskenv`; ``writable``: folders shown writable (a venv being built);
+    ``setup``: the indexes of the setup commands to run (default: every one).
     """
     work = await asyncio.to_thread(make_copy, task, root)
     jail: Jail | None = None
@@ -190,7 +194,7 @@ async def prepare_run(
             bwrap=bwrap,
         )
         _refuse_or_warn(jail, require_jail)
-        await _run_setup(task, work, jail)
+        await _run_setup(task, work, jail, range(len(task.setup)) if setup is None else setup)
         # the task's tests as set up, before the model's first command: the check's own copy
         tests = await asyncio.to_thread(save_tests, work)
     except BaseException:
@@ -218,11 +222,12 @@ def _refuse_or_warn(jail: Jail, require_jail: bool) -> None:
         )
 
 
-async def _run_setup(task: Task, work: Path, jail: Jail) -> None:
-    """The task's setup commands, in order, in the run's jail; the first that fails is a
-    TaskFileError naming its index, exit code and last output."""
+async def _run_setup(task: Task, work: Path, jail: Jail, which: Sequence[int]) -> None:
+    """The task's setup commands ``which`` (indexes), in order, in the run's jail; the first
+    that fails is a TaskFileError naming its index, exit code and last output."""
     env = scrubbed_env()
-    for i, cmd in enumerate(task.setup):
+    for i in which:
+        cmd = task.setup[i]
         code, out = await run_command(cmd, work, env, task.limits.tool_timeout_s, jail)
         if code != 0:
             tail = out.strip().splitlines()[-5:]
@@ -235,12 +240,18 @@ async def _run_setup(task: Task, work: Path, jail: Jail) -> None:
 
 
 async def build_setup(task: Task, venv: Path) -> None:
-    """A task venv's build step: the task's setup commands, once, in a jail of their own over a
+    """A task venv's build step: the task's install commands
+    (:func:`agentloop.sandbox.venvcache.install_commands`), once, in a jail of their own over a
     scratch copy of the workspace, with the venv writable (``setup: pip install`` lands there);
     everything they started dies with that jail (:func:`agentloop.sandbox.taskenv.ensure`)."""
     env = taskenv.env_for(venv)
     with taskenv.activate(env):
-        place = await prepare_run(task, writable=(venv,), path_prefix=env.path_prefix)
+        place = await prepare_run(
+            task,
+            writable=(venv,),
+            path_prefix=env.path_prefix,
+            setup=install_commands(task),
+        )
     await place.close()
 
 
