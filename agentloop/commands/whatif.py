@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from agentloop.analysis.graph import build_graph
+from agentloop.analysis.graph import build_graph, gc_paused
 from agentloop.analysis.whatif import Scenario, WhatIf, render_whatif, whatif, whatif_json
 from agentloop.commands.report import analysis_status, emit_json, load_for_analysis
 from agentloop.config.tiers import get_tier, load_tiers, require_profile
@@ -66,10 +66,11 @@ async def main(args: argparse.Namespace) -> int:
     else:
         scenario = Scenario.multipliers(args.speedup, args.prefill_speedup)
     result = await asyncio.to_thread(_whatif_file, args.trace, scenario)
-    if args.json:
-        emit_json(whatif_json(result))
-    else:
-        print(render_whatif(result))
+    with gc_paused():  # a long run's result has a row per step: 200,000 dicts, no cycles
+        if args.json:
+            emit_json(whatif_json(result))
+        else:
+            print(render_whatif(result))
     return 0
 
 
@@ -77,12 +78,13 @@ def _whatif_file(path: Path, scenario: Scenario) -> WhatIf:
     """A big trace on its columns (cached beside it), a small one with the loops: one result."""
     from agentloop.analysis import store
 
-    with analysis_status(path):
+    with analysis_status(path), gc_paused():
         columns = store.columns_for_analysis(path)
     if columns is not None:
         from agentloop.analysis import vector, vwhatif
 
-        return vwhatif.whatif(vector.build(columns), scenario)
+        with gc_paused():  # a row per step: 200,000 objects in a long run, no cycles
+            return vwhatif.whatif(vector.build(columns), scenario)
     return whatif(build_graph(load_for_analysis(path)), scenario)
 
 
