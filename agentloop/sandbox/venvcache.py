@@ -10,7 +10,9 @@ lines build the venv (:func:`agentloop.sandbox.taskenv.ensure`), each whole (``c
 install .`` is one), so a setup line that starts a service, writes a date or names a path that
 changes per run does not make a venv of its own. A file an install needs comes with the
 workspace or is made on the install line itself (``python mkwheel.py && pip install dist/*``);
-another setup line's output does not exist yet when the venv is built.
+another setup line's output does not exist yet when the venv is built. pip must be a word of the
+line itself: an install inside a script (``bash install.sh``, ``bash -c '...'``) is not seen, and
+fails loudly at run time, where the venv is read-only.
 
 A run holds its venv from :func:`hold` (a shared ``flock`` on ``<key>.use``, taken before the
 venv is checked or built, and its mtime: the venv's last use) until the run ends; the kernel
