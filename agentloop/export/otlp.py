@@ -27,7 +27,7 @@ import base64
 import contextlib
 import hashlib
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -43,8 +43,10 @@ from agentloop._version import __version__
 from agentloop.errors import ConfigError, ExportError
 from agentloop.redact import redactor, secret_values
 from agentloop.trace import attrs as A
+from agentloop.trace.fields import Where
 from agentloop.trace.reader import SpanRecord, Trace
 from agentloop.trace.schema import RunHeader, SpanEvent
+from agentloop.trace.span_attrs import ModelAttrs, ToolAttrs, model_attrs, tool_attrs
 
 SCOPE = InstrumentationScope("agentloop", __version__)
 MAX_ATTR_CHARS = 8_000  # long outputs are cut: a collector is not an archive of the run
@@ -72,11 +74,17 @@ _SECONDS = (
     A.CALL_S,
     A.TOKENS_PER_CHUNK,
 )
-_INSTANTS = (
-    (A.T_FIRST, "gen_ai.first_chunk"),
-    (A.T_FIRST_VISIBLE, "agentloop.first_visible_token"),
-    (A.T_LAST, "agentloop.last_token"),
-)
+# recorded attributes that go out under another name, copied as they are (by span kind)
+_COPY: dict[str, tuple[tuple[str, str], ...]] = {
+    "": tuple((k, k) for k in _GEN_AI_COPY),
+    "model": (
+        *((k, k) for k in _GEN_AI_COPY),
+        (A.SERVICE_TIER, GA.GEN_AI_OPENAI_RESPONSE_SERVICE_TIER),
+        (A.TIER, "agentloop.tier.name"),
+        (A.OUTPUT, "agentloop.output"),  # not gen_ai.output.messages: not in its shape
+    ),
+}
+_WHERE = Where("<otlp export>", 0)  # records already checked (a loaded trace) or ours (live)
 
 
 def _id(run_id: str, salt: str, nbytes: int) -> int:
@@ -147,7 +155,11 @@ class SpanMapper:
 
     def span(self, s: SpanRecord, end_ns: int, events: Sequence[SpanEvent] = ()) -> ReadableSpan:
         """The SDK span of ``s``; a span in flight ends at ``end_ns`` (run clock), marked so.
-        ``events``: the trace's span events of ``s`` (context trims), as OTLP span events."""
+        ``events``: the trace's span events of ``s`` (context trims), as OTLP span events.
+
+        The attributes are redacted again first, and the typed views (``ModelAttrs``,
+        ``ToolAttrs``) read from the redacted ones; what goes out under another name without
+        being read is copied by the tables above."""
         a = self.scrub(dict(s.attrs))
         attrs: dict[str, Any] = {
             "agentloop.span.id": s.id,
@@ -156,45 +168,35 @@ class SpanMapper:
         }
         if s.kind in OPERATION:
             attrs[GA.GEN_AI_OPERATION_NAME] = OPERATION[s.kind]
-        step = s.start_attrs.get(A.STEP, a.get(A.STEP))
+        step = s.step if s.step is not None else a.get(A.STEP)
         if isinstance(step, int):
             attrs["agentloop.step"] = step
         if s.t1 is None:
             attrs["agentloop.in_flight"] = True
         if s.kind == "run":
             attrs[GA.GEN_AI_AGENT_NAME] = s.name.removeprefix("invoke_agent ").strip()
-        for k in _GEN_AI_COPY:
+        for k, out_name in _COPY.get(s.kind, _COPY[""]):
             if a.get(k) is not None:
-                attrs[k] = _scalar(a[k])
+                attrs[out_name] = _scalar(a[k])
         for k in _SECONDS:
             if isinstance(a.get(k), int | float):
                 attrs[f"agentloop.{k}"] = float(a[k])
+        sdk_events: list[Event] = []
         if s.kind == "model":
             attrs[GA.GEN_AI_PROVIDER_NAME] = "openai"
-            if a.get(A.SERVICE_TIER) is not None:
-                attrs[GA.GEN_AI_OPENAI_RESPONSE_SERVICE_TIER] = _scalar(a[A.SERVICE_TIER])
-            if a.get(A.TIER) is not None:
-                attrs["agentloop.tier.name"] = _scalar(a[A.TIER])
-            if a.get(A.OUTPUT) is not None:  # not gen_ai.output.messages: not in its shape
-                attrs["agentloop.output"] = _scalar(a[A.OUTPUT])
-        if s.kind == "tool":
-            if a.get(A.ARGUMENTS) is not None:
-                attrs[GA.GEN_AI_TOOL_CALL_ARGUMENTS] = _scalar(a[A.ARGUMENTS])
-            if a.get(A.OUTPUT) is not None:
-                attrs[GA.GEN_AI_TOOL_CALL_RESULT] = _scalar(a[A.OUTPUT])
-            if isinstance(a.get(A.OK), bool):
-                attrs["agentloop.tool.ok"] = a[A.OK]
-            for k, v in (a.get(A.DATA) or {}).items():
-                if isinstance(v, bool | int | float | str):
-                    attrs[f"agentloop.tool.data.{k}"] = _scalar(v)
-        if a.get(A.QUEUED_NS):
+            if s.t1 is not None:
+                sdk_events = self._model_events(model_attrs(a, _WHERE))
+        if s.kind == "tool" and s.t1 is not None:
+            attrs.update(_tool_attributes(tool_attrs(a, s.name, _WHERE)))
+        elif isinstance(a.get(A.QUEUED_NS), int) and a[A.QUEUED_NS]:
             attrs["agentloop.queued_s"] = a[A.QUEUED_NS] / 1e9
-        if a.get(A.ERROR) is not None:
-            attrs["error.type"] = _scalar(a[A.ERROR])
+        error = a.get(A.ERROR)
+        if error is not None:
+            attrs["error.type"] = _scalar(error)
         status = (
             Status(StatusCode.UNSET)
             if s.status in ("ok", "in_flight")
-            else Status(StatusCode.ERROR, str(a.get(A.ERROR) or s.status))
+            else Status(StatusCode.ERROR, str(error or s.status))
         )
         parent = self.context(s.parent) if s.parent else None
         t1 = end_ns if s.t1 is None else s.t1
@@ -204,7 +206,7 @@ class SpanMapper:
             parent=parent,
             resource=self.resource,
             attributes=attrs,
-            events=self._events(a) + [self._event(ev) for ev in events],
+            events=sdk_events + [self._event(ev) for ev in events],
             kind=SpanKind.CLIENT if s.kind == "model" else SpanKind.INTERNAL,
             status=status,
             start_time=self.epoch + s.t0,
@@ -217,27 +219,48 @@ class SpanMapper:
         attrs = {f"agentloop.{k}": _scalar(v) for k, v in self.scrub(ev.attrs).items()}
         return Event(ev.name, {k: v for k, v in attrs.items() if v is not None}, self.epoch + ev.t)
 
-    def _events(self, a: Mapping[str, Any]) -> list[Event]:
+    def _model_events(self, m: ModelAttrs) -> list[Event]:
+        """The call's instants (first chunk, first visible token, last token) and its attempts."""
         out: list[Event] = []
-        tm = a.get(A.TIMING) or {}
-        for key, name in _INSTANTS:
-            if isinstance(tm.get(key), int):
-                out.append(Event(name, {}, self.epoch + tm[key]))
-        for n, att in enumerate(a.get(A.ATTEMPTS) or (), start=1):
-            if not isinstance(att, Mapping) or not isinstance(att.get(A.ATTEMPT_START), int):
+        tm = m.timing
+        if tm is not None:
+            for t, name in (
+                (tm.t_first, "gen_ai.first_chunk"),
+                (tm.t_first_visible, "agentloop.first_visible_token"),
+                (tm.t_last, "agentloop.last_token"),
+            ):
+                if t is not None:
+                    out.append(Event(name, {}, self.epoch + t))
+        for n, att in enumerate(m.attempts, start=1):
+            if att.t_start is None:
                 continue
-            t0 = att[A.ATTEMPT_START]
             ev: dict[str, Any] = {"agentloop.attempt": n}
-            if isinstance(att.get(A.ATTEMPT_END), int):
-                ev["agentloop.attempt.duration_s"] = (att[A.ATTEMPT_END] - t0) / 1e9
-            if att.get(A.ATTEMPT_ERROR) is not None:
-                ev["error.type"] = _scalar(att[A.ATTEMPT_ERROR])
-            if isinstance(att.get(A.ATTEMPT_STATUS), int):
-                ev["http.response.status_code"] = att[A.ATTEMPT_STATUS]
-            if att.get(A.WAIT_NS):
-                ev["agentloop.attempt.wait_s"] = att[A.WAIT_NS] / 1e9
-            out.append(Event("agentloop.attempt", ev, self.epoch + t0))
+            if att.t_end is not None:
+                ev["agentloop.attempt.duration_s"] = (att.t_end - att.t_start) / 1e9
+            if att.error is not None:
+                ev["error.type"] = _scalar(att.error)
+            if att.status is not None:
+                ev["http.response.status_code"] = att.status
+            if att.wait_ns:
+                ev["agentloop.attempt.wait_s"] = att.wait_ns / 1e9
+            out.append(Event("agentloop.attempt", ev, self.epoch + att.t_start))
         return out
+
+
+def _tool_attributes(t: ToolAttrs) -> dict[str, Any]:
+    """A finished tool span's own attributes under their OTel names."""
+    out: dict[str, Any] = {
+        GA.GEN_AI_TOOL_CALL_RESULT: _scalar(t.output),  # "" is an answer: the tool printed none
+        "agentloop.tool.ok": t.ok,
+    }
+    if t.arguments:  # "" only when the span recorded none
+        out[GA.GEN_AI_TOOL_CALL_ARGUMENTS] = _scalar(t.arguments)
+    for k, v in t.data.items():
+        if isinstance(v, bool | int | float | str):
+            out[f"agentloop.tool.data.{k}"] = _scalar(v)
+    if t.queued_ns:
+        out["agentloop.queued_s"] = t.queued_ns / 1e9
+    return out
 
 
 def trace_spans(trace: Trace) -> list[ReadableSpan]:

@@ -26,13 +26,8 @@ on a tier's profile re-times it fully while ``--speedup K`` leaves it as measure
 
 from __future__ import annotations
 
-import base64
-import binascii
-import contextlib
 import itertools
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,6 +37,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as GA
 
 from agentloop._version import __version__
 from agentloop.errors import TraceFileError
+from agentloop.export._otlp_json import OtelSpan, read_otlp_json
 from agentloop.trace import attrs as A
 from agentloop.trace.fields import MAX_INSTANT_NS
 from agentloop.trace.header import TierRecord
@@ -60,127 +56,6 @@ INFERRED = (
     "started; a step waits for the previous step; steps: one per model call, with the "
     "tool calls that start before the next"
 )
-
-
-@dataclass(slots=True)
-class OtelSpan:
-    """One span of the file, decoded: ids as hex, times as epoch ns, attributes as values."""
-
-    trace_id: str
-    span_id: str
-    parent: str | None
-    name: str
-    t0: int
-    t1: int
-    attrs: dict[str, Any]
-    error: bool
-    status_message: str
-    resource: dict[str, Any]
-    children: list[OtelSpan] = field(default_factory=list)
-
-    @property
-    def operation(self) -> str:
-        op = self.attrs.get(GA.GEN_AI_OPERATION_NAME)
-        if isinstance(op, str) and op:
-            return op
-        return self.name.split(" ", 1)[0]
-
-
-def _value(v: Any) -> Any:
-    """An OTLP ``AnyValue`` (as parsed to a protobuf message) as a plain Python value."""
-    kind = v.WhichOneof("value")
-    if kind is None:
-        return None
-    x = getattr(v, kind)
-    if kind == "array_value":
-        return [_value(e) for e in x.values]
-    if kind == "kvlist_value":
-        return {kv.key: _value(kv.value) for kv in x.values}
-    if kind == "bytes_value":
-        return x.hex()
-    return x
-
-
-def _hex_ids_to_b64(obj: Any) -> None:
-    """OTLP/JSON spells ids in hex; protobuf's JSON mapping reads bytes as base64."""
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            if k in ("traceId", "spanId", "parentSpanId") and isinstance(v, str):
-                # not hex: already base64 (protobuf's own mapping), left as it is
-                with contextlib.suppress(ValueError):
-                    obj[k] = base64.b64encode(bytes.fromhex(v)).decode() if v else v
-            else:
-                _hex_ids_to_b64(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            _hex_ids_to_b64(v)
-
-
-def _requests(path: Path) -> Iterator[tuple[int, Any]]:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise TraceFileError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        yield 1, orjson.loads(data)
-        return
-    except orjson.JSONDecodeError:
-        pass
-    for lineno, line in enumerate(data.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            yield lineno, orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise TraceFileError(
-                f"{path}, line {lineno}: not JSON ({exc}); expected an OTLP "
-                f"ExportTraceServiceRequest per line or one for the file"
-            ) from None
-
-
-def read_otlp_json(path: str | Path) -> list[OtelSpan]:
-    """Every span of an OTLP/JSON file, decoded; bad input names the file, line and field."""
-    from google.protobuf.json_format import ParseDict, ParseError
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
-
-    p = Path(path)
-    out: list[OtelSpan] = []
-    for lineno, obj in _requests(p):
-        if not isinstance(obj, dict) or "resourceSpans" not in obj:
-            raise TraceFileError(
-                f"{p}, line {lineno}: field 'resourceSpans' missing: not an "
-                f"OTLP ExportTraceServiceRequest in JSON"
-            )
-        _hex_ids_to_b64(obj)
-        try:
-            req = ParseDict(obj, ExportTraceServiceRequest())
-        except (ParseError, binascii.Error) as exc:
-            raise TraceFileError(
-                f"{p}, line {lineno}: not a valid OTLP trace request: {exc}"
-            ) from None
-        for rs in req.resource_spans:
-            res = {kv.key: _value(kv.value) for kv in rs.resource.attributes}
-            for ss in rs.scope_spans:
-                for s in ss.spans:
-                    out.append(
-                        OtelSpan(
-                            s.trace_id.hex(),
-                            s.span_id.hex(),
-                            s.parent_span_id.hex() or None,
-                            s.name,
-                            int(s.start_time_unix_nano),
-                            max(int(s.start_time_unix_nano), int(s.end_time_unix_nano)),
-                            {kv.key: _value(kv.value) for kv in s.attributes},
-                            s.status.code == 2,
-                            s.status.message,
-                            res,
-                        )
-                    )
-    if not out:
-        raise TraceFileError(f"{p}: no spans in the file")
-    return out
 
 
 def _kind(s: OtelSpan) -> str | None:
@@ -324,35 +199,7 @@ def import_otlp(path: str | Path, tier: TierRecord | None = None) -> list[dict[s
     file. ``tier``: the tier the spans ran on, if the caller knows it (its summary, with the
     speed profile); else the tier is named after the model and its profile is unknown."""
     spans, notes = _pick_trace(read_otlp_json(path))
-    by_id = {s.span_id: s for s in spans}
-    for s in spans:
-        if s.parent in by_id:
-            by_id[s.parent].children.append(s)
-    roots = [s for s in spans if s.parent not in by_id]
-    run = next(
-        (s for s in sorted(spans, key=lambda s: s.t0) if _kind(s) == "run"),
-        min(roots, key=lambda s: s.t0),
-    )
-    kept: list[tuple[OtelSpan, str]] = []  # (span, kind) under the run, in start order
-
-    def walk(s: OtelSpan) -> None:
-        for c in sorted(s.children, key=lambda c: c.t0):
-            k = _kind(c)
-            if k in ("model", "tool"):
-                kept.append((c, k))
-            if k != "tool":
-                walk(c)
-
-    walk(run)
-    kept.sort(key=lambda x: x[0].t0)
-    for s in [run, *(k for k, _ in kept)]:  # before the run's start is clamped to it
-        if s.t1 - run.t0 > MAX_INSTANT_NS:
-            raise TraceFileError(
-                f"{path}: span {s.span_id} ('{s.name}') lies outside its agent "
-                f"run ({run.name}) by more than a trace can hold; "
-                f"startTimeUnixNano / endTimeUnixNano look damaged"
-            )
-    b = _Builder(run.t0)
+    run, kept = _agent_run(spans, path)
     models = [s for s, k in kept if k == "model"]
     model_name = next(
         (
@@ -366,33 +213,8 @@ def import_otlp(path: str | Path, tier: TierRecord | None = None) -> list[dict[s
         or run.name.removeprefix("invoke_agent").strip()
         or "agent"
     )
-    the_tier: TierRecord = tier or {
-        "name": model_name,
-        "base_url": "",
-        "model": model_name,
-        "api": "",
-        "api_key_env": None,
-        "options": {},
-        "profile": None,
-    }
-    header = header_record(
-        clock={"wall": datetime.fromtimestamp(run.t0 / 1e9, UTC).isoformat(), "unit": "ns"},
-        run_id=f"otlp-{run.trace_id[:12]}",
-        agentloop=__version__,
-        task={"name": agent, "prompt": "", "system": "", "source": str(path)},
-        tier=the_tier,
-        tools=[],
-        limits={},
-        imported={
-            "format": "otlp-json",
-            "trace_id": run.trace_id,
-            "service": run.resource.get("service.name"),
-            "spans": len(spans),
-            "notes": notes,
-        },
-        inferred={"edges": INFERRED},
-        unknown=["per model call: " + ", ".join(UNKNOWN_MODEL) + " (no first-token instant)"],
-    )
+    header = _header(run, agent, len(spans), notes, tier or _unknown_tier(model_name), path)
+    b = _Builder(run.t0)
     b.span(
         "s1",
         None,
@@ -412,6 +234,98 @@ def import_otlp(path: str | Path, tier: TierRecord | None = None) -> list[dict[s
             steps.append((s, []))
         elif steps:
             steps[-1][1].append(s)
+    _place_steps(b, steps, model_name)
+    out_tokens = sum(_int(m.attrs.get(A.GEN_AI_USAGE_OUTPUT_TOKENS)) or 0 for m, _ in steps)
+    end = end_record(
+        "error" if run.error else "ok",
+        b.rel(run.t1),
+        reason=f"imported from {Path(path).name}",
+        steps=len(steps),
+        totals={"output_tokens": out_tokens, "elapsed_s": (run.t1 - run.t0) / 1e9},
+        success=None,
+    )
+    body = [r for _, _, r in sorted(b.records, key=lambda x: (x[0], x[1]))]
+    return [header, *body, end]
+
+
+def _agent_run(
+    spans: list[OtelSpan], path: str | Path
+) -> tuple[OtelSpan, list[tuple[OtelSpan, str]]]:
+    """The run span, and the model and tool spans under it (with their kind) in start order;
+    every other span is dropped, its children hanging from the nearest kept ancestor."""
+    by_id = {s.span_id: s for s in spans}
+    for s in spans:
+        if s.parent in by_id:
+            by_id[s.parent].children.append(s)
+    roots = [s for s in spans if s.parent not in by_id]
+    run = next(
+        (s for s in sorted(spans, key=lambda s: s.t0) if _kind(s) == "run"),
+        min(roots, key=lambda s: s.t0),
+    )
+    kept: list[tuple[OtelSpan, str]] = []
+
+    def walk(s: OtelSpan) -> None:
+        for c in sorted(s.children, key=lambda c: c.t0):
+            k = _kind(c)
+            if k in ("model", "tool"):
+                kept.append((c, k))
+            if k != "tool":
+                walk(c)
+
+    walk(run)
+    kept.sort(key=lambda x: x[0].t0)
+    for s in [run, *(k for k, _ in kept)]:  # before the run's start is clamped to it
+        if s.t1 - run.t0 > MAX_INSTANT_NS:
+            raise TraceFileError(
+                f"{path}: span {s.span_id} ('{s.name}') lies outside its agent "
+                f"run ({run.name}) by more than a trace can hold; "
+                f"startTimeUnixNano / endTimeUnixNano look damaged"
+            )
+    return run, kept
+
+
+def _unknown_tier(model_name: str) -> TierRecord:
+    """The tier of spans that do not say which: named after the model, profile unknown."""
+    return {
+        "name": model_name,
+        "base_url": "",
+        "model": model_name,
+        "api": "",
+        "api_key_env": None,
+        "options": {},
+        "profile": None,
+    }
+
+
+def _header(
+    run: OtelSpan, agent: str, n_spans: int, notes: list[str], tier: TierRecord, path: str | Path
+) -> dict[str, Any]:
+    """The imported trace's run header: where it came from, what was inferred, what is not known."""
+    return header_record(
+        clock={"wall": datetime.fromtimestamp(run.t0 / 1e9, UTC).isoformat(), "unit": "ns"},
+        run_id=f"otlp-{run.trace_id[:12]}",
+        agentloop=__version__,
+        task={"name": agent, "prompt": "", "system": "", "source": str(path)},
+        tier=tier,
+        tools=[],
+        limits={},
+        imported={
+            "format": "otlp-json",
+            "trace_id": run.trace_id,
+            "service": run.resource.get("service.name"),
+            "spans": n_spans,
+            "notes": notes,
+        },
+        inferred={"edges": INFERRED},
+        unknown=["per model call: " + ", ".join(UNKNOWN_MODEL) + " (no first-token instant)"],
+    )
+
+
+def _place_steps(
+    b: _Builder, steps: list[tuple[OtelSpan, list[OtelSpan]]], model_name: str
+) -> None:
+    """A step span per model call, holding it and its tools; each span waits for the latest one
+    that ended before it started, each step for the previous step."""
     next_id = itertools.count(2)
     prev_step: list[str] = []
     done: list[tuple[int, str]] = []  # (end, agentloop id) of model/tool spans placed so far
@@ -452,17 +366,6 @@ def import_otlp(path: str | Path, tier: TierRecord | None = None) -> list[dict[s
                 "error" if s.error else "ok",
             )
             done.append((s.t1, aid))
-    out_tokens = sum(_int(m.attrs.get(A.GEN_AI_USAGE_OUTPUT_TOKENS)) or 0 for m, _ in steps)
-    end = end_record(
-        "error" if run.error else "ok",
-        b.rel(run.t1),
-        reason=f"imported from {Path(path).name}",
-        steps=len(steps),
-        totals={"output_tokens": out_tokens, "elapsed_s": (run.t1 - run.t0) / 1e9},
-        success=None,
-    )
-    body = [r for _, _, r in sorted(b.records, key=lambda x: (x[0], x[1]))]
-    return [header, *body, end]
 
 
 def write_trace(records: list[dict[str, Any]], out: str | Path) -> Path:

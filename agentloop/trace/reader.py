@@ -108,7 +108,15 @@ class Trace:
 
 def parse_lines(lines: list[bytes], path: object = "<trace>") -> Trace:
     """Rebuild a trace from its raw lines. A last line cut mid-write is dropped with a note;
-    any other damage is a :class:`TraceFileError` naming the file, line and field."""
+    any other damage is a :class:`TraceFileError` naming the file, line and field.
+
+    Long on purpose: this is the hot loop over every record of a trace (millions in a suite's
+    or a fleet's traces), so the span records' checks and the span bookkeeping are inline, one
+    pass with local names and no call per record (a call costs more than the check); anything
+    the inline check does not pass goes to :func:`~agentloop.trace.schema.parse_record`, which
+    names the field at fault. Split it only with a benchmark beside
+    (``tests/benchmarks/``) showing the load time does not grow.
+    """
     if not lines or not lines[0].strip():
         raise TraceFileError(f"{path}: empty file, not an agentloop trace")
     try:
