@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +26,7 @@ from agentloop.protocols import ModelClient, Tool
 from agentloop.redact import redactor, secret_values, truncator
 from agentloop.sandbox import taskenv
 from agentloop.sandbox import workspace as ws
+from agentloop.sandbox.closer import JailCloser
 from agentloop.sandbox.context import RunContext, ToolSettings
 from agentloop.script import ScriptTurn
 from agentloop.trace.tracer import Tracer
@@ -33,6 +34,26 @@ from agentloop.trace.writer import JsonlSink, Pipeline
 
 DEFAULT_TIER = "sim-standard"
 MAX_TRACE_STRING = 64_000  # longer strings in a trace record are cut (and say so)
+
+# how a run opens its model client for its tier and turns (model_client, or a suite's)
+ModelOpener = Callable[
+    [Tier, list[ScriptTurn] | None], contextlib.AbstractAsyncContextManager[ModelClient]
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteScope:
+    """What a suite lends one of its runs (:mod:`agentloop.suite`); a single run has none.
+
+    ``models`` opens the run's model client on the suite's one simulator (a route and a
+    connection pool of the run's own) and, for a run of the first wave, holds it at the suite's
+    start gate once connected (:mod:`agentloop.suite.shared`, :mod:`agentloop.suite.gate`);
+    ``closer`` tears the run's jail down behind the runs still going once the run has emptied
+    it (:mod:`agentloop.sandbox.closer`). Nothing reaches a run any other way.
+    """
+
+    models: ModelOpener | None = None
+    closer: JailCloser | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,7 +69,7 @@ class RunConfig:
     ``observer(kind, data)`` form of the same stream), ``script`` (turns replacing the task's,
     as a replay gives), ``keep_workspace``, ``otlp`` (an OTLP/HTTP collector to stream spans
     to) and ``unconfined`` (a real model's commands may run on the host where no jail can be
-    had).
+    had). ``suite``: what a suite lends the run (:class:`SuiteScope`), set by the suite only.
     """
 
     tier: str | Tier | None = None
@@ -64,6 +85,7 @@ class RunConfig:
     keep_workspace: bool = False
     otlp: str | None = None
     unconfined: bool = False
+    suite: SuiteScope | None = None
 
 
 class RunOptions(TypedDict, total=False):
@@ -83,6 +105,7 @@ class RunOptions(TypedDict, total=False):
     keep_workspace: bool
     otlp: str | None
     unconfined: bool
+    suite: SuiteScope | None
 
 
 def configure(config: RunConfig | None = None, **options: Unpack[RunOptions]) -> RunConfig:
@@ -136,7 +159,8 @@ async def model_client(
     tier: Tier,
     script: list[ScriptTurn] | None = None,
 ) -> AsyncIterator[ModelClient]:
-    """A client for ``tier``; a simulated tier starts the embedded simulator for the duration."""
+    """A client for ``tier``; a simulated tier starts the embedded simulator for the duration
+    (a suite's run takes a route on the suite's instead: :attr:`SuiteScope.models`)."""
     from agentloop.clients.openai_client import OpenAIClient
 
     if tier.local is not None:  # a llama-server agentloop starts for the run (issue 10a)
@@ -159,28 +183,12 @@ async def model_client(
     import openai
 
     from agentloop.sim import SimServer
-    from agentloop.sim.server import SHARED
 
     if tier.profile is None:  # tier files refuse this; a Tier built in code may still lack it
         raise ConfigError(
             f"tier '{tier.name}' is simulated (base_url \"sim\") but has no "
             "speed profile to pace its answers: give it a profile"
         )
-    shared = SHARED.get()  # a suite's one simulator (agentloop.suite): this run takes a route
-    if shared is not None:
-        async with shared.sim.route(tier.profile, script or None) as route, shared.pool() as http:
-            # a copy of the suite's one SDK client (a new AsyncOpenAI loads the TLS trust store,
-            # ~0.1 s of blocked event loop; a copy 0.5 ms) on a connection pool of the run's own
-            client = OpenAIClient(
-                tier, client=shared.sdk.with_options(base_url=route.base_url, http_client=http)
-            )
-            try:
-                if shared.gate is not None:  # a suite's start gate (agentloop.suite.gate)
-                    await shared.gate(http, route.base_url)
-                yield client
-            finally:
-                await client.aclose()
-        return
     async with SimServer(profile=tier.profile, script=script or None) as sim:
         sdk = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sim", max_retries=0)
         client = OpenAIClient(tier, client=sdk)
@@ -311,7 +319,7 @@ async def _prepare(plan: RunPlan, config: RunConfig) -> tuple[ws.Place, RunConte
 
 async def _execute_in_env(plan: RunPlan, config: RunConfig) -> RunResult:
     """Workspace and setup, client, trace, the loop, clean-up (the task env is active)."""
-    task, path = plan.task, plan.trace_path
+    task, path, scope = plan.task, plan.trace_path, config.suite or SuiteScope()
     registry = tool_registry() if config.tools is None else config.tools
     place, ctx = await _prepare(plan, config)
     work = place.path
@@ -324,10 +332,11 @@ async def _execute_in_env(plan: RunPlan, config: RunConfig) -> RunResult:
     try:
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(ctx.aclose)
+            open_model = scope.models or model_client
             client = (
                 config.client
                 if config.client is not None
-                else await stack.enter_async_context(model_client(plan.tier, turns))
+                else await stack.enter_async_context(open_model(plan.tier, turns))
             )
             # the trace and the run's clock start once the client is ready: simulator start-up
             # is not the run's time
@@ -350,6 +359,6 @@ async def _execute_in_env(plan: RunPlan, config: RunConfig) -> RunResult:
             )
             result = await runner.run()
     finally:  # the jail closes (nothing the run started survives), the copy goes unless kept
-        await asyncio.shield(place.close(keep=config.keep_workspace))
+        await asyncio.shield(place.close(keep=config.keep_workspace, closer=scope.closer))
     kept = str(work) if config.keep_workspace else None
     return replace(result, trace_path=str(path), workspace=kept)

@@ -227,9 +227,10 @@ async def test_commands_leave_no_descriptor_open(tmp_path: Path) -> None:
 async def test_a_suite_run_s_jail_is_emptied_at_its_end_and_torn_down_behind_it(
     tmp_path: Path,
 ) -> None:
-    """Within a suite (agentloop.sandbox.closer) closing a jail kills every process of the run at
-    once, a hidden one included (own session, empty environment: no mark), but leaves the idle
-    init to the closer; leaving the suite's context tears every deferred jail down."""
+    """Within a suite (agentloop.sandbox.closer) closing a jail with the suite's closer kills
+    every process of the run at once, a hidden one included (own session, empty environment: no
+    mark), but leaves the idle init to the closer; leaving the suite's context tears every
+    deferred jail down."""
     from agentloop.sandbox.closer import closing_behind
 
     token = f"hidden{uuid.uuid4().hex}"
@@ -256,8 +257,8 @@ async def test_a_suite_run_s_jail_is_emptied_at_its_end_and_torn_down_behind_it(
         while len(host_pids_with(token)) != 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert 2 == len(host_pids_with(token))
-        await first.aclose()  # the closer tears it down at once (nothing was waiting)
-        await second.aclose()  # queued: 60 s behind the first
+        await first.aclose(closer)  # the closer tears it down at once (nothing was waiting)
+        await second.aclose(closer)  # queued: 60 s behind the first
         assert [] == host_pids_with(token)  # emptied when aclose returned
         assert second.proc is not None and second.proc.returncode is None  # its init idles
         assert 1 == closer.pending

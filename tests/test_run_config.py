@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import typing
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 import agentloop
 from agentloop import api
+from agentloop.config.tiers import Tier
 from agentloop.events import RunEvent
+from agentloop.protocols import ModelClient
+from agentloop.sandbox.closer import closing_behind
+from agentloop.script import ScriptTurn
 from agentloop.suite.run import run_suite
-from agentloop.testing import run_and_trace
+from agentloop.testing import ScriptedClient, run_and_trace
 from agentloop.trace.reader import load_trace
 
 THREE_STEPS = """\
@@ -122,3 +128,38 @@ async def test_a_config_given_to_a_suite_reaches_every_run(tmp_path: Path) -> No
     assert [2] * 4 == limits
     assert 4 == len(set(ends))
     assert not (tmp_path / "ignored").exists()
+
+
+async def test_a_suite_scope_s_model_opener_reaches_the_run_only_when_given(
+    tmp_path: Path,
+) -> None:
+    """run_task with a SuiteScope opens its model client through the scope's opener (given the
+    run's tier and turns); the same run without a scope never calls it."""
+    opened: list[tuple[str, int]] = []
+
+    @contextlib.asynccontextmanager
+    async def models(tier: Tier, script: list[ScriptTurn] | None) -> AsyncIterator[ModelClient]:
+        opened.append((tier.name, len(script or [])))
+        yield ScriptedClient([ScriptTurn(text="from the suite")])
+
+    scope = api.SuiteScope(models=models)
+    config = agentloop.RunConfig(tier="sim-ultrafast", trace_dir=tmp_path)
+    alone = await agentloop.run_task(_task(tmp_path), config=config)
+    assert ([], "Done.") == (opened, alone.final_text)
+    scoped = await agentloop.run_task(_task(tmp_path), config=config, suite=scope)
+    assert [("sim-ultrafast", 3)] == opened
+    assert ("ok", "from the suite") == (scoped.status, scoped.final_text)
+
+
+async def test_a_suite_scope_s_closer_gets_the_run_s_jail_only_when_given(tmp_path: Path) -> None:
+    """A run given a scope with a closer leaves its emptied jail to it; a run without one
+    closes its jail itself; the closer's end tears down what it was left."""
+    config = agentloop.RunConfig(tier="sim-ultrafast", trace_dir=tmp_path)
+    async with closing_behind(spacing_s=60.0) as closer:  # the first close waits 60 s after
+        await agentloop.run_task(_task(tmp_path), config=config)
+        assert (0, 0) == (closer.pending, closer.closed)
+        scope = api.SuiteScope(closer=closer)
+        for _ in range(2):
+            await agentloop.run_task(_task(tmp_path), config=config, suite=scope)
+        assert 1 == closer.pending  # the second waits behind the first
+    assert (0, 2) == (closer.pending, closer.closed)

@@ -329,7 +329,7 @@ async def test_a_shared_suite_s_simulator_is_a_process_and_each_run_keeps_one_co
 ) -> None:
     """The suite's one simulator runs in a child process; each of 6 runs connects once (before
     the start gate) and both of its model calls ride that connection; what the gate froze for
-    the collector is unfrozen when the suite ends."""
+    the collector (asked for: freeze_gc) is unfrozen when the suite ends."""
     import gc
     import os
 
@@ -351,6 +351,7 @@ async def test_a_shared_suite_s_simulator_is_a_process_and_each_run_keeps_one_co
         tier="sim-ultrafast",
         concurrency=6,
         repeat=6,
+        freeze_gc=True,
     )
     assert [r.status for r in suite.runs] == ["ok"] * 6
     calls = [len(load_trace(tmp_path / "out" / r.trace).of_kind("model")) for r in suite.runs]

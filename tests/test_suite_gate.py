@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentloop.suite.gate import TICKET, StartGate, Ticket
+from agentloop.suite.gate import StartGate, Ticket
 
 
 @pytest.fixture(autouse=True)
@@ -21,11 +21,10 @@ def _unfrozen() -> Iterator[None]:
 
 async def _run(gate: StartGate, arrive_after_s: float | None, passed: list[float]) -> None:
     ticket = Ticket()
-    TICKET.set(ticket)
     try:
         if arrive_after_s is not None:
             await asyncio.sleep(arrive_after_s)
-            await gate.wait()
+            await gate.wait(ticket)
             passed.append(time.perf_counter())
     finally:
         gate.leave(ticket)
@@ -60,32 +59,46 @@ async def test_a_run_that_ends_before_arriving_is_not_waited_for() -> None:
 async def test_a_run_held_too_long_is_let_go() -> None:
     """When a first-wave run never arrives nor ends, the others go max_wait_s after the last arrival."""
     gate = StartGate(2, max_wait_s=0.2, spacing_s=0.0)
-    TICKET.set(Ticket())
     t0 = time.perf_counter()
-    await gate.wait()
+    await gate.wait(Ticket())
     assert 0.19 <= time.perf_counter() - t0 < 2.0
 
 
 async def test_runs_after_the_first_wave_pass_at_once() -> None:
     """Once open, the gate holds no one: a later run passes without waiting."""
     gate = StartGate(1, spacing_s=10.0)
-    TICKET.set(Ticket())
-    await gate.wait()
-    TICKET.set(Ticket())
+    await gate.wait(Ticket())
     t0 = time.perf_counter()
-    await gate.wait()
+    await gate.wait(Ticket())
     assert time.perf_counter() - t0 < 0.5
 
 
 async def test_the_gate_freezes_the_wave_s_set_up_for_the_collector_until_closed() -> None:
-    """Opening moves what exists out of the collector's sight; close() gives it back; a run
-    of the first wave is held (will_hold) only while the gate is shut."""
-    gate = StartGate(1, spacing_s=0.0)
-    TICKET.set(Ticket())
-    assert gate.will_hold() and gc.get_freeze_count() == 0
-    await gate.wait()
-    TICKET.set(Ticket())
-    assert not gate.will_hold()
+    """Asked to (freeze_gc), opening moves what exists out of the collector's sight; close()
+    gives it back; a run of the first wave is held (will_hold) only while the gate is shut."""
+    gate = StartGate(1, spacing_s=0.0, freeze_gc=True)
+    first = Ticket()
+    assert gate.will_hold(first) and gc.get_freeze_count() == 0
+    await gate.wait(first)
+    assert not gate.will_hold(Ticket())
     assert gc.get_freeze_count() > 0
     gate.close()
     assert gc.get_freeze_count() == 0
+
+
+async def test_the_gate_leaves_the_collector_alone_unless_asked() -> None:
+    """A library does not decide for its process: without freeze_gc nothing is frozen."""
+    gate = StartGate(1, spacing_s=0.0)
+    await gate.wait(Ticket())
+    assert gc.get_freeze_count() == 0
+    gate.close()
+    assert gc.get_freeze_count() == 0
+
+
+async def test_a_ticket_that_arrived_passes_again_at_once() -> None:
+    """A run arrives once: a second wait with its ticket is not counted nor held."""
+    gate = StartGate(2, max_wait_s=10.0, spacing_s=0.0)
+    ticket = Ticket(arrived=True)
+    assert not gate.will_hold(ticket)
+    await asyncio.wait_for(gate.wait(ticket), timeout=5)  # held, it would wait 10 s
+    assert 0 == gate.arrived

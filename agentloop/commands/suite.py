@@ -99,6 +99,9 @@ async def main(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         ray=args.ray,
         progress=ProgressLine(),
+        # the process is the command's: what the first wave set up is kept out of the
+        # collector's walks while it runs (agentloop.suite.gate)
+        freeze_gc=True,
     )
     if args.json:
         emit_json(suite_json(suite))

@@ -22,7 +22,7 @@ from typing import Any
 
 from agentloop.log import get_logger
 from agentloop.sandbox import bwrap, cgroups
-from agentloop.sandbox.closer import CLOSER
+from agentloop.sandbox.closer import JailCloser
 from agentloop.sandbox.interface import Command, Jail, JailError, JailSpec
 
 FORK_REFUSED = "fork: retry: Resource temporarily unavailable"  # bash, on EAGAIN from fork
@@ -249,8 +249,7 @@ class BwrapJail(Jail):
             return False
         return bool(ev.get("alive"))
 
-    async def aclose(self) -> None:
-        closer = CLOSER.get()
+    async def aclose(self, closer: JailCloser | None = None) -> None:
         if closer is not None and self._dead is None and self.sock is not None:
             # a suite's run: empty the jail now (nothing of the run outlives it), tear it down
             # behind the runs still going (agentloop.sandbox.closer)

@@ -9,8 +9,9 @@ after the suite, ``tests/benchmarks/bench_suite_scale.py``). So within a suite a
 is first *emptied* at the run's end (its init, PID 1 of the namespace, SIGKILLs every other
 process in it: nothing of the run outlives the run) and the idle init is then closed here, one
 jail at a time with ``spacing_s`` between closes while runs go on; :meth:`JailCloser.drain`, at
-the suite's end, closes the rest ``at_once`` at a time. Outside a suite (:data:`CLOSER` unset)
-a jail closes at once, as before.
+the suite's end, closes the rest ``at_once`` at a time. A jail is handed to a closer only
+explicitly (``jail.aclose(closer)``; a suite's run gets its closer in
+:attr:`agentloop.api.SuiteScope.closer`); without one a jail closes at once.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextvars import ContextVar
 
 from agentloop.log import get_logger
 
@@ -72,18 +72,13 @@ class JailCloser:
             await asyncio.gather(*list(self._workers), return_exceptions=True)
 
 
-# set by agentloop.suite around its runs; unset, a jail closes at once
-CLOSER: ContextVar[JailCloser | None] = ContextVar("agentloop_jail_closer", default=None)
-
-
 @contextlib.asynccontextmanager
 async def closing_behind(spacing_s: float = SPACING_S) -> AsyncIterator[JailCloser]:
-    """Within: jails of ended runs are emptied and closed behind them; on the way out (also on
-    an error or a cancel) every one is closed before this returns."""
+    """A closer for the jails closed with it within (``jail.aclose(closer)``: emptied at once,
+    torn down behind); on the way out (also on an error or a cancel) every one is closed
+    before this returns."""
     closer = JailCloser(spacing_s)
-    token = CLOSER.set(closer)
     try:
         yield closer
     finally:
-        CLOSER.reset(token)
         await asyncio.shield(closer.drain())

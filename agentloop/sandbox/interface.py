@@ -20,6 +20,7 @@ from typing import Any
 
 from agentloop.errors import AgentloopError
 from agentloop.sandbox import _init
+from agentloop.sandbox.closer import JailCloser
 
 MARK_VAR = _init.MARK_VAR
 VERDICT_VAR = "AGENTLOOP_VERDICT"  # set for a verdict's commands (the task venv's .pth reads it)
@@ -135,8 +136,9 @@ class Jail:
     async def _alive(self, cmd: Command) -> bool:
         raise NotImplementedError
 
-    async def aclose(self) -> None:
-        """End the jail: every process of the run dies."""
+    async def aclose(self, closer: JailCloser | None = None) -> None:
+        """End the jail: every process of the run dies (with a suite's ``closer``, the emptied
+        jail's teardown may be left to it: :mod:`agentloop.sandbox.closer`)."""
         raise NotImplementedError
 
     def process_limit_hits(self) -> int:

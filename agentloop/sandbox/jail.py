@@ -41,6 +41,7 @@ from agentloop.sandbox import _init
 from agentloop.sandbox import bwrap as bwrap_args
 from agentloop.sandbox.bwrapjail import ANSWER_TIMEOUT_S, READY_TIMEOUT_S, BwrapJail
 from agentloop.sandbox.cgroups import give_to, sweep_cgroups
+from agentloop.sandbox.closer import JailCloser
 from agentloop.sandbox.interface import (
     MARK_VAR,
     VERDICT_VAR,
@@ -125,7 +126,7 @@ class HostJail(Jail):
         found = await asyncio.to_thread(_init.members, proc.pid, mark, proc.returncode is None)
         return bool(found)
 
-    async def aclose(self) -> None:
+    async def aclose(self, closer: JailCloser | None = None) -> None:
         for cid in list(self.procs):
             await self._kill(self.commands[cid])
         for proc, _ in self.procs.values():

@@ -26,6 +26,7 @@ from agentloop.config.tasks import Task
 from agentloop.errors import ConfigError, TaskFileError
 from agentloop.log import get_logger
 from agentloop.sandbox import proc, taskenv
+from agentloop.sandbox.closer import JailCloser
 from agentloop.sandbox.context import scrubbed_env
 from agentloop.sandbox.jail import Jail, JailSpec, open_jail, sweep_cgroups
 from agentloop.sandbox.venvcache import install_commands
@@ -118,9 +119,10 @@ class Place:
         None  # the task's test files as set up (agentloop.sandbox.verdict.save_tests)
     )
 
-    async def close(self, *, keep: bool = False) -> None:
-        """Run end: the jail closes (every process of the run dies), the copy goes unless kept."""
-        await self.jail.aclose()
+    async def close(self, *, keep: bool = False, closer: JailCloser | None = None) -> None:
+        """Run end: the jail closes (every process of the run dies; a suite's ``closer`` tears
+        it down behind), the copy goes unless kept."""
+        await self.jail.aclose(closer)
         if self.tests is not None:
             await asyncio.to_thread(shutil.rmtree, self.tests.parent, True)
         if keep:

@@ -17,10 +17,9 @@ Many runs, one server: :meth:`SimServer.route` gives a run a base URL of its own
 (``/r/<key>/v1``) answered by an :class:`~agentloop.sim.answer.Answers` of its own (that run's
 script at that run's tier profile), written by the server's one
 :class:`~agentloop.sim.pacer.Pacer`, so a suite of a thousand runs shares one listening socket
-and one write budget; :data:`SHARED` (set by ``agentloop.suite`` for its runs) makes
-``agentloop.api.model_client`` take a route on it instead of starting a simulator per run. A
-suite's simulator runs in a process of its own (:mod:`agentloop.sim.child`), so its pacing and
-the runs' reads do not share one event loop.
+and one write budget (``agentloop.suite.shared`` gives each of a suite's runs a route instead of
+a simulator of its own). A suite's simulator runs in a process of its own
+(:mod:`agentloop.sim.child`), so its pacing and the runs' reads do not share one event loop.
 """
 
 from __future__ import annotations
@@ -28,9 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -40,7 +37,7 @@ from agentloop import loopback
 from agentloop.errors import ConfigError, SimulatorError
 from agentloop.model.speed import SpeedProfile
 from agentloop.model.tokens import TokenCache
-from agentloop.protocols import Route, Routes
+from agentloop.protocols import Route
 from agentloop.script import ScriptTurn
 from agentloop.sim import _http
 from agentloop.sim.answer import DEFAULT_MODEL, Answers
@@ -335,21 +332,3 @@ def _reply(
     """An error reply in OpenAI's shape; True (the connection may serve another request)."""
     writer.write(_http.json_response(status, _http.error_body(message, type_, code), keep_alive))
     return True
-
-
-# The simulator a suite shares among its runs (agentloop.suite sets it around them); unset,
-# every simulated run starts its own (the single-run path).
-@dataclass(frozen=True, slots=True)
-class Shared:
-    """A suite's one simulator, the SDK client its runs' clients are copies of, the maker of
-    each run's own connection pool (:meth:`pool`), and the start gate a run waits at once it is
-    set up (given the run's pool and base URL, so that it can connect before it waits)."""
-
-    sim: Routes[SpeedProfile]
-    sdk: Any  # an openai.AsyncOpenAI, made by agentloop.suite: the simulator never imports openai
-    # an async context manager of one run's httpx2.AsyncClient (made by agentloop.suite)
-    pool: Callable[[], contextlib.AbstractAsyncContextManager[Any]]
-    gate: Callable[[Any, str], Awaitable[None]] | None = None
-
-
-SHARED: ContextVar[Shared | None] = ContextVar("agentloop_shared_sim", default=None)

@@ -1,29 +1,33 @@
 """Running a suite: many task files, each repeated, concurrently in one process, bounded.
 
-Every run goes through the run API (:func:`agentloop.api.run_task`); ``concurrency`` bounds
-how many run at once and a failing run (error, limit, crash, failed check) is recorded and never
-stops the others. Simulated tiers share ONE simulator for the whole suite, in a process of its
-own (:mod:`agentloop.sim.child`): each run takes a route on it instead of starting its own
+Every run goes through the run API (:func:`agentloop.api.run_task`) with the suite's
+:class:`agentloop.api.RunConfig`; ``concurrency`` bounds how many run at once and a failing run
+(error, limit, crash, failed check) is recorded and never stops the others. What the suite
+shares with a run reaches it in one field of its config, :class:`agentloop.api.SuiteScope`:
+simulated tiers share ONE simulator for the whole suite, in a process of its own
+(:mod:`agentloop.suite.shared`): each run takes a route on it instead of starting its own
 server, so a thousand concurrent runs share one listening socket and one write budget, and the
 first wave's model calls wait at a start gate until the wave is set up, each run connected
-(:mod:`agentloop.suite.gate`; ``tests/benchmarks/bench_suite_scale.py``). With ``ray`` each
-run is a Ray task on a cluster instead (:mod:`agentloop.suite.ray_backend`) and its trace comes
-back into the folder. ``DIR/suite.json`` is written at the end, and also when the suite is interrupted.
+(:mod:`agentloop.suite.gate`; ``tests/benchmarks/bench_suite_scale.py``); a run's jail is
+emptied at its end and torn down behind the runs still going (:mod:`agentloop.sandbox.closer`).
+With ``ray`` each run is a Ray task on a cluster instead (:mod:`agentloop.suite.ray_backend`)
+and its trace comes back into the folder. ``DIR/suite.json`` is written at the end, and also
+when the suite is interrupted.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from agentloop.api import (
     RunConfig,
     RunOptions,
+    SuiteScope,
     configure,
     open_task,
     resolve_tier,
@@ -32,11 +36,11 @@ from agentloop.api import (
 )
 from agentloop.config.tasks import Task
 from agentloop.config.tiers import Tier
-from agentloop.errors import AgentloopError, ConfigError, SimulatorError
+from agentloop.errors import AgentloopError, ConfigError
 from agentloop.events import Only, RunEvent, fan_out
 from agentloop.loop.runner import RunResult
-from agentloop.sandbox.closer import closing_behind
-from agentloop.suite.gate import TICKET, StartGate, Ticket
+from agentloop.sandbox.closer import JailCloser, closing_behind
+from agentloop.suite.gate import StartGate, Ticket
 from agentloop.suite.records import (
     TRACES,
     RunRecord,
@@ -45,10 +49,13 @@ from agentloop.suite.records import (
     trace_figures,
     write_suite,
 )
+from agentloop.suite.shared import SharedSim, shared_simulator, shares
 from agentloop.trace.reader import load_trace
 
+if TYPE_CHECKING:
+    from agentloop.suite.ray_backend import RayBackend
+
 TASK_SUFFIXES = (".yaml", ".yml")
-KEEPALIVE_S = 600.0  # a run's idle connection to the suite's simulator is kept this long
 
 
 def collect(paths: Sequence[str | Path]) -> list[Path]:
@@ -115,65 +122,6 @@ def plan_jobs(
     return [Job(t, p, r, tiers[id(t)]) for r in range(1, repeat + 1) for t, p in tasks]
 
 
-@contextlib.asynccontextmanager
-async def shared_simulator(
-    jobs: Sequence[Job], gate: StartGate | None = None
-) -> AsyncIterator[None]:
-    """One simulator, in a process of its own (:mod:`agentloop.sim.child`), for every simulated
-    run of the suite (runs take routes on it); one SDK client that every run's client is a copy
-    of, each on a connection pool of the run's own (one TLS context for all); ``gate`` holds the
-    first wave, each run connected, until that wave is set up (:mod:`agentloop.suite.gate`)."""
-    import httpx2
-    import openai
-
-    from agentloop.sim import server
-    from agentloop.sim.child import SimProcess
-    from agentloop.sim.server import SHARED, Shared
-
-    profiles = [j.tier.profile for j in jobs if j.tier.simulated and j.tier.profile is not None]
-    if not profiles or SHARED.get() is not None:
-        yield
-        return
-    # each route brings its own profile
-    async with SimProcess(profiles[0], server.SUITE_WRITE_BUDGET) as sim:
-        # one TLS context for every pool: making one loads the trust store (~0.2 s of CPU)
-        tls = httpx2.create_ssl_context()
-        http = httpx2.AsyncClient(verify=tls)
-        sdk = openai.AsyncOpenAI(
-            base_url=sim.base_url, api_key="sim", max_retries=0, http_client=http
-        )
-        # a run connected before the gate may wait there through the whole wave's set-up
-        limits = httpx2.Limits(
-            max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_S
-        )
-
-        @contextlib.asynccontextmanager
-        async def pool() -> AsyncIterator[httpx2.AsyncClient]:
-            # a run's own pool: httpcore scans every connection of a pool for each request and
-            # each response's end, so one pool for a thousand runs costs O(runs) per event
-            async with httpx2.AsyncClient(verify=tls, limits=limits) as own:
-                yield own
-
-        async def hold(own: httpx2.AsyncClient, base_url: str) -> None:
-            assert gate is not None
-            if gate.will_hold():
-                # connected now, so that a thousand runs do not connect as the gate opens
-                try:
-                    (await own.get(f"{base_url}/models")).raise_for_status()
-                except httpx2.HTTPError as exc:
-                    raise SimulatorError(
-                        f"the suite's simulator did not answer GET {base_url}/models: {exc}"
-                    ) from exc
-            await gate.wait()
-
-        token = SHARED.set(Shared(sim, sdk, pool, hold if gate is not None else None))
-        try:
-            yield
-        finally:
-            SHARED.reset(token)
-            await sdk.close()
-
-
 def _record(
     job: Job,
     result: RunResult | None,
@@ -228,6 +176,111 @@ def _record(
     )
 
 
+class _Runs:
+    """A suite's runs as they go: the jobs, what every run is given, the live counts, and each
+    job's record once its run has ended."""
+
+    def __init__(
+        self,
+        jobs: list[Job],
+        folder: Path,
+        each: RunConfig,
+        concurrency: int,
+        remote: RayBackend | None,
+        gate: StartGate | None,
+    ) -> None:
+        self.jobs, self.folder, self.remote, self.gate = jobs, folder, remote, gate
+        self.state = Progress(len(jobs))
+        observe = Only({"model_end"}, self._model_end)  # nor a model_progress ticker per call
+        self.each = replace(each, trace_dir=folder / TRACES, events=fan_out(observe, each.events))
+        self.records: list[RunRecord | None] = [None] * len(jobs)
+        self._sem = asyncio.Semaphore(concurrency)
+        self._closer: JailCloser | None = None
+        self._sim: SharedSim | None = None
+
+    def _model_end(self, event: RunEvent) -> None:
+        usage = event.data.get("usage")
+        self.state.output_tokens += int(getattr(usage, "output_tokens", 0) or 0)
+
+    async def go(
+        self,
+        closer: JailCloser,
+        sim: SharedSim | None,
+        progress: ProgressCallback | None,
+        interval_s: float,
+    ) -> None:
+        """Every job, at most ``concurrency`` at once; ``progress`` every ``interval_s``."""
+        self._closer, self._sim = closer, sim
+        async with asyncio.TaskGroup() as tg:
+            tick = tg.create_task(_tick(self.state, progress, interval_s))
+            work = [tg.create_task(self._one(i, j)) for i, j in enumerate(self.jobs)]
+            await asyncio.gather(*work)
+            tick.cancel()
+
+    async def _one(self, i: int, job: Job) -> None:
+        async with self._sem:
+            self.state.running += 1
+            t0 = time.perf_counter()
+            result, error = None, None
+            ticket = Ticket() if self.gate is not None and shares(job.tier) else None
+            try:
+                result = await self._run(job, ticket)
+            except AgentloopError as exc:
+                error = exc.message
+            except Exception as exc:  # one run's crash is its own record, never the suite's end
+                error = f"internal error: {type(exc).__name__}: {exc}"
+            finally:
+                self.state.running -= 1
+                if self.gate is not None and ticket is not None:
+                    self.gate.leave(ticket)
+            t1 = time.perf_counter()
+            rec = await asyncio.to_thread(
+                _record, job, result, error, self.folder, t0, t1, self.state.started
+            )
+            self.records[i] = rec
+            self.state.done += 1
+            self.state.failed += not rec.passed
+
+    async def _run(self, job: Job, ticket: Ticket | None) -> RunResult:
+        if self.remote is not None:
+            result = await self.remote.run(job, self.folder / TRACES)
+            self.state.output_tokens += int(result.totals.get("output_tokens", 0) or 0)
+            return result
+        shared = self._sim is not None and shares(job.tier)
+        scope = SuiteScope(
+            models=self._sim.models_for(ticket) if self._sim is not None and shared else None,
+            closer=self._closer,
+        )
+        return await run_task(job.task, config=replace(self.each, tier=job.tier, suite=scope))
+
+    def suite(self, tier: str | Tier | None, concurrency: int, repeat: int) -> Suite:
+        """The suite as it stands: the runs that ended, in job order."""
+        name = tier.name if isinstance(tier, Tier) else tier
+        return Suite(
+            name or (self.jobs[0].tier.name if self.jobs else ""),
+            concurrency,
+            repeat,
+            time.perf_counter() - self.state.started,
+            [r for r in self.records if r is not None],
+            "ray" if self.remote is not None else "local",
+            any(j.tier.prices is not None and j.tier.prices.placeholder for j in self.jobs),
+        )
+
+
+async def _tick(state: Progress, progress: ProgressCallback | None, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        if progress is not None:
+            progress(state)
+
+
+def _first_wave_gate(jobs: list[Job], concurrency: int, freeze_gc: bool) -> StartGate | None:
+    """The start gate of the runs the semaphore admits first (the first ``concurrency`` jobs,
+    in order), when more than one of them takes a route on the shared simulator."""
+    first = sum(shares(j.tier) for j in jobs[:concurrency])
+    return StartGate(first, freeze_gc=freeze_gc) if first > 1 else None
+
+
 async def run_suite(
     paths: Sequence[str | Path],
     out: str | Path,
@@ -239,113 +292,50 @@ async def run_suite(
     progress: ProgressCallback | None = None,
     progress_interval_s: float = 1.0,
     share_simulator: bool = True,
+    freeze_gc: bool = False,
     **options: Unpack[RunOptions],
 ) -> Suite:
     """Run every task ``repeat`` times, at most ``concurrency`` at once; write ``out/suite.json``.
 
-    ``ray``: a Ray cluster address (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``, or ``local``
-    to start one in-process) to run each run as a Ray task on. ``share_simulator=False`` gives
-    every simulated run its own simulator, as a single run has (the benchmark's baseline).
     Every run is given ``config`` (a :class:`agentloop.api.RunConfig`, or its fields as
-    keywords), with its job's tier and the suite's ``out/traces`` folder; its ``events`` see
-    every run's events.
+    keywords), with its job's tier, the suite's ``out/traces`` folder and the suite's scope;
+    its ``events`` see every run's events. ``ray``: a Ray cluster address (``auto``,
+    ``HOST:PORT``, ``ray://HOST:PORT``, or ``local`` to start one in-process) to run each run as
+    a Ray task on. ``share_simulator=False`` gives every simulated run its own simulator, as a
+    single run has (the benchmark's baseline). ``freeze_gc``: freeze the first wave's set-up
+    for the garbage collector once it starts (:mod:`agentloop.suite.gate`; the process's
+    collector is the caller's to decide on: ``agentloop suite`` asks for it).
     """
     base = configure(config, **options)
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be at least 1 (got {concurrency})")
     jobs = plan_jobs(paths, tier=base.tier, tiers_file=base.tiers_file, repeat=repeat)
     folder = await asyncio.to_thread(Path(out).resolve)
-    traces = folder / TRACES
-    await asyncio.to_thread(traces.mkdir, parents=True, exist_ok=True)
-    state = Progress(len(jobs))
-    # built once: the registry derives every tool's schema from its signature (~30 ms a run)
-    tools = base.tools if base.tools is not None else await asyncio.to_thread(tool_registry)
-    records: list[RunRecord | None] = [None] * len(jobs)
-    sem = asyncio.Semaphore(concurrency)
-    remote: Any = None
+    await asyncio.to_thread((folder / TRACES).mkdir, parents=True, exist_ok=True)
+    if base.tools is None:  # built once: the registry derives every tool's schema (~30 ms a run)
+        base = replace(base, tools=await asyncio.to_thread(tool_registry))
+    remote = None
     if ray is not None:
         from agentloop.suite.ray_backend import RayBackend
 
         remote = RayBackend(ray, base)
-
-    def model_end(event: RunEvent) -> None:
-        usage = event.data.get("usage")
-        state.output_tokens += int(getattr(usage, "output_tokens", 0) or 0)
-
-    observe = Only({"model_end"}, model_end)  # nor a model_progress ticker per call
-    each = replace(base, trace_dir=traces, tools=tools, events=fan_out(observe, base.events))
-
-    async def one(i: int, job: Job) -> None:
-        async with sem:
-            state.running += 1
-            t0 = time.perf_counter()
-            result, error = None, None
-            ticket = Ticket() if gate is not None and job.tier.simulated else None
-            TICKET.set(ticket)
-            try:
-                if remote is not None:
-                    result = await remote.run(job, traces)
-                    state.output_tokens += int(result.totals.get("output_tokens", 0) or 0)
-                else:
-                    result = await run_task(job.task, config=replace(each, tier=job.tier))
-            except AgentloopError as exc:
-                error = exc.message
-            except Exception as exc:  # one run's crash is its own record, never the suite's end
-                error = f"internal error: {type(exc).__name__}: {exc}"
-            finally:
-                state.running -= 1
-                if gate is not None and ticket is not None:
-                    gate.leave(ticket)
-            t1 = time.perf_counter()
-            rec = await asyncio.to_thread(
-                _record, job, result, error, folder, t0, t1, state.started
-            )
-            records[i] = rec
-            state.done += 1
-            state.failed += not rec.passed
-
-    async def ticker() -> None:
-        while True:
-            await asyncio.sleep(progress_interval_s)
-            if progress is not None:
-                progress(state)
-
     shared = remote is None and share_simulator
-    # the first wave: the semaphore admits the first `concurrency` jobs, in order
-    first = sum(j.tier.simulated for j in jobs[:concurrency])
-    gate = StartGate(first) if shared and first > 1 else None
-    suite_t0 = state.started = time.perf_counter()
+    gate = _first_wave_gate(jobs, concurrency, freeze_gc) if shared else None
+    runs = _Runs(jobs, folder, base, concurrency, remote, gate)
+    runs.state.started = time.perf_counter()  # the suite's time includes its simulator's start
     try:
         async with (
-            # a run's jail is emptied at its end and torn down behind the runs still going
-            closing_behind() if remote is None else contextlib.nullcontext(),
-            shared_simulator(jobs if shared else [], gate),
-            asyncio.TaskGroup() as tg,
+            closing_behind() as closer,
+            shared_simulator([j.tier for j in jobs] if shared else [], gate) as sim,
         ):
-            tick = tg.create_task(ticker())
-            work = [tg.create_task(one(i, j)) for i, j in enumerate(jobs)]
-            await asyncio.gather(*work)
-            tick.cancel()
+            await runs.go(closer, sim, progress, progress_interval_s)
     finally:
         if gate is not None:
             gate.close()
         if remote is not None:
             remote.close()
         if progress is not None:
-            progress(state)
-        done = [r for r in records if r is not None]
-        suite = Suite(
-            _tier_name(base.tier) or (jobs[0].tier.name if jobs else ""),
-            concurrency,
-            repeat,
-            time.perf_counter() - suite_t0,
-            done,
-            "ray" if remote is not None else "local",
-            any(j.tier.prices is not None and j.tier.prices.placeholder for j in jobs),
-        )
+            progress(runs.state)
+        suite = runs.suite(base.tier, concurrency, repeat)
         await asyncio.to_thread(write_suite, folder, suite)
     return finish(suite)
-
-
-def _tier_name(tier: str | Tier | None) -> str | None:
-    return tier.name if isinstance(tier, Tier) else tier

@@ -84,6 +84,7 @@ async def one(runs: int, shared: bool, folder: Path, spacing_ms: float | None = 
         share_simulator=shared,
         progress=progress,
         progress_interval_s=0.5,
+        freeze_gc=True,  # as `agentloop suite` asks
     )
     wall = time.perf_counter() - t0
     prof = get_tier(load_tiers(), TIER).profile
