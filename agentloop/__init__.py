@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from agentloop.errors import AgentloopError, ConfigError, ModelError, TaskFileError
     from agentloop.events import RunEvent
     from agentloop.handle import RunHandle, start_run
-    from agentloop.loop.runner import Runner, RunResult
+    from agentloop.loop.ending import RunResult
+    from agentloop.loop.runner import Runner
     from agentloop.model.speed import SpeedProfile
     from agentloop.trace.reader import Trace, load_trace
 
@@ -28,7 +29,7 @@ _HOME = {
     "RunConfig": "agentloop.api",
     "RunEvent": "agentloop.events",
     "RunHandle": "agentloop.handle",
-    "RunResult": "agentloop.loop.runner",
+    "RunResult": "agentloop.loop.ending",
     "Runner": "agentloop.loop.runner",
     "SpeedProfile": "agentloop.model.speed",
     "Task": "agentloop.config.tasks",

@@ -21,7 +21,8 @@ from agentloop.config.tiers import Tier, get_tier, load_tiers
 from agentloop.errors import ConfigError
 from agentloop.events import EventSink, Observer
 from agentloop.export import live_sinks
-from agentloop.loop.runner import Runner, RunResult
+from agentloop.loop.ending import RunResult
+from agentloop.loop.runner import Runner
 from agentloop.protocols import ModelClient, Tool
 from agentloop.redact import redactor, secret_values, truncator
 from agentloop.sandbox import taskenv

@@ -23,7 +23,7 @@ from typing import Any, Unpack
 from agentloop import api
 from agentloop.config.tasks import Task
 from agentloop.events import RunEvent, fan_out
-from agentloop.loop.runner import RunResult
+from agentloop.loop.ending import RunResult
 
 
 class RunHandle:

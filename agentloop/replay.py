@@ -26,8 +26,8 @@ from agentloop import api
 from agentloop.config.tasks import Task, load_task
 from agentloop.config.tiers import SIM, Tier
 from agentloop.errors import TaskFileError, TraceFileError
-from agentloop.events import EventSink
-from agentloop.loop.runner import Observer, RunResult
+from agentloop.events import EventSink, Observer
+from agentloop.loop.ending import RunResult
 from agentloop.protocols import Tool
 from agentloop.script import ScriptTurn
 from agentloop.trace.reader import SpanRecord, Trace, load_trace

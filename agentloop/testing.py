@@ -34,7 +34,7 @@ import orjson
 from agentloop.api import RunConfig, RunOptions, configure, run_task
 from agentloop.clients.scripted import ScriptedClient
 from agentloop.config.tasks import Task
-from agentloop.loop.runner import RunResult
+from agentloop.loop.ending import RunResult
 from agentloop.trace.reader import Trace, load_trace, parse_lines
 from agentloop.trace.writer import MemorySink
 

@@ -15,7 +15,7 @@ from agentloop.commands._args import positive_float, positive_int
 from agentloop.commands.progress import Progress
 from agentloop.config.tiers import Tier, load_tiers
 from agentloop.log import configure
-from agentloop.loop.runner import RunResult
+from agentloop.loop.ending import RunResult
 from agentloop.redact import Redactor, redactor
 
 T = TypeVar("T")

@@ -1,18 +1,22 @@
 """The agent loop: call the model, run the turn's tool calls concurrently, feed results back, repeat.
 
-The loop ends with a value, not an exception: each step returns ``None`` (go on) or an
-:class:`agentloop.loop.ending.Ending` (status, reason): the model finished (a turn without tool calls,
-or the ``finish`` tool: recognised in :meth:`Runner._finished` only), a limit was hit
-(:meth:`Runner._over_limit`: output tokens, cost; the step and wall-time limits around the loop),
-or a model call failed for good (its attempts go into the model span). Cancellation is the one
-exception that travels. Whatever happens, ``finally`` writes the end record, even when the
-success check raises or is cancelled. Only the runner opens spans; clients report timings as
-data, tools know nothing of tracing. Every span records ``after``: the spans it had to wait for
-(the graph what-if re-times).
+:meth:`Runner._loop` steps; a step (:meth:`Runner._step`) is one model call
+(:meth:`Runner._model_call`) then the turn's tool calls (:meth:`Runner._tool_calls`). The loop
+ends with a value, not an exception: each step returns ``None`` (go on) or an
+:class:`agentloop.loop.ending.Ending` (status, reason): the model finished (a turn without tool
+calls, or the ``finish`` tool: recognised in :meth:`Runner._finished` only), a limit was hit
+(:meth:`Runner._over_limit`: output tokens, cost; the step and wall-time limits around the loop;
+the context window before a call), or a model call failed for good (its attempts go into the
+model span). Cancellation is the one exception that travels. Whatever happens, ``finally``
+writes the end record, even when the success check raises or is cancelled. Only the runner
+opens spans; clients report timings as data, tools know nothing of tracing. Every span records
+``after``: the spans it had to wait for (the graph what-if re-times).
 
-Hook points for features, so the loop stays a few lines: :meth:`Runner._over_limit` (limits
-checked after each model call), :meth:`Runner._emit` (run events), ``Conversation.messages``
-(what the next model call is sent).
+The features live beside the loop, each in a module of its own: the limits and the result
+(:mod:`~agentloop.loop.ending`), the context budget (:mod:`~agentloop.loop.context_window`), a
+model span's attributes (:mod:`~agentloop.loop.model_span`), one tool call and its span's
+attributes (:mod:`~agentloop.loop.tool_call`), the live events
+(:mod:`~agentloop.loop.run_events`). ``Conversation.messages`` is what the next call is sent.
 """
 
 from __future__ import annotations
@@ -25,25 +29,24 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from agentloop._version import __version__
 from agentloop.config.tasks import Task
 from agentloop.config.tiers import Tier
 from agentloop.errors import AgentloopError, ModelError
-from agentloop.events import (
-    EventSink,
-    Observer,
-    RunEvent,
-    call_progress,
-    fan_out,
-    observer_sink,
-    wants,
-)
+from agentloop.events import EventSink, Observer, call_progress, fan_out, observer_sink
 from agentloop.log import get_logger
 from agentloop.loop.context_window import Fit, Window
-from agentloop.loop.ending import CANCELLED, Ending, cost_limit
+from agentloop.loop.ending import (
+    CANCELLED,
+    Ending,
+    RunResult,
+    context_limit,
+    cost_limit,
+    output_token_limit,
+)
 from agentloop.loop.model_span import failed_model_attrs, model_attrs, replayable
+from agentloop.loop.run_events import RunEvents
+from agentloop.loop.tool_call import CUT_SHORT, FINISH, finish_summary, run_call, tool_attrs
 from agentloop.protocols import ModelClient, Tool
 from agentloop.sandbox.context import RunContext
 from agentloop.trace import attrs as A
@@ -54,42 +57,10 @@ from agentloop.types import (
     ModelResponse,
     ToolCall,
     ToolResult,
-    ToolSpec,
 )
 
-FINISH = ToolSpec(
-    name="finish",
-    description="End the task. Call this once the work is done and checked; say what you did.",
-    parameters={
-        "type": "object",
-        "properties": {
-            "summary": {"type": "string", "description": "What was done and how it was checked."}
-        },
-        "required": ["summary"],
-        "additionalProperties": False,
-    },
-)
-
-CUT_SHORT = "; the answer was cut at the output-token limit in the middle of this call"
-
-__all__ = ["FINISH", "Observer", "RunResult", "Runner", "model_attrs", "replayable"]
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """How a run ended. ``status``: ok, error, cancelled or budget (a limit was hit)."""
-
-    run_id: str
-    status: str
-    reason: str
-    steps: int
-    final_text: str
-    elapsed_s: float
-    trace_path: str | None = None
-    workspace: str | None = None  # set when the working copy was kept
-    success: bool | None = None
-    success_detail: str = ""
-    totals: dict[str, Any] = field(default_factory=dict)
+# FINISH, CUT_SHORT and RunResult live in tool_call.py and ending.py; named here as before
+__all__ = ["CUT_SHORT", "FINISH", "Observer", "RunResult", "Runner", "model_attrs", "replayable"]
 
 
 @dataclass
@@ -125,9 +96,10 @@ class Runner:
             (FINISH,) if task.finish_tool else ()
         )
         self.run_id = run_id or uuid.uuid4().hex[:12]
-        # one event stream (agentloop.events); the old observer callback is an adapter over it
-        self.events = fan_out(events, observer_sink(observer) if observer else None)
         self.log = get_logger("agentloop.loop.runner", run_id=self.run_id)
+        # one event stream (agentloop.events); the old observer callback is an adapter over it
+        sink = fan_out(events, observer_sink(observer) if observer else None)
+        self.emit = RunEvents(sink, self.run_id, tracer, self.log)
         self.output_tokens = 0
         self.cost_usd = 0.0  # at the tier's prices (agentloop/model/prices.py)
         self.final_text = ""
@@ -136,16 +108,14 @@ class Runner:
         self._sem = asyncio.Semaphore(task.limits.max_parallel_tools)
         self.window = Window.for_tier(tier, self.specs)  # context budget (context_window.py)
 
-    def _emit(self, kind: str, span_id: str | None = None, **data: Any) -> None:
-        if self.events is not None:
-            try:
-                self.events(
-                    RunEvent(
-                        kind, self.run_id, self.tracer.now() / 1e9, data.get("step"), span_id, data
-                    )
-                )
-            except Exception as exc:  # a broken progress display must not end the run
-                self.log.warning("event sink failed", error=str(exc))
+    @property
+    def events(self) -> EventSink | None:
+        """The run's event sink (:class:`agentloop.loop.run_events.RunEvents` builds each)."""
+        return self.emit.sink
+
+    @events.setter
+    def events(self, sink: EventSink | None) -> None:
+        self.emit.sink = sink
 
     def write_header(self) -> None:
         self.tracer.header(
@@ -199,23 +169,25 @@ class Runner:
                 ending = CANCELLED
                 raise
             finally:
-                self.tracer.end(
-                    ending.status,
-                    t=end_t,
-                    reason=ending.reason,
-                    steps=self.steps,
-                    totals={"output_tokens": self.output_tokens, "elapsed_s": elapsed},
-                    success=success,
-                )
-                self._emit(
-                    "run_end",
-                    None,
-                    status=ending.status,
-                    reason=ending.reason,
-                    steps=self.steps,
-                    elapsed_s=elapsed,
-                    success=success,
-                )
+                self._end(ending, end_t, elapsed, success)
+        return self._result(ending, elapsed, success)
+
+    def _end(
+        self, ending: Ending, end_t: int, elapsed: float, success: dict[str, Any] | None
+    ) -> None:
+        """The trace's end record and the ``run_end`` event."""
+        self.tracer.end(
+            ending.status,
+            t=end_t,
+            reason=ending.reason,
+            steps=self.steps,
+            totals={"output_tokens": self.output_tokens, "elapsed_s": elapsed},
+            success=success,
+        )
+        self.emit.run_end(ending, self.steps, elapsed, success)
+
+    def _result(self, ending: Ending, elapsed: float, success: dict[str, Any] | None) -> RunResult:
+        passed = None if not success or success.get("passed") is None else bool(success["passed"])
         return RunResult(
             self.run_id,
             ending.status,
@@ -223,9 +195,7 @@ class Runner:
             self.steps,
             self.final_text,
             elapsed,
-            success=None
-            if not success or success.get("passed") is None
-            else bool(success["passed"]),
+            success=passed,
             success_detail=str(success.get("detail", "")) if success else "",
             totals={"output_tokens": self.output_tokens},
         )
@@ -246,7 +216,7 @@ class Runner:
         """The run span around the loop, under the wall-time limit."""
         limit = self.task.limits.timeout_s
         async with self.tracer.span("run", f"invoke_agent {self.task.name}") as run_span:
-            self._emit("run_start", run_span.id, task=self.task.name, tier=self.tier.name)
+            self.emit.emit("run_start", run_span.id, task=self.task.name, tier=self.tier.name)
             try:
                 async with asyncio.timeout(limit) as deadline:
                     ending = await self._loop()
@@ -292,14 +262,9 @@ class Runner:
     def _over_limit(self) -> Ending | None:
         """Limits checked after every model call (output tokens, cost)."""
         limits = self.task.limits
-        if self.output_tokens > limits.max_output_tokens:
-            return Ending.limit_reached(
-                "output_tokens",
-                f"output-token limit of "
-                f"{limits.max_output_tokens} reached "
-                f"({self.output_tokens} tokens)",
-            )
-        return cost_limit(limits.max_cost_usd, self.cost_usd)
+        return output_token_limit(limits.max_output_tokens, self.output_tokens) or cost_limit(
+            limits.max_cost_usd, self.cost_usd
+        )
 
     def _finished(self, resp: ModelResponse) -> Ending | None:
         """The one place a finished task is recognised: a turn without tool calls, or a call of
@@ -310,7 +275,7 @@ class Runner:
         finish = next((c for c in resp.tool_calls if c.name == "finish"), None)
         if finish is None or not self.task.finish_tool:
             return None
-        summary = _summary(finish)
+        summary = finish_summary(finish)
         if summary:
             self.final_text = summary
         return Ending.finished("the model called finish")
@@ -321,17 +286,11 @@ class Runner:
         span: Span | None = None
         try:
             async with self.tracer.span("step", f"step {step}", after=after, step=step) as span:
-                self._emit("step_start", span.id, step=step)
+                self.emit.emit("step_start", span.id, step=step)
                 yield span
         finally:
             if span is not None:
-                self._emit(
-                    "step_end",
-                    span.id,
-                    step=step,
-                    status=span.status,
-                    seconds=((span.t1 or 0) - span.t0) / 1e9,
-                )
+                self.emit.step_end(span, step)
 
     async def _model_call(
         self, step: int, conv: Conversation
@@ -340,47 +299,42 @@ class Runner:
         for good ends the run: its span keeps every attempt (and the waits between them)."""
         fit = self.window.fit(conv.messages) if self.window is not None else None
         if fit is not None and not fit.fits:  # every tool output trimmed, still too big
-            return Ending.limit_reached(
-                "context",
-                f"the request needs about {fit.estimated} "
-                f"input tokens, over the {fit.budget} the context "
-                "window leaves beside room for the answer",
-            )
+            return context_limit(fit.estimated, fit.budget)
         request = ModelRequest(messages=tuple(conv.messages), tools=self.specs, step=step)
         async with self.tracer.span(
             "model", f"chat {self.tier.model}", after=conv.after, step=step
         ) as span:
-            self._emit("model_start", span.id, step=step)
+            self.emit.emit("model_start", span.id, step=step)
             if fit is not None:
                 self._record_fit(span, fit)
+            answer = await self._complete(request, span)
+        if isinstance(answer, ModelError):
+            self.emit.model_end(span, step, answer)
+            return Ending.failed(answer.message)
+        self._took(answer, span, conv, step)
+        self.emit.model_end(span, step, answer)
+        return answer, span.id
 
-            def progress(tokens: int, elapsed_s: float) -> None:
-                self._emit(
-                    "model_progress", span.id, step=step, output_tokens=tokens, elapsed_s=elapsed_s
-                )
+    async def _complete(self, request: ModelRequest, span: Span) -> ModelResponse | ModelError:
+        """The client's answer (or its final failure), set on the open model span; live token
+        progress as ``model_progress`` events for a sink that wants them."""
+        step = request.step
 
-            try:
-                async with call_progress(
-                    progress if wants(self.events, "model_progress") else None
-                ):
-                    resp = await self.client.complete(request)
-            except ModelError as exc:
-                failed: ModelError | None = exc
-                span.set(**failed_model_attrs(exc, self.tracer, self.tier, step))
-                span.status = "error"
-            else:
-                failed = None
-                span.set(**model_attrs(resp, self.tracer, self.tier, step))
-        if failed is not None:
-            self._emit(
-                "model_end",
-                span.id,
-                step=step,
-                seconds=((span.t1 or 0) - span.t0) / 1e9,
-                attempts=len(failed.attempts),
-                error=failed.message,
-            )
-            return Ending.failed(failed.message)
+        def progress(tokens: int, elapsed_s: float) -> None:
+            self.emit.model_progress(span, step, tokens, elapsed_s)
+
+        try:
+            async with call_progress(progress if self.emit.wants("model_progress") else None):
+                resp = await self.client.complete(request)
+        except ModelError as exc:
+            span.set(**failed_model_attrs(exc, self.tracer, self.tier, step))
+            span.status = "error"
+            return exc
+        span.set(**model_attrs(resp, self.tracer, self.tier, step))
+        return resp
+
+    def _took(self, resp: ModelResponse, span: Span, conv: Conversation, step: int) -> None:
+        """An answer joins the conversation and the run's counts (tokens, cost, final text)."""
         if self.window is not None:
             self.window.observe(resp.usage.input_tokens)
         conv.messages.append(replayable(resp.as_message()))
@@ -395,17 +349,6 @@ class Runner:
             output_tokens=resp.usage.output_tokens,
             tool_calls=len(resp.tool_calls),
         )
-        self._emit(
-            "model_end",
-            span.id,
-            step=step,
-            seconds=((span.t1 or 0) - span.t0) / 1e9,
-            usage=resp.usage,
-            attempts=len(resp.attempts),
-            text=resp.text,
-            tool_calls=resp.tool_calls,
-        )
-        return resp, span.id
 
     def _record_fit(self, span: Span, fit: Fit) -> None:
         """Each trim as a ``context.trim`` event of the model span, and the fit in its attrs."""
@@ -427,30 +370,12 @@ class Runner:
                 async with self.tracer.span(
                     "tool", f"execute_tool {call.name}", after=[model_id], step=step
                 ) as span:
-                    self._emit("tool_start", span.id, step=step, name=call.name, call_id=call.id)
+                    self.emit.tool_start(span, step, call)
                     res = await self._execute(call, cut)
-                    span.set(
-                        **{
-                            A.GEN_AI_TOOL_NAME: call.name,
-                            A.GEN_AI_TOOL_CALL_ID: call.id,
-                            A.ARGUMENTS: call.arguments,
-                            A.OK: res.ok,
-                            A.OUTPUT: res.output,
-                            A.DATA: res.data,
-                            A.QUEUED_NS: queued,
-                        }
-                    )
+                    span.set(**tool_attrs(call, res, queued))
                     if not res.ok:
                         span.status = "error"
-            self._emit(
-                "tool_end",
-                span.id,
-                step=step,
-                name=call.name,
-                ok=res.ok,
-                seconds=((span.t1 or 0) - span.t0) / 1e9,
-                output=res.output,
-            )
+            self.emit.tool_end(span, step, call, res)
             return res, span.id
 
         async with asyncio.TaskGroup() as tg:
@@ -459,46 +384,15 @@ class Runner:
         return [res for res, _ in done], [span_id for _, span_id in done]
 
     async def _execute(self, call: ToolCall, cut: bool = False) -> ToolResult:
-        """Run one tool call; every failure becomes a result the model sees."""
-        if call.name == "finish" and self.task.finish_tool:
-            return ToolResult(ok=True, output="Task finished.")
-        tool = self.tools.get(call.name)
-        if tool is None:
-            known = ", ".join(s.name for s in self.specs)
-            return ToolResult(
-                ok=False, output=f"Error: unknown tool '{call.name}'. Available tools: {known}."
-            )
-        try:
-            args = orjson.loads(call.arguments or "{}")
-        except orjson.JSONDecodeError as exc:
-            why = CUT_SHORT if cut else ""
-            return ToolResult(
-                ok=False,
-                output=f"Error: arguments of '{call.name}' are not valid JSON ({exc}){why}.",
-            )
-        if not isinstance(args, dict):
-            return ToolResult(
-                ok=False, output=f"Error: arguments of '{call.name}' must be a JSON object."
-            )
-        try:
-            async with asyncio.timeout(self.task.limits.tool_timeout_s):
-                return await tool(self.ctx, args)
-        except TimeoutError:
-            return ToolResult(
-                ok=False,
-                output=f"Error: tool '{call.name}' timed out after "
-                f"{self.task.limits.tool_timeout_s:g} s.",
-            )
-        except Exception as exc:  # a tool bug must not crash the run: the model sees it
-            self.log.warning("tool raised", tool=call.name, error=str(exc))
-            return ToolResult(
-                ok=False, output=f"Error: tool '{call.name}' failed: {type(exc).__name__}: {exc}"
-            )
-
-
-def _summary(call: ToolCall) -> str:
-    try:
-        args = orjson.loads(call.arguments or "{}")
-    except orjson.JSONDecodeError:
-        return ""
-    return str(args.get("summary", "")) if isinstance(args, dict) else ""
+        """Run one tool call (:func:`agentloop.loop.tool_call.run_call`): every failure is a
+        result the model sees."""
+        return await run_call(
+            call,
+            self.tools,
+            self.specs,
+            self.ctx,
+            timeout_s=self.task.limits.tool_timeout_s,
+            finish_tool=self.task.finish_tool,
+            log=self.log,
+            cut=cut,
+        )

@@ -28,7 +28,7 @@ from typing import Any
 
 from agentloop.api import RunConfig
 from agentloop.errors import ConfigError
-from agentloop.loop.runner import RunResult
+from agentloop.loop.ending import RunResult
 
 TASK_CPUS = 0.25
 

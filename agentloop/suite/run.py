@@ -38,7 +38,7 @@ from agentloop.config.tasks import Task
 from agentloop.config.tiers import Tier
 from agentloop.errors import AgentloopError, ConfigError
 from agentloop.events import Only, RunEvent, fan_out
-from agentloop.loop.runner import RunResult
+from agentloop.loop.ending import RunResult
 from agentloop.sandbox.closer import JailCloser, closing_behind
 from agentloop.suite.gate import StartGate, Ticket
 from agentloop.suite.records import (
