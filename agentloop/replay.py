@@ -18,7 +18,7 @@ import re
 from collections import defaultdict, deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import orjson
 
@@ -26,7 +26,6 @@ from agentloop import api
 from agentloop.config.tasks import Task, load_task
 from agentloop.config.tiers import SIM, Tier
 from agentloop.errors import TaskFileError, TraceFileError
-from agentloop.events import EventSink, Observer
 from agentloop.loop.ending import RunResult
 from agentloop.protocols import Tool
 from agentloop.script import ScriptTurn
@@ -202,15 +201,19 @@ def simulated(tier: Tier, trace: Trace) -> Tier:
 async def replay(
     trace_path: str | Path,
     *,
-    tier: str | Tier | None = None,
-    tiers_file: str | Path | None = None,
     offline: bool = False,
     until_step: int | None = None,
-    trace_dir: str | Path = "traces",
-    observer: Observer | None = None,
-    events: EventSink | None = None,
+    config: api.RunConfig | None = None,
+    **options: Unpack[api.RunOptions],
 ) -> ReplayResult:
-    """Re-run a recorded trace's model turns at ``tier`` (default: the recorded tier)."""
+    """Re-run a recorded trace's model turns at the config's tier (default: the recorded tier).
+
+    ``config`` and its fields as keywords as :func:`agentloop.run_task` takes them (``tier``,
+    ``tiers_file``, ``trace_dir``, ``events``, ...), except what a replay decides itself: its
+    client (the embedded simulator, always), its script (the recorded turns) and its step limit
+    (their number); ``offline`` also replaces the tools with the recorded results.
+    """
+    base = api.configure(config, **options)
     trace = load_trace(trace_path)
     turns = recorded_turns(trace)
     if not turns:
@@ -221,17 +224,10 @@ async def replay(
     if offline:
         task = replace(task, workspace=None, setup=(), success_command=None)
     task = replace(task, limits=replace(task.limits, max_steps=len(turns)))
-    tier = tier or trace.run.tier.name
-    the_tier = simulated(api.resolve_tier(task, tier, tiers_file), trace)
-    tools: dict[str, Tool] | None = dict(recorded_tools(trace)) if offline else None
-    config = api.RunConfig(
-        tier=the_tier,
-        trace_dir=trace_dir,
-        tools=tools,
-        observer=observer,
-        script=turns,
-        events=events,
-    )
-    result = await api.run_task(task, config=config)
+    tier = base.tier or trace.run.tier.name
+    the_tier = simulated(api.resolve_tier(task, tier, base.tiers_file), trace)
+    tools: dict[str, Tool] | None = dict(recorded_tools(trace)) if offline else base.tools
+    run = replace(base, tier=the_tier, tools=tools, script=turns, client=None, max_steps=None)
+    result = await api.run_task(task, config=run)
     found = [] if offline else divergences(trace, load_trace(result.trace_path or ""))
     return ReplayResult(result, found)

@@ -163,3 +163,25 @@ async def test_a_suite_scope_s_closer_gets_the_run_s_jail_only_when_given(tmp_pa
             await agentloop.run_task(_task(tmp_path), config=config, suite=scope)
         assert 1 == closer.pending  # the second waits behind the first
     assert (0, 2) == (closer.pending, closer.closed)
+
+
+async def test_a_config_given_to_replay_reaches_the_replayed_run(tmp_path: Path) -> None:
+    """replay(config=...): the config's trace folder and sink are the replay's; the client,
+    script and step limit stay the replay's own (the simulator, the recorded turns, their
+    number)."""
+    from agentloop.replay import replay
+
+    first = await agentloop.run_task(
+        _task(tmp_path), tier="sim-ultrafast", trace_dir=tmp_path / "rec"
+    )
+    seen: list[str] = []
+    config = agentloop.RunConfig(
+        trace_dir=tmp_path / "again",
+        events=lambda e: seen.append(e.kind),
+        max_steps=1,
+        client=ScriptedClient([ScriptTurn(text="not the recording")]),
+    )
+    res = await replay(first.trace_path or "", config=config)
+    assert ("ok", 3, "Done.") == (res.run.status, res.run.steps, res.run.final_text)
+    assert Path(res.run.trace_path or "").parent == tmp_path / "again"
+    assert ("run_end", []) == (seen[-1], res.divergences)

@@ -53,6 +53,7 @@ def register(sub: Any) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
+    from agentloop.api import RunConfig
     from agentloop.replay import replay
 
     configure(args.verbose)
@@ -60,12 +61,14 @@ async def main(args: argparse.Namespace) -> int:
     res = await cancellable_on_sigterm(
         replay(
             args.trace,
-            tier=args.tier,
-            tiers_file=args.tiers_file,
             offline=args.offline,
             until_step=args.until_step,
-            trace_dir=args.trace_dir,
-            events=Progress(out, args.quiet),
+            config=RunConfig(
+                tier=args.tier,
+                tiers_file=args.tiers_file,
+                trace_dir=args.trace_dir,
+                events=Progress(out, args.quiet),
+            ),
         )
     )
     if res is None:
