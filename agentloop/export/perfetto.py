@@ -118,99 +118,67 @@ def _meta(tl: Timeline) -> list[dict[str, Any]]:
 
 def perfetto_events(tl: Timeline) -> list[dict[str, Any]]:
     """The trace events of a laid-out trace, sorted by timestamp (metadata first)."""
-    timed: list[tuple[float, float, dict[str, Any]]] = []  # (ts, -dur, event)
-
-    def add(ev: dict[str, Any]) -> None:
-        timed.append((ev["ts"], -ev.get("dur", 0.0), ev))
-
-    by_id = {b.id: b for b in tl.bars}
+    events: list[dict[str, Any]] = []
     out_tokens = 0
     for b in tl.bars:
-        tid = b.lane + 1
-        name = b.label + (" (in flight)" if b.in_flight else "")
-        add(
-            {
-                "ph": "X",
-                "pid": PID,
-                "tid": tid,
-                "ts": _us(b.t0),
-                "dur": _dur(b.t0, b.t1),
-                "name": name,
-                "cat": b.category,
-                "args": _args(b),
-            }
-        )
-        for p in b.phases:
-            add(
-                {
-                    "ph": "X",
-                    "pid": PID,
-                    "tid": tid,
-                    "ts": _us(p.t0),
-                    "dur": _dur(p.t0, p.t1),
-                    "name": p.name,
-                    "cat": f"model.{p.name}",
-                    "args": {"span_id": b.id},
-                }
-            )
-            if p.name == "decode" and isinstance(b.span.attrs.get(A.OUTPUT_TPS), int | float):
-                add(
-                    {
-                        "ph": "C",
-                        "pid": PID,
-                        "ts": _us(p.t0),
-                        "name": "output tok/s",
-                        "args": {"tok/s": round(float(b.span.attrs[A.OUTPUT_TPS]), 2)},
-                    }
-                )
-                add(
-                    {
-                        "ph": "C",
-                        "pid": PID,
-                        "ts": _us(p.t1),
-                        "name": "output tok/s",
-                        "args": {"tok/s": 0},
-                    }
-                )
-        n_out = b.span.attrs.get(A.GEN_AI_USAGE_OUTPUT_TOKENS)
-        if b.kind == "model" and isinstance(n_out, int) and not b.in_flight:
-            out_tokens += n_out
-            add(
-                {
-                    "ph": "C",
-                    "pid": PID,
-                    "ts": _us(b.t1),
-                    "name": "output tokens",
-                    "args": {"tokens": out_tokens},
-                }
-            )
+        events += _bar_events(b)
+        m = b.span.model
+        if m is not None and not b.in_flight:  # the running total of output tokens
+            out_tokens += m.output_tokens
+            events.append(_counter(b.t1, "output tokens", {"tokens": out_tokens}))
+    events += _flow_events(tl)
+    timed = sorted(((ev["ts"], -ev.get("dur", 0.0)), k, ev) for k, ev in enumerate(events))
+    return _meta(tl) + [ev for _, _, ev in timed]
+
+
+def _slice(tid: int, t0: int, t1: int, name: str, cat: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "ph": "X",
+        "pid": PID,
+        "tid": tid,
+        "ts": _us(t0),
+        "dur": _dur(t0, t1),
+        "name": name,
+        "cat": cat,
+        "args": args,
+    }
+
+
+def _counter(t: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"ph": "C", "pid": PID, "ts": _us(t), "name": name, "args": args}
+
+
+def _bar_events(b: Bar) -> list[dict[str, Any]]:
+    """A bar's slice, its model phases as slices inside it, and the output speed while it decodes."""
+    tid = b.lane + 1
+    name = b.label + (" (in flight)" if b.in_flight else "")
+    out = [_slice(tid, b.t0, b.t1, name, b.category, _args(b))]
+    tps = b.span.attrs.get(A.OUTPUT_TPS)  # the runner's measured figure (agentloop.model.timing)
+    for p in b.phases:
+        out.append(_slice(tid, p.t0, p.t1, p.name, f"model.{p.name}", {"span_id": b.id}))
+        if p.name == "decode" and isinstance(tps, int | float):
+            out.append(_counter(p.t0, "output tok/s", {"tok/s": round(float(tps), 2)}))
+            out.append(_counter(p.t1, "output tok/s", {"tok/s": 0}))
+    return out
+
+
+def _flow_events(tl: Timeline) -> list[dict[str, Any]]:
+    """An ``after`` edge as a flow from inside the waited-for span to the waiting one's start."""
+    by_id = {b.id: b for b in tl.bars}
+    out: list[dict[str, Any]] = []
     for flow_id, (a, w) in enumerate(tl.edges, start=1):
         src, dst = by_id[a], by_id[w]
-        add(
+        common = {"pid": PID, "id": flow_id, "cat": "after", "name": "after"}
+        out.append(
             {
                 "ph": "s",
-                "pid": PID,
+                **common,
                 "tid": src.lane + 1,
-                "id": flow_id,
-                "cat": "after",
-                "name": "after",
                 "ts": max(_us(src.t0), round(_us(src.t1) - _EPS_US, 3)),
             }
         )
-        add(
-            {
-                "ph": "f",
-                "bp": "e",
-                "pid": PID,
-                "tid": dst.lane + 1,
-                "id": flow_id,
-                "cat": "after",
-                "name": "after",
-                "ts": _us(dst.t0),
-            }
-        )
-    timed.sort(key=lambda x: (x[0], x[1]))
-    return _meta(tl) + [ev for _, _, ev in timed]
+        out.append({"ph": "f", "bp": "e", **common, "tid": dst.lane + 1, "ts": _us(dst.t0)})
+    return out
 
 
 def to_perfetto(trace: Trace) -> dict[str, Any]:
