@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import gc
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -180,17 +179,29 @@ def main() -> None:
     print_suite(suite, suite_runs)
 
 
+LAUNCH = (
+    "import os, sys, time\n"
+    "t = time.perf_counter()\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)\n"
+    "    os.execvp(sys.argv[1], sys.argv[1:])\n"
+    "_, status, usage = os.wait4(pid, 0)\n"
+    "print(time.perf_counter() - t, usage.ru_maxrss / 1024, status)\n"
+)
+
+
 def cli(args: list[str]) -> tuple[float, float]:
-    """Seconds and peak memory (MB) of one ``agentloop`` command in a fresh process."""
+    """Seconds and peak memory (MB) of one ``agentloop`` command in a fresh process, started
+    by a small launcher: a child forked from this (big) process would inherit its high-water
+    mark."""
     exe = shutil.which("agentloop") or "agentloop"
-    t = time.perf_counter()
-    proc = subprocess.Popen([exe, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    s = time.perf_counter() - t
-    if status != 0:
-        raise SystemExit(f"agentloop {' '.join(args)} failed: {proc.stderr.read().decode()}")
-    proc.returncode = 0
-    return s, usage.ru_maxrss / 1024
+    out = subprocess.run(
+        [sys.executable, "-c", LAUNCH, exe, *args], capture_output=True, text=True, check=True
+    ).stdout.split()
+    if out[2] != "0":
+        raise SystemExit(f"agentloop {' '.join(args)} failed (status {out[2]})")
+    return float(out[0]), float(out[1])
 
 
 def end_to_end(path: Path, rounds: int) -> dict[str, list[tuple[float, float]]]:
