@@ -262,6 +262,32 @@ async def test_the_queue_is_bounded(root: Path) -> None:
         _stop(s)
 
 
+async def test_followers_of_a_run_are_bounded(root: Path) -> None:
+    """Past --max-followers open event streams of one run another gets 429 naming why; once one
+    closes, a new one is taken."""
+    s = _start(root, "--concurrency", "1", "--max-followers", "1", token=None)
+    s.client.headers.pop("Authorization")
+    try:
+        slow = await s.submit({"task": "tasks/slow.yaml"})
+        async with s.client.stream("GET", f"/v1/runs/{slow}/events") as first:
+            assert 200 == first.status_code
+            second = await s.client.get(f"/v1/runs/{slow}/events")
+            assert 429 == second.status_code
+            assert "event streams" in second.json()["error"]["message"]
+        codes = []
+        for _ in range(50):  # the first stream's end reaches the server a moment later
+            async with s.client.stream("GET", f"/v1/runs/{slow}/events") as again:
+                codes.append(again.status_code)
+            if codes[-1] == 200:
+                break
+            await asyncio.sleep(0.1)
+        assert 200 == codes[-1], codes
+        await s.client.delete(f"/v1/runs/{slow}")
+    finally:
+        await s.client.aclose()
+        _stop(s)
+
+
 async def test_only_the_last_ended_runs_are_held_in_memory(root: Path) -> None:
     """With --keep-ended 2, the third ended run pushes the first out of memory: it is still
     answered, from the run store, with the same summary and its trace."""

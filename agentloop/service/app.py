@@ -192,7 +192,8 @@ class Service:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:  # says where, never what: the body is not echoed
             return error(400, f"the body is not JSON: {exc}", self.redact, field="")
-        task, tier = self.parse(body)
+        # a task file's YAML and the tiers are parsed off the event loop the runs share
+        task, tier = await asyncio.to_thread(self.parse, body)
         digest = hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
         run, new = await self.book.submit(
             task, tier, body, key=key, digest=digest if key is not None else None

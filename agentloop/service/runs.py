@@ -43,6 +43,7 @@ MAX_QUEUED = 64  # runs waiting for a slot; one more is refused with 429
 KEEP_ENDED = 1000  # ended runs held in memory with their events; older ones from the store
 MAX_FOLLOWERS = 32  # event streams of one run at once; one more is refused with 429
 STOPPED = "the service stopped while the run was in flight; its trace ends where the run was"
+EARLY = "the service stopped while the run was being set up, before its trace began"
 
 Parse = Callable[[Any], tuple[Task, str | None]]  # a request body -> (task, tier), or 4xx
 
@@ -248,19 +249,26 @@ class RunBook:
         self.counts = Counter(await self.store.counts())
         again = 0
         for row in await self.store.with_status(RUNNING):
-            await self.store.update(row["id"], status=INTERRUPTED, reason=STOPPED, ended_at=_now())
+            if row["trace"] and await asyncio.to_thread(Path(row["trace"]).is_file):
+                await self.store.update(
+                    row["id"], status=INTERRUPTED, reason=STOPPED, ended_at=_now()
+                )
+            else:  # stopped while its workspace was set up: the runner had written nothing
+                await self.store.update(
+                    row["id"], status=INTERRUPTED, reason=EARLY, ended_at=_now(), trace=None
+                )
             self.counts[RUNNING] -= 1
             self.counts[INTERRUPTED] += 1
             if resume and row["resumed_from"] is None:  # once: a resumed run is not resumed again
                 try:
                     task, tier = parse(row["request"])
                 except AgentloopError as exc:
-                    await self.store.update(row["id"], reason=f"{STOPPED}; not resumed: {exc}")
+                    await self.store.update(row["id"], reason=f"interrupted; not resumed: {exc}")
                     continue
                 try:
                     run, _ = await self.submit(task, tier, row["request"], resumed_from=row["id"])
                 except RequestError as exc:  # the queue is full already
-                    await self.store.update(row["id"], reason=f"{STOPPED}; not resumed: {exc}")
+                    await self.store.update(row["id"], reason=f"interrupted; not resumed: {exc}")
                     continue
                 await self.store.update(row["id"], resumed_as=run.id)
                 again += 1
