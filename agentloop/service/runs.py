@@ -79,6 +79,7 @@ class Run:
     cancel_requested: bool = False
     worker: asyncio.Task[None] | None = None
     followers: int = 0  # event streams open on this run
+    slotted: bool = False  # holds one of the concurrency slots (starting or running)
 
     def summary(self) -> dict[str, Any]:
         """The JSON a client sees for this run (schema ``RunSummary``)."""
@@ -165,6 +166,7 @@ class RunBook:
         self._durations: deque[float] = deque(maxlen=32)  # the last runs' seconds, for Retry-After
         self._submitting = asyncio.Lock()  # one submission at a time: key check, bound, insert
         self.closing = False
+        self._cancel_on_close = False
 
     @property
     def queued(self) -> int:
@@ -293,6 +295,7 @@ class RunBook:
         async with self._slots:
             if self.closing:  # stays queued in the store: the next start runs it
                 return
+            run.slotted = True
             if run.cancel_requested:
                 await self._finish(run, "cancelled", "cancelled before it started")
                 return
@@ -317,8 +320,8 @@ class RunBook:
                 trace=str(run.trace_path),
             )
             run.started.set()
-            if run.cancel_requested:
-                handle.cancel()
+            if run.cancel_requested or (self.closing and self._cancel_on_close):
+                handle.cancel()  # cancelled, or the stop came while it started
             follow = asyncio.create_task(self._follow_steps(run, handle))
             try:
                 result = await handle
@@ -447,16 +450,18 @@ class RunBook:
         start), let runs in flight finish for ``drain_s``, then cancel the rest and wait for
         their traces to close. How many were cancelled."""
         self.closing = True
+        self._cancel_on_close = drain_s <= 0
         for run in list(self.runs.values()):
-            if run.status == QUEUED and run.worker is not None:
+            if run.status == QUEUED and not run.slotted and run.worker is not None:
                 run.worker.cancel()
                 run.reason = "the service stopped; the run waits in the queue for its next start"
                 run.started.set()
                 run.ended.set()  # its event streams end; its row stays queued
-        live = [r for r in self.runs.values() if r.status == RUNNING and not r.ended.is_set()]
+        live = [r for r in self.runs.values() if r.slotted and not r.ended.is_set()]
         workers = [r.worker for r in live if r.worker is not None]
         if workers and drain_s > 0:
             await asyncio.wait(workers, timeout=drain_s)
+        self._cancel_on_close = True  # one that starts from now on is cancelled at once
         cancelled = [r for r in live if not r.ended.is_set()]
         for run in cancelled:
             self.cancel(run)
