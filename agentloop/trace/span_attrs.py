@@ -211,10 +211,8 @@ def model_attrs(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
 
 
 def _model_attrs_fast(attrs: Mapping[str, Any]) -> ModelAttrs | None:
-    """The shape the runner writes, typed in one combined check (None: not that shape).
-
-    Long on purpose: it runs once per model span of every trace loaded (millions at scale), so
-    its checks are one expression over local names, with no call per field."""
+    """The runner's shape typed in one check (None: not that shape). Long on purpose: a hot
+    loop, once per model span of every trace loaded (millions), with no call per field."""
     step, n_in, n_out, n_r, n_c, wait = (
         attrs[A.STEP],
         attrs[_IN],
