@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,7 @@ def records_to_trace(records: list[dict[str, Any]]) -> Trace:
     return trace_of(records)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``-n``), the tests of a module that share one of its module-scoped
     fixtures (a Phoenix, a Ray head, a llama-server, the built wheel) go to one worker, so that
@@ -182,6 +184,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d[-1].scope != "function" and d[-1].baseid == module for d in defs if d):
             item.add_marker(pytest.mark.xdist_group(module))
+
+
+@pytest.fixture(autouse=True)
+def _unconfigured_logging() -> Iterator[None]:
+    """Each test ends with structlog unconfigured again, as a fresh process starts: a CLI call
+    (``main`` configures logging) must not decide what a later test on the same worker logs."""
+    yield
+    import structlog
+
+    structlog.reset_defaults()
 
 
 @pytest.fixture

@@ -79,6 +79,7 @@ def test_output_piped_into_a_closed_reader_ends_without_a_traceback() -> None:
     assert ("", "rc=141") == (done.stderr, done.stdout.strip())
 
 
+@pytest.mark.slow
 def test_a_run_piped_into_head_ends_quietly(tmp_path) -> None:
     """`agentloop run TASK | head -1`: no traceback and no sink warnings, exit 141."""
     task = tmp_path / "task.yaml"

@@ -28,6 +28,7 @@ DEMO = ROOT / "tasks" / "incident" / "checkout-timeouts.yaml"
 STEADY = ROOT / "tests" / "data" / "steady.yaml"
 
 
+@pytest.mark.slow
 def test_demo_playbook_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The README's demo exits 0, its success check passes, and its trace is whole."""
     code = main(["run", str(DEMO), "--trace-dir", str(tmp_path)])
@@ -107,6 +108,7 @@ def second_model_call_open(records: list[dict[str, Any]]) -> bool:
     return len(starts) >= 2 and starts[1] not in ended
 
 
+@pytest.mark.slow
 def test_killed_run_leaves_a_loadable_partial_trace(tmp_path: Path) -> None:
     """SIGKILL mid-run leaves a trace that loads as incomplete, with the spans in flight."""
     proc = subprocess.Popen(
@@ -138,6 +140,7 @@ def test_killed_run_leaves_a_loadable_partial_trace(tmp_path: Path) -> None:
     assert 0 == main(["report", str(path)])
 
 
+@pytest.mark.slow
 def test_sigterm_cancels_cleanly_with_a_closed_trace(tmp_path: Path) -> None:
     """SIGTERM cancels the run: the trace ends with status cancelled and nothing in flight."""
     proc = subprocess.Popen(

@@ -155,6 +155,7 @@ def test_report_and_whatif_on_the_imported_run(imported: dict[str, Path]) -> Non
     assert whatif["predicted_s"] < report["measured_s"]
 
 
+@pytest.mark.pacing
 @pytest.mark.external
 def test_compare_predicts_the_real_ultrafast_run(imported: dict[str, Path]) -> None:
     """The prediction from the imported standard run lands within 25% of the real ultrafast one."""

@@ -236,6 +236,7 @@ async def test_run_streams_spans_live_to_phoenix(phoenix: str, tmp_path: Path) -
     assert Counter(s.name for s in trace.spans.values()) == Counter(s["name"] for s in got)
 
 
+@pytest.mark.slow
 def test_dead_collector_is_logged_once_and_the_run_ends_well(tmp_path: Path) -> None:
     """``run --otlp`` at a port nobody listens on: exit 0, a complete trace, one warning."""
     r = run_cli(

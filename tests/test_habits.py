@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import agentloop
 from tests.conftest import ROOT
 
@@ -131,6 +133,7 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert [["a", "b", "c"]] == cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
 
 
+@pytest.mark.slow
 def test_every_module_imports_and_importing_does_nothing() -> None:
     """In a fresh interpreter every module imports without printing, warning or starting a
     thread."""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import agentloop_tools as tools
 import orjson
+import pytest
 
 from agentloop import run_task
 from agentloop.config.tasks import Task
@@ -102,6 +103,7 @@ def task_file(tmp_path: Path, token: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 async def test_setup_service_lives_for_the_run_and_dies_with_it(tmp_path: Path) -> None:
     """A server started with & by setup answers the run tool and the success check, then is gone."""
     token = f"jailtoken{uuid.uuid4().hex}"
@@ -119,6 +121,7 @@ async def test_setup_service_lives_for_the_run_and_dies_with_it(tmp_path: Path) 
     assert [] == host_pids_with(token)
 
 
+@pytest.mark.slow
 async def test_fork_bomb_is_contained() -> None:
     """A fork bomb from run errors within its timeout, the host's process count comes back, and
     the next command works."""
@@ -197,6 +200,7 @@ async def test_without_a_cgroup_commands_run_as_a_run_uid_and_a_fork_bomb_still_
         workspace.remove(ws)
 
 
+@pytest.mark.slow
 async def test_runs_started_together_each_get_their_jail(tmp_path: Path) -> None:
     """Twenty-four runs starting at once in one process are all jailed: none falls back to unconfined
     because another run's clean-up removed its cgroup before it moved in."""

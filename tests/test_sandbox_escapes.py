@@ -202,6 +202,7 @@ ORPHAN_MAKERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("maker", sorted(ORPHAN_MAKERS))
 async def test_timeout_leaves_no_orphans(ctx: RunContext, maker: str) -> None:
     """A timed-out command's children and background grandchildren are all gone, checked by pid."""
@@ -238,6 +239,7 @@ HUGE: dict[str, Callable[[RunContext], Awaitable[ToolResult]]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(HUGE))
 async def test_huge_outputs_are_capped(ctx: RunContext, kind: str) -> None:
     """Whatever produces a huge output, the model gets at most the cap, and the cut is stated."""
@@ -351,6 +353,7 @@ HARDLINK_CALLS: dict[str, dict[str, Any]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool", sorted(HARDLINK_CALLS))
 async def test_hardlink_to_outside_is_refused(ctx: RunContext, tool: str) -> None:
     """A hardlink in the workspace to a file outside is neither read nor written through."""
@@ -409,6 +412,7 @@ RACE_CALLS: dict[str, Callable[[int], dict[str, Any]]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tool", sorted(RACE_CALLS))
 async def test_symlink_swap_race_never_wins(ctx: RunContext, tool: str) -> None:
     """A folder swapped for a symlink out, over and over while the tool runs, never leads out."""
@@ -463,6 +467,7 @@ JAIL_REFUSALS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(JAIL_REFUSALS))
 async def test_jail_holds(ctx: RunContext, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     """A command cannot write the host, reach the network, see agentloop or stop it."""
@@ -522,6 +527,7 @@ HUNG_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(HUNG_TOOLS))
 async def test_run_ends_on_time_whatever_a_tool_does(tmp_path: Path, kind: str) -> None:
     """A hung tool of any kind cannot hold the run past its wall-time limit."""
@@ -629,6 +635,7 @@ async def _no_pids_with(token: str, within_s: float = 5.0) -> list[int]:
     return left
 
 
+@pytest.mark.slow
 async def test_sigterm_ends_a_run_with_a_hung_tool(tmp_path: Path) -> None:
     """SIGTERM during a tool that ignores SIGTERM ends the run at once: exit 143, trace closed,
     no process of the run left."""
@@ -649,6 +656,7 @@ async def test_sigterm_ends_a_run_with_a_hung_tool(tmp_path: Path) -> None:
     assert [] == list((tmp_path / "agentloop-work").glob("hung-cli-*"))
 
 
+@pytest.mark.slow
 async def test_sigkilled_run_leaves_no_process_and_its_copy_is_swept(tmp_path: Path) -> None:
     """A run killed with SIGKILL leaves no process (the jail dies with it), and the next run's
     start deletes its working copy."""

@@ -67,6 +67,7 @@ ENCODED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", sorted(ENCODED))
 async def test_encoded_secret_is_redacted_in_trace_and_terminal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], form: str

@@ -171,6 +171,7 @@ def _cli_json(root: Path, *args: str) -> Any:
     return orjson.loads(out.stdout)
 
 
+@pytest.mark.slow
 async def test_requests_without_the_token_get_401(server: Server) -> None:
     """Without the bearer token, or with a wrong one, every route answers 401 with a JSON error."""
     async with httpx.AsyncClient(base_url=server.base) as anon:
@@ -183,6 +184,7 @@ async def test_requests_without_the_token_get_401(server: Server) -> None:
     assert 200 == (await server.client.get("/v1/runs")).status_code
 
 
+@pytest.mark.slow
 async def test_a_run_streams_its_events_then_serves_trace_report_and_whatif(
     server: Server, root: Path
 ) -> None:
@@ -219,6 +221,7 @@ async def test_a_run_streams_its_events_then_serves_trace_report_and_whatif(
     assert [run_id] == [r["id"] for r in listed]
 
 
+@pytest.mark.slow
 async def test_an_inline_task_runs(server: Server) -> None:
     """An inline task object is validated like a task file and runs."""
     import yaml
@@ -229,6 +232,7 @@ async def test_an_inline_task_runs(server: Server) -> None:
     assert "sim-fast" == (await server.status(run_id))["tier"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "field"),
     [
@@ -291,6 +295,7 @@ async def test_task_paths_are_relative_to_the_tasks_folder(server: Server, root:
         assert (400, "task") == (r.status_code, r.json()["error"]["field"]), outside
 
 
+@pytest.mark.slow
 async def test_a_shipped_task_by_name_and_limits(server: Server) -> None:
     """A shipped task is found by its name; limits in the request apply to the run."""
     run_id = await server.submit(
@@ -305,6 +310,7 @@ async def test_a_shipped_task_by_name_and_limits(server: Server) -> None:
     )
 
 
+@pytest.mark.slow
 async def test_malformed_json_and_unknown_runs(server: Server) -> None:
     """A body that is not JSON is a 400; an unknown run id is a 404 naming the id."""
     r = await server.client.post(
@@ -340,6 +346,7 @@ async def _wait_for(server: Server, run_id: str, kind: str) -> dict[str, Any]:
     raise AssertionError(f"no {kind} event")
 
 
+@pytest.mark.slow
 async def test_queueing_at_the_limit_and_cancel(root: Path) -> None:
     """At concurrency 1 a second run waits queued; cancelling the first closes its trace as
     cancelled and lets the second run to its end."""
@@ -366,6 +373,7 @@ async def test_queueing_at_the_limit_and_cancel(root: Path) -> None:
         assert "Traceback" not in output, output
 
 
+@pytest.mark.slow
 async def test_sigterm_cancels_runs_in_flight_and_closes_their_traces(root: Path) -> None:
     """SIGTERM with a run in flight: the run is cancelled, its trace ends, the server exits 0."""
     s = _start(root)
@@ -383,6 +391,7 @@ async def test_sigterm_cancels_runs_in_flight_and_closes_their_traces(root: Path
     assert ("end", "cancelled") == (last["type"], last["status"])
 
 
+@pytest.mark.slow
 def test_no_token_refuses_a_non_loopback_address(root: Path) -> None:
     """Without AGENTLOOP_TOKEN the server will not listen beyond loopback: exit 2, no traceback."""
     env = {k: v for k, v in os.environ.items() if k != "AGENTLOOP_TOKEN"}

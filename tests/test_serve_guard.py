@@ -47,6 +47,7 @@ async def _runs(s: Server) -> list[dict[str, Any]]:
     return list((await s.client.get("/v1/runs")).json()["runs"])
 
 
+@pytest.mark.slow
 async def test_a_foreign_host_header_is_refused(open_server: Server) -> None:
     """A Host that is not a name the server listens on (DNS rebinding) gets 421 with a JSON
     reason; loopback's names pass."""
@@ -63,6 +64,7 @@ async def test_a_foreign_host_header_is_refused(open_server: Server) -> None:
     assert [] == await _runs(open_server)
 
 
+@pytest.mark.slow
 async def test_a_foreign_origin_and_a_cross_site_fetch_are_refused(open_server: Server) -> None:
     """An Origin other than the server's own, and any browser request but a same-origin one (a
     redirect from another port carries no Origin), get 403; the server's own origin passes."""
@@ -83,6 +85,7 @@ async def test_a_foreign_origin_and_a_cross_site_fetch_are_refused(open_server: 
     assert 200 == own.status_code
 
 
+@pytest.mark.slow
 async def test_a_post_that_is_not_json_gets_415(open_server: Server) -> None:
     """The cross-site text/plain POST a web form can send needs no token to be refused: a body
     must be application/json (415), and nothing is queued."""
@@ -130,6 +133,7 @@ async def _raw_post(port: int, head: bytes, chunks: int, chunk: bytes) -> bytes:
     return answer
 
 
+@pytest.mark.slow
 async def test_a_body_past_the_limit_gets_413_without_echo_or_memory(open_server: Server) -> None:
     """A 100 MB body, declared or chunked, gets 413 without its bytes in the answer, and the
     server's memory does not grow with it (the body is read in chunks and dropped at 1 MiB)."""
@@ -177,6 +181,7 @@ def _nested(depth: int) -> dict[str, Any]:
     return inner
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "field", "says"),
     [
@@ -206,6 +211,7 @@ async def test_odd_bodies_get_400_naming_the_field(
     assert "q" * 100 not in r.text and "t" * 100 not in r.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("extra", "field"),
     [
@@ -288,6 +294,7 @@ async def test_followers_of_a_run_are_bounded(root: Path) -> None:
         _stop(s)
 
 
+@pytest.mark.slow
 async def test_only_the_last_ended_runs_are_held_in_memory(root: Path) -> None:
     """With --keep-ended 2, the third ended run pushes the first out of memory: it is still
     answered, from the run store, with the same summary and its trace."""

@@ -89,6 +89,7 @@ def test_playbooks_cover_a_background_service_the_browser_and_git() -> None:
     assert set(BROKEN_BEFORE) == {t.name for t in tasks}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.relative_to(ROOT).as_posix() for p in SHIPPED])
 async def test_shipped_task_succeeds_offline(path: Path, tmp_path: Path) -> None:
     """The script runs to 'finish' on sim-ultrafast, the check passes, the incident was real,
@@ -122,6 +123,7 @@ async def test_shipped_task_succeeds_offline(path: Path, tmp_path: Path) -> None
         assert [] == [ioc for ioc in PLANTED_IOCS if ioc not in result.final_text]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PLAYBOOKS, ids=[p.stem for p in PLAYBOOKS])
 async def test_playbook_check_fails_while_the_incident_lasts(path: Path, tmp_path: Path) -> None:
     """A model that finishes at once with the right words fails the check: the fix is verified."""

@@ -67,6 +67,7 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
+@pytest.mark.slow
 async def test_setup_pip_install_lands_in_the_task_venv_not_agentloops(
     tmp_path: Path, own_cache: Path
 ) -> None:
@@ -117,6 +118,7 @@ def test_a_task_venv_always_has_pytest_and_its_declared_requirements(tmp_path: P
     assert cache_root().name == "taskenvs"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "trace", sorted((ROOT / "traces" / "reference").glob("*.jsonl")), ids=lambda p: p.stem
 )

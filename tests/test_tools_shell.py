@@ -155,6 +155,7 @@ def test_three():
 """
 
 
+@pytest.mark.slow
 async def test_run_tests_counts_real_pytest(ctx: RunContext) -> None:
     """run_tests runs the task's pytest command and returns its pass/fail counts."""
     (Path(ctx.workspace) / "test_m.py").write_text(TESTS)

@@ -96,6 +96,7 @@ async def _wait_for(path: Path, bound_s: float = 20.0) -> str:
     return path.read_text() if path.exists() else ""
 
 
+@pytest.mark.slow
 async def test_a_command_holding_the_inits_socket_cannot_forge_the_check(
     src: Path, tmp_path: Path
 ) -> None:
@@ -126,6 +127,7 @@ async def test_a_command_holding_the_inits_socket_cannot_forge_the_check(
     assert True is fixed["passed"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "plant",
     [
@@ -222,6 +224,7 @@ async def test_runs_cannot_see_each_other_or_the_hosts_private_places(
     assert {} == {name: code for name, code in got.items() if code == 0}
 
 
+@pytest.mark.slow
 async def test_a_command_that_stops_the_init_cannot_stretch_the_tool_timeout(
     src: Path, tmp_path: Path
 ) -> None:

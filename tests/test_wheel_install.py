@@ -21,6 +21,8 @@ import uv
 from agentloop._version import __version__
 from tests.conftest import ROOT
 
+pytestmark = [pytest.mark.external, pytest.mark.slow]
+
 SOURCES = ("agentloop", "tools", "tasks", "pyproject.toml", "README.md")
 
 APP_TOOLS = '''"""The app's own tools package: the name agentloop must not take."""
@@ -36,8 +38,6 @@ import json
 import tools
 
 import agentloop
-
-pytestmark = [pytest.mark.external, pytest.mark.slow]
 
 
 async def main():
