@@ -66,6 +66,7 @@ async def test_ttft_and_output_tps_match_the_pacing(api: str) -> None:
     assert r.attempts[-1].error is None and len(r.attempts) == 1
 
 
+@pytest.mark.pacing
 @pytest.mark.parametrize("api", APIS)
 async def test_hidden_reasoning_delays_the_first_visible_token(api: str) -> None:
     """With R reasoning tokens, ttft_visible ~ base + R / output_tps and usage reports R."""
@@ -121,6 +122,7 @@ async def test_tool_calls_are_assembled_exactly_across_turns(api: str) -> None:
     assert r2.usage.input_tokens > r1.usage.input_tokens
 
 
+@pytest.mark.pacing
 @pytest.mark.parametrize("api", APIS)
 async def test_tool_only_turn_starts_the_visible_clock_at_the_first_argument(api: str) -> None:
     """A turn with only tool calls: t_first_visible is the first argument delta, not the header."""
