@@ -37,6 +37,12 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="also write a self-contained HTML report: waterfall, categories, steps, speedup curve",
     )
+    p.add_argument(
+        "--transcript",
+        action="store_true",
+        help="print the run as a conversation instead: prompts, model text, tool calls and "
+        "output (long ones folded), the answer and the success check",
+    )
     p.set_defaults(func=main)
 
 
@@ -94,6 +100,12 @@ async def main(args: argparse.Namespace) -> int:
         from agentloop.export.html import report_html, write_html
 
         await asyncio.to_thread(write_html, args.html, report_html, trace)
+    if args.transcript:  # issue 24: the conversation, as the HTML page shows it beside the bars
+        from agentloop.commands._transcript_term import print_transcript
+        from agentloop.export.transcript import transcript
+
+        print_transcript(transcript(trace))
+        return 0
     spent = cost.of_trace(trace)  # issue 14: cost by category and step at the tier's prices
     if args.json:
         emit_json(report_document(trace, report, spent))

@@ -95,9 +95,11 @@ def waterfall(
     element_id: str = "waterfall",
     caption: str = "",
     tools: list[str] | None = None,
+    link: str | None = None,
 ) -> str:
     """The run on its lanes: steps as bands, model calls split into phases, tools by name,
-    critical-path spans outlined; ``total_ns`` fixes the time axis (to share it in compare),
+    critical-path spans outlined; ``link``: each model and tool bar links to ``#{link}{span id}``
+    (its message in the page's transcript); ``total_ns`` fixes the time axis (to share it in compare),
     ``tools`` the tool names whose order picks their colours (as in :func:`legend`)."""
     total = max(1, total_ns if total_ns is not None else tl.end_ns)
     left, row_h, top = 90, 26, 34
@@ -149,6 +151,8 @@ def waterfall(
         if b.in_flight:
             cls += " inflight"
         title = escape(_bar_title(b))
+        if link is not None:
+            out.append(f'<a href="#{escape(link + b.id)}">')
         if b.kind == "model":
             out.append(
                 f'<g class="model" data-span="{escape(b.id)}"><title>{title}</title>'
@@ -184,6 +188,8 @@ def waterfall(
                     f'<text x="{x0 + 3:.1f}" y="{y + 14}" class="barlabel">{escape(b.label)}</text>'
                 )
             out.append("</g>")
+        if link is not None:
+            out.append("</a>")
     out.append("</svg>")
     if len(tl.bars) > MAX_BARS:
         out.append(f'<p class="note">{len(tl.bars) - MAX_BARS} later spans not drawn.</p>')

@@ -2,7 +2,8 @@
 
 One file, everything inline (CSS and SVG; no script, no font, no image, no request of any
 kind), built from the analysis layer's results: the report (categories on the critical path,
-per-step compounding), the what-if curve (output speed x K up to the Amdahl ceiling) and, for
+per-step compounding), the run's transcript (:mod:`agentloop.export.transcript`, each
+waterfall bar a link to its message), the what-if curve (output speed x K up to the Amdahl ceiling) and, for
 compare, the prediction from run A against run B's measurement. The waterfall is the layout
 of :mod:`agentloop.export._layout`, drawn by :mod:`agentloop.export._svg`.
 """
@@ -18,8 +19,9 @@ from agentloop.analysis.graph import build_graph
 from agentloop.analysis.report import Report, build_report
 from agentloop.analysis.whatif import Scenario, WhatIf, ratio_of, whatif
 from agentloop.errors import ConfigError
-from agentloop.export import _svg
+from agentloop.export import _svg, _transcript_html
 from agentloop.export._layout import Timeline, layout
+from agentloop.export.transcript import transcript
 from agentloop.trace.reader import Trace
 
 CURVE_SPEEDUP = 11.0  # the scenario whose curve is drawn: as the run summary's what-if hint
@@ -57,7 +59,7 @@ def _page(title: str, body: list[str]) -> str:
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'\">"
-        f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
+        f"<title>{escape(title)}</title><style>{CSS}{_transcript_html.CSS}</style></head><body>"
         + "".join(body)
         + "</body></html>\n"
     )
@@ -160,7 +162,9 @@ def report_html(trace: Trace) -> str:
         *_header_notes(trace),
         "<h2>Waterfall</h2>",
         _svg.legend(tools),
-        _svg.waterfall(tl, tools=tools),
+        _svg.waterfall(tl, tools=tools, link="msg-"),
+        "<h2>Transcript</h2>",
+        _transcript_html.transcript_html(transcript(trace), prefix="msg-"),
         "<h2>Time by category (critical path)</h2>",
         _categories(r, tools),
         "<h2>Steps: how the time compounds</h2>",
@@ -218,6 +222,7 @@ def compare_html(a: Trace, b: Trace) -> str:
             element_id="waterfall-a",
             tools=tools,
             caption=f"A: {c.tier_a}, {c.a_ns / 1e9:.3f} s",
+            link="a-",
         ),
         _svg.waterfall(
             tlb,
@@ -225,6 +230,7 @@ def compare_html(a: Trace, b: Trace) -> str:
             element_id="waterfall-b",
             tools=tools,
             caption=f"B: {c.tier_b}, {c.b_ns / 1e9:.3f} s",
+            link="b-",
         ),
         "<h2>Speedup: measured vs predicted</h2>",
         speed,
@@ -239,6 +245,15 @@ def compare_html(a: Trace, b: Trace) -> str:
         "<h2>Per category (critical path)</h2>",
         '<table id="compare-categories"><tr><th>category</th><th>A s</th>'
         f"<th>predicted B s</th><th>B s</th><th>error s</th></tr>{cats}</table>",
+        "<h2>Transcripts</h2>",
+        '<div class="cols">',
+        f"<div><h3>A: {escape(c.tier_a)}</h3>"
+        + _transcript_html.transcript_html(transcript(a), prefix="a-", back="waterfall-a")
+        + "</div>",
+        f"<div><h3>B: {escape(c.tier_b)}</h3>"
+        + _transcript_html.transcript_html(transcript(b), prefix="b-", back="waterfall-b")
+        + "</div>",
+        "</div>",
     ]
     return _page(f"agentloop compare {c.task}", body)
 
