@@ -15,6 +15,7 @@ KEPT_CHARS = 40_000  # the most of one output a page holds (the rest said, not s
 
 CSS = """
 .transcript{max-width:1100px} .msg{border-left:4px solid #ccd;padding:4px 10px;margin:8px 0;
+content-visibility:auto;contain-intrinsic-size:auto 120px;
 background:#fafbfd} .msg:target{border-color:#c0392b;background:#fff6e6;outline:1px solid #e8b}
 .msg h3{font-size:13px;margin:0 0 4px;color:#334} .msg .back{float:right;font-size:11px}
 .role-system{border-color:#999} .role-user{border-color:#3b5ba5} .role-model{border-color:#2ca02c}
