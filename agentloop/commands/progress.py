@@ -1,14 +1,19 @@
 """Live progress of a run in the terminal: a line per model call and tool, and the call in flight.
 
 :class:`Progress` is an event sink (:mod:`agentloop.events`). While a model call streams, a TTY
-shows one live status line (rich) with the call's elapsed time and tokens so far, replaced by the
-call's summary line when it ends; when stdout is not a TTY (a pipe, a log file), a plain line is
-printed every :data:`PLAIN_EVERY_S` of a call instead. Every line printed goes through the trace
-redactor first, so a secret a tool printed (or a model echoed) never reaches the terminal.
+shows one live status line (rich) with the call's elapsed time and tokens so far ("thinking"
+while no visible token has come: hidden reasoning), replaced by the call's summary line when it
+ends; while tools run, a live line names them with their elapsed time. On a TTY the lines are
+coloured (ok green, FAILED red; none under ``NO_COLOR``, rich's rule). When stdout is not a TTY
+(a pipe, a log file), a plain line is printed every :data:`PLAIN_EVERY_S` of a call instead, and
+no colour. Every line printed goes through the trace redactor first, so a secret a tool printed
+(or a model echoed) never reaches the terminal.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from typing import Any, TextIO
 
 from agentloop.events import RunEvent
@@ -39,8 +44,32 @@ def tool_line(data: Any) -> str:
 def live_line(data: Any) -> str:
     """The status of a model call in flight (``model_progress`` data)."""
     tokens = int(data["output_tokens"])
-    doing = f"{tokens} tok so far" if tokens else "waiting for the first token"
+    doing = f"{tokens} tok so far" if tokens else "thinking (no visible token yet)"
     return f"step {data['step']:>2}  model {data['elapsed_s']:7.2f} s  {doing} ..."
+
+
+def tools_line(running: Iterable[tuple[str, float]], now: float) -> str:
+    """The status of the tools in flight: ``running`` holds (name, monotonic start) pairs."""
+    names = ", ".join(f"{n} {now - t0:.1f} s" for n, t0 in running)
+    return f"          running {names} ..."
+
+
+# styles of the words a finished line is read by (on a TTY with colour)
+STYLES = {"  ok  ": "green", "  FAILED  ": "bold red"}
+
+
+class _ToolsStatus:
+    """The live line of the tools in flight, its elapsed times read each time rich draws it."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        # a copy in one C call: the event thread may add a tool while rich's thread draws
+        line = tools_line(tuple(self.progress.running.values()), time.monotonic())
+        return Text(self.progress.redact.text(line), style="yellow")
 
 
 class Progress:
@@ -59,6 +88,7 @@ class Progress:
         self._status: Any = None  # rich.live.Live while a call is in flight on a TTY
         self._console: Any = None
         self._next_plain = PLAIN_EVERY_S
+        self.running: dict[str, tuple[str, float]] = {}  # tools in flight: span id -> name, start
 
     def __call__(self, event: RunEvent) -> None:
         if self.quiet:
@@ -76,8 +106,13 @@ class Progress:
             self._progress(data)
         elif kind == "model_end":
             self.line(model_line(data))
+        elif kind == "tool_start":
+            self.running[str(event.span_id)] = (str(data["name"]), time.monotonic())
+            self._show_tools()
         elif kind == "tool_end":
+            self.running.pop(str(event.span_id), None)
             self.line(tool_line(data))
+            self._show_tools()
         elif kind == "run_end":
             self._stop()
 
@@ -91,16 +126,33 @@ class Progress:
         from rich.text import Text
 
         if self._status is None:
-            from rich.console import Console
             from rich.live import Live
 
-            self._console = self._console or Console(
-                file=self.out, highlight=False, force_terminal=True
-            )
             # refreshed by our own events (every 0.25 s), not by rich's refresh thread
-            self._status = Live(console=self._console, auto_refresh=False, transient=True)
+            self._status = Live(console=self.console(), auto_refresh=False, transient=True)
             self._status.start()
         self._status.update(Text(text, style="dim"), refresh=True)
+
+    def _show_tools(self) -> None:
+        """On a TTY, the live line of the tools still running (none: no line)."""
+        if not self.live or not self.running or self._status is not None:
+            return
+        from rich.live import Live
+
+        # no event comes while a tool runs, so rich's refresh thread redraws the elapsed times
+        # (4 a second); it is stopped before any line is printed
+        self._status = Live(
+            _ToolsStatus(self), console=self.console(), refresh_per_second=4, transient=True
+        )
+        self._status.start()
+
+    def console(self) -> Any:
+        """The rich console of a TTY's live lines and colours (``NO_COLOR``: no colour)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(file=self.out, highlight=False, force_terminal=True)
+        return self._console
 
     def _stop(self) -> None:
         if self._status is not None:
@@ -110,4 +162,14 @@ class Progress:
     def line(self, text: str) -> None:
         """Print one finished line (redacted), replacing the live status if one is shown."""
         self._stop()
-        print(self.redact.text(text), file=self.out, flush=True)
+        text = self.redact.text(text)
+        if not self.live:
+            print(text, file=self.out, flush=True)
+            return
+        from rich.text import Text
+
+        shown = Text(text)
+        for word, style in STYLES.items():
+            shown.highlight_words([word], style)
+        self.console().print(shown, soft_wrap=True)
+        self.out.flush()
