@@ -28,7 +28,7 @@ from agentloop.log import get_logger
 from agentloop.sandbox import proc, taskenv
 from agentloop.sandbox.closer import JailCloser
 from agentloop.sandbox.context import scrubbed_env
-from agentloop.sandbox.jail import Jail, JailSpec, open_jail, sweep_cgroups
+from agentloop.sandbox.jail import NO_BWRAP, Jail, JailSpec, open_jail, sweep_cgroups
 from agentloop.sandbox.venvcache import install_commands
 from agentloop.sandbox.verdict import save_tests, verdict_jail
 
@@ -216,12 +216,23 @@ def _refuse_or_warn(jail: Jail, require_jail: bool) -> None:
             f"output is hostile input ({jail.confinement['reason']}). Install the jail, or "
             "pass --unconfined (unconfined=True) to run them on the host anyway."
         )
-    if not jail.confined:
-        get_logger("agentloop.sandbox.workspace").warning(
-            "task commands run UNCONFINED",
-            reason=jail.confinement["reason"],
-            not_confined=jail.confinement["not_confined"],
-        )
+    if not jail.confined:  # one sentence a person reads, the install hint in it (issue 24)
+        get_logger("agentloop.sandbox.workspace").warning(unconfined_warning(jail))
+
+
+def unconfined_warning(jail: Jail) -> str:
+    """What a run without a jail says: why, what is not confined, and how to get the jail."""
+    reason = str(jail.confinement["reason"]).rstrip(".")
+    hint = (
+        ""
+        if NO_BWRAP in reason
+        else f" To confine them, install the jail ({NO_BWRAP.split(': ', 1)[1]}) and check "
+        "that it can start here."
+    )
+    return (
+        f"task commands run UNCONFINED on this host: {reason}. Not confined: "
+        f"{jail.confinement['not_confined']}.{hint}"
+    )
 
 
 async def _run_setup(task: Task, work: Path, jail: Jail, which: Sequence[int]) -> None:
