@@ -245,3 +245,16 @@ def html_response(body: bytes) -> bytes:
         + b"\r\nConnection: close\r\n\r\n"
         + body
     )
+
+
+def same_profile(a: object, b: object, tol: float = 1e-3) -> bool:
+    """Two speed profiles agree: the same fields unset, the set ones within ``tol`` (relative or
+    absolute). pytest 9.2's approx refuses an unset (None) field, so this compares them itself."""
+    import dataclasses
+
+    da, db = dataclasses.asdict(a), dataclasses.asdict(b)  # type: ignore[call-overload]
+    if da.keys() != db.keys() or {k for k in da if da[k] is None} != {
+        k for k in db if db[k] is None
+    }:
+        return False
+    return all(da[k] == pytest.approx(db[k], rel=tol, abs=tol) for k in da if da[k] is not None)

@@ -4,7 +4,6 @@ where they are read (exit 2, naming file, line and field), never a traceback or 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from agentloop.clients.openai_client import OpenAIClient
 from agentloop.commands.probe import measured_profile
 from agentloop.config.tiers import load_tiers_file
 from agentloop.types import Message, ModelRequest
-from tests.conftest import run_cli, terminate
+from tests.conftest import run_cli, same_profile, terminate
 
 REFERENCE = Path(__file__).parent.parent / "traces" / "reference"
 STANDARD = REFERENCE / "checkout-timeouts-sim-standard.jsonl"
@@ -293,7 +292,5 @@ async def test_a_minimal_tier_is_probed_written_and_then_predicted_on(tmp_path: 
     # what was measured, not 750 tok/s +-15%: beside busy cores a late first token and the
     # paced catch-up after it measured 1540 (how close probe gets is bench_probe.py's figure)
     assert profile is not None
-    assert dataclasses.asdict(measured) == pytest.approx(
-        dataclasses.asdict(profile), rel=1e-3, abs=1e-3
-    )
+    assert same_profile(measured, profile)
     assert 0 == after[0] and "tier new-endpoint" in after[1]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import signal
 import tomllib
@@ -19,6 +18,7 @@ from agentloop.config.tiers import BUILTIN_TIERS, SpeedProfile, Tier, load_tiers
 from agentloop.errors import ModelError
 from agentloop.model.local import LocalSpec, serve, start_check
 from agentloop.sim import SimServer
+from tests.conftest import same_profile
 
 
 @pytest.fixture(autouse=True)
@@ -204,7 +204,5 @@ def test_probe_write_puts_the_measured_profile_into_the_tiers_file(
     measured = measured_profile(orjson.loads(capsys.readouterr().out), 20000)
     written = load_tiers(path)["s"].profile
     assert written is not None
-    assert dataclasses.asdict(measured) == pytest.approx(
-        dataclasses.asdict(written), rel=1e-3, abs=1e-3
-    )  # the slopes are written to 3 decimals
+    assert same_profile(measured, written)  # the slopes are written to 3 decimals
     assert path.read_text().startswith("# mine\n")
