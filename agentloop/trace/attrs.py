@@ -74,6 +74,15 @@ ATTEMPT_STATUS: Final = "status"
 ATTEMPT_KEYS: Final = (ATTEMPT_START, ATTEMPT_END, ATTEMPT_ERROR, ATTEMPT_STATUS, WAIT_NS)
 TRIM_KEYS: Final = ("index", "call_id", "tool", "tokens")  # message index, its call, tokens dropped
 
+# -- agents (issue 23: sub-agents as tools) ---------------------------------------------------
+# An ``agent`` span (name ``invoke_agent NAME``) is the child of the tool span that invoked it;
+# every step, model and tool span of a sub-run carries these start attrs. A span without them
+# belongs to the main agent (invocation 1, depth 0): traces written before sub-agents read so.
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+AGENT_INVOCATION: Final = "agent.invocation"  # 1-based: the k-th invocation of that agent
+AGENT_DEPTH: Final = "agent.depth"  # 0 the main agent, 1 its sub-agents, ...
+MAIN_AGENT: Final = "main"  # the top agent's name in routing and plans
+
 # -- span events (``span_event`` records: a named instant inside a span) ------------------------
 EVENT_CONTEXT_TRIM: Final = "context.trim"  # one tool output dropped: attrs are TRIM_KEYS
 
