@@ -35,6 +35,7 @@ class JailCloser:
         self._queue: deque[Callable[[], Awaitable[None]]] = deque()
         self._workers: set[asyncio.Task[None]] = set()
         self._draining = False
+        self._wake = asyncio.Event()  # set by drain: a worker between two closes stops waiting
         self.closed = 0
 
     def defer(self, close: Callable[[], Awaitable[None]]) -> None:
@@ -61,11 +62,13 @@ class JailCloser:
                 get_logger("agentloop.sandbox.jail").warning("jail_close_failed", error=str(exc))
             self.closed += 1
             if not self._draining:
-                await asyncio.sleep(self.spacing_s)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.spacing_s)
 
     async def drain(self, at_once: int = DRAIN_AT_ONCE) -> None:
         """Close every deferred jail now, ``at_once`` at a time; returns when all are closed."""
         self._draining = True
+        self._wake.set()
         while len(self._workers) < min(at_once, len(self._queue)):
             self._start()
         while self._workers:
