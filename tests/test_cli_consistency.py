@@ -52,6 +52,7 @@ def test_zero_limits_are_refused_with_exit_2(
     assert f"argument {argv[-2]}: must be" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_replay_until_a_step_whose_check_fails_exits_1(
     tmp_path, capsys: pytest.CaptureFixture[str]
 ) -> None:

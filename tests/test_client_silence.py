@@ -218,6 +218,7 @@ async def test_a_stall_mid_stream_is_caught_at_the_stall_timeout_not_the_first_b
     assert None is ok.error and 12 == r.usage.output_tokens
 
 
+@pytest.mark.slow
 async def test_the_trace_names_the_bound_that_ended_an_attempt(tmp_path: Path) -> None:
     """In a whole run, the model span's attempts record the silent attempt's error with the
     first-token bound it ran out of, then the answered retry."""

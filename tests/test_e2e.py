@@ -192,6 +192,7 @@ async def test_cancelling_the_caller_cancels_the_run(tmp_path: Path) -> None:
     assert "cancelled" == trace.end["status"] and [] == trace.in_flight
 
 
+@pytest.mark.slow
 async def test_embedded_run_prints_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

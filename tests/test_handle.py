@@ -6,6 +6,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import agentloop
 from agentloop.trace.reader import load_trace
 
@@ -125,6 +127,7 @@ async def test_cancel_gives_a_cancelled_result_with_its_trace(tmp_path: Path) ->
     assert 1 == result.steps
 
 
+@pytest.mark.slow
 async def test_a_long_model_call_streams_token_progress(tmp_path: Path) -> None:
     """During a ~3 s streamed call, model_progress events report growing token counts and time."""
     handle = await agentloop.start_run(
@@ -169,6 +172,7 @@ async def test_start_run_refuses_a_zero_step_limit(tmp_path: Path) -> None:
     assert "max_steps must be at least 1 (got 0)" == message
 
 
+@pytest.mark.slow
 async def test_a_subscriber_that_gives_up_does_not_break_the_others(tmp_path: Path) -> None:
     """Cancelling one subscriber mid-wait leaves the live one and a later one whole."""
     handle = await agentloop.start_run(
@@ -203,6 +207,7 @@ class _AllKinds:
         self.seen.append(event.kind)
 
 
+@pytest.mark.slow
 async def test_a_sink_that_takes_no_progress_costs_no_progress_ticker(tmp_path: Path) -> None:
     """An ``Only`` sink without model_progress (the suite's) is never given one, and the run
     makes none (no ticker per call): a sink that names its kinds but records all sees none;

@@ -168,6 +168,7 @@ async def test_no_bwrap_runs_unconfined_and_says_so(tmp_path: Path) -> None:
         await jail.aclose()
 
 
+@pytest.mark.slow
 async def test_without_a_cgroup_commands_run_as_a_run_uid_and_a_fork_bomb_still_stops(
     tmp_path: Path,
 ) -> None:

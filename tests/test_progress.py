@@ -35,6 +35,7 @@ script:
 """
 
 
+@pytest.mark.slow
 def test_a_piped_run_prints_plain_progress_lines_during_a_long_call(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -51,6 +52,7 @@ def test_a_piped_run_prints_plain_progress_lines_during_a_long_call(
     assert 60 < tokens < 200
 
 
+@pytest.mark.slow
 async def test_a_tty_shows_a_live_status_line_replaced_by_the_calls_summary(tmp_path: Path) -> None:
     """On a TTY the call in flight is a live rich status line; its summary line stays."""
     task = tmp_path / "task.yaml"

@@ -31,6 +31,7 @@ def test_reference_traces_compare(capsys: pytest.CaptureFixture[str]) -> None:
     assert "B predicted from A" in out and "prediction error" in out
 
 
+@pytest.mark.slow
 async def test_reference_trace_replays_offline(tmp_path: Path) -> None:
     """An offline replay of a shipped trace runs every recorded step without side effects."""
     res = await replay(STANDARD, tier="sim-ultrafast", offline=True, trace_dir=tmp_path)

@@ -27,6 +27,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(result.trace_path or "")
 
 
+@pytest.mark.slow
 async def test_live_replay_matches_the_recording(recorded: Path, tmp_path: Path) -> None:
     """Replaying at the recorded tier re-runs the tools and finds no divergence."""
     res = await replay(recorded, trace_dir=tmp_path)
@@ -36,6 +37,7 @@ async def test_live_replay_matches_the_recording(recorded: Path, tmp_path: Path)
     assert 5 == len(new.of_kind("tool"))
 
 
+@pytest.mark.pacing
 async def test_replay_at_a_slower_tier_takes_longer(recorded: Path, tmp_path: Path) -> None:
     """The same turns at sim-fast take longer than recorded at sim-ultrafast; tools re-run."""
     res = await replay(recorded, tier="sim-fast", trace_dir=tmp_path)
@@ -62,6 +64,7 @@ async def test_until_step_stops_there(recorded: Path, tmp_path: Path) -> None:
     assert 2 == len(load_trace(res.run.trace_path or "").of_kind("model"))
 
 
+@pytest.mark.slow
 async def test_divergence_is_reported_with_its_step(recorded: Path, tmp_path: Path) -> None:
     """A tool result that differs from the recording is reported with the step it happened in."""
     lines = recorded.read_bytes().splitlines()
@@ -80,6 +83,7 @@ async def test_divergence_is_reported_with_its_step(recorded: Path, tmp_path: Pa
     assert "hello" in res.divergences[0].describe()
 
 
+@pytest.mark.slow
 def test_replay_cli(recorded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The CLI replays and says whether the run diverged."""
     code = main(

@@ -423,6 +423,7 @@ async def test_events_carry_ids_and_a_stream_resumes_after_the_last_one(server: 
     assert (400, "Last-Event-ID") == (bad.status_code, bad.json()["error"]["field"])
 
 
+@pytest.mark.slow
 async def test_a_queued_runs_stream_gets_a_heartbeat(root: Path) -> None:
     """While a run waits for a slot its stream is not silent: a comment line comes every
     --heartbeat-s, before the run's first event."""

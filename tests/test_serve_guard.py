@@ -334,6 +334,7 @@ script:
 """
 
 
+@pytest.mark.slow
 async def test_a_secret_never_reaches_an_answer(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -47,6 +47,7 @@ def _rows(root: Path) -> list[dict[str, Any]]:
         return [dict(r) for r in db.execute("SELECT id, status, resumed_from FROM runs")]
 
 
+@pytest.mark.slow
 async def test_a_crash_keeps_the_queue_and_marks_runs_in_flight_interrupted(root: Path) -> None:
     """SIGKILL with one run in flight and two queued: after a restart on the same folder the
     queued two run to their end under their own ids, the one in flight is `interrupted` with
@@ -83,6 +84,7 @@ async def test_a_crash_keeps_the_queue_and_marks_runs_in_flight_interrupted(root
     assert "Traceback" not in output, output
 
 
+@pytest.mark.slow
 async def test_resume_runs_an_interrupted_run_again_once(root: Path) -> None:
     """With --resume, a run the crash interrupted runs again as a new run that names it; a crash
     of that one does not resume it again."""
@@ -113,6 +115,7 @@ async def test_resume_runs_an_interrupted_run_again_once(root: Path) -> None:
         _stop(s)
 
 
+@pytest.mark.slow
 async def test_sigterm_leaves_the_queue_for_the_next_start(root: Path) -> None:
     """SIGTERM cancels the run in flight (its trace closed `cancelled`); the queued run stays
     queued and runs after the restart."""
@@ -138,6 +141,7 @@ async def test_sigterm_leaves_the_queue_for_the_next_start(root: Path) -> None:
         _stop(s)
 
 
+@pytest.mark.slow
 async def test_submissions_are_refused_with_503_while_draining(root: Path) -> None:
     """With --drain-s, after SIGTERM a run in flight may finish; meanwhile a submission gets
     503 with Retry-After and /readyz says stopping; the run ends ok."""
@@ -189,6 +193,7 @@ async def test_a_retried_submission_runs_once(server: Server, root: Path) -> Non
     assert (400, "Idempotency-Key") == (long_key.status_code, long_key.json()["error"]["field"])
 
 
+@pytest.mark.slow
 async def test_listing_filters_and_pages_newest_first(server: Server) -> None:
     """GET /v1/runs pages newest first through ?limit and ?cursor, and filters by status and
     task; bad parameters are 400s naming them."""

@@ -169,6 +169,7 @@ def test_write_profile_rewrites_only_that_tiers_profile(tmp_path: Path) -> None:
     assert tomllib.loads(path.read_text())["tiers"]["sim-fast"]["profile"]["output_tps"] == 200
 
 
+@pytest.mark.pacing
 def test_probe_of_sim_ultrafast_measures_its_pacing(capsys: pytest.CaptureFixture[str]) -> None:
     """Probing the shipped sim-ultrafast tier measures a paced server: never sooner than its
     profile (0.2 s base + prompt at 100,000 tok/s), the long prompt waiting longer, and output
@@ -189,6 +190,7 @@ def test_probe_of_sim_ultrafast_measures_its_pacing(capsys: pytest.CaptureFixtur
     assert len(res["samples"]["short"]) == len(res["samples"]["long"]) == 2
 
 
+@pytest.mark.slow
 def test_probe_write_puts_the_measured_profile_into_the_tiers_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

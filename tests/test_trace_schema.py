@@ -198,6 +198,7 @@ def test_reference_trace_report_figures_hold() -> None:
     assert (23_745_589_291, 94) == (report.measured_ns, round(100 * report.model_share))
 
 
+@pytest.mark.slow
 async def test_replay_does_not_read_a_hostile_task_source(tmp_path: Path) -> None:
     """A header naming /etc/shadow as its task source replays from the header's task: the file
     is not loaded, so none of its contents' problems reach the user."""

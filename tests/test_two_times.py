@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli
 
 # a second of set-up and a second of success check around a one-turn run
@@ -18,6 +20,7 @@ script:
 """
 
 
+@pytest.mark.slow
 def test_the_summary_names_agent_time_and_wall_time(tmp_path: Path) -> None:
     """``time agent X s`` is the run span; ``wall Y s`` adds the set-up's and the check's ~2 s."""
     task = tmp_path / "task.yaml"
