@@ -34,6 +34,7 @@ from agentloop.trace.tracer import Tracer
 from agentloop.trace.writer import JsonlSink, Pipeline
 
 DEFAULT_TIER = "sim-standard"
+RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a run id names its trace file: nothing else in it
 MAX_TRACE_STRING = 64_000  # longer strings in a trace record are cut (and say so)
 
 # how a run opens its model client for its tier and turns (model_client, or a suite's)
@@ -64,7 +65,9 @@ class RunConfig:
 
     Planning (read before the run starts, by :func:`plan_run`): ``tier`` (a name or a
     :class:`Tier`; default the task's, else sim-standard), ``tiers_file``, ``trace_dir``,
-    ``max_steps`` and ``timeout_s`` (overrides of the task's limits). Running: ``client`` (an
+    ``max_steps`` and ``timeout_s`` (overrides of the task's limits), ``run_id`` (the run's id,
+    in its trace and every event; default a new random one: the service passes the id it
+    answered the submission with, so a run has one id everywhere). Running: ``client`` (an
     injected model client instead of the tier's), ``tools`` (the registry; default the built-in
     tools), ``events`` (every :class:`agentloop.events.RunEvent`), ``observer`` (the older
     ``observer(kind, data)`` form of the same stream), ``script`` (turns replacing the task's,
@@ -78,6 +81,7 @@ class RunConfig:
     trace_dir: str | Path = "traces"
     max_steps: int | None = None
     timeout_s: float | None = None
+    run_id: str | None = None
     client: ModelClient | None = None
     tools: dict[str, Tool] | None = None
     events: EventSink | None = None
@@ -98,6 +102,7 @@ class RunOptions(TypedDict, total=False):
     trace_dir: str | Path
     max_steps: int | None
     timeout_s: float | None
+    run_id: str | None
     client: ModelClient | None
     tools: dict[str, Tool] | None
     events: EventSink | None
@@ -228,6 +233,10 @@ def plan_run(task: Task | str | Path, config: RunConfig | None = None) -> RunPla
         raise ConfigError(f"max_steps must be at least 1 (got {max_steps})")
     if timeout_s is not None and not timeout_s > 0:
         raise ConfigError(f"timeout_s must be more than 0 seconds (got {timeout_s:g})")
+    if config.run_id is not None and not RUN_ID.fullmatch(config.run_id):
+        raise ConfigError(
+            f"run_id must be 1-64 letters, digits, '-' or '_' (got {config.run_id!r})"
+        )
     if not isinstance(task, Task):
         task = open_task(task)
     if max_steps is not None or timeout_s is not None:
@@ -240,7 +249,7 @@ def plan_run(task: Task | str | Path, config: RunConfig | None = None) -> RunPla
             ),
         )
     the_tier = resolve_tier(task, config.tier, config.tiers_file)
-    run_id = uuid.uuid4().hex[:12]
+    run_id = config.run_id or uuid.uuid4().hex[:12]
     trace = trace_path_for(Path(config.trace_dir), task, the_tier, run_id)
     return RunPlan(task, the_tier, run_id, trace)
 

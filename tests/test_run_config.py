@@ -185,3 +185,17 @@ async def test_a_config_given_to_replay_reaches_the_replayed_run(tmp_path: Path)
     assert ("ok", 3, "Done.") == (res.run.status, res.run.steps, res.run.final_text)
     assert Path(res.run.trace_path or "").parent == tmp_path / "again"
     assert ("run_end", []) == (seen[-1], res.divergences)
+
+
+async def test_a_config_s_run_id_is_the_run_s_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    """RunConfig.run_id names the run (its result, its trace header, its trace file); one
+    that could not name a file is refused before anything runs."""
+    from agentloop.errors import ConfigError
+
+    res = await agentloop.run_task(
+        _task(tmp_path), tier="sim-ultrafast", trace_dir=tmp_path, run_id="deploy-4711"
+    )
+    assert "deploy-4711" == res.run_id
+    assert "deploy-4711" == load_trace(res.trace_path or "").header["run_id"]
+    with pytest.raises(ConfigError, match="run_id"):
+        await agentloop.run_task(_task(tmp_path), trace_dir=tmp_path, run_id="../x")

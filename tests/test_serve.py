@@ -197,15 +197,16 @@ async def test_a_run_streams_its_events_then_serves_trace_report_and_whatif(
     assert "run_end" == kinds[-1]
     assert {"step_start", "model_start", "model_end", "tool_start", "tool_end"} <= set(kinds)
     assert "ok" == events[-1][1]["data"]["status"]
-    # one id per run: the submitted id is in every event beside the runner's (the trace's)
-    runner_id = (await server.status(run_id))["run_id"]
-    assert {(run_id, runner_id)} == {(e["id"], e["run_id"]) for _, e in events}
+    # one id per run: the submitted id is the runner's, in every event and in the trace
+    assert run_id == (await server.status(run_id))["run_id"]
+    assert {(run_id, run_id)} == {(e["id"], e["run_id"]) for _, e in events}
 
     status = await server.status(run_id)
     assert ("ok", 2) == (status["status"], status["steps"])
     trace = await server.client.get(f"/v1/runs/{run_id}/trace")
     records = [orjson.loads(line) for line in trace.text.splitlines()]
     assert ("run", "end") == (records[0]["type"], records[-1]["type"])
+    assert run_id == records[0]["run_id"]
 
     trace_file = root / str(status["trace"])
     report = (await server.client.get(f"/v1/runs/{run_id}/report")).json()

@@ -300,8 +300,8 @@ class RunBook:
                 await self._finish(run, "cancelled", "cancelled before it started")
                 return
             assert run.task is not None
-            config = RunConfig(
-                tier=run.tier, trace_dir=self._trace_dir, tiers_file=self._tiers_file
+            config = RunConfig(  # the submission's id is the run's: one id everywhere
+                tier=run.tier, trace_dir=self._trace_dir, tiers_file=self._tiers_file, run_id=run.id
             )
             try:
                 handle = await self._start_run(run.task, config=config)

@@ -72,7 +72,7 @@ SCHEMAS: dict[str, Any] = {
             "ended_at": _STR_OR_NULL,
             "run_id": {
                 "type": ["string", "null"],
-                "description": "the runner's id, in the trace (and each event's run_id)",
+                "description": "the run's id in its trace and events: the same as id, once started",
             },
             "steps": {"type": "integer", "minimum": 0},
             "elapsed_s": _NUM_OR_NULL,
