@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "agentloop"
 
 LAYERS: list[set[str]] = [
+    {"__main__"},  # `python -m agentloop`: the command line run as a module
     {"cli"},  # the command line: parses arguments, maps errors to exit codes
     {"commands"},  # one subcommand a module
     {"service"},  # agentloop as an HTTP service
