@@ -88,7 +88,9 @@ class CallTiming:
     with a non-empty payload; ``t_first_visible`` first text or tool-argument delta; ``t_last`` last
     payload event; ``t_end`` terminal event. ``None`` where the event never came.
     ``build_ns`` is the client-side time spent building the request before ``t_send``
-    (framework overhead, kept visible).
+    (framework overhead, kept visible). ``lag_max_ns``: the largest event-loop lag seen while
+    the call ran, and ``error_bound_ns`` the bound it gives on every duration of the call
+    (``agentloop.clients._lag``); ``None`` where the client did not measure them.
     """
 
     t_send: int
@@ -99,6 +101,8 @@ class CallTiming:
     t_end: int | None = None
     chunks: int = 0
     build_ns: int = 0
+    lag_max_ns: int | None = None
+    error_bound_ns: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ from agentloop.clients._errors import (
     scrub_sdk_error,
     server_message,
 )
+from agentloop.clients._lag import loop_lag
 from agentloop.clients._silence import Bounds, Watch, first_token_timeout, reasons
 from agentloop.clients._stream import (
     DEFAULT_MAX_CHARS,
@@ -231,6 +232,8 @@ class OpenAIClient:
         limits: Bounds,
         options: Any,
     ) -> ModelResponse:
+        lag = loop_lag()
+        watch = lag.watch()  # the loop's own lateness while this attempt runs
         t_send = perf_counter_ns()
         try:
             resp = await self._send(body, limits, options)
@@ -240,6 +243,7 @@ class OpenAIClient:
             try:
                 await self._read(resp, turn, limits)
             finally:
+                lag.done(watch)
                 await resp.aclose()
         except Retryable as exc:
             attempts.append(Attempt(t_send, perf_counter_ns(), exc.error, exc.status))
@@ -247,6 +251,8 @@ class OpenAIClient:
         except ModelAPIError as exc:
             attempts.append(Attempt(t_send, perf_counter_ns(), exc.message, exc.status))
             raise
+        finally:
+            lag.done(watch)  # (once: a second call changes nothing)
         attempts.append(Attempt(t_send, turn.t_end or perf_counter_ns(), None, resp.status_code))
         timing = CallTiming(
             t_send=t_send,
@@ -257,6 +263,8 @@ class OpenAIClient:
             t_end=turn.t_end,
             chunks=turn.chunks,
             build_ns=build_ns,
+            lag_max_ns=watch.max_ns,
+            error_bound_ns=watch.bound_ns,
         )
         text, calls, thought = "".join(turn.text), turn.tool_calls(), "".join(turn.reasoning_text)
         return ModelResponse(

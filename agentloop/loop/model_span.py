@@ -14,7 +14,7 @@ import orjson
 from agentloop.config.tiers import Tier
 from agentloop.errors import ModelError
 from agentloop.model import prices
-from agentloop.model.timing import call_metrics, seconds
+from agentloop.model.timing import CallMetrics, call_metrics, seconds, under_load
 from agentloop.trace import attrs as A
 from agentloop.trace.tracer import Tracer
 from agentloop.types import Attempt, Message, ModelResponse
@@ -80,10 +80,25 @@ def dialect_attrs(resp: ModelResponse) -> dict[str, Any]:
     return out
 
 
+def lateness_attrs(resp: ModelResponse, m: CallMetrics) -> dict[str, Any]:
+    """Model-span keys of the client's own lateness while the call ran (``timing_error_s``,
+    ``loop_lag_max_s``, ``timing_under_load``): present only when the client measured it."""
+    t = resp.timing
+    if t.error_bound_ns is None:
+        return {}
+    bound = t.error_bound_ns / 1e9
+    return {
+        A.TIMING_ERROR_S: bound,
+        A.LOOP_LAG_MAX_S: (t.lag_max_ns or 0) / 1e9,
+        A.TIMING_UNDER_LOAD: under_load(bound, m.decode_s, m.call_s),
+    }
+
+
 def model_attrs(resp: ModelResponse, tracer: Tracer, tier: Tier, step: int) -> dict[str, Any]:
     """The end attributes of a model span (docs/design.md), from a client's response."""
     t, u = resp.timing, resp.usage
     rel = tracer.rel
+    metrics = call_metrics(t, u)
     return {
         A.STEP: step,
         A.TIER: tier.name,
@@ -115,7 +130,8 @@ def model_attrs(resp: ModelResponse, tracer: Tracer, tier: Tier, step: int) -> d
                 strict=True,
             )
         ),
-        **call_metrics(t, u).as_dict(),  # ttfb_s, ttft_s, ... (agentloop.model.timing)
+        **metrics.as_dict(),  # ttfb_s, ttft_s, ... (agentloop.model.timing)
+        **lateness_attrs(resp, metrics),
         **attempts_attrs(resp.attempts, tracer),
         A.OUTPUT: {
             A.OUTPUT_TEXT: resp.text,

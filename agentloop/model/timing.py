@@ -76,6 +76,24 @@ def call_metrics(t: CallTiming, u: Usage) -> CallMetrics:
     )
 
 
+# a call is "measured under load" when its timing error bound (the client's own lateness,
+# agentloop.clients._lag) passes this fraction of its decode time (of the whole call when it
+# streamed fewer than two visible tokens): its output_tps may then be off by more than that
+LATE_FRACTION = 0.02
+
+
+def under_load(error_bound_s: float, decode_s: float | None, call_s: float | None) -> bool:
+    """Whether a call's timing error bound passes :data:`LATE_FRACTION` of what it measures."""
+    span = decode_s if decode_s else call_s
+    return bool(span) and error_bound_s > LATE_FRACTION * span  # type: ignore[operator]
+
+
+def late_fraction(error_bound_s: float, decode_s: float | None, call_s: float | None) -> float:
+    """The bound as a fraction of what :func:`under_load` compares it to (0 when unknown)."""
+    span = decode_s if decode_s else call_s
+    return error_bound_s / span if span else 0.0
+
+
 class SplitNs(NamedTuple):
     """The successful attempt's time split in integer ns (they add up to ``t_end - t_send``
     when every instant is there), and the output speed the split used."""

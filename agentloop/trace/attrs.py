@@ -35,6 +35,11 @@ COST_USD: Final = "cost_usd"  # the call's cost at the tier's prices (agentloop.
 # only when they apply
 USAGE_ESTIMATED: Final = "usage_estimated"  # true: agentloop counted tokens the server did not
 SERVER_TIMINGS: Final = "server_timings"  # the server's own timing object (llama.cpp), as sent
+# the client's own lateness while the call ran (agentloop.clients._lag); absent: not measured
+# (a scripted or replayed call, or a trace written before issue 28)
+TIMING_ERROR_S: Final = "timing_error_s"  # bound on every duration of the call, either way
+LOOP_LAG_MAX_S: Final = "loop_lag_max_s"  # the largest event-loop lag seen while it ran
+TIMING_UNDER_LOAD: Final = "timing_under_load"  # true: the bound passed LATE_FRACTION of it
 CONTEXT_ESTIMATED_TOKENS: Final = "context.estimated_tokens"  # the request's estimate, trimmed
 CONTEXT_TRIMMED: Final = "context.trimmed"  # [{TRIM_KEYS}]: tool outputs dropped before the call
 

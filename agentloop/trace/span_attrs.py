@@ -22,6 +22,7 @@ from agentloop.trace.fields import (
     Where,
     int_,
     json_kind,
+    num,
     obj,
     opt_instant,
     opt_int,
@@ -90,6 +91,9 @@ class ModelAttrs(NamedTuple):
     attempts: tuple[Attempt, ...]
     wait_ns: int
     output: ModelOutput | None
+    # the client's own lateness (issue 28): None / False in a trace that did not measure it
+    timing_error_s: float | None = None
+    under_load: bool = False
 
     @property
     def visible_tokens(self) -> int:
@@ -292,8 +296,33 @@ def _model_attrs_fast(attrs: Mapping[str, Any]) -> ModelAttrs | None:
             tuple(attempts),
             wait,
             _new(ModelOutput, (text, rt, tuple(tcs))),
+            *_lateness_fast(attrs),
         ),
     )
+
+
+_NUM = frozenset({int, float})
+
+
+def _lateness_fast(attrs: Mapping[str, Any]) -> tuple[float | None, bool]:
+    """``(timing_error_s, under_load)`` of the writer's shape; TypeError (so: the detailed
+    checks) on anything else."""
+    bound, late = attrs.get(A.TIMING_ERROR_S), attrs.get(A.TIMING_UNDER_LOAD, False)
+    if bound is None:
+        return None, late is True
+    if type(bound) not in _NUM or not 0 <= bound < float("inf") or type(late) is not bool:
+        raise TypeError(A.TIMING_ERROR_S)
+    return float(bound), late
+
+
+def _lateness_checked(attrs: Mapping[str, Any], w: Where) -> tuple[float | None, bool]:
+    bound = None
+    if attrs.get(A.TIMING_ERROR_S) is not None:
+        bound = num(w, attrs, A.TIMING_ERROR_S, f"attrs.{A.TIMING_ERROR_S}")
+    late = attrs.get(A.TIMING_UNDER_LOAD, False)
+    if late is not None and type(late) is not bool:
+        w.fail(f"attrs.{A.TIMING_UNDER_LOAD}", f"must be true or false, not {json_kind(late)}")
+    return bound, late is True
 
 
 def _model_attrs_checked(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
@@ -338,6 +367,7 @@ def _model_attrs_checked(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
         _attempts(w, attrs.get(A.ATTEMPTS)),
         int_(w, attrs, A.WAIT_NS, f"attrs.{A.WAIT_NS}"),
         _output(w, attrs.get(A.OUTPUT)),
+        *_lateness_checked(attrs, w),
     )
 
 
