@@ -18,8 +18,10 @@ from agentloop.analysis.synthetic import (
     StepSpec,
     TraceBuilder,
     agent_lines,
+    fanout_run,
     model_attrs,
     sequential_run,
+    tier_record,
 )
 from agentloop.analysis.whatif import Scenario, whatif
 from agentloop.config.tiers import SpeedProfile
@@ -102,6 +104,12 @@ SHAPES: dict[str, Callable[[], Trace]] = {
     ).trace(),
     "changes hands": lambda: side_by_side(("m", "t")),
     "tie": lambda: side_by_side(("t", "m"), tool_s=3),
+    "sub-agents": lambda: fanout_run([4, 1, 2, 1, 1], rounds=2).trace(),
+    "sub-agents, tiers": lambda: fanout_run(
+        [3, 1],
+        tiers=[tier_record("a", output_tps=50), tier_record("b", output_tps=500)],
+        sub_tier="b",
+    ).trace(),
     "killed": killed,
     "failed for good": failed_for_good,
     "odd edges": odd_edges,

@@ -15,6 +15,7 @@ import math
 from collections.abc import Iterable
 from operator import not_
 
+from agentloop.analysis.agents import step_text
 from agentloop.analysis.attribution import (
     FRAMEWORK,
     IN_FLIGHT,
@@ -24,6 +25,7 @@ from agentloop.analysis.attribution import (
 )
 from agentloop.analysis.flat import Graph
 from agentloop.analysis.passes import chase, critical_path
+from agentloop.trace import attrs as A
 from agentloop.trace.attrs import STEP
 
 MODEL_CATS = frozenset(MODEL_PARTS)
@@ -180,7 +182,11 @@ def step_labels(g: Graph, ids: list[int]) -> list[str]:
     return [
         "run"
         if i < 0
-        else str(n)
+        else (
+            str(n)
+            if A.GEN_AI_AGENT_NAME not in (a := spans[i].start_attrs)
+            else step_text(a, names[i])
+        )
         if (n := spans[i].start_attrs.get(STEP)) is not None
         else names[i]
         for i in ids

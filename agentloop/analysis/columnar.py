@@ -21,8 +21,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from agentloop.analysis.agents import step_text
 from agentloop.analysis.flat import Graph
-from agentloop.trace.attrs import STEP
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -124,11 +124,7 @@ def columns_of(g: Graph) -> Columns:
         statuses=pa.array([s.status for s in spans], pa.string()).dictionary_encode(),
         step_label=pa.array(
             [
-                None
-                if k != "step"
-                else str(v)
-                if (v := s.start_attrs.get(STEP)) is not None
-                else s.name
+                None if k != "step" else step_text(s.start_attrs, s.name)
                 for s, k in zip(spans, kinds, strict=True)
             ],
             pa.string(),

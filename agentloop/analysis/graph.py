@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from operator import sub
 from pathlib import Path
 
+from agentloop.analysis.agents import call_tier, recorded_tiers
 from agentloop.analysis.attribution import model_parts
 from agentloop.analysis.flat import Closing, Graph, interleave, link_roots
 from agentloop.analysis.passes import critical_path, retime, retime_pair
@@ -162,6 +163,14 @@ def _build(trace: Trace) -> Graph:
         for i, k in enumerate(kinds)
         if k == "model" and not in_flight[i] and i not in kids
     }
+    tiers = recorded_tiers(trace)
+    if len(tiers) > 1:  # issue 23: a call's fallback speed is its own tier's
+        for i in models:
+            prof = tiers[call_tier(trace, spans[i].attrs, tiers)].profile
+            own = 0.0 if prof is None else prof.output_tps
+            if own != tps:
+                s = spans[i]
+                models[i] = model_parts(s.model, t1[i] - t0[i], own, s.status == "error")
     # a tool span opens once the max_parallel_tools bound lets it: that wait is in its start gap
     queue = [
         0 if s.tool is None else max(0, min(s.tool.queued_ns, g))

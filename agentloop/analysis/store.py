@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from agentloop._version import __version__
 from agentloop.analysis.columnar import PART_COLUMNS, Columns, columns_of
 
-CACHE_VERSION = "2"
+CACHE_VERSION = "3"  # 3: a sub-run step's label names its agent (issue 23)
 CACHE_DIR = ".agentloop-cache"
 COLUMNAR_BYTES = 4 << 20  # traces from this size on are analysed on columns (about 10,000 spans)
 _EDGE = 64 * 1024  # bytes of the source's head and tail in its digest

@@ -1,0 +1,97 @@
+"""Which agent, invocation and tier each span of a recorded run belongs to (issue 23).
+
+A sub-agent call is a tool span holding an ``agent`` span; every step, model and tool span of
+the sub-run carries the agent's name, invocation and depth as start attributes
+(:mod:`agentloop.trace.attrs`). A span without them is the main agent's (invocation 1, depth
+0), so a trace written before sub-agents reads as one agent. A model span's tier is its ``tier``
+end attribute when the header lists that tier, else the header's ``tier`` (the main agent's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from agentloop.analysis.flat import Graph
+from agentloop.config.routing import CallKey
+from agentloop.trace import attrs as A
+from agentloop.trace.header import TierInfo, parse_header
+from agentloop.trace.reader import Trace
+
+
+class Who(NamedTuple):
+    """The agent a span belongs to: its name, which invocation of it, how deep."""
+
+    agent: str
+    invocation: int
+    depth: int
+
+
+MAIN = Who(A.MAIN_AGENT, 1, 0)
+
+
+def who(start_attrs: Mapping[str, Any]) -> Who:
+    """The agent of a span from its start attributes (none: the main agent)."""
+    name = start_attrs.get(A.GEN_AI_AGENT_NAME)
+    if not isinstance(name, str) or not name:
+        return MAIN
+    inv, depth = start_attrs.get(A.AGENT_INVOCATION), start_attrs.get(A.AGENT_DEPTH)
+    return Who(
+        name,
+        inv if type(inv) is int else 1,
+        depth if type(depth) is int else 1,
+    )
+
+
+def step_text(start_attrs: Mapping[str, Any], name: str) -> str:
+    """A step span's label: its step number for the main agent ("3"), the agent, invocation
+    and step for a sub-run's ("logs#2:3"), its name when it has no number."""
+    n = start_attrs.get(A.STEP)
+    if n is None:
+        return name
+    w = who(start_attrs)
+    return str(n) if w.agent == A.MAIN_AGENT else f"{w.agent}#{w.invocation}:{n}"
+
+
+def recorded_tiers(trace: Trace) -> dict[str, TierInfo]:
+    """Every tier the run's header lists (``tiers``; an older trace: its one ``tier``), by name."""
+    run = trace.run
+    listed: tuple[TierInfo, ...] | None = getattr(run, "all_tiers", None)
+    if listed is None:  # a reader without RunHeader.tiers: check each entry as the header's tier
+        raw = run.raw.get("tiers")
+        entries = raw if isinstance(raw, list) and raw else [run.raw.get("tier")]
+        listed = tuple(parse_header({**run.raw, "tier": t}, trace.path).tier for t in entries)
+    return {t.name: t for t in listed}
+
+
+def call_tier(trace: Trace, span_attrs: Mapping[str, Any], tiers: Mapping[str, TierInfo]) -> str:
+    """The tier one model call used: its ``tier`` end attribute if the header lists it, else
+    the header's main tier (an older trace names only that one)."""
+    t = span_attrs.get(A.TIER)
+    return t if isinstance(t, str) and t in tiers else trace.run.tier.name
+
+
+class Call(NamedTuple):
+    """One re-timable model call of a graph: its span index, key (agent, invocation, step),
+    the tier it used, and its agent's depth."""
+
+    span: int
+    key: CallKey
+    tier: str
+    depth: int
+
+
+def calls(g: Graph) -> list[Call]:
+    """The graph's re-timable model calls (``g.models``), in index order."""
+    tiers = recorded_tiers(g.trace)
+    out = []
+    for i in g.models:
+        s = g.spans[i]
+        w = who(s.start_attrs)
+        step = s.step or (s.model.step if s.model is not None else None) or 0
+        out.append(
+            Call(
+                i, CallKey(w.agent, w.invocation, step), call_tier(g.trace, s.attrs, tiers), w.depth
+            )
+        )
+    return out

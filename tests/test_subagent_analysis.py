@@ -1,0 +1,96 @@
+"""Sub-agents in the analysis: the tree re-times, the critical path runs through the longest."""
+
+from __future__ import annotations
+
+from agentloop.analysis.agents import calls
+from agentloop.analysis.graph import build_graph, critical_path, retime
+from agentloop.analysis.report import build_report
+from agentloop.analysis.synthetic import fanout_run, tier_record
+from agentloop.analysis.whatif import Scenario, durations, new_parts
+from agentloop.config.tiers import SpeedProfile
+from agentloop.trace import attrs as A
+
+TIERS = [
+    tier_record("std", output_tps=60, prices=(1.25, 0.125, 10.0)),
+    tier_record("fast", output_tps=600, prices=(2.5, 0.25, 20.0)),
+]
+
+
+def test_the_sub_agents_overlap_and_the_critical_path_runs_through_the_longest():
+    """Five sub-agents of one turn overlap in time; the path passes the longest one's calls only."""
+    g = build_graph(fanout_run([4, 1, 2, 1, 1], tiers=TIERS).trace())
+    agents = {
+        g.spans[i].start_attrs[A.GEN_AI_AGENT_NAME]: (g.t0[i], g.t1[i])
+        for i in range(len(g))
+        if g.kinds[i] == "agent"
+    }
+    assert sorted(agents) == ["w0", "w1", "w2", "w3", "w4"]
+    latest_start = max(t0 for t0, _ in agents.values())
+    assert all(t1 > latest_start for _, t1 in agents.values())  # all open at once
+    on_path = {
+        g.spans[i].start_attrs.get(A.GEN_AI_AGENT_NAME, "main")
+        for i, _, gap in critical_path(g, g.t0, g.t1, g.end_ns)
+        if i >= 0 and not gap and g.kinds[i] == "model"
+    }
+    assert on_path == {"main", "w0"}
+
+
+def test_a_tool_span_holding_a_sub_agent_ends_when_its_sub_run_does():
+    """Halving the long sub-run's model durations moves its tool span's end (and the run's),
+    keeping the recorded gap; the short sub-runs' tools stay as they were."""
+    g = build_graph(fanout_run([4, 1], tiers=TIERS).trace())
+    dur = g.durations()
+    long_calls = [c.span for c in calls(g) if c.key.agent == "w0"]
+    for i in long_calls:
+        dur[i] //= 2
+    S, E, end = retime(g, dur)
+    tool = {
+        g.names[i].removeprefix("execute_tool "): i
+        for i in range(len(g))
+        if g.kinds[i] == "tool" and i in g.children
+    }
+    agent_of = {g.parent[i]: i for i in range(len(g)) if g.kinds[i] == "agent"}
+    w0, w1 = tool["w0"], tool["w1"]
+    saved = sum(g.recorded_dur[i] - dur[i] for i in long_calls)
+    assert E[w0] == g.t1[w0] - saved
+    assert E[w0] - E[agent_of[w0]] == g.t1[w0] - g.t1[agent_of[w0]]
+    assert (S[w1], E[w1]) == (g.t0[w1], g.t1[w1])
+    assert end == g.end_ns - saved
+
+
+def test_calls_know_their_agent_invocation_step_and_tier():
+    """Every model call is keyed by (agent, invocation, step) and names the tier it used."""
+    g = build_graph(fanout_run([2, 1], rounds=2, tiers=TIERS, sub_tier="fast").trace())
+    keys = {(c.key.agent, c.key.invocation, c.key.step): (c.tier, c.depth) for c in calls(g)}
+    assert keys[("main", 1, 1)] == ("std", 0)
+    assert keys[("main", 1, 3)] == ("std", 0)
+    assert keys[("w0", 2, 3)] == ("fast", 1)
+    assert keys[("w1", 2, 2)] == ("fast", 1)
+    assert len(keys) == len(g.models) == 3 + 2 * (3 + 2)
+
+
+def test_sub_run_steps_are_labelled_by_their_agent():
+    """The report's step rows name a sub-run's steps agent#invocation:step, the lead's by number."""
+    r = build_report(build_graph(fanout_run([2, 1], tiers=TIERS).trace()))
+    labels = [s.step for s in r.steps]  # in start order: the two sub-runs interleave
+    assert (labels[0], labels[-1]) == ("1", "2")
+    assert sorted(labels[1:-1]) == ["w0#1:1", "w0#1:2", "w0#1:3", "w1#1:1", "w1#1:2"]
+
+
+def test_an_old_single_tier_trace_keys_every_call_as_the_main_agent():
+    """A trace without agent attributes or a tier list: every call is main's, on header.tier."""
+    from agentloop.analysis.synthetic import StepSpec, sequential_run
+
+    g = build_graph(sequential_run([StepSpec(10**8), StepSpec(10**8)]).trace())
+    assert [(c.key.agent, c.key.invocation, c.key.step, c.tier) for c in calls(g)] == [
+        ("main", 1, 1, "sim-standard"),
+        ("main", 1, 2, "sim-standard"),
+    ]
+
+
+def test_the_fast_tier_what_if_of_a_fan_out_re_times_every_sub_run():
+    """On a 10x faster tier every sub-run's calls shrink and the run ends sooner."""
+    g = build_graph(fanout_run([3, 1, 1], tiers=TIERS).trace())
+    sc = Scenario.tier("fast", SpeedProfile(0.3, 20000, 600))
+    end = retime(g, durations(g, new_parts(g, sc)))[2]
+    assert end < g.end_ns
