@@ -10,12 +10,13 @@ import contextlib
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 from agentloop.config import shipped
+from agentloop.config.routing import Routing
 from agentloop.config.tasks import Task, load_task
 from agentloop.config.tiers import Tier, get_tier, load_tiers
 from agentloop.errors import ConfigError
@@ -91,6 +92,7 @@ class RunConfig:
     otlp: str | None = None
     unconfined: bool = False
     suite: SuiteScope | None = None
+    routing: Routing | None = None  # over the task's routing: (agent, call) -> tier
 
 
 class RunOptions(TypedDict, total=False):
@@ -112,6 +114,7 @@ class RunOptions(TypedDict, total=False):
     otlp: str | None
     unconfined: bool
     suite: SuiteScope | None
+    routing: Routing | None
 
 
 def configure(config: RunConfig | None = None, **options: Unpack[RunOptions]) -> RunConfig:
@@ -205,6 +208,65 @@ async def model_client(
             await sdk.close()
 
 
+def _pairs(plan: RunPlan) -> list[tuple[str, Tier, tuple[ScriptTurn, ...]]]:
+    """Each (agent, tier) a run with sub-agents or routing may call, with that agent's turns."""
+    out = []
+    agents = [("main", plan.tier.name, plan.task.script)] + [
+        (a.name, a.tier or plan.tier.name, a.script) for a in plan.task.agents
+    ]
+    for name, default, script in agents:
+        names = {default} | {t for k, t in plan.routing.calls.items() if k.agent == name}
+        names.add(plan.routing.agents.get(name, default))
+        out += [(name, plan.tiers[t], script) for t in sorted(names) if t in plan.tiers]
+    return out
+
+
+async def _tree_clients(
+    stack: contextlib.AsyncExitStack,
+    plan: RunPlan,
+    config: RunConfig,
+    open_model: ModelOpener,
+    work: Path,
+) -> dict[tuple[str, str], ModelClient]:
+    """A client per (agent, tier) of a run with sub-agents or routing (the main agent's own
+    client on its own tier aside): each simulated pair a route of its own, with that agent's
+    script and that tier's profile (a suite's routes when in a suite, else one simulator for
+    the run); a real tier one client for every agent."""
+    if not plan.tiers or config.client is not None:
+        return {}
+    from agentloop.clients.openai_client import OpenAIClient
+
+    out: dict[tuple[str, str], ModelClient] = {}
+    real: dict[str, ModelClient] = {}
+    sim: Any = None
+    for agent, tier, script in _pairs(plan):
+        if agent == "main" and tier.name == plan.tier.name:
+            continue  # the run's own client
+        turns = _substitute(script, work)
+        if not tier.simulated:
+            if tier.name not in real:
+                real[tier.name] = await stack.enter_async_context(open_model(tier, None))
+            out[(agent, tier.name)] = real[tier.name]
+        elif config.suite is not None and config.suite.models is not None:
+            out[(agent, tier.name)] = await stack.enter_async_context(open_model(tier, turns))
+        else:
+            import openai
+
+            from agentloop.sim import SimServer
+
+            if tier.profile is None:
+                raise ConfigError(f"tier '{tier.name}' is simulated but has no speed profile")
+            if sim is None:
+                sim = await stack.enter_async_context(SimServer(profile=tier.profile))
+            route = await stack.enter_async_context(sim.route(tier.profile, turns or None))
+            sdk = openai.AsyncOpenAI(base_url=route.base_url, api_key="sim", max_retries=0)
+            client = OpenAIClient(tier, client=sdk)
+            stack.push_async_callback(sdk.close)
+            stack.push_async_callback(client.aclose)
+            out[(agent, tier.name)] = client
+    return out
+
+
 def trace_path_for(trace_dir: Path, task: Task, tier: Tier, run_id: str) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", task.name)
@@ -213,12 +275,53 @@ def trace_path_for(trace_dir: Path, task: Task, tier: Tier, run_id: str) -> Path
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What a run will be, known before it starts: task (limits applied), tier, id, trace path."""
+    """What a run will be, known before it starts: task (limits applied), tier, id, trace path;
+    for a run with sub-agents or routing, every tier it may use (main's first) and its routing."""
 
     task: Task
     tier: Tier
     run_id: str
     trace_path: Path
+    tiers: dict[str, Tier] = field(default_factory=dict)  # {}: the one tier ``tier``
+    routing: Routing = field(default_factory=Routing)
+
+
+def resolve_routing(
+    task: Task, tier: Tier, config: RunConfig
+) -> tuple[Tier, dict[str, Tier], Routing]:
+    """The main agent's tier, every tier the run may use (main's first) and the routing:
+    ``config.routing`` (a plan, ``--route``) over the task's ``routing:`` over the tier asked
+    for. An unknown agent or tier, or a plan for another task, raises ConfigError."""
+    routing = Routing(agents=task.routing)
+    given = config.routing
+    if given is not None:
+        if given.task is not None and given.task != task.name:
+            raise ConfigError(
+                f"routing plan, field 'task': the plan is for task '{given.task}', "
+                f"not '{task.name}' (compute one from a trace of '{task.name}')"
+            )
+        routing = routing.over(given)
+    if not routing and not task.agents:
+        return tier, {}, routing
+    known = load_tiers(Path(config.tiers_file) if config.tiers_file else None, extra=task.tiers)
+    known[tier.name] = tier
+    agents = {a.name for a in task.agents}
+    if task.routing:
+        Routing(agents=task.routing).check(agents, set(known), task.source or task.name)
+    if given is not None:
+        given.check(agents, set(known), "routing plan")
+    main = known[routing.agents.get("main", tier.name)]
+    used = {main.name: main}
+    for i, agent in enumerate(task.agents):
+        if agent.tier is not None and agent.tier not in known:
+            raise ConfigError(
+                f"{task.source or task.name}: field 'agents[{i}].tier': unknown tier "
+                f"'{agent.tier}' (known tiers: {', '.join(sorted(known))})"
+            )
+        used.setdefault(agent.tier or main.name, known[agent.tier or main.name])
+    for name in sorted(routing.tiers()):
+        used.setdefault(name, known[name])
+    return main, used, routing
 
 
 def plan_run(task: Task | str | Path, config: RunConfig | None = None) -> RunPlan:
@@ -249,9 +352,10 @@ def plan_run(task: Task | str | Path, config: RunConfig | None = None) -> RunPla
             ),
         )
     the_tier = resolve_tier(task, config.tier, config.tiers_file)
+    the_tier, tiers, routing = resolve_routing(task, the_tier, config)
     run_id = config.run_id or uuid.uuid4().hex[:12]
     trace = trace_path_for(Path(config.trace_dir), task, the_tier, run_id)
-    return RunPlan(task, the_tier, run_id, trace)
+    return RunPlan(task, the_tier, run_id, trace, tiers, routing)
 
 
 async def run_task(
@@ -348,6 +452,7 @@ async def _execute_in_env(plan: RunPlan, config: RunConfig) -> RunResult:
                 if config.client is not None
                 else await stack.enter_async_context(open_model(plan.tier, turns))
             )
+            clients = await _tree_clients(stack, plan, config, open_model, work)
             # the trace and the run's clock start once the client is ready: simulator start-up
             # is not the run's time
             sink = Pipeline(
@@ -366,6 +471,9 @@ async def _execute_in_env(plan: RunPlan, config: RunConfig) -> RunResult:
                 observer=config.observer,
                 check=check,
                 events=config.events,
+                routing=plan.routing,
+                tiers=plan.tiers or None,
+                clients=clients,
             )
             result = await runner.run()
     finally:  # the jail closes (nothing the run started survives), the copy goes unless kept

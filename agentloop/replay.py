@@ -215,6 +215,12 @@ async def replay(
     """
     base = api.configure(config, **options)
     trace = load_trace(trace_path)
+    if trace.of_kind("agent") or trace.run.agents:
+        raise TraceFileError(
+            f"{trace_path}: the run had sub-agents (field 'agents'); replaying a tree of agents "
+            "is not supported yet. Re-run its task instead: agentloop run "
+            f"{trace.run.task.source or trace.run.task.name} (--route/--routing for its tiers)"
+        )
     turns = recorded_turns(trace)
     if not turns:
         raise TraceFileError(f"{trace_path}: no finished model turn to replay")

@@ -31,6 +31,7 @@ BROKEN_BEFORE = {
     "slow-query": ("run", "plan: SCAN orders"),
     "intrusion": ("run", "backup@build-7"),
     "status-page": ("browser_text", "search: Operational"),  # the lie, as rendered by Chromium
+    "fleet-triage": ("run", "FLEET DEGRADED"),  # the fleet check, before the pool is fixed
 }
 
 # The indicators the intrusion playbook plants; its final answer must name every one.

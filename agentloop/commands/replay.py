@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentloop.commands._args import positive_int
+from agentloop.commands._args import add_routing, positive_int, routing_from
 from agentloop.commands.progress import Progress
 from agentloop.commands.run import cancellable_on_sigterm, print_summary
 from agentloop.config.tiers import load_tiers
@@ -27,6 +27,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("trace", type=Path, help="trace file (JSONL)")
     p.add_argument("--tier", help="tier to replay at (default: the recorded tier)")
+    add_routing(p)
     p.add_argument(
         "--tiers",
         dest="tiers_file",
@@ -66,6 +67,7 @@ async def main(args: argparse.Namespace) -> int:
             config=RunConfig(
                 tier=args.tier,
                 tiers_file=args.tiers_file,
+                routing=routing_from(args),
                 trace_dir=args.trace_dir,
                 events=Progress(out, args.quiet),
             ),

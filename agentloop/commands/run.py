@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from agentloop import api
-from agentloop.commands._args import positive_float, positive_int
+from agentloop.commands._args import add_routing, positive_float, positive_int, routing_from
 from agentloop.commands.progress import Progress
 from agentloop.config.tiers import Tier, load_tiers
 from agentloop.log import configure
@@ -37,6 +37,7 @@ def register(sub: Any) -> None:
         help="task file (YAML), or the name of a shipped task (`agentloop tasks` lists them)",
     )
     p.add_argument("--tier", help="model tier (default: the task's, else sim-standard)")
+    add_routing(p)
     p.add_argument(
         "--tiers",
         dest="tiers_file",
@@ -102,6 +103,7 @@ async def main(args: argparse.Namespace) -> int:
                 keep_workspace=args.keep_workspace,
                 otlp=args.otlp,
                 unconfined=args.unconfined,
+                routing=routing_from(args, task.name),
             ),
         )
     )

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agentloop.commands._args import add_routing, routing_from
 from agentloop.commands.report import emit_json
 from agentloop.config.shipped import find_suite_or_task, looks_like_name
 from agentloop.suite.report import render_suite, suite_json
@@ -34,6 +35,7 @@ def register(sub: Any) -> None:
         help="task files or folders, or a shipped suite or task by name (hle, gdpval, ...)",
     )
     p.add_argument("--tier", help="model tier for every task (default: each task's own)")
+    add_routing(p)
     p.add_argument("--tiers", dest="tiers_file", type=Path, help="tiers file (default tiers.toml)")
     p.add_argument(
         "--concurrency", type=int, default=8, metavar="N", help="runs at once (default 8)"
@@ -93,6 +95,7 @@ async def main(args: argparse.Namespace) -> int:
         out,
         tier=args.tier,
         tiers_file=args.tiers_file,
+        routing=routing_from(args),
         concurrency=args.concurrency,
         repeat=args.repeat,
         max_steps=args.max_steps,

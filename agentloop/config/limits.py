@@ -21,6 +21,7 @@ class Limits:
     max_parallel_tools: int = 4
     tool_timeout_s: float = 120.0
     max_cost_usd: float | None = None  # USD at the tier's prices (agentloop/model/prices.py)
+    max_agent_depth: int = 3  # how deep sub-agents may call sub-agents (the task file checks)
 
     def record(self) -> LimitsRecord:
         """The limits as a trace header records them."""

@@ -14,6 +14,7 @@ from agentloop.config.limits import Limits as Limits
 from agentloop.config.tiers import Tier, parse_tiers
 from agentloop.errors import TaskFileError, TierFileError
 from agentloop.script import ScriptTurn
+from agentloop.trace.attrs import MAIN_AGENT
 
 
 class _ToolCallModel(BaseModel):
@@ -79,6 +80,7 @@ class _LimitsModel(BaseModel):
     max_parallel_tools: int = Field(default=_DEFAULT.max_parallel_tools, gt=0)
     tool_timeout_s: float = Field(default=_DEFAULT.tool_timeout_s, gt=0)
     max_cost_usd: float | None = Field(default=_DEFAULT.max_cost_usd, gt=0)
+    max_agent_depth: int = Field(default=_DEFAULT.max_agent_depth, gt=0)
 
 
 LimitsModel = _LimitsModel  # the limits' validation, shared with the service's run requests
@@ -88,6 +90,25 @@ class _SuccessModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     command: str | None = None
     expect_text: str | None = None
+
+
+class _AgentModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+    description: str = Field(min_length=1)
+    system: str = "You are a careful engineer. Use the tools to do the task, then say what you did."
+    prompt: str = "{input}"  # the caller's input goes where {input} is
+    tools: list[str] = Field(default_factory=list)
+    agents: list[str] = Field(default_factory=list)  # the sub-agents this one may call
+    tier: str | None = None  # default: the main agent's tier
+    limits: _LimitsModel = Field(default_factory=_LimitsModel)
+    finish_tool: bool = True
+    script: list[_TurnModel] = Field(default_factory=list)  # the turns of every invocation
+
+    @field_validator("tools", "agents", mode="before")
+    @classmethod
+    def _listify(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
 
 
 class _TaskModel(BaseModel):
@@ -108,11 +129,35 @@ class _TaskModel(BaseModel):
     tiers: dict[str, Any] = Field(default_factory=dict)
     success: _SuccessModel = Field(default_factory=_SuccessModel)
     script: list[_TurnModel] = Field(default_factory=list)
+    agents: list[_AgentModel] = Field(default_factory=list)  # sub-agents, called as tools
+    routing: dict[str, str] = Field(default_factory=dict)  # agent ("main": the top) -> tier
 
     @field_validator("setup", "requirements", "tools", "allow_hosts", mode="before")
     @classmethod
     def _listify(cls, v: Any) -> Any:
         return [v] if isinstance(v, str) else v
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A sub-agent: the caller sees a tool ``name`` (one ``input`` string argument); calling it
+    runs a loop of its own with ``system``, ``prompt`` (``{input}`` filled in), ``tools``
+    (built-in tools), the sub-agents it may call (``agents``) and its own ``limits``."""
+
+    name: str
+    description: str
+    system: str
+    prompt: str
+    tools: tuple[str, ...] = ()
+    agents: tuple[str, ...] = ()
+    tier: str | None = None
+    limits: Limits = field(default_factory=Limits)
+    finish_tool: bool = True
+    script: tuple[ScriptTurn, ...] = ()
+
+    def render(self, text: str) -> str:
+        """The prompt with the caller's input in place of ``{input}`` (nothing else expands)."""
+        return self.prompt.replace("{input}", text)
 
 
 @dataclass(frozen=True)
@@ -137,6 +182,11 @@ class Task:
     success_command: str | None = None
     success_text: str | None = None
     script: tuple[ScriptTurn, ...] = ()
+    agents: tuple[Agent, ...] = ()  # sub-agents; the main agent calls those its tools name
+    routing: dict[str, str] = field(default_factory=dict)  # agent name ("main") -> tier name
+
+    def agent(self, name: str) -> Agent | None:
+        return next((a for a in self.agents if a.name == name), None)
 
 
 def _node_at(root: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[yaml.Node | None, bool]:
@@ -208,7 +258,8 @@ def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Ta
                 field="workspace",
             )
     if known_tools is not None:
-        _check_tools(m, root, path, known_tools)
+        _check_tools(m, root, path, known_tools | {a.name for a in m.agents})
+    agents = _agents(m, root, path, known_tools)
     try:
         tiers = parse_tiers({"tiers": m.tiers}, path) if m.tiers else {}
     except TierFileError as exc:
@@ -240,7 +291,101 @@ def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Ta
         success_command=m.success.command,
         success_text=m.success.expect_text,
         script=tuple(ScriptTurn.from_dict(t.model_dump()) for t in m.script),
+        agents=agents,
+        routing=dict(m.routing),
     )
+
+
+def _agents(
+    m: _TaskModel, root: yaml.Node | None, path: Path, known_tools: set[str] | None
+) -> tuple[Agent, ...]:
+    """The sub-agents, checked: names unique and not a built-in tool's, tools and sub-agents
+    known, no cycle, no chain deeper than ``limits.max_agent_depth``, routing names known."""
+    names = [a.name for a in m.agents]
+    builtin = known_tools or set()
+
+    def fail(loc: tuple[Any, ...], why: str) -> TaskFileError:
+        return TaskFileError(path, why, line=_key_line(root, loc), field=field_name(loc))
+
+    for i, a in enumerate(m.agents):
+        if a.name in builtin or a.name in (MAIN_AGENT, "finish"):
+            raise fail(("agents", i, "name"), f"agent name '{a.name}' is taken by a tool")
+        if names.index(a.name) != i:
+            raise fail(("agents", i, "name"), f"a second agent named '{a.name}'")
+        for j, t in enumerate(a.tools):
+            if known_tools is not None and t not in known_tools and t not in names:
+                raise fail(("agents", i, "tools", j), f"unknown tool '{t}'")
+        for j, sub in enumerate(a.agents):
+            if sub not in names:
+                raise fail(("agents", i, "agents", j), f"unknown agent '{sub}'")
+    calls = {a.name: [t for t in (*a.tools, *a.agents) if t in names] for a in m.agents}
+    top = [t for t in m.tools if t in names]
+    limit = m.limits.max_agent_depth
+
+    loop = _cycle(calls)
+    if loop:
+        raise fail(
+            ("agents", names.index(loop[0]), "agents"), f"a cycle of agents: {' -> '.join(loop)}"
+        )
+
+    def walk(name: str, chain: tuple[str, ...]) -> None:
+        if len(chain) + 1 > limit:
+            raise fail(
+                ("agents", names.index(name), "name"),
+                f"agent '{name}' is called at depth {len(chain) + 1} "
+                f"({' -> '.join((MAIN_AGENT, *chain, name))}), past limits.max_agent_depth "
+                f"= {limit}",
+            )
+        for sub in calls[name]:
+            walk(sub, (*chain, name))
+
+    for name in top:
+        walk(name, ())
+    known_agents = {MAIN_AGENT, *names}
+    for agent in m.routing:
+        if agent not in known_agents:
+            raise fail(
+                ("routing", agent),
+                f"unknown agent '{agent}' (known: {', '.join(sorted(known_agents))})",
+            )
+    return tuple(
+        Agent(
+            name=a.name,
+            description=a.description,
+            system=a.system,
+            prompt=a.prompt,
+            tools=tuple(t for t in a.tools if t not in names),
+            agents=tuple(dict.fromkeys(calls[a.name])),
+            tier=a.tier,
+            limits=Limits(**a.limits.model_dump()),
+            finish_tool=a.finish_tool,
+            script=tuple(ScriptTurn.from_dict(t.model_dump()) for t in a.script),
+        )
+        for a in m.agents
+    )
+
+
+def _cycle(calls: dict[str, list[str]]) -> list[str] | None:
+    """A loop of agents calling agents (``[a, b, a]``), or None."""
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> list[str] | None:
+        if name in path:
+            return [*path[path.index(name) :], name]
+        if name in done:
+            return None
+        for sub in calls.get(name, []):
+            found = visit(sub, [*path, name])
+            if found:
+                return found
+        done.add(name)
+        return None
+
+    for name in calls:
+        found = visit(name, [])
+        if found:
+            return found
+    return None
 
 
 def _validated(text: str, path: Path) -> tuple[yaml.Node | None, _TaskModel]:

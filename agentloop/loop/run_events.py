@@ -25,8 +25,16 @@ def _seconds(span: Span) -> float:
 class RunEvents:
     """The event stream of run ``run_id``, to ``sink`` (``None``: no events are built)."""
 
-    def __init__(self, sink: EventSink | None, run_id: str, tracer: Tracer, log: Any) -> None:
+    def __init__(
+        self,
+        sink: EventSink | None,
+        run_id: str,
+        tracer: Tracer,
+        log: Any,
+        agent: str | None = None,
+    ) -> None:
         self.sink, self.run_id, self.tracer, self.log = sink, run_id, tracer, log
+        self.agent = agent  # a sub-run's events carry its agent's name (``data["agent"]``)
 
     def wants(self, kind: str) -> bool:
         """Whether the sink takes events of ``kind`` (one that does not costs no work)."""
@@ -36,6 +44,8 @@ class RunEvents:
         if self.sink is None:
             return
         t_s = self.tracer.now() / 1e9
+        if self.agent is not None:
+            data = {**data, "agent": self.agent}
         try:
             self.sink(RunEvent(kind, self.run_id, t_s, data.get("step"), span_id, data))
         except Exception as exc:  # a broken progress display must not end the run

@@ -25,12 +25,14 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentloop._version import __version__
-from agentloop.config.tasks import Task
+from agentloop.config.routing import Routing
+from agentloop.config.tasks import Agent, Task
 from agentloop.config.tiers import Tier
 from agentloop.errors import AgentloopError, ModelError
 from agentloop.events import EventSink, Observer, call_progress, fan_out, observer_sink
@@ -46,6 +48,7 @@ from agentloop.loop.ending import (
 )
 from agentloop.loop.model_span import failed_model_attrs, model_attrs, replayable
 from agentloop.loop.run_events import RunEvents
+from agentloop.loop.subagent import AgentScope, AgentTool, sub_result
 from agentloop.loop.tool_call import CUT_SHORT, FINISH, finish_summary, run_call, tool_attrs
 from agentloop.protocols import ModelClient, Tool
 from agentloop.sandbox.context import RunContext
@@ -74,7 +77,11 @@ class Conversation:
 
 
 class Runner:
-    """Runs one task with one model client and a set of tools, writing spans to ``tracer``."""
+    """Runs one task with a model client per tier and a set of tools, writing spans to ``tracer``.
+
+    A sub-agent's run is a Runner too (``scope`` says which; ``parent`` is its caller): it
+    shares the trace, workspace, jail, clients and the run-wide budgets of its root.
+    """
 
     def __init__(
         self,
@@ -89,9 +96,27 @@ class Runner:
         observer: Observer | None = None,
         check: Callable[[str], Awaitable[dict[str, Any]]] | None = None,
         events: EventSink | None = None,
+        routing: Routing | None = None,
+        tiers: Mapping[str, Tier] | None = None,
+        clients: Mapping[tuple[str, str], ModelClient] | None = None,
+        scope: AgentScope | None = None,
+        parent: Runner | None = None,
     ) -> None:
         self.task, self.client, self.tier, self.tracer, self.ctx = task, client, tier, tracer, ctx
-        self.tools = {name: tools[name] for name in task.tools if name in tools}
+        self.registry = tools
+        self.routing = routing or Routing()
+        self.tiers: Mapping[str, Tier] = tiers or {tier.name: tier}  # every tier, main's first
+        self.clients = clients or {}  # (agent, tier name) -> client; else ``client``
+        self.scope, self.parent = scope, parent
+        self.root: Runner = parent.root if parent is not None else self
+        self.agent_name = scope.name if scope else A.MAIN_AGENT
+        self.span_attrs = scope.span_attrs() if scope else {}
+        self.invocations: Counter[str] = Counter()  # the root's: invocations per agent
+        self.tools: dict[str, Tool] = {name: tools[name] for name in task.tools if name in tools}
+        for name in task.tools:
+            agent = task.agent(name)
+            if agent is not None and name not in tools:
+                self.tools[name] = AgentTool(self, agent)
         self.specs = tuple(t.spec for t in self.tools.values()) + (
             (FINISH,) if task.finish_tool else ()
         )
@@ -99,9 +124,13 @@ class Runner:
         self.log = get_logger("agentloop.loop.runner", run_id=self.run_id)
         # one event stream (agentloop.events); the old observer callback is an adapter over it
         sink = fan_out(events, observer_sink(observer) if observer else None)
-        self.emit = RunEvents(sink, self.run_id, tracer, self.log)
-        self.output_tokens = 0
-        self.cost_usd = 0.0  # at the tier's prices (agentloop/model/prices.py)
+        self.emit = RunEvents(
+            sink, self.run_id, tracer, self.log, agent=scope.name if scope else None
+        )
+        self.output_tokens = 0  # this agent's own
+        self.cost_usd = 0.0  # at each call's tier's prices (agentloop/model/prices.py)
+        # the whole run's, counted across every agent (the root's are the ones that count)
+        self.all_steps, self.all_output_tokens, self.all_cost_usd = 0, 0, 0.0
         self.final_text = ""
         self.check = check
         self.steps = 0
@@ -128,6 +157,7 @@ class Runner:
                 "source": str(self.task.source) if self.task.source else None,
             },
             tier=self.tier.summary(),
+            **self._tree_header(),
             tools=[
                 {"name": s.name, "description": s.description, "parameters": s.parameters}
                 for s in self.specs
@@ -136,6 +166,25 @@ class Runner:
             workspace=str(self.ctx.workspace),
             sandbox=self.ctx.jail.confinement if self.ctx.jail is not None else None,
         )
+
+    def _tree_header(self) -> dict[str, Any]:
+        """The header's ``tiers``, ``agents`` and ``routing``, for a run that has any."""
+        out: dict[str, Any] = {}
+        if len(self.tiers) > 1 or self.task.agents:
+            out["tiers"] = [t.summary() for t in self.tiers.values()]
+        if self.task.agents:
+            out["agents"] = [
+                {
+                    "name": a.name,
+                    "description": a.description,
+                    "tier": a.tier or self.tier.name,
+                    "tools": [*a.tools, *a.agents],
+                }
+                for a in self.task.agents
+            ]
+        if self.routing:
+            out["routing"] = self.routing.as_plan()
+        return out
 
     async def run(self) -> RunResult:
         """Run the loop to its end; ``finally`` writes the end record whatever happens.
@@ -181,7 +230,7 @@ class Runner:
             t=end_t,
             reason=ending.reason,
             steps=self.steps,
-            totals={"output_tokens": self.output_tokens, "elapsed_s": elapsed},
+            totals={"output_tokens": self.all_output_tokens, "elapsed_s": elapsed},
             success=success,
         )
         self.emit.run_end(ending, self.steps, elapsed, success)
@@ -197,7 +246,7 @@ class Runner:
             elapsed,
             success=passed,
             success_detail=str(success.get("detail", "")) if success else "",
-            totals={"output_tokens": self.output_tokens},
+            totals={"output_tokens": self.all_output_tokens},
         )
 
     async def _check(self) -> dict[str, Any]:
@@ -229,16 +278,77 @@ class Runner:
             return ending
 
     async def _loop(self) -> Ending:
-        """Step until a step says how the run ended, or the step limit."""
+        """Step until a step says how the run ended, or the step limit (this agent's own, or
+        the run's across every agent)."""
         conv = Conversation(
             [Message("system", self.task.system), Message("user", self.task.prompt)]
         )
+        root_limit = self.root.task.limits.max_steps
         for step in range(1, self.task.limits.max_steps + 1):
+            if self.root.all_steps >= root_limit:
+                return Ending.limit_reached(
+                    "steps", f"the run's step limit of {root_limit} reached (all agents)"
+                )
             self.steps = step
+            self.root.all_steps += 1
             ending = await self._step(step, conv)
             if ending is not None:
                 return ending
         return Ending.limit_reached("steps", f"step limit of {self.task.limits.max_steps} reached")
+
+    async def invoke(self, agent: Agent, text: str) -> ToolResult:
+        """Run sub-agent ``agent`` on ``text`` (a call of its tool): its answer, or an error
+        result saying how it ended. Cancelling the caller cancels it."""
+        root = self.root
+        root.invocations[agent.name] += 1
+        scope = AgentScope(
+            agent.name, root.invocations[agent.name], (self.scope.depth if self.scope else 0) + 1
+        )
+        task = replace(
+            root.task,
+            name=agent.name,
+            system=agent.system,
+            prompt=agent.render(text),
+            tools=(*agent.tools, *agent.agents),
+            limits=agent.limits,
+            finish_tool=agent.finish_tool,
+            tier=agent.tier or root.tier.name,
+            script=agent.script,
+        )
+        child = Runner(
+            task,
+            self.client,
+            self.registry,
+            root.tiers.get(task.tier or "", root.tier),
+            self.tracer,
+            self.ctx,
+            run_id=root.run_id,
+            events=root.emit.sink,
+            routing=root.routing,
+            tiers=root.tiers,
+            clients=root.clients,
+            scope=scope,
+            parent=self,
+        )
+        return await child._sub_run()
+
+    async def _sub_run(self) -> ToolResult:
+        """This sub-run's loop in its ``agent`` span, under its own wall-time limit."""
+        assert self.scope is not None
+        limit = self.task.limits.timeout_s
+        attrs = {**self.scope.span_attrs(), A.TIER: self.tier.name}
+        async with self.tracer.span("agent", f"invoke_agent {self.scope.name}", **attrs) as span:
+            try:
+                async with asyncio.timeout(limit) as deadline:
+                    ending = await self._loop()
+            except TimeoutError:
+                if not deadline.expired():
+                    raise
+                ending = Ending.limit_reached("timeout", f"wall-time limit of {limit:g} s reached")
+            if ending.status != "ok":
+                span.status = "error"
+                span.set(**{A.ERROR: ending.reason})
+        return sub_result(self.scope.name, ending, self.final_text)
 
     async def _step(self, step: int, conv: Conversation) -> Ending | None:
         """One step: a model call, the limits, the turn's tool calls; None: go on."""
@@ -260,10 +370,14 @@ class Runner:
             return ending or self._finished(resp)
 
     def _over_limit(self) -> Ending | None:
-        """Limits checked after every model call (output tokens, cost)."""
-        limits = self.task.limits
-        return output_token_limit(limits.max_output_tokens, self.output_tokens) or cost_limit(
-            limits.max_cost_usd, self.cost_usd
+        """Limits checked after every model call (output tokens, cost): this agent's own, then
+        the run's across every agent."""
+        limits, run, root = self.task.limits, self.root.task.limits, self.root
+        return (
+            output_token_limit(limits.max_output_tokens, self.output_tokens)
+            or cost_limit(limits.max_cost_usd, self.cost_usd)
+            or output_token_limit(run.max_output_tokens, root.all_output_tokens)
+            or cost_limit(run.max_cost_usd, root.all_cost_usd)
         )
 
     def _finished(self, resp: ModelResponse) -> Ending | None:
@@ -285,7 +399,9 @@ class Runner:
         """The step's span, with its step_start / step_end events (step_end however it ends)."""
         span: Span | None = None
         try:
-            async with self.tracer.span("step", f"step {step}", after=after, step=step) as span:
+            async with self.tracer.span(
+                "step", f"step {step}", after=after, step=step, **self.span_attrs
+            ) as span:
                 self.emit.emit("step_start", span.id, step=step)
                 yield span
         finally:
@@ -301,13 +417,14 @@ class Runner:
         if fit is not None and not fit.fits:  # every tool output trimmed, still too big
             return context_limit(fit.estimated, fit.budget)
         request = ModelRequest(messages=tuple(conv.messages), tools=self.specs, step=step)
+        client, tier = self._route(step)
         async with self.tracer.span(
-            "model", f"chat {self.tier.model}", after=conv.after, step=step
+            "model", f"chat {tier.model}", after=conv.after, step=step, **self.span_attrs
         ) as span:
             self.emit.emit("model_start", span.id, step=step)
             if fit is not None:
                 self._record_fit(span, fit)
-            answer = await self._complete(request, span)
+            answer = await self._complete(request, span, client, tier)
         if isinstance(answer, ModelError):
             self.emit.model_end(span, step, answer)
             return Ending.failed(answer.message)
@@ -315,7 +432,16 @@ class Runner:
         self.emit.model_end(span, step, answer)
         return answer, span.id
 
-    async def _complete(self, request: ModelRequest, span: Span) -> ModelResponse | ModelError:
+    def _route(self, step: int) -> tuple[ModelClient, Tier]:
+        """The client and tier of this agent's model call at ``step`` (the routing's choice)."""
+        invocation = self.scope.invocation if self.scope else 1
+        name = self.routing.tier_for(self.agent_name, invocation, step, self.tier.name)
+        tier = self.tiers.get(name, self.tier)
+        return self.clients.get((self.agent_name, tier.name), self.client), tier
+
+    async def _complete(
+        self, request: ModelRequest, span: Span, client: ModelClient, tier: Tier
+    ) -> ModelResponse | ModelError:
         """The client's answer (or its final failure), set on the open model span; live token
         progress as ``model_progress`` events for a sink that wants them."""
         step = request.step
@@ -325,12 +451,12 @@ class Runner:
 
         try:
             async with call_progress(progress if self.emit.wants("model_progress") else None):
-                resp = await self.client.complete(request)
+                resp = await client.complete(request)
         except ModelError as exc:
-            span.set(**failed_model_attrs(exc, self.tracer, self.tier, step))
+            span.set(**failed_model_attrs(exc, self.tracer, tier, step))
             span.status = "error"
             return exc
-        span.set(**model_attrs(resp, self.tracer, self.tier, step))
+        span.set(**model_attrs(resp, self.tracer, tier, step))
         return resp
 
     def _took(self, resp: ModelResponse, span: Span, conv: Conversation, step: int) -> None:
@@ -340,8 +466,11 @@ class Runner:
         conv.messages.append(replayable(resp.as_message()))
         if resp.text:
             self.final_text = resp.text
+        cost = span.attrs.get(A.COST_USD) or 0.0
         self.output_tokens += resp.usage.output_tokens
-        self.cost_usd += span.attrs.get(A.COST_USD) or 0.0
+        self.cost_usd += cost
+        self.root.all_output_tokens += resp.usage.output_tokens
+        self.root.all_cost_usd += cost
         self.log.debug(
             "model call",
             step=step,
@@ -368,7 +497,11 @@ class Runner:
             async with self._sem:
                 queued = time.perf_counter_ns() - t_q
                 async with self.tracer.span(
-                    "tool", f"execute_tool {call.name}", after=[model_id], step=step
+                    "tool",
+                    f"execute_tool {call.name}",
+                    after=[model_id],
+                    step=step,
+                    **self.span_attrs,
                 ) as span:
                     self.emit.tool_start(span, step, call)
                     res = await self._execute(call, cut)
@@ -386,12 +519,16 @@ class Runner:
     async def _execute(self, call: ToolCall, cut: bool = False) -> ToolResult:
         """Run one tool call (:func:`agentloop.loop.tool_call.run_call`): every failure is a
         result the model sees."""
+        sub = self.tools.get(call.name)
+        timeout_s = self.task.limits.tool_timeout_s
+        if isinstance(sub, AgentTool):  # a sub-run keeps time by its own limit, not a tool's
+            timeout_s = max(timeout_s, sub.agent.limits.timeout_s + 5.0)
         return await run_call(
             call,
             self.tools,
             self.specs,
             self.ctx,
-            timeout_s=self.task.limits.tool_timeout_s,
+            timeout_s=timeout_s,
             finish_tool=self.task.finish_tool,
             log=self.log,
             cut=cut,

@@ -104,6 +104,15 @@ class ImportedRecord(TypedDict):
     notes: list[str]
 
 
+class AgentRecord(TypedDict):
+    """A sub-agent as the header lists it: its name, description, default tier and tools."""
+
+    name: str
+    description: str
+    tier: str
+    tools: list[str]
+
+
 class HeaderFields(TypedDict):
     """What a writer gives :func:`header_record` (or ``Tracer.header``)."""
 
@@ -118,6 +127,10 @@ class HeaderFields(TypedDict):
     imported: NotRequired[ImportedRecord]
     inferred: NotRequired[dict[str, Any]]  # what an import inferred (e.g. the edges)
     unknown: NotRequired[list[str]]  # what an import could not know
+    # issue 23: every tier the run may route to (main's first), its sub-agents, its routing
+    tiers: NotRequired[list[TierRecord]]
+    agents: NotRequired[list[AgentRecord]]
+    routing: NotRequired[dict[str, Any]]  # the plan as JSON (agentloop.config.routing.as_plan)
 
 
 def header_record(clock: ClockRecord, **fields: Unpack[HeaderFields]) -> dict[str, Any]:
@@ -194,6 +207,16 @@ class SandboxInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentInfo:
+    """A sub-agent of the run (header ``agents``)."""
+
+    name: str
+    description: str = ""
+    tier: str = ""
+    tools: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class RunHeader:
     """Line 1, typed. ``raw`` keeps every field as written (fields added later ride along)."""
 
@@ -210,37 +233,46 @@ class RunHeader:
     limits: LimitsInfo = LimitsInfo()
     sandbox: SandboxInfo | None = None  # None: no jail, or an older trace
     inferred: dict[str, Any] = field(default_factory=dict)  # what an import inferred ({}: none)
+    # issue 23; an older trace has none: its one tier is ``tier``, its one agent the main one
+    tiers: tuple[TierInfo, ...] = ()  # every tier the run may route to, main's first
+    agents: tuple[AgentInfo, ...] = ()
+    routing: dict[str, Any] | None = None  # the plan as JSON
+
+    @property
+    def all_tiers(self) -> tuple[TierInfo, ...]:
+        """Every tier of the run: ``tiers``, or for an older trace its one ``tier``."""
+        return self.tiers or (self.tier,)
 
 
-def _profile(w: Where, prof: object) -> Profile | None:
+def _profile(w: Where, prof: object, at: str = "tier") -> Profile | None:
     if prof is None:
         return None
     if type(prof) is not dict:
-        w.fail("tier.profile", f"must be an object, not {json_kind(prof)}")
+        w.fail(f"{at}.profile", f"must be an object, not {json_kind(prof)}")
     return Profile(
-        num(w, prof, "base_latency_s", "tier.profile.base_latency_s"),
-        num(w, prof, "prefill_tps", "tier.profile.prefill_tps"),
-        num(w, prof, "output_tps", "tier.profile.output_tps", positive=True),
+        num(w, prof, "base_latency_s", f"{at}.profile.base_latency_s"),
+        num(w, prof, "prefill_tps", f"{at}.profile.prefill_tps"),
+        num(w, prof, "output_tps", f"{at}.profile.output_tps", positive=True),
         **{
-            k: num(w, prof, k, f"tier.profile.{k}", positive=positive)
+            k: num(w, prof, k, f"{at}.profile.{k}", positive=positive)
             for k, positive in _OPTIONAL_PROFILE.items()
             if prof.get(k) is not None
         },
     )
 
 
-def _prices(w: Where, p: object) -> Prices | None:
+def _prices(w: Where, p: object, at: str = "tier") -> Prices | None:
     if not p:
         return None
     if type(p) is not dict:
-        w.fail("tier.prices", f"must be an object or null, not {json_kind(p)}")
+        w.fail(f"{at}.prices", f"must be an object or null, not {json_kind(p)}")
     placeholder = p.get("placeholder", False)
     if type(placeholder) is not bool:
-        w.fail("tier.prices.placeholder", f"must be true or false, not {json_kind(placeholder)}")
+        w.fail(f"{at}.prices.placeholder", f"must be true or false, not {json_kind(placeholder)}")
     return Prices(
-        num(w, p, "input", "tier.prices.input"),
-        num(w, p, "cached_input", "tier.prices.cached_input"),
-        num(w, p, "output", "tier.prices.output"),
+        num(w, p, "input", f"{at}.prices.input"),
+        num(w, p, "cached_input", f"{at}.prices.cached_input"),
+        num(w, p, "output", f"{at}.prices.output"),
         placeholder,
     )
 
@@ -301,6 +333,52 @@ def _tools(w: Where, rec: Mapping[str, Any]) -> tuple[ToolInfo, ...]:
     return tuple(infos)
 
 
+def _tier(w: Where, tier: Mapping[str, Any], at: str) -> TierInfo:
+    return TierInfo(
+        str_(w, tier, "name", f"{at}.name", "?"),
+        str_(w, tier, "model", f"{at}.model"),
+        str_(w, tier, "base_url", f"{at}.base_url"),
+        str_(w, tier, "api", f"{at}.api"),
+        _profile(w, tier.get("profile"), at),
+        _prices(w, tier.get("prices"), at),
+        opt_str(w, tier, "api_key_env", f"{at}.api_key_env"),
+    )
+
+
+def _tiers(w: Where, rec: Mapping[str, Any]) -> tuple[TierInfo, ...]:
+    tiers = rec.get("tiers") or []
+    if type(tiers) is not list:
+        w.fail("tiers", f"must be an array, not {json_kind(tiers)}")
+    out = []
+    for k, t in enumerate(tiers):
+        if type(t) is not dict:
+            w.fail(f"tiers[{k}]", f"must be an object, not {json_kind(t)}")
+        out.append(_tier(w, t, f"tiers[{k}]"))
+    return tuple(out)
+
+
+def _agents(w: Where, rec: Mapping[str, Any]) -> tuple[AgentInfo, ...]:
+    agents = rec.get("agents") or []
+    if type(agents) is not list:
+        w.fail("agents", f"must be an array, not {json_kind(agents)}")
+    out = []
+    for k, a in enumerate(agents):
+        if type(a) is not dict:
+            w.fail(f"agents[{k}]", f"must be an object, not {json_kind(a)}")
+        tools = a.get("tools") or []
+        if type(tools) is not list or any(type(t) is not str for t in tools):
+            w.fail(f"agents[{k}].tools", "must be an array of tool names")
+        out.append(
+            AgentInfo(
+                str_(w, a, "name", f"agents[{k}].name", None),
+                str_(w, a, "description", f"agents[{k}].description"),
+                str_(w, a, "tier", f"agents[{k}].tier"),
+                tuple(tools),
+            )
+        )
+    return tuple(out)
+
+
 def parse_header(rec: object, path: object) -> RunHeader:
     """Check and type line 1 of a trace."""
     w = Where(path, 1)
@@ -325,15 +403,7 @@ def parse_header(rec: object, path: object) -> RunHeader:
             str_(w, task, "system", "task.system"),
             opt_str(w, task, "source", "task.source"),
         ),
-        TierInfo(
-            str_(w, tier, "name", "tier.name", "?"),
-            str_(w, tier, "model", "tier.model"),
-            str_(w, tier, "base_url", "tier.base_url"),
-            str_(w, tier, "api", "tier.api"),
-            _profile(w, tier.get("profile")),
-            _prices(w, tier.get("prices")),
-            opt_str(w, tier, "api_key_env", "tier.api_key_env"),
-        ),
+        _tier(w, tier, "tier"),
         _tools(w, rec),
         opt_str(w, rec, "workspace", "workspace"),
         str_(w, clock, "wall", "clock.wall"),
@@ -342,4 +412,7 @@ def parse_header(rec: object, path: object) -> RunHeader:
         _limits(w, rec),
         _sandbox(w, rec),
         obj(w, rec, "inferred", "inferred"),
+        _tiers(w, rec),
+        _agents(w, rec),
+        obj(w, rec, "routing", "routing") if rec.get("routing") is not None else None,
     )

@@ -1,0 +1,84 @@
+"""Sub-agents as tools: the tool a caller sees, which sub-run it is, and what the caller is told.
+
+A task's :class:`agentloop.config.tasks.Agent` appears to its caller as a tool (``name``,
+``description``, one ``input`` string argument). Calling it runs a sub-run: a
+:class:`agentloop.loop.runner.Runner` of its own under an ``agent`` span (``invoke_agent
+NAME``), in the same workspace, jail, trace and run-wide budgets (:meth:`Runner.invoke`). Its
+final answer is the tool's result; however else it ends (a limit, a model error) the caller gets
+an error result, and the run goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentloop.config.tasks import Agent
+from agentloop.loop.ending import Ending
+from agentloop.trace import attrs as A
+from agentloop.types import ToolResult, ToolSpec
+
+if TYPE_CHECKING:
+    from agentloop.loop.runner import Runner
+    from agentloop.protocols import ToolContext
+
+
+@dataclass(frozen=True, slots=True)
+class AgentScope:
+    """Which sub-run a runner is: its agent, which invocation of it (1-based), how deep."""
+
+    name: str
+    invocation: int
+    depth: int
+
+    def span_attrs(self) -> dict[str, Any]:
+        """The start attrs of every step, model and tool span of the sub-run."""
+        return {
+            A.GEN_AI_AGENT_NAME: self.name,
+            A.AGENT_INVOCATION: self.invocation,
+            A.AGENT_DEPTH: self.depth,
+        }
+
+
+def agent_spec(agent: Agent) -> ToolSpec:
+    """The tool the caller is offered for ``agent``."""
+    return ToolSpec(
+        name=agent.name,
+        description=agent.description,
+        parameters={
+            "type": "object",
+            "properties": {"input": {"type": "string", "description": "what to ask the sub-agent"}},
+            "required": ["input"],
+            "additionalProperties": False,
+        },
+    )
+
+
+class AgentTool:
+    """A sub-agent as one of its caller's tools; a call runs :meth:`Runner.invoke`."""
+
+    def __init__(self, caller: Runner, agent: Agent) -> None:
+        self.caller, self.agent = caller, agent
+        self._spec = agent_spec(agent)
+
+    @property
+    def spec(self) -> ToolSpec:
+        return self._spec
+
+    async def __call__(self, ctx: ToolContext[Any], arguments: dict[str, Any]) -> ToolResult:
+        text = arguments.get("input")
+        if not isinstance(text, str) or not text.strip():
+            return ToolResult(
+                ok=False, output=f"Error: '{self.agent.name}' takes one string argument 'input'."
+            )
+        return await self.caller.invoke(self.agent, text)
+
+
+def sub_result(name: str, ending: Ending, final_text: str) -> ToolResult:
+    """What the caller sees of a sub-run: its answer, or an error saying how it ended."""
+    if ending.status == "ok":
+        return ToolResult(ok=True, output=final_text or f"({name} gave no answer)")
+    return ToolResult(
+        ok=False,
+        output=f"Error: sub-agent '{name}' did not finish ({ending.status}): {ending.reason}",
+    )

@@ -1,0 +1,1 @@
+"""The region's fleet, as the on-call checks it."""
