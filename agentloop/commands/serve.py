@@ -105,6 +105,14 @@ def register(sub: Any) -> None:
         "(default 5)",
     )
     p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run each run as a Ray task on this cluster (HOST:PORT, ray://HOST:PORT, auto, or "
+        "'local' for a one-machine cluster in this process); the API, the run store, the event "
+        "streams, the traces and their analysis stay on this server (pip install "
+        "'agentloop[ray]')",
+    )
+    p.add_argument(
         "--allow-host",
         action="append",
         default=[],
@@ -160,11 +168,16 @@ async def main(args: argparse.Namespace) -> int:
             "(clients then send 'Authorization: Bearer <token>'), or listen on "
             "127.0.0.1"
         )
+    backend = None
+    if args.ray is not None:  # before the store opens: a cluster that cannot be reached is exit 2
+        from agentloop.suite.ray_backend import RayBackend
+
+        backend = RayBackend(args.ray)
     store = RunStore(args.state_dir)
     await store.open()
     metrics = Metrics()
     book = RunBook(
-        start_run,
+        backend.start_run if backend is not None else start_run,
         store=store,
         trace_dir=args.trace_dir,
         concurrency=args.concurrency,
@@ -199,12 +212,15 @@ async def main(args: argparse.Namespace) -> int:
                 f"agentloop serve: listening on http://{host}:{port} ({args.concurrency} runs at "
                 f"once, tasks from {args.tasks_dir}, traces to {args.trace_dir}, run store in "
                 f"{args.state_dir}, {'bearer token required' if token else 'no token: loopback only'}"
+                f"{f', runs on the Ray cluster at {args.ray}' if backend is not None else ''}"
                 f"; {picked['queued']} queued run(s) picked up, {picked['resumed']} resumed)",
                 flush=True,
             )
             await server.serve(sockets=[sock])
     finally:
         await store.close()
+        if backend is not None:
+            backend.close()
     if server.stopped_runs is not None:
         print(
             f"agentloop serve: stopped; {server.stopped_runs} run(s) cancelled with their "

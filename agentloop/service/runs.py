@@ -2,7 +2,9 @@
 
 One :class:`RunBook` per server, over a :class:`agentloop.service.store.RunStore`. Every accepted
 run is a row in the store before its ``202`` answer; it waits for a slot (status ``queued``),
-then starts through :func:`agentloop.start_run`, whose handle gives the runner's run id, the
+then starts through :func:`agentloop.start_run` (or, with ``serve --ray``, the Ray backend's
+:meth:`agentloop.suite.ray_backend.RayBackend.start_run`: the same handle for a run on a
+cluster), whose handle gives the runner's run id, the
 trace path, the event stream and ``cancel()``; its start and its end are written as they
 happen. Each run is an asyncio task the book owns (stored and awaited on shutdown), so a cancel
 or a shutdown always ends with the trace closed as ``cancelled``.

@@ -1,0 +1,132 @@
+"""`agentloop serve --ray`: runs as Ray tasks on a real local Ray cluster, followed live over
+SSE from the worker, their traces served, cancelled on the worker."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from test_serve import QUICK, SLOW, Server, _cli_json, _start, _stop
+from test_suite_ray import ray_head  # noqa: F401 (the fixture: one head for this module)
+
+from agentloop.trace.reader import load_trace
+
+pytestmark = [pytest.mark.external, pytest.mark.slow]
+
+# a two-step run whose first model call streams for ~2 s (120 hidden reasoning tokens at
+# sim-standard's 60 tok/s): events must reach the client while it goes, not at its end
+STEADY = """\
+name: steady
+prompt: Think, then finish.
+tools: [think]
+tier: sim-standard
+script:
+  - reasoning_tokens: 120
+    text: Thinking on a worker.
+    tool_calls:
+      - {name: think, arguments: {thought: on a worker}}
+  - text: Done.
+    tool_calls:
+      - {name: finish, arguments: {summary: ran on Ray}}
+"""
+
+
+@pytest.fixture
+async def server(tmp_path: Path, ray_head: str) -> AsyncIterator[Server]:  # noqa: F811
+    (tmp_path / "tasks").mkdir()
+    for name, text in (("quick", QUICK), ("slow", SLOW), ("steady", STEADY)):
+        (tmp_path / "tasks" / f"{name}.yaml").write_text(text)
+    s = _start(tmp_path, "--concurrency", "2", "--ray", ray_head)
+    try:
+        yield s
+    finally:
+        await s.client.aclose()
+        code, output = _stop(s)
+        assert "Traceback" not in output, output
+        assert 0 == code, output
+
+
+async def _timed(s: Server, run_id: str) -> list[tuple[float, str, str, dict[str, Any]]]:
+    """(arrival time, id, name, data) of each event of the run's stream."""
+    out = []
+    async for event_id, name, data in s.sse(run_id):
+        if name:
+            out.append((time.monotonic(), event_id, name, data))
+    return out
+
+
+async def test_a_run_on_a_worker_streams_live_and_its_trace_is_served(server: Server) -> None:
+    """The run's events come from the worker while it runs (the model's progress seconds before
+    run_end, the run listed running meanwhile), with the same ids and Last-Event-ID resume as a
+    local run; its trace is in the server's folder and report and what-if read it."""
+    run_id = await server.submit({"task": "tasks/steady.yaml"})
+    seen: list[tuple[float, str, str, dict[str, Any]]] = []
+    status_while = None
+    async for event_id, name, data in server.sse(run_id):
+        if not name:
+            continue
+        seen.append((time.monotonic(), event_id, name, data))
+        if name == "model_progress" and status_while is None:
+            status_while = (await server.status(run_id))["status"]
+    kinds = [name for _, _, name, _ in seen]
+    assert ("run_start", "run_end") == (kinds[0], kinds[-1])
+    assert {"model_start", "model_progress", "model_end", "tool_start", "tool_end"} <= set(kinds)
+    assert "running" == status_while
+    first_progress = next(t for t, _, name, _ in seen if name == "model_progress")
+    assert seen[-1][0] - first_progress > 1.0, "events arrived in one burst at the end"
+    assert [str(i) for i in range(len(seen))] == [i for _, i, _, _ in seen]
+    assert {(run_id, run_id)} == {(d["id"], d["run_id"]) for _, _, _, d in seen}
+    assert "ok" == seen[-1][3]["data"]["status"]
+
+    status = await server.status(run_id)
+    assert ("ok", 2) == (status["status"], status["steps"])
+    trace_file = server.root / str(status["trace"])
+    assert trace_file.parent == server.root / "traces"
+    trace = load_trace(trace_file)
+    assert trace.complete
+    assert run_id == orjson.loads(trace_file.read_text().splitlines()[0])["run_id"]
+    served = (await server.client.get(f"/v1/runs/{run_id}/trace")).text
+    assert trace_file.read_text() == served
+    assert "Thinking on a worker." in served
+    report = (await server.client.get(f"/v1/runs/{run_id}/report")).json()
+    assert _cli_json(server.root, "report", str(trace_file)) == report
+    whatif = await server.client.get(f"/v1/runs/{run_id}/whatif", params={"tier": "sim-fast"})
+    assert 200 == whatif.status_code, whatif.text
+
+    # a reconnect with Last-Event-ID gets the rest, numbered as before
+    rest = [
+        (i, name) async for i, name, _ in server.sse(run_id, headers={"Last-Event-ID": "3"}) if name
+    ]
+    assert [(i, name) for _, i, name, _ in seen[4:]] == rest
+
+
+async def test_a_cancel_reaches_the_worker_and_the_trace_comes_back(server: Server) -> None:
+    """DELETE while the worker's model call streams: the worker's run is cancelled (its trace
+    closed cancelled and relayed to the server, run_end cancelled in the stream), and a run
+    beside it on the cluster runs on to ok."""
+    slow = await server.submit({"task": "tasks/slow.yaml"})
+    async with contextlib.aclosing(server.events(slow)) as events:
+        async for name, _ in events:
+            if name == "model_progress":
+                break
+    quick = await server.submit({"task": "tasks/quick.yaml"})
+    t0 = time.monotonic()
+    r = await server.client.delete(f"/v1/runs/{slow}")
+    cancel_s = time.monotonic() - t0
+    assert (200, "cancelled") == (r.status_code, r.json()["status"]), r.text
+    assert cancel_s < 10, cancel_s
+    records = [orjson.loads(x) for x in (server.root / r.json()["trace"]).read_text().splitlines()]
+    assert ("end", "cancelled") == (records[-1]["type"], records[-1]["status"])
+    assert load_trace(server.root / r.json()["trace"]).complete
+    events_after = [(name, data) async for name, data in server.events(slow)]
+    assert ("run_end", "cancelled") == (events_after[-1][0], events_after[-1][1]["data"]["status"])
+    assert "model_progress" in [name for name, _ in events_after]
+
+    ends = [e async for e in server.events(quick)]
+    assert "ok" == ends[-1][1]["data"]["status"]
+    assert 200 == (await server.client.get(f"/v1/runs/{slow}/report")).status_code
