@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -22,6 +23,7 @@ from agentloop.config.tiers import Tier, get_tier, load_tiers
 from agentloop.errors import ConfigError
 from agentloop.events import EventSink, Observer
 from agentloop.export import live_sinks
+from agentloop.loadgate import Pass, RunGate, gate_for_loop
 from agentloop.loop.ending import RunResult
 from agentloop.loop.runner import Runner
 from agentloop.protocols import ModelClient, Tool
@@ -198,8 +200,13 @@ async def model_client(
             f"tier '{tier.name}' is simulated (base_url \"sim\") but has no "
             "speed profile to pace its answers: give it a profile"
         )
-    async with SimServer(profile=tier.profile, script=script or None) as sim:
-        sdk = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sim", max_retries=0)
+    async with (
+        SimServer(profile=tier.profile, script=script or None) as sim,
+        _http_client() as http,
+    ):
+        sdk = openai.AsyncOpenAI(
+            base_url=sim.base_url, api_key="sim", max_retries=0, http_client=http
+        )
         client = OpenAIClient(tier, client=sdk)
         try:
             yield client
@@ -259,12 +266,30 @@ async def _tree_clients(
             if sim is None:
                 sim = await stack.enter_async_context(SimServer(profile=tier.profile))
             route = await stack.enter_async_context(sim.route(tier.profile, turns or None))
-            sdk = openai.AsyncOpenAI(base_url=route.base_url, api_key="sim", max_retries=0)
+            http = await stack.enter_async_context(_http_client())  # the one TLS context
+            sdk = openai.AsyncOpenAI(
+                base_url=route.base_url, api_key="sim", max_retries=0, http_client=http
+            )
             client = OpenAIClient(tier, client=sdk)
             stack.push_async_callback(sdk.close)
             stack.push_async_callback(client.aclose)
             out[(agent, tier.name)] = client
     return out
+
+
+@functools.cache
+def _tls_context() -> Any:
+    """The process's one TLS context for the simulator's clients: making one loads the trust
+    store, ~0.1 s of blocked event loop that every concurrent run's streams were read late by."""
+    import httpx2
+
+    return httpx2.create_ssl_context()
+
+
+def _http_client() -> Any:
+    import httpx2
+
+    return httpx2.AsyncClient(verify=_tls_context())
 
 
 def trace_path_for(trace_dir: Path, task: Task, tier: Tier, run_id: str) -> Path:
@@ -433,6 +458,20 @@ async def _prepare(plan: RunPlan, config: RunConfig) -> tuple[ws.Place, RunConte
 
 async def _execute_in_env(plan: RunPlan, config: RunConfig) -> RunResult:
     """Workspace and setup, client, trace, the loop, clean-up (the task env is active)."""
+    # outside a suite (which has its own start gate), the process's: the clock starts once the
+    # runs setting up beside this one are set up (agentloop.loadgate)
+    gate = gate_for_loop() if config.suite is None else None
+    ticket = gate.arrive() if gate is not None else None
+    try:
+        return await _execute_gated(plan, config, gate, ticket)
+    finally:
+        if gate is not None and ticket is not None:
+            gate.leave(ticket)
+
+
+async def _execute_gated(
+    plan: RunPlan, config: RunConfig, gate: RunGate | None, ticket: Pass | None
+) -> RunResult:
     task, path, scope = plan.task, plan.trace_path, config.suite or SuiteScope()
     registry = tool_registry() if config.tools is None else config.tools
     place, ctx = await _prepare(plan, config)
@@ -453,6 +492,8 @@ async def _execute_in_env(plan: RunPlan, config: RunConfig) -> RunResult:
                 else await stack.enter_async_context(open_model(plan.tier, turns))
             )
             clients = await _tree_clients(stack, plan, config, open_model, work)
+            if gate is not None and ticket is not None:
+                await gate.start(ticket)
             # the trace and the run's clock start once the client is ready: simulator start-up
             # is not the run's time
             sink = Pipeline(

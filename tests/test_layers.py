@@ -24,6 +24,7 @@ LAYERS: list[set[str]] = [
     {"suite"},  # many runs, concurrently, and their report
     {"handle", "replay", "testing"},  # front doors over the composition root
     {"api"},  # the composition root: task, tier, client, tools, trace wired together
+    {"loadgate"},  # the process's run gate: clocks start once concurrent set-ups are done
     {"export"},  # Perfetto, OTLP, HTML
     {"analysis"},  # reading recorded traces: attribution, critical path, what-if, compare
     {"loop"},  # the agent loop
