@@ -19,6 +19,7 @@ COMMANDS: tuple[str, ...] = (
     "sim",
     "report",
     "whatif",
+    "route",
     "compare",
     "tiers",
     "probe",

@@ -1,0 +1,133 @@
+"""Every model call of a recorded run predicted on every candidate tier: duration and cost.
+
+The per-call rule is :mod:`agentloop.analysis.whatif`'s for one target tier (the tier's profile
+gives base, reasoning and decode from the call's own token counts, prefill only for uncached
+input, decode at the context-dependent speed; tail, wait, retry and overhead kept), applied per
+call with the tier that call is routed to; the price is that tier's
+(:func:`agentloop.model.prices.cost_parts`, same tokens on every tier). A call that never
+answered (not timed) keeps its recorded duration. :func:`predict` re-times the graph with a
+routing (:class:`agentloop.config.routing.Routing`): the mix what-if; the router
+(:mod:`agentloop.analysis.router`) searches over these options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agentloop.analysis.agents import Call, calls
+from agentloop.analysis.flat import Graph
+from agentloop.analysis.graph import gc_paused
+from agentloop.analysis.passes import retime_flat
+from agentloop.config.routing import Routing
+from agentloop.config.tiers import no_profile
+from agentloop.errors import ConfigError
+from agentloop.model.prices import Prices, cost_parts
+from agentloop.model.speed import SpeedProfile
+
+
+@dataclass(frozen=True, slots=True)
+class TierModel:
+    """A candidate tier: its name, speed profile and prices (None: no prices, costs 0)."""
+
+    name: str
+    profile: SpeedProfile
+    prices: Prices | None
+
+    @classmethod
+    def of(cls, name: str, profile: SpeedProfile | None, prices: Prices | None) -> TierModel:
+        if profile is None:
+            raise no_profile(name)
+        return cls(name, profile, prices)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Per call (rows in ``calls`` order) and per tier (columns in ``tiers`` order): the call's
+    predicted duration (ns) and cost (USD)."""
+
+    graph: Graph
+    calls: tuple[Call, ...]
+    tiers: tuple[TierModel, ...]
+    dur: tuple[tuple[int, ...], ...]
+    cost: tuple[tuple[float, ...], ...]
+
+    def durations(self, choice: Sequence[int]) -> list[int]:
+        """The graph's leaf durations with call k on tier ``choice[k]``."""
+        d = self.graph.durations()
+        for c, row, t in zip(self.calls, self.dur, choice, strict=True):
+            d[c.span] = row[t]
+        return d
+
+    def end(self, choice: Sequence[int]) -> int:
+        """The re-timed run's end-to-end time (ns) with call k on tier ``choice[k]``."""
+        g = self.graph
+        return retime_flat(g, self.durations(choice))[1] - g.start_ns
+
+    def total_cost(self, choice: Sequence[int]) -> float:
+        return sum(row[t] for row, t in zip(self.cost, choice, strict=True))
+
+
+def options(g: Graph, tiers: Sequence[TierModel]) -> Options:
+    """Predict every re-timable call of ``g`` on each of ``tiers``."""
+    cs = tuple(calls(g))
+    dur, cost = [], []
+    with gc_paused():
+        for c in cs:
+            m = g.models[c.span]
+            fixed = g.recorded_dur[c.span] - m.base - m.reasoning - m.decode
+            out = m.reasoning_tokens + m.visible_tokens
+            drow, crow = [], []
+            for t in tiers:
+                if m.timed:
+                    b, r, d = t.profile.parts(
+                        m.input_tokens, m.reasoning_tokens, m.visible_tokens, m.cached_tokens
+                    )
+                    drow.append(fixed + round(b * 1e9) + round(r * 1e9) + round(d * 1e9))
+                else:
+                    drow.append(g.recorded_dur[c.span])
+                parts = (
+                    cost_parts(t.prices, m.input_tokens, m.cached_tokens, m.reasoning_tokens, out)
+                    if t.prices is not None
+                    else {}
+                )
+                crow.append(sum(parts.values()))
+            dur.append(tuple(drow))
+            cost.append(tuple(crow))
+    return Options(g, cs, tuple(tiers), tuple(dur), tuple(cost))
+
+
+def choice_of(o: Options, routing: Routing) -> list[int]:
+    """Each call's tier column under ``routing`` (a call it does not name keeps the tier it
+    used); ConfigError for a tier that is not among the options."""
+    col = {t.name: k for k, t in enumerate(o.tiers)}
+    out = []
+    for c in o.calls:
+        name = routing.tier_for(c.key.agent, c.key.invocation, c.key.step, c.tier)
+        if name not in col:
+            raise ConfigError(
+                f"tier '{name}' (for {c.key.agent} step {c.key.step}) has no profile here"
+            )
+        out.append(col[name])
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class MixPrediction:
+    """A routing's predicted run: end-to-end time, cost, and calls and cost per tier."""
+
+    predicted_ns: int
+    cost_usd: float
+    calls_per_tier: dict[str, int]
+    cost_per_tier: dict[str, float]
+
+
+def predict(o: Options, choice: Sequence[int]) -> MixPrediction:
+    """The run re-timed and priced with call k on tier ``choice[k]``."""
+    per: dict[str, int] = {t.name: 0 for t in o.tiers}
+    usd: dict[str, float] = {t.name: 0.0 for t in o.tiers}
+    for row, t in zip(o.cost, choice, strict=True):
+        name = o.tiers[t].name
+        per[name] += 1
+        usd[name] += row[t]
+    return MixPrediction(o.end(choice), sum(usd.values()), per, usd)

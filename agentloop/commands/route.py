@@ -1,0 +1,225 @@
+"""``agentloop route TRACE``: which tier each model call should use, from a recorded run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from agentloop.analysis._table import secs, table
+from agentloop.analysis.graph import build_graph
+from agentloop.analysis.mix import Options, TierModel, options
+from agentloop.analysis.router import (
+    Solution,
+    cheapest,
+    fastest,
+    fastest_within,
+    frontier,
+    route,
+    slacks,
+)
+from agentloop.commands.report import emit_json, load_for_analysis
+from agentloop.config.routing import CallKey, Routing
+from agentloop.config.tiers import get_tier, load_tiers
+from agentloop.errors import ConfigError
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "route",
+        help="which tier each model call should use (cheapest within a time limit)",
+        description=(
+            "Predict every model call of a recorded run on every candidate tier, then find the "
+            "cheapest assignment whose re-timed run is within PCT of the all-fastest one (or "
+            "the fastest within a budget). Prints the time/cost frontier and the plan with the "
+            "reason per call; -o writes the plan for `run --routing` and `whatif --routing`."
+        ),
+    )
+    p.add_argument("trace", type=Path, help="trace file (JSONL)")
+    p.add_argument("--tiers", required=True, metavar="A,B[,C]", help="candidate tiers")
+    p.add_argument("--tiers-file", type=Path, metavar="FILE", help="tiers file")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--within", metavar="PCT", help="time limit: PCT above the all-fastest run")
+    how.add_argument("--budget-usd", type=float, metavar="X", help="cost limit in USD")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("-o", "--output", type=Path, metavar="PLAN.json", help="write the plan")
+    p.set_defaults(func=main)
+
+
+def parse_pct(text: str) -> float:
+    """``10%`` or ``10``: a percentage >= 0; ConfigError (exit 2) otherwise."""
+    try:
+        v = float(text.strip().removesuffix("%"))
+    except ValueError:
+        raise ConfigError(f"--within '{text}': expected a percentage such as 10%") from None
+    if not v >= 0 or v == float("inf"):
+        raise ConfigError(f"--within '{text}': must be a percentage >= 0")
+    return v
+
+
+def candidate_tiers(names: str, tiers_file: Path | None) -> list[TierModel]:
+    """The candidate tiers with their profiles and prices (ConfigError: unknown, no profile)."""
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    if len(wanted) < 2 or len(set(wanted)) < len(wanted):
+        raise ConfigError(f"--tiers '{names}': name at least two different tiers, e.g. A,B")
+    known = load_tiers(tiers_file)
+    out = []
+    for n in wanted:
+        t = get_tier(known, n, tiers_file or "tiers.toml")
+        out.append(TierModel.of(t.name, t.profile, t.prices))
+    return out
+
+
+async def main(args: argparse.Namespace) -> int:
+    within = parse_pct(args.within) if args.within is not None else None
+    if args.budget_usd is not None and not args.budget_usd >= 0:
+        raise ConfigError("--budget-usd must be >= 0")
+    tiers = await asyncio.to_thread(candidate_tiers, args.tiers, args.tiers_file)
+    trace = await asyncio.to_thread(load_for_analysis, args.trace)
+    o = options(build_graph(trace), tiers)
+    if not o.calls:
+        raise ConfigError(f"{args.trace}: no finished model calls to route")
+    doc = await asyncio.to_thread(plan_document, o, within, args.budget_usd)
+    if args.output is not None:
+        args.output.write_text(json.dumps(doc["plan"], indent=2) + "\n", encoding="utf-8")
+    if args.json:
+        emit_json(doc)
+    else:
+        print(render(doc))
+        if args.output is not None:
+            print(f"\nplan written to {args.output} (agentloop run --routing {args.output})")
+    return 0
+
+
+def plan_document(o: Options, within: float | None, budget: float | None) -> dict[str, Any]:
+    """Everything `route` says, as JSON-able data."""
+    fast, cheap = fastest(o), cheapest(o)
+    t_fast, t_cheap = o.end(fast), o.end(cheap)
+    if within is not None:
+        limit = t_fast + round(t_fast * within / 100)
+        sol = route(o, limit)
+        assert sol is not None  # the all-fastest run is within any limit above it
+        goal = f"cheapest within {within:g}% of the all-fastest time ({secs(limit)} s)"
+    else:
+        assert budget is not None
+        got = fastest_within(o, budget)
+        if got is None:
+            raise ConfigError(
+                f"--budget-usd {budget:g}: even the all-cheapest plan costs "
+                f"${o.total_cost(cheap):.6f}"
+            )
+        sol, limit = got, got.predicted_ns
+        goal = f"fastest within ${budget:g}"
+    g = o.graph
+    trace = g.trace
+    names = [t.name for t in o.tiers]
+    # slack against the plan's own end: 0 is the critical path
+    sl = slacks(o, list(sol.choice), g.start_ns + sol.predicted_ns)
+    calls = []
+    for c, t, s, d in zip(o.calls, sol.choice, sl, o.dur, strict=True):
+        why = "on the critical path" if s <= 0 else f"slack {s / 1e9:.3f} s"
+        calls.append(
+            {
+                "agent": c.key.agent,
+                "invocation": c.key.invocation,
+                "step": c.key.step,
+                "tier": names[t],
+                "predicted_s": d[t] / 1e9,
+                "reason": why,
+            }
+        )
+    routing = Routing(
+        calls={
+            CallKey(c.key.agent, c.key.invocation, c.key.step): names[t]
+            for c, t in zip(o.calls, sol.choice, strict=True)
+        },
+        task=trace.run.task.name,
+        trace=trace.run.run_id,
+    )
+
+    def point(s: Solution) -> dict[str, Any]:
+        per = {n: 0 for n in names}
+        for t in s.choice:
+            per[names[t]] += 1
+        return {"predicted_s": s.predicted_ns / 1e9, "predicted_cost_usd": s.cost_usd, "calls": per}
+
+    chosen = point(sol)
+    return {
+        "trace": str(trace.path) if trace.path else None,
+        "task": trace.run.task.name,
+        "tiers": names,
+        "goal": goal,
+        "limit_s": limit / 1e9,
+        "method": sol.method,
+        "predicted_s": sol.predicted_ns / 1e9,
+        "predicted_cost_usd": sol.cost_usd,
+        "lower_bound_usd": sol.lower_bound_usd,
+        "gap_usd": sol.gap_usd,
+        "measured_s": g.measured_ns / 1e9,
+        "fastest_s": t_fast / 1e9,
+        "fastest_cost_usd": o.total_cost(fast),
+        "cheapest_s": t_cheap / 1e9,
+        "cheapest_cost_usd": o.total_cost(cheap),
+        "calls_per_tier": chosen["calls"],
+        "frontier": [point(s) for s in frontier(o)],
+        "calls": calls,
+        "plan": routing.as_plan(),
+    }
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The document as plain aligned text."""
+    names = doc["tiers"]
+    out = [
+        f"route: {doc['task']} on {', '.join(names)}: {doc['goal']}",
+        f"  all-fastest   {doc['fastest_s']:9.3f} s   ${doc['fastest_cost_usd']:.6f}",
+        f"  all-cheapest  {doc['cheapest_s']:9.3f} s   ${doc['cheapest_cost_usd']:.6f}",
+        f"  plan          {doc['predicted_s']:9.3f} s   ${doc['predicted_cost_usd']:.6f}   "
+        + ", ".join(f"{n} {k}" for n, k in doc["calls_per_tier"].items())
+        + " calls",
+    ]
+    if doc["method"] == "exhaustive":
+        out.append("  optimal: every assignment was tried")
+    elif doc["gap_usd"] <= 1e-12:
+        out.append("  optimal: the plan meets the lower bound")
+    else:
+        out.append(
+            f"  within ${doc['gap_usd']:.6f} of the optimum (no plan in the limit costs less "
+            f"than ${doc['lower_bound_usd']:.6f})"
+        )
+    out += ["", "Time/cost frontier (predicted):"]
+    out.append(
+        table(
+            ["time s", "cost $", *[f"{n} calls" for n in names], ""],
+            [
+                [
+                    f"{p['predicted_s']:.3f}",
+                    f"{p['predicted_cost_usd']:.6f}",
+                    *[str(p["calls"][n]) for n in names],
+                    "<- plan"
+                    if abs(p["predicted_s"] - doc["predicted_s"]) < 5e-4
+                    and abs(p["predicted_cost_usd"] - doc["predicted_cost_usd"]) < 1e-9
+                    else "",
+                ]
+                for p in doc["frontier"]
+            ],
+        )
+    )
+    out += ["", "Plan (per call):"]
+    rows = [
+        [
+            c["agent"],
+            str(c["invocation"]),
+            str(c["step"]),
+            c["tier"],
+            f"{c['predicted_s']:.3f}",
+            c["reason"],
+        ]
+        for c in doc["calls"]
+    ]
+    if len(rows) > 40:
+        rows = [*rows[:30], ["...", "", "", "", "", f"{len(rows) - 35} calls more"], *rows[-5:]]
+    out.append(table(["agent", "inv", "step", "tier", "call s", "why"], rows))
+    return "\n".join(out)

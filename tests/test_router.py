@@ -1,0 +1,180 @@
+"""The router: plans within the limit, optimal against brute force on small graphs, bounded on big."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from agentloop.analysis.graph import build_graph
+from agentloop.analysis.mix import TierModel, choice_of, options, predict
+from agentloop.analysis.router import _greedy, fastest, lower_bound, route
+from agentloop.analysis.synthetic import fanout_run, tier_record
+from agentloop.config.routing import Routing, load_plan
+from agentloop.model.prices import Prices
+from agentloop.model.speed import SpeedProfile
+
+STD = TierModel("std", SpeedProfile(0.3, 20000, 60), Prices(1.25, 0.125, 10.0))
+FAST = TierModel("fast", SpeedProfile(0.2, 50000, 600), Prices(2.5, 0.25, 20.0))
+MID = TierModel("mid", SpeedProfile(0.25, 30000, 150), Prices(1.75, 0.175, 14.0))
+TIERS = [tier_record("std", output_tps=60, prices=(1.25, 0.125, 10.0))]
+SHAPES = [[2, 1], [3, 1, 1], [1, 2, 1], [4, 2], [2, 2, 1, 1]]
+
+
+def brute(o, limit):
+    """The cheapest assignment within ``limit``, trying every one."""
+    ok = [
+        ch
+        for ch in itertools.product(range(len(o.tiers)), repeat=len(o.calls))
+        if o.end(ch) <= limit
+    ]
+    return min(o.total_cost(ch) for ch in ok)
+
+
+@pytest.mark.parametrize("sizes", SHAPES)
+@pytest.mark.parametrize("pct", [0, 5, 10, 30, 100])
+def test_the_router_is_optimal_on_small_graphs(sizes, pct):
+    """On graphs of at most 10 calls and 2 or 3 tiers the plan costs what brute force finds,
+    within the limit; the greedy search meets the limit, and the lower bound is below both."""
+    g = build_graph(fanout_run(sizes, visible=40, tiers=TIERS).trace())
+    for tiers in ([STD, FAST], [STD, MID, FAST]):
+        o = options(g, tiers)
+        if len(tiers) ** len(o.calls) > 20000:
+            continue
+        limit = o.end(fastest(o)) * (100 + pct) // 100
+        best = brute(o, limit)
+        sol = route(o, limit)
+        assert sol is not None
+        assert sol.predicted_ns <= limit
+        assert sol.cost_usd == pytest.approx(best, abs=1e-12)
+        greedy = _greedy(o, fastest(o), limit)
+        assert o.end(greedy) <= limit
+        assert lower_bound(o, limit) <= best + 1e-12 <= o.total_cost(greedy) + 2e-12
+
+
+def test_slack_calls_go_slow_and_the_critical_path_stays_fast():
+    """In a fan-out with one long sub-agent, within 0% the long one's calls stay on the fast
+    tier and the short ones' calls with room go to the cheap tier."""
+    g = build_graph(fanout_run([6, 1, 1, 1], visible=40, tiers=TIERS).trace())
+    o = options(g, [STD, FAST])
+    limit = o.end(fastest(o))
+    o_calls = o.calls
+    sol = route(o, limit)
+    assert sol is not None and sol.predicted_ns <= limit
+    tier = {
+        (c.key.agent, c.key.step): o.tiers[t].name for c, t in zip(o_calls, sol.choice, strict=True)
+    }
+    assert all(tier[("w0", s)] == "fast" for s in range(1, 8))
+    assert tier[("w1", 2)] == "std"  # a short worker's answer has room to stream slowly
+
+
+def test_the_greedy_search_is_within_the_limit_on_a_big_trace():
+    """2,000-odd calls: the plan meets the limit and costs between the bound and all-fastest."""
+    g = build_graph(fanout_run([8, 3, 2, 2, 1, 1, 1, 1], rounds=80, tiers=TIERS).trace())
+    o = options(g, [STD, FAST])
+    assert len(o.calls) >= 2000
+    fast = fastest(o)
+    limit = o.end(fast) * 110 // 100
+    sol = route(o, limit)
+    assert sol is not None and sol.method == "greedy"
+    assert sol.predicted_ns <= limit
+    assert sol.lower_bound_usd <= sol.cost_usd < o.total_cost(fast)
+
+
+def test_a_plan_re_times_as_the_mix_what_if():
+    """The plan's routing, read back through the plan file, predicts the router's time and cost."""
+    g = build_graph(fanout_run([3, 1, 1], visible=40, tiers=TIERS).trace())
+    o = options(g, [STD, FAST])
+    sol = route(o, o.end(fastest(o)) * 105 // 100)
+    assert sol is not None
+    routing = Routing(
+        calls={c.key: o.tiers[t].name for c, t in zip(o.calls, sol.choice, strict=True)}
+    )
+    p = predict(o, choice_of(o, routing))
+    assert (p.predicted_ns, p.cost_usd) == (sol.predicted_ns, pytest.approx(sol.cost_usd))
+
+
+def _write(tmp_path: Path) -> Path:
+    return fanout_run([3, 1, 1], visible=40, tiers=TIERS).write(tmp_path / "run.jsonl")
+
+
+def test_route_writes_a_plan_run_and_whatif_accept(tmp_path: Path, capsys):
+    """`route --json -o` prints the required fields and writes a plan load_plan reads back."""
+    from agentloop.cli import main
+
+    trace = _write(tmp_path)
+    plan = tmp_path / "plan.json"
+    code = main(
+        [
+            "route",
+            str(trace),
+            "--tiers",
+            "sim-standard,sim-ultrafast",
+            "--within",
+            "10%",
+            "--json",
+            "-o",
+            str(plan),
+        ]
+    )
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    for k in (
+        "predicted_s",
+        "predicted_cost_usd",
+        "fastest_s",
+        "fastest_cost_usd",
+        "cheapest_s",
+        "cheapest_cost_usd",
+        "frontier",
+        "plan",
+    ):
+        assert k in doc
+    assert doc["predicted_s"] <= doc["fastest_s"] * 1.1 + 1e-9
+    assert doc["cheapest_cost_usd"] <= doc["predicted_cost_usd"] <= doc["fastest_cost_usd"]
+    assert json.loads(plan.read_text()) == doc["plan"]
+    r = load_plan(plan)
+    assert (r.task, r.trace) == ("demo", "synthetic")
+    assert len(r.calls) == len(doc["calls"])
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--within", "ten"], "--within 'ten'"),
+        (["--within=-5%"], "must be a percentage >= 0"),
+        (["--budget-usd=-1"], "--budget-usd must be >= 0"),
+        (["--budget-usd", "0"], "even the all-cheapest plan costs"),
+    ],
+)
+def test_bad_limits_exit_2(tmp_path: Path, capsys, args, says):
+    """A malformed or impossible limit is exit 2 with a message, no traceback."""
+    from agentloop.cli import main
+
+    code = main(["route", str(_write(tmp_path)), "--tiers", "sim-standard,sim-ultrafast", *args])
+    assert code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_a_tier_without_a_profile_says_how_to_get_one(tmp_path: Path, capsys):
+    """A candidate tier with no speed profile: exit 2 naming `agentloop probe --tier NAME --write`."""
+    from agentloop.cli import main
+
+    tiers = tmp_path / "tiers.toml"
+    tiers.write_text('[tiers.bare]\nbase_url = "http://localhost:1/v1"\nmodel = "m"\n')
+    code = main(
+        [
+            "route",
+            str(_write(tmp_path)),
+            "--tiers",
+            "sim-standard,bare",
+            "--tiers-file",
+            str(tiers),
+            "--within",
+            "10",
+        ]
+    )
+    assert code == 2
+    assert "agentloop probe --tier bare --write" in capsys.readouterr().err
