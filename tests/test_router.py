@@ -178,3 +178,43 @@ def test_a_tier_without_a_profile_says_how_to_get_one(tmp_path: Path, capsys):
     )
     assert code == 2
     assert "agentloop probe --tier bare --write" in capsys.readouterr().err
+
+
+def test_whatif_on_the_plan_predicts_what_route_did(tmp_path: Path, capsys):
+    """`whatif --routing PLAN` re-times the trace to route's predicted time and cost; `--route`
+    for one agent moves only that agent's calls."""
+    from agentloop.cli import main
+
+    trace = _write(tmp_path)
+    plan = tmp_path / "plan.json"
+    tiers = ["--tiers", "sim-standard,sim-ultrafast"]
+    assert main(["route", str(trace), *tiers, "--within", "5", "--json", "-o", str(plan)]) == 0
+    routed = json.loads(capsys.readouterr().out)
+    assert main(["whatif", str(trace), "--routing", str(plan), "--json"]) == 0
+    mixed = json.loads(capsys.readouterr().out)
+    assert mixed["predicted_s"] == pytest.approx(routed["predicted_s"], abs=1e-9)
+    assert mixed["predicted_cost_usd"] == pytest.approx(routed["predicted_cost_usd"])
+    assert main(["whatif", str(trace), "--route", "w0=sim-ultrafast", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert one["tiers"]["sim-ultrafast"]["calls"] == 4  # w0's three steps and its answer
+
+
+@pytest.mark.parametrize(
+    "plan, says",
+    [
+        ({"task": "other"}, "field 'task': the plan is for task 'other'"),
+        ({"trace": "r-123"}, "field 'trace': the plan was computed from trace 'r-123'"),
+        ({"agents": {"ghost": "sim-standard"}}, "unknown agent 'ghost'"),
+        ({"agents": {"w0": "warp-9"}}, "unknown tier 'warp-9'"),
+    ],
+)
+def test_a_plan_for_another_run_or_with_unknown_names_exits_2(tmp_path: Path, capsys, plan, says):
+    """whatif --routing refuses a plan for another task or trace, or naming unknown agents or
+    tiers: exit 2 naming the file and the field."""
+    from agentloop.cli import main
+
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"agentloop_plan": 1, **plan}))
+    assert main(["whatif", str(_write(tmp_path)), "--routing", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "plan.json" in err

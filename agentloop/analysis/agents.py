@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 from agentloop.analysis.flat import Graph
 from agentloop.config.routing import CallKey
 from agentloop.trace import attrs as A
-from agentloop.trace.header import TierInfo, parse_header
+from agentloop.trace.header import TierInfo
 from agentloop.trace.reader import Trace
 
 
@@ -55,13 +55,7 @@ def step_text(start_attrs: Mapping[str, Any], name: str) -> str:
 
 def recorded_tiers(trace: Trace) -> dict[str, TierInfo]:
     """Every tier the run's header lists (``tiers``; an older trace: its one ``tier``), by name."""
-    run = trace.run
-    listed: tuple[TierInfo, ...] | None = getattr(run, "all_tiers", None)
-    if listed is None:  # a reader without RunHeader.tiers: check each entry as the header's tier
-        raw = run.raw.get("tiers")
-        entries = raw if isinstance(raw, list) and raw else [run.raw.get("tier")]
-        listed = tuple(parse_header({**run.raw, "tier": t}, trace.path).tier for t in entries)
-    return {t.name: t for t in listed}
+    return {t.name: t for t in trace.run.all_tiers}
 
 
 def call_tier(trace: Trace, span_attrs: Mapping[str, Any], tiers: Mapping[str, TierInfo]) -> str:

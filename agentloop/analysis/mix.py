@@ -131,3 +131,34 @@ def predict(o: Options, choice: Sequence[int]) -> MixPrediction:
         per[name] += 1
         usd[name] += row[t]
     return MixPrediction(o.end(choice), sum(usd.values()), per, usd)
+
+
+def recorded_models(g: Graph) -> list[TierModel]:
+    """The tiers the run's header lists that have a profile, as candidates."""
+    from agentloop.analysis.agents import recorded_tiers
+
+    return [
+        TierModel(t.name, t.profile, t.prices)
+        for t in recorded_tiers(g.trace).values()
+        if t.profile is not None
+    ]
+
+
+def check_plan(g: Graph, routing: Routing, tiers: set[str], source: object) -> None:
+    """ConfigError (exit 2) for a routing that names an agent the run does not have, a tier not
+    among ``tiers``, or was computed for another task or another trace."""
+    from agentloop.analysis.agents import who
+
+    run = g.trace.run
+    if routing.task is not None and routing.task != run.task.name:
+        raise ConfigError(
+            f"{source}: field 'task': the plan is for task '{routing.task}', this trace is "
+            f"'{run.task.name}'"
+        )
+    if routing.trace is not None and routing.trace != run.run_id:
+        raise ConfigError(
+            f"{source}: field 'trace': the plan was computed from trace '{routing.trace}', "
+            f"this one is '{run.run_id}'"
+        )
+    agents = {who(s.start_attrs).agent for s in g.spans}
+    routing.check(agents, tiers, source)

@@ -10,6 +10,7 @@ from typing import Any
 from agentloop.analysis.graph import build_graph, gc_paused
 from agentloop.analysis.whatif import Scenario, WhatIf, render_whatif, whatif, whatif_json
 from agentloop.commands.report import analysis_status, emit_json, load_for_analysis
+from agentloop.config.routing import Routing
 from agentloop.config.tiers import get_tier, load_tiers, require_profile
 from agentloop.errors import ConfigError
 
@@ -33,6 +34,16 @@ def register(sub: Any) -> None:
         metavar="K",
         help="divide the measured reasoning + decode time by K",
     )
+    how.add_argument(
+        "--route",
+        action="append",
+        metavar="AGENT=TIER",
+        help="re-time with this agent's calls on TIER ('main' for the top agent; repeatable); "
+        "other calls keep the tier they used",
+    )
+    how.add_argument(
+        "--routing", type=Path, metavar="PLAN.json", help="re-time with a plan (agentloop route -o)"
+    )
     p.add_argument("--tiers", type=Path, metavar="FILE", help="tiers file (with --tier)")
     p.add_argument(
         "--prefill-speedup",
@@ -54,6 +65,8 @@ def register(sub: Any) -> None:
 async def main(args: argparse.Namespace) -> int:
     if args.trace.is_dir():  # a suite folder (agentloop suite): predicted wall time and cost
         return await _suite(args)
+    if args.route or args.routing is not None:
+        return await _mix(args)
     if args.tier is not None:
         if args.prefill_speedup != 1.0:
             raise ConfigError(
@@ -100,4 +113,62 @@ async def _suite(args: argparse.Namespace) -> int:
         emit_json(suite_whatif_json(w))
     else:
         print(render_suite_whatif(w))
+    return 0
+
+
+async def _mix(args: argparse.Namespace) -> int:
+    """Each call on its own tier (a routing): predicted time and cost, per tier."""
+    from agentloop.analysis.mix import (
+        TierModel,
+        check_plan,
+        choice_of,
+        options,
+        predict,
+        recorded_models,
+    )
+    from agentloop.config.routing import load_plan, parse_routes
+
+    if args.routing is not None:
+        routing, source = load_plan(args.routing), str(args.routing)
+    else:
+        routing, source = parse_routes(args.route), "--route"
+    trace = await asyncio.to_thread(load_for_analysis, args.trace)
+    g = build_graph(trace)
+    # the tiers file's profiles and prices (as `route` and `whatif --tier` use), else the
+    # header's for a recorded tier the file does not know
+    cands = {t.name: t for t in recorded_models(g)}
+    known = await asyncio.to_thread(load_tiers, args.tiers)
+    check_plan(g, routing, set(cands) | set(known), source)
+    for name in sorted(routing.tiers() | set(cands)):
+        if name in known or name not in cands:
+            tier = get_tier(known, name, args.tiers or "tiers.toml")
+            cands[name] = TierModel.of(tier.name, tier.profile, tier.prices)
+    o = options(g, list(cands.values()))
+    recorded = predict(o, choice_of(o, Routing()))
+    p = predict(o, choice_of(o, routing))
+    doc: dict[str, Any] = {
+        "scenario": f"routing {source}",
+        "measured_s": g.measured_ns / 1e9,
+        "recorded_tiers_predicted_s": recorded.predicted_ns / 1e9,
+        "predicted_s": p.predicted_ns / 1e9,
+        "predicted_cost_usd": p.cost_usd,
+        "recorded_cost_usd": recorded.cost_usd,
+        "tiers": {
+            n: {"calls": p.calls_per_tier[n], "cost_usd": p.cost_per_tier[n]}
+            for n in p.calls_per_tier
+            if p.calls_per_tier[n]
+        },
+    }
+    if args.json:
+        emit_json(doc)
+        return 0
+    print(f"what-if: {doc['scenario']}")
+    print(f"  measured   {g.measured_ns / 1e9:.3f} s")
+    print(
+        f"  predicted  {p.predicted_ns / 1e9:.3f} s   cost ${p.cost_usd:.6f} "
+        f"(the calls on the tiers they used: {recorded.predicted_ns / 1e9:.3f} s, "
+        f"${recorded.cost_usd:.6f})"
+    )
+    for n, v in doc["tiers"].items():
+        print(f"  {n:<16} {v['calls']:5d} calls  ${v['cost_usd']:.6f}")
     return 0
