@@ -19,7 +19,7 @@ from typing import Any, TypedDict, Unpack
 from agentloop.config import shipped
 from agentloop.config.routing import Routing
 from agentloop.config.tasks import Task, load_task
-from agentloop.config.tiers import Tier, get_tier, load_tiers
+from agentloop.config.tiers import Tier, get_tier, load_tiers, require_key
 from agentloop.errors import ConfigError
 from agentloop.events import EventSink, Observer
 from agentloop.export import live_sinks
@@ -142,13 +142,25 @@ def open_task(path: str | Path) -> Task:
 
 
 def resolve_tier(
-    task: Task, tier: str | Tier | None = None, tiers_file: str | Path | None = None
+    task: Task,
+    tier: str | Tier | None = None,
+    tiers_file: str | Path | None = None,
+    asked_by: str = "tier",
 ) -> Tier:
-    """The tier a run uses: the one asked for, else the task's default, else sim-standard."""
+    """The tier a run uses: the one asked for, else the task's default, else sim-standard.
+
+    An unknown name is blamed on where it was written: ``asked_by`` (``--tier`` on the command
+    line) for the one asked for, the task file's ``tier:`` line for the task's default.
+    """
     if isinstance(tier, Tier):
         return tier
     tiers = load_tiers(Path(tiers_file) if tiers_file else None, extra=task.tiers)
-    return get_tier(tiers, tier or task.tier or DEFAULT_TIER, source=tiers_file or "tiers.toml")
+    if tier:
+        return get_tier(tiers, tier, source=asked_by)
+    if task.tier:
+        where = task.source or f"task '{task.name}'"
+        return get_tier(tiers, task.tier, source=where, line=task.tier_line, field="tier")
+    return get_tier(tiers, DEFAULT_TIER, source=tiers_file or "tiers.toml")
 
 
 def _substitute(script: tuple[ScriptTurn, ...], work: Path) -> list[ScriptTurn]:
@@ -378,6 +390,8 @@ def plan_run(task: Task | str | Path, config: RunConfig | None = None) -> RunPla
         )
     the_tier = resolve_tier(task, config.tier, config.tiers_file)
     the_tier, tiers, routing = resolve_routing(task, the_tier, config)
+    for used in (the_tier, *tiers.values()):
+        require_key(used)  # refused now, not after the set-up at the first model call
     run_id = config.run_id or uuid.uuid4().hex[:12]
     trace = trace_path_for(Path(config.trace_dir), task, the_tier, run_id)
     return RunPlan(task, the_tier, run_id, trace, tiers, routing)

@@ -46,7 +46,7 @@ async def main(args: argparse.Namespace) -> int:
     tier = None
     if args.tier is not None:
         tiers = await asyncio.to_thread(load_tiers, args.tiers)
-        tier = get_tier(tiers, args.tier, args.tiers or "tiers.toml").summary()
+        tier = get_tier(tiers, args.tier, "--tier").summary()
     records = await asyncio.to_thread(import_otlp, args.file, tier)
     try:
         await asyncio.to_thread(write_trace, records, args.output)

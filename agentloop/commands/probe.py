@@ -169,7 +169,7 @@ def _print(res: dict[str, Any]) -> None:
 async def main(args: argparse.Namespace) -> int:
     configure(args.verbose)  # logs (retries ...) go to stderr, never into --json output
     path = args.tiers_file or default_tiers_path()
-    tier = get_tier(load_tiers(path), args.tier, source=path)
+    tier = get_tier(load_tiers(path), args.tier, source="--tier")
     res = await probe(tier, args.n, args.tokens, args.long_tokens)
     if args.json:
         sys.stdout.write(orjson.dumps(res, option=orjson.OPT_INDENT_2).decode() + "\n")

@@ -14,7 +14,7 @@ from typing import Any, TextIO, TypeVar
 from agentloop import api
 from agentloop.commands._args import add_routing, positive_float, positive_int, routing_from
 from agentloop.commands.progress import Progress
-from agentloop.config.tiers import Tier, load_tiers
+from agentloop.config.tiers import Tier, load_tiers, require_key
 from agentloop.log import configure
 from agentloop.loop.ending import RunResult
 from agentloop.redact import Redactor, redactor
@@ -80,7 +80,8 @@ async def main(args: argparse.Namespace) -> int:
     configure(args.verbose)
     out = sys.stdout
     task = api.open_task(args.task)
-    tier = api.resolve_tier(task, args.tier, args.tiers_file)
+    tier = api.resolve_tier(task, args.tier, args.tiers_file, asked_by="--tier")
+    require_key(tier)  # before the header and the set-up: exit 2 naming the variable
     where = "embedded simulator" if tier.simulated else tier.base_url
     speed = f"{tier.profile.output_tps:g} tok/s" if tier.profile else "speed not profiled"
     print(

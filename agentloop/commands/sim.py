@@ -126,7 +126,7 @@ async def main(args: argparse.Namespace) -> int:
     from agentloop.config.tiers import get_tier, load_tiers, require_profile
     from agentloop.sim import SimServer
 
-    tier = get_tier(load_tiers(args.tiers_file), args.tier, args.tiers_file or "tiers")
+    tier = get_tier(load_tiers(args.tiers_file), args.tier, "--tier")
     profile = require_profile(tier, "to pace the simulator")
     if args.output_tps is not None:
         if args.output_tps <= 0:

@@ -142,7 +142,7 @@ async def main(args: argparse.Namespace) -> int:
     tiers = load_tiers(args.tiers_file)
     sources = tier_sources(args.tiers_file)
     if args.only:
-        tiers = {n: get_tier(tiers, n, args.tiers_file or "tiers") for n in args.only}
+        tiers = {n: get_tier(tiers, n, "--tier") for n in args.only}
     checks: dict[str, dict[str, Any]] = {}
     if args.check:
         async with asyncio.TaskGroup() as tg:

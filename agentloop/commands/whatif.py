@@ -74,7 +74,7 @@ async def main(args: argparse.Namespace) -> int:
                 "says its prefill speed"
             )
         tiers = await asyncio.to_thread(load_tiers, args.tiers)
-        tier = get_tier(tiers, args.tier, args.tiers or "tiers.toml")
+        tier = get_tier(tiers, args.tier, "--tier")
         scenario = Scenario.tier(tier.name, require_profile(tier))
     else:
         scenario = Scenario.multipliers(args.speedup, args.prefill_speedup)
@@ -107,7 +107,7 @@ async def _suite(args: argparse.Namespace) -> int:
     if args.tier is None:
         raise ConfigError("a suite folder is predicted on a tier: use --tier NAME")
     tiers = await asyncio.to_thread(load_tiers, args.tiers)
-    tier = get_tier(tiers, args.tier, args.tiers or "tiers.toml")
+    tier = get_tier(tiers, args.tier, "--tier")
     w = await asyncio.to_thread(suite_whatif, args.trace, tier, args.concurrency)
     if args.json:
         emit_json(suite_whatif_json(w))

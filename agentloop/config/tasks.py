@@ -178,6 +178,7 @@ class Task:
     allow_hosts: tuple[str, ...] = ()
     limits: Limits = field(default_factory=Limits)
     tier: str | None = None
+    tier_line: int | None = None  # where ``tier:`` is written, to blame an unknown name on
     tiers: dict[str, Tier] = field(default_factory=dict)
     success_command: str | None = None
     success_text: str | None = None
@@ -287,6 +288,7 @@ def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Ta
         allow_hosts=tuple(m.allow_hosts),
         limits=Limits(**m.limits.model_dump()),
         tier=m.tier,
+        tier_line=_key_line(root, ("tier",)) if m.tier is not None else None,
         tiers=tiers,
         success_command=m.success.command,
         success_text=m.success.expect_text,
@@ -401,6 +403,7 @@ def _validated(text: str, path: Path) -> tuple[yaml.Node | None, _TaskModel]:
         raise TaskFileError(
             path, "a task file must be a YAML mapping (name:, prompt:, ...)", line=1
         )
+    _refuse_twice(root, path)
     try:
         return root, _TaskModel.model_validate(data)
     except ValidationError as exc:
@@ -416,6 +419,31 @@ def _validated(text: str, path: Path) -> tuple[yaml.Node | None, _TaskModel]:
         raise TaskFileError(
             path, problem(exc), line=_key_line(root, loc), field=field_name(loc)
         ) from None
+
+
+def _refuse_twice(node: yaml.Node | None, path: Path, at: str = "") -> None:
+    """A key written twice in one mapping is refused naming both lines (YAML keeps the last
+    silently: ``name: x`` ... ``name: y`` would run as ``y``)."""
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _refuse_twice(item, path, f"{at}[{i}]")
+    if not isinstance(node, yaml.MappingNode):
+        return
+    first: dict[object, int] = {}
+    for k, v in node.value:
+        line = int(k.start_mark.line) + 1
+        name = f"{at}.{k.value}" if at else str(k.value)
+        if isinstance(k, yaml.ScalarNode) and k.value in first:
+            raise TaskFileError(
+                path,
+                f"'{k.value}' is written twice: on line {first[k.value]} and on line {line} "
+                "(keep one)",
+                line=line,
+                field=name,
+            )
+        if isinstance(k, yaml.ScalarNode):
+            first[k.value] = line
+        _refuse_twice(v, path, name)
 
 
 def _check_tools(m: _TaskModel, root: yaml.Node | None, path: Path, known_tools: set[str]) -> None:

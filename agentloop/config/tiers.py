@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -177,10 +179,39 @@ def load_tiers_file(path: Path) -> dict[str, Tier]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+)", str(exc))
-        raise TierFileError(
-            path, f"not valid TOML: {exc}", line=int(m.group(1)) if m else None
-        ) from None
+        line = int(m.group(1)) if m else None
+        twice = _written_twice(text, line) if line is not None else None
+        if twice is not None:
+            key, first = twice
+            raise TierFileError(
+                path, f"'{key}' is written twice: on line {first} and again here", line=line
+            ) from None
+        raise TierFileError(path, f"not valid TOML: {exc}", line=line) from None
     return parse_tiers(data, path, text)
+
+
+def _written_twice(text: str, line: int) -> tuple[str, int] | None:
+    """When ``line`` repeats a key or a table header written earlier in its table (tomllib
+    refuses both, naming only the second line): that key and the line of its first writing."""
+    lines = text.splitlines()
+    if not 0 < line <= len(lines):
+        return None
+    here = lines[line - 1].strip()
+    if here.startswith("["):
+        for i in range(line - 1):
+            if lines[i].strip().split("#")[0].strip() == here.split("#")[0].strip():
+                return here.split("#")[0].strip(), i + 1
+        return None
+    m = re.match(r"^\s*([A-Za-z0-9_.\"'-]+?)\s*=", lines[line - 1])
+    if m is None:
+        return None
+    key = m.group(1)
+    for i in range(line - 2, -1, -1):  # back to this table's header
+        if lines[i].lstrip().startswith("["):
+            break
+        if re.match(r"^\s*" + re.escape(key) + r"\s*=", lines[i]):
+            return key, i + 1
+    return None
 
 
 # the built-in tiers: package data, so a wheel install has them (their one and only copy)
@@ -248,15 +279,44 @@ def require_profile(tier: Tier, why: str = "to predict with") -> SpeedProfile:
     return tier.profile
 
 
-def get_tier(tiers: dict[str, Tier], name: str, source: object = "tiers") -> Tier:
-    """Look a tier up by name; an unknown name lists the known ones."""
+def get_tier(
+    tiers: dict[str, Tier],
+    name: str,
+    source: object = "tiers",
+    *,
+    line: int | None = None,
+    field: str | None = None,
+) -> Tier:
+    """Look a tier up by name; an unknown name is blamed on ``source`` (where the name was
+    written: ``--tier``, a task file and its ``line``), with a "did you mean" and the known ones."""
     try:
         return tiers[name]
     except KeyError:
         known = ", ".join(sorted(tiers)) or "none"
+        close = difflib.get_close_matches(name, list(tiers), n=1, cutoff=0.6)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
         raise TierFileError(
-            source, f"unknown tier '{name}' (known tiers: {known})", field="tier"
+            source, f"unknown tier '{name}'{hint} (known tiers: {known})", line=line, field=field
         ) from None
+
+
+def missing_key(tier: Tier) -> str | None:
+    """The environment variable that should hold ``tier``'s API key, when it is not set."""
+    key = tier.api_key_env
+    if key is None or tier.simulated or tier.local is not None or os.environ.get(key):
+        return None
+    return key
+
+
+def require_key(tier: Tier) -> None:
+    """Refuse (ConfigError, exit 2) a tier whose API key variable is not set, before a run
+    starts: otherwise the run would spend its set-up and end at its first model call."""
+    key = missing_key(tier)
+    if key is not None:
+        raise ConfigError(
+            f"tier '{tier.name}' reads its API key from the environment variable {key}, "
+            f"which is not set: export {key}=... first, or pick another tier with --tier"
+        )
 
 
 def _fmt_number(x: float) -> str:

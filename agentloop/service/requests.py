@@ -17,7 +17,6 @@ included). Error messages quote a submitted value only in part (:func:`shown`).
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentloop.api import resolve_tier
 from agentloop.config.shipped import find_task, looks_like_name
 from agentloop.config.tasks import Limits, LimitsModel, Task, field_name, parse_task, problem
-from agentloop.config.tiers import Tier
+from agentloop.config.tiers import Tier, missing_key
 from agentloop.errors import FileLocatedError, RequestError, TaskFileError, TierFileError
 
 MAX_PATH = 1024  # characters of a task path (the OS refuses names past 255 bytes anyway)
@@ -218,8 +217,8 @@ def check_runnable(task: Task, tier: str | None, tiers_file: Path | None) -> Tie
             "real tier in 'tier', or give the task a 'script' of turns",
             field="task.script",
         )
-    key = the_tier.api_key_env
-    if key and not os.environ.get(key):
+    key = missing_key(the_tier)
+    if key is not None:
         raise RequestError(
             f"field 'tier': {named} '{the_tier.name}' reads its API key from the server's "
             f"environment variable {key}, which is not set on this server: ask for another "

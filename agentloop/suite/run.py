@@ -35,7 +35,7 @@ from agentloop.api import (
     tool_registry,
 )
 from agentloop.config.tasks import Task
-from agentloop.config.tiers import Tier
+from agentloop.config.tiers import Tier, require_key
 from agentloop.errors import AgentloopError, ConfigError
 from agentloop.events import Only, RunEvent, fan_out
 from agentloop.loop.ending import RunResult
@@ -118,7 +118,9 @@ def plan_jobs(
     if repeat < 1:
         raise ConfigError(f"--repeat must be at least 1 (got {repeat})")
     tasks = [(open_task(p), p) for p in collect(paths)]
-    tiers = {id(t): resolve_tier(t, tier, tiers_file) for t, _ in tasks}
+    tiers = {id(t): resolve_tier(t, tier, tiers_file, asked_by="--tier") for t, _ in tasks}
+    for the_tier in tiers.values():
+        require_key(the_tier)  # before any run's set-up
     return [Job(t, p, r, tiers[id(t)]) for r in range(1, repeat + 1) for t, p in tasks]
 
 
