@@ -470,6 +470,18 @@ async def _prepare(plan: RunPlan, config: RunConfig) -> tuple[ws.Place, RunConte
     return place, ctx
 
 
+async def _open_mcp(
+    task: Task, registry: dict[str, Tool], ctx: RunContext, stack: contextlib.AsyncExitStack
+) -> tuple[dict[str, Tool], Task, list[dict[str, Any]]]:
+    """The task's MCP servers started in the run's jail, their tools added to the registry and
+    the task's ``mcp:`` entries expanded to their names; the set-up's record for the header."""
+    from agentloop_tools.mcp_tools import open_servers
+
+    offered = {n for n in task.tools if n in registry} | ({"finish"} if task.finish_tool else set())
+    found, names, record = await open_servers(task.mcp_servers, task.tools, ctx, offered, stack)
+    return {**registry, **found}, replace(task, tools=names), record
+
+
 async def _execute_in_env(plan: RunPlan, config: RunConfig) -> RunResult:
     """Workspace and setup, client, trace, the loop, clean-up (the task env is active)."""
     # outside a suite (which has its own start gate), the process's: the clock starts once the
@@ -515,6 +527,9 @@ async def _execute_gated(
                 [redactor(secret_values()), truncator(MAX_TRACE_STRING)],
             )
             stack.callback(sink.close)
+            mcp_record = None
+            if task.mcp_servers:  # started once, for the run; stopped with it (issue 25)
+                registry, task, mcp_record = await _open_mcp(task, registry, ctx, stack)
             runner = Runner(
                 task,
                 client,
@@ -529,6 +544,7 @@ async def _execute_gated(
                 routing=plan.routing,
                 tiers=plan.tiers or None,
                 clients=clients,
+                mcp_servers=mcp_record,
             )
             result = await runner.run()
     finally:  # the jail closes (nothing the run started survives), the copy goes unless kept

@@ -10,7 +10,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from agentloop.config import mcp
 from agentloop.config.limits import Limits as Limits
+from agentloop.config.mcp import McpServer
 from agentloop.config.tiers import Tier, parse_tiers
 from agentloop.errors import TaskFileError, TierFileError
 from agentloop.script import ScriptTurn
@@ -131,6 +133,7 @@ class _TaskModel(BaseModel):
     script: list[_TurnModel] = Field(default_factory=list)
     agents: list[_AgentModel] = Field(default_factory=list)  # sub-agents, called as tools
     routing: dict[str, str] = Field(default_factory=dict)  # agent ("main": the top) -> tier
+    mcp_servers: dict[str, mcp.McpServerModel] = Field(default_factory=dict)
 
     @field_validator("setup", "requirements", "tools", "allow_hosts", mode="before")
     @classmethod
@@ -188,6 +191,8 @@ class Task:
 
     def agent(self, name: str) -> Agent | None:
         return next((a for a in self.agents if a.name == name), None)
+
+    mcp_servers: tuple[McpServer, ...] = ()  # the servers ``mcp:`` entries of tools name
 
 
 def _node_at(root: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[yaml.Node | None, bool]:
@@ -258,6 +263,7 @@ def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Ta
                 line=_key_line(root, ("workspace",)),
                 field="workspace",
             )
+    servers = _mcp_servers(m, root, path)
     if known_tools is not None:
         _check_tools(m, root, path, known_tools | {a.name for a in m.agents})
     agents = _agents(m, root, path, known_tools)
@@ -295,6 +301,7 @@ def parse_task(text: str, path: Path, known_tools: set[str] | None = None) -> Ta
         script=tuple(ScriptTurn.from_dict(t.model_dump()) for t in m.script),
         agents=agents,
         routing=dict(m.routing),
+        mcp_servers=servers,
     )
 
 
@@ -390,6 +397,21 @@ def _cycle(calls: dict[str, list[str]]) -> list[str] | None:
     return None
 
 
+def _mcp_servers(m: _TaskModel, root: yaml.Node | None, path: Path) -> tuple[McpServer, ...]:
+    """The task's MCP servers, each checked (:mod:`agentloop.config.mcp`)."""
+    for name, server in m.mcp_servers.items():
+        bad = mcp.problem(name, server)
+        if bad is not None:
+            where = ("mcp_servers", name, *((bad[0].split("[")[0],) if bad[0] else ()))
+            raise TaskFileError(
+                path,
+                bad[1],
+                line=_key_line(root, where),
+                field=f"mcp_servers.{name}" + (f".{bad[0]}" if bad[0] else ""),
+            )
+    return tuple(mcp.build(name, server) for name, server in m.mcp_servers.items())
+
+
 def _validated(text: str, path: Path) -> tuple[yaml.Node | None, _TaskModel]:
     """The file's YAML node tree (for line numbers) and its validated model."""
     try:
@@ -447,8 +469,26 @@ def _refuse_twice(node: yaml.Node | None, path: Path, at: str = "") -> None:
 
 
 def _check_tools(m: _TaskModel, root: yaml.Node | None, path: Path, known_tools: set[str]) -> None:
-    """Every tool the task lists, and every tool its script calls, is one the registry has."""
+    """Every tool the task lists, and every tool its script calls, is one the registry has
+    (an ``mcp:`` entry names one of the task's servers; their tools are known at the run)."""
+    from_mcp: set[str] = set()
+    whole_server = False
     for i, name in enumerate(m.tools):
+        ref = mcp.parse_ref(name)
+        if ref is not None:
+            if ref[0] not in m.mcp_servers:
+                raise TaskFileError(
+                    path,
+                    f"'{name}' names MCP server '{ref[0]}', which mcp_servers does not define"
+                    f" (defined: {', '.join(sorted(m.mcp_servers)) or 'none'})",
+                    line=_key_line(root, ("tools", i)),
+                    field=f"tools[{i}]",
+                )
+            if ref[1] is None:
+                whole_server = True
+            else:
+                from_mcp.add(ref[1])
+            continue
         if name not in known_tools:
             raise TaskFileError(
                 path,
@@ -458,6 +498,8 @@ def _check_tools(m: _TaskModel, root: yaml.Node | None, path: Path, known_tools:
             )
     for i, turn in enumerate(m.script):
         for j, call in enumerate(turn.tool_calls):
+            if whole_server or call.name in from_mcp:
+                continue  # an MCP server's tools are listed when the run starts
             if call.name not in known_tools and call.name != "finish":
                 # a script may name a tool the task does not allow (to exercise the error
                 # path), but a tool nobody has is almost surely a typo

@@ -101,7 +101,9 @@ class Runner:
         clients: Mapping[tuple[str, str], ModelClient] | None = None,
         scope: AgentScope | None = None,
         parent: Runner | None = None,
+        mcp_servers: list[dict[str, Any]] | None = None,
     ) -> None:
+        self.mcp_servers = mcp_servers  # the header's record of the MCP servers' set-up
         self.task, self.client, self.tier, self.tracer, self.ctx = task, client, tier, tracer, ctx
         self.registry = tools
         self.routing = routing or Routing()
@@ -158,6 +160,7 @@ class Runner:
             },
             tier=self.tier.summary(),
             **self._tree_header(),
+            **self._mcp_header(),
             tools=[
                 {"name": s.name, "description": s.description, "parameters": s.parameters}
                 for s in self.specs
@@ -166,6 +169,10 @@ class Runner:
             workspace=str(self.ctx.workspace),
             sandbox=self.ctx.jail.confinement if self.ctx.jail is not None else None,
         )
+
+    def _mcp_header(self) -> dict[str, Any]:
+        """The header's ``mcp_servers`` (their set-up), for a run that has any."""
+        return {"mcp_servers": self.mcp_servers} if self.mcp_servers else {}
 
     def _tree_header(self) -> dict[str, Any]:
         """The header's ``tiers``, ``agents`` and ``routing``, for a run that has any."""
@@ -506,6 +513,8 @@ class Runner:
                     self.emit.tool_start(span, step, call)
                     res = await self._execute(call, cut)
                     span.set(**tool_attrs(call, res, queued))
+                    # a tool may name more of itself for its spans (an MCP tool: mcp.server)
+                    span.set(**getattr(self.tools.get(call.name), "span_attrs", None) or {})
                     if not res.ok:
                         span.status = "error"
             self.emit.tool_end(span, step, call, res)

@@ -268,6 +268,34 @@ def _read_capped(fh: object, capture: Capture) -> None:
         capture.feed(os.pread(fd, size - start, start))
 
 
+@dataclass(frozen=True)
+class Piped:
+    """A long-lived process of the run (an MCP server over stdio): its three pipe ends (ours)."""
+
+    command: Command
+    stdin: int  # write end
+    stdout: int  # read end
+    stderr: int  # read end
+
+
+async def start_piped(jail: Jail, argv: list[str], *, cwd: Path, env: dict[str, str]) -> Piped:
+    """Start ``argv`` (no shell) in ``jail`` with three pipes, for as long as the caller keeps
+    it: the caller kills it (``command.kill()``); the jail's close kills it in any case."""
+    pipes = [os.pipe(), os.pipe(), os.pipe()]
+    theirs = (pipes[0][0], pipes[1][1], pipes[2][1])
+    ours = (pipes[0][1], pipes[1][0], pipes[2][0])
+    try:
+        cmd = await jail.spawn(argv, cwd, env, theirs)
+    except BaseException:
+        for fd in ours:
+            os.close(fd)
+        raise
+    finally:  # the child has its copies
+        for fd in theirs:
+            os.close(fd)
+    return Piped(cmd, *ours)
+
+
 def combined(o: Outcome) -> str:
     """stdout then stderr as one text (setup failures, the success check's record)."""
     return o.stdout.text() + o.stderr.text()

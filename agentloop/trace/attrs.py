@@ -97,4 +97,5 @@ GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 ARGUMENTS: Final = "arguments"  # JSON text, as the model wrote it
 OK: Final = "ok"
 DATA: Final = "data"  # tool-specific structured fields (exit_code, passed, failed ...)
+MCP_SERVER: Final = "mcp.server"  # the task's name of the MCP server whose tool ran (start too)
 QUEUED_NS: Final = "queued_ns"  # waited for the max_parallel_tools bound before the span opened

@@ -131,6 +131,8 @@ class HeaderFields(TypedDict):
     tiers: NotRequired[list[TierRecord]]
     agents: NotRequired[list[AgentRecord]]
     routing: NotRequired[dict[str, Any]]  # the plan as JSON (agentloop.config.routing.as_plan)
+    # the run's MCP servers as set up: name, transport, command or url, setup_s, tools, error
+    mcp_servers: NotRequired[list[dict[str, Any]]]
 
 
 def header_record(clock: ClockRecord, **fields: Unpack[HeaderFields]) -> dict[str, Any]:

@@ -1,0 +1,217 @@
+"""MCP servers as a run's tools (issue 25): the real reference servers and the failure cases.
+
+``tests/data/mcp-git.yaml`` runs ``mcp-server-git`` and ``mcp-server-time`` (from PyPI, stdio, in
+the run's jail) under a scripted simulator run; ``tests/data/mcp_fault/fault_server.py`` answers
+with an error, a malformed result, never, or by dying, and the run goes on each time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from agentloop import run_task
+from agentloop.cli import main
+from agentloop.trace import attrs as A
+from agentloop.trace.reader import load_trace
+from tests.conftest import ROOT
+
+GIT_TASK = ROOT / "tests" / "data" / "mcp-git.yaml"
+FAULT_WS = ROOT / "tests" / "data" / "mcp_fault"
+
+
+def tool_spans(trace_path: str) -> dict[str, list]:
+    trace = load_trace(trace_path)
+    out: dict[str, list] = {}
+    for s in trace.spans.values():
+        if s.kind == "tool":
+            out.setdefault(s.attrs[A.GEN_AI_TOOL_NAME], []).append(s)
+    return out
+
+
+async def test_git_and_time_servers_answer_in_a_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """mcp-server-git sees the workspace's repository (status, log, diff) and mcp-server-time
+    the clock; every call is a tool span naming its server, and the report counts them as
+    tools."""
+    result = await run_task(GIT_TASK, trace_dir=tmp_path)
+    assert "ok" == result.status
+    spans = tool_spans(result.trace_path)
+    [status], [log], [diff], [now] = (
+        spans[n] for n in ("git_status", "git_log", "git_diff_unstaged", "get_current_time")
+    )
+    assert all(s.attrs[A.OK] for s in (status, log, diff, now))
+    assert "git" == status.attrs[A.MCP_SERVER] == diff.attrs[A.MCP_SERVER]
+    assert "time" == now.attrs[A.MCP_SERVER]
+    assert "modified:" in status.attrs[A.OUTPUT] and "calc.py" in status.attrs[A.OUTPUT]
+    assert "first" in log.attrs[A.OUTPUT]
+    assert "+    # an empty list sums to 0" in diff.attrs[A.OUTPUT]
+    assert '"timezone": "UTC"' in now.attrs[A.OUTPUT]
+    assert '"repo_path"' in status.attrs[A.ARGUMENTS]
+    header = load_trace(result.trace_path).header
+    servers = {s["name"]: s for s in header["mcp_servers"]}
+    assert {"git", "time"} == set(servers)
+    assert "git_status" in servers["git"]["tools"] and servers["git"]["error"] is None
+    assert servers["time"]["setup_s"] > 0
+    offered = {t["name"] for t in header["tools"]}
+    assert {
+        "git_status",
+        "git_log",
+        "git_diff_unstaged",
+        "get_current_time",
+        "convert_time",
+    } <= offered
+    assert "git_commit" not in offered  # mcp:git/TOOL names one tool only
+    assert 0 == await asyncio.to_thread(main, ["report", result.trace_path])
+    text = capsys.readouterr().out
+    assert "tool:git_status" in text and "tool:get_current_time" in text
+
+
+def fault_task(
+    tmp_path: Path, calls: list[str], *, servers: str = "", tools: str = "", timeout: float = 20
+) -> Path:
+    marker = uuid.uuid4().hex
+    turns = "\n".join(
+        f"  - text: calling {c}\n    tool_calls:\n      - {{name: {c}, arguments: {{text: hi}}}}"
+        for c in calls
+    )
+    servers = servers or (
+        f"  fault: {{command: python, args: [fault_server.py, --marker, {marker}]}}"
+    )
+    path = tmp_path / "fault.yaml"
+    path.write_text(
+        f"name: fault\nprompt: p\nworkspace: {FAULT_WS}\n"
+        f"mcp_servers:\n{servers}\n"
+        f"tools: [{tools or 'mcp:fault'}]\n"
+        f"limits: {{max_steps: 10, timeout_s: 60, tool_timeout_s: {timeout}}}\n"
+        f"script:\n{turns}\n  - text: done\n    tool_calls:\n"
+        f"      - {{name: finish, arguments: {{summary: done}}}}\n"
+    )
+    return path
+
+
+async def test_error_malformed_and_death_give_error_results(tmp_path: Path) -> None:
+    """Each failure is an error result the model sees, with a clear record in the span; the
+    run goes on to its end; after the server died, its tools say so."""
+    task = fault_task(tmp_path, ["echo", "fail", "malformed", "echo", "die", "echo"])
+    result = await run_task(task, trace_dir=tmp_path)
+    assert "ok" == result.status
+    calls = [
+        s
+        for s in sorted(load_trace(result.trace_path).spans.values(), key=lambda s: s.t0)
+        if s.kind == "tool" and s.attrs[A.GEN_AI_TOOL_NAME] != "finish"
+    ]
+    outs = [(s.attrs[A.GEN_AI_TOOL_NAME], s.attrs[A.OK], s.attrs[A.OUTPUT]) for s in calls]
+    assert ("echo", True, "echo: hi") == outs[0]
+    assert ("fail", False, "no such table: users") == outs[1]
+    assert outs[2][1] is False and "MCP server 'fault' failed" in outs[2][2]
+    assert ("echo", True, "echo: hi") == outs[3]  # a malformed answer does not end the server
+    assert outs[4][1] is False and "exited (code 9)" in outs[4][2]
+    assert "dying on request" in outs[4][2]  # its stderr, for the person reading
+    assert outs[5][1] is False and "is not running" in outs[5][2]
+    assert all("fault" == s.attrs[A.MCP_SERVER] for s in calls)
+    assert {"tool", "protocol", "down"} == {
+        s.attrs[A.DATA].get("error") for s in calls if not s.attrs[A.OK]
+    }
+
+
+async def test_a_hung_call_is_cut_at_the_tool_timeout(tmp_path: Path) -> None:
+    """A server that never answers: the call ends just under the tool timeout with an error
+    naming the server, and the run goes on."""
+    result = await run_task(fault_task(tmp_path, ["hang"], timeout=2), trace_dir=tmp_path)
+    assert "ok" == result.status
+    [hang] = tool_spans(result.trace_path)["hang"]
+    assert hang.attrs[A.OK] is False and "timeout" == hang.attrs[A.DATA]["error"]
+    assert "MCP server 'fault' did not answer hang within 1.8 s" in hang.attrs[A.OUTPUT]
+
+
+async def test_a_server_that_cannot_start_leaves_the_run_going(tmp_path: Path) -> None:
+    """A missing program and a server that exits at start: the header records why, the named
+    tool answers with the error, and the run ends ok."""
+    servers = (
+        "  gone: {command: no-such-mcp-server-here}\n"
+        "  quits: {command: python, args: [fault_server.py, --exit-at-start]}"
+    )
+    task = fault_task(tmp_path, ["echo"], servers=servers, tools='"mcp:gone/echo", "mcp:quits"')
+    result = await run_task(task, trace_dir=tmp_path)
+    assert "ok" == result.status
+    trace = load_trace(result.trace_path)
+    rec = {s["name"]: s for s in trace.header["mcp_servers"]}
+    assert "exited (code 127)" in rec["gone"]["error"]
+    assert "exited (code 3)" in rec["quits"]["error"] and "no database" in rec["quits"]["error"]
+    [echo] = tool_spans(result.trace_path)["echo"]
+    assert echo.attrs[A.OK] is False and "MCP server 'gone' is not running" in echo.attrs[A.OUTPUT]
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(int(pid))
+            except OSError:
+                pass
+    return found
+
+
+async def test_cancel_stops_the_server(tmp_path: Path) -> None:
+    """A run cancelled while its server hangs in a call leaves no server process behind."""
+    task = fault_task(tmp_path, ["hang"], timeout=60)
+    marker = task.read_text().split("--marker, ")[1].split("]")[0]
+    run = asyncio.create_task(run_task(task, trace_dir=tmp_path))
+    async with asyncio.timeout(30):
+        while not _processes_with(marker):
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # inside the hanging call by now (the bound: the run's 60 s)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert [] == _processes_with(marker)
+
+
+def test_name_clash_is_exit_2_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two servers offering one tool name, or a server's tool named like a listed built-in."""
+    two = (
+        "  a: {command: python, args: [fault_server.py]}\n"
+        "  b: {command: python, args: [fault_server.py]}"
+    )
+    task = fault_task(tmp_path, ["echo"], servers=two, tools='"mcp:a", "mcp:b"')
+    assert 2 == main(["run", str(task), "--trace-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert "'echo' of MCP server 'b' and of MCP server 'a'" in err
+    builtin = "  a: {command: python, args: [fault_server.py, --also, read_file]}"
+    task = fault_task(tmp_path, ["echo"], servers=builtin, tools='read_file, "mcp:a"')
+    assert 2 == main(["run", str(task), "--trace-dir", str(tmp_path)])
+    assert (
+        "'read_file' of MCP server 'a' and the built-in tool 'read_file'" in capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    ("servers", "tools", "says"),
+    [
+        (
+            "  a: {command: x}",
+            '"mcp:b"',
+            "'mcp:b' names MCP server 'b', which mcp_servers does not define",
+        ),
+        ("  a: {command: x, env: [API_TOKEN]}", '"mcp:a"', "API_TOKEN looks like a secret"),
+        ("  a: {command: x, url: 'http://h/mcp'}", '"mcp:a"', "either command"),
+        ("  a: {command: x, cwd: ../up}", '"mcp:a"', "inside the workspace"),
+    ],
+)
+def test_bad_mcp_entries_are_exit_2_with_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], servers: str, tools: str, says: str
+) -> None:
+    task = fault_task(tmp_path, ["echo"], servers=servers, tools=tools)
+    assert 2 == main(["run", str(task), "--trace-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert says in err and "fault.yaml" in err and "line" in err
