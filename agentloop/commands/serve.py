@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -13,7 +14,14 @@ from typing import Any
 
 from agentloop.errors import ConfigError
 from agentloop.loopback import is_loopback
-from agentloop.service.runs import KEEP_ENDED, MAX_FOLLOWERS, MAX_QUEUED
+from agentloop.service.runs import (
+    KEEP_DAYS,
+    KEEP_ENDED,
+    KEEP_RUNS,
+    MAX_FOLLOWERS,
+    MAX_QUEUED,
+    PRUNE_EVERY_S,
+)
 
 TOKEN_ENV = "AGENTLOOP_TOKEN"  # the bearer token's variable; the token itself is never printed
 
@@ -89,6 +97,29 @@ def register(sub: Any) -> None:
         f"store (default {KEEP_ENDED})",
     )
     p.add_argument(
+        "--keep-days",
+        type=float,
+        metavar="D",
+        default=KEEP_DAYS,
+        help=f"ended runs older than this many days are deleted from the run store, at start and "
+        f"every --prune-every-s; their trace files stay (default {KEEP_DAYS:g})",
+    )
+    p.add_argument(
+        "--keep-runs",
+        type=int,
+        metavar="N",
+        default=KEEP_RUNS,
+        help=f"the run store keeps the newest N ended runs; older ones are deleted, their trace "
+        f"files stay; queued and running runs are never deleted (default {KEEP_RUNS})",
+    )
+    p.add_argument(
+        "--prune-every-s",
+        type=float,
+        metavar="S",
+        default=PRUNE_EVERY_S,
+        help=f"seconds between two prunings of the run store (default {PRUNE_EVERY_S:g})",
+    )
+    p.add_argument(
         "--max-followers",
         type=int,
         metavar="N",
@@ -146,7 +177,7 @@ async def main(args: argparse.Namespace) -> int:
     from agentloop.service.app import Service, build_app
     from agentloop.service.guard import HostNames
     from agentloop.service.metrics import Metrics
-    from agentloop.service.runs import RunBook
+    from agentloop.service.runs import RunBook, prune_forever
     from agentloop.service.store import RunStore
 
     configure()
@@ -155,12 +186,19 @@ async def main(args: argparse.Namespace) -> int:
         ("--max-queue", args.max_queued, 0),
         ("--keep-ended", args.keep_ended, 0),
         ("--max-followers", args.max_followers, 1),
+        ("--keep-runs", args.keep_runs, 1),
     ):
         if value < least:
             raise ConfigError(f"{flag} must be at least {least}")
-    for flag, seconds in (("--drain-s", args.drain_s), ("--heartbeat-s", args.heartbeat_s)):
-        if not 0 <= seconds < 86400 or (flag == "--heartbeat-s" and seconds == 0):
+    for flag, seconds in (
+        ("--drain-s", args.drain_s),
+        ("--heartbeat-s", args.heartbeat_s),
+        ("--prune-every-s", args.prune_every_s),
+    ):
+        if not 0 <= seconds < 86400 or (flag != "--drain-s" and seconds == 0):
             raise ConfigError(f"{flag} must be more than 0 and less than a day")
+    if not args.keep_days > 0:
+        raise ConfigError("--keep-days must be more than 0")
     token = os.environ.get(TOKEN_ENV) or None
     if token is None and not is_loopback(args.host):
         raise ConfigError(
@@ -208,15 +246,25 @@ async def main(args: argparse.Namespace) -> int:
     try:
         with registered(port):  # the runs' browsers refuse this port (agentloop.loopback)
             picked = await book.recover(service.parse, resume=args.resume)
+            pruned = await book.prune(args.keep_days, args.keep_runs)
+            pruning = asyncio.create_task(
+                prune_forever(book, args.keep_days, args.keep_runs, args.prune_every_s)
+            )
             print(
                 f"agentloop serve: listening on http://{host}:{port} ({args.concurrency} runs at "
                 f"once, tasks from {args.tasks_dir}, traces to {args.trace_dir}, run store in "
                 f"{args.state_dir}, {'bearer token required' if token else 'no token: loopback only'}"
                 f"{f', runs on the Ray cluster at {args.ray}' if backend is not None else ''}"
-                f"; {picked['queued']} queued run(s) picked up, {picked['resumed']} resumed)",
+                f"; {picked['queued']} queued run(s) picked up, {picked['resumed']} resumed, "
+                f"{pruned} ended run(s) past --keep-days/--keep-runs pruned from the store)",
                 flush=True,
             )
-            await server.serve(sockets=[sock])
+            try:
+                await server.serve(sockets=[sock])
+            finally:
+                pruning.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pruning
     finally:
         await store.close()
         if backend is not None:

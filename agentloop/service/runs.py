@@ -16,7 +16,9 @@ stop leaves queued runs queued, so the next start picks them up.
 
 The book is bounded: past ``max_queued`` waiting runs a submission is refused (429 with a
 Retry-After), and of the ended runs only the last ``keep_ended`` are held in memory with their
-events (older ones are answered from the store).
+events (older ones are answered from the store). The store is bounded too: :func:`prune_forever`
+deletes the rows of ended runs older than ``keep_days`` or past the newest ``keep_runs``, at
+start and every ``every_s`` (queued and running runs are never deleted; the traces stay on disk).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import uuid
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,14 +46,18 @@ QUEUED, RUNNING, INTERRUPTED = "queued", "running", "interrupted"
 MAX_QUEUED = 64  # runs waiting for a slot; one more is refused with 429
 KEEP_ENDED = 1000  # ended runs held in memory with their events; older ones from the store
 MAX_FOLLOWERS = 32  # event streams of one run at once; one more is refused with 429
+KEEP_DAYS = 30.0  # ended runs older than this are deleted from the store (their traces stay)
+KEEP_RUNS = 10_000  # of the ended runs the store keeps the newest this many
+PRUNE_EVERY_S = 3600.0  # how often the store is pruned after the prune at start
 STOPPED = "the service stopped while the run was in flight; its trace ends where the run was"
 EARLY = "the service stopped while the run was being set up, before its trace began"
 
 Parse = Callable[[Any], tuple[Task, str | None]]  # a request body -> (task, tier), or 4xx
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def _now(ago: timedelta = timedelta()) -> str:
+    when = datetime.now(UTC) - ago
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -381,6 +387,22 @@ class RunBook:
         while len(self._ended) > self.keep_ended:
             self.runs.pop(self._ended.popleft(), None)
 
+    async def prune(self, keep_days: float = KEEP_DAYS, keep_runs: int = KEEP_RUNS) -> int:
+        """Delete from the store the ended runs that ended more than ``keep_days`` ago or are
+        not among the newest ``keep_runs`` ended ones (and forget them here); how many. Queued
+        and running runs stay; trace files are never touched."""
+        gone = await self.store.prune(
+            ended_before=_now(timedelta(days=keep_days)), keep=keep_runs, live=(QUEUED, RUNNING)
+        )
+        for run_id, status in gone:
+            self.counts[status] -= 1
+            held = self.runs.get(run_id)
+            if held is not None and held.ended.is_set():
+                del self.runs[run_id]
+        if gone:
+            self._ended = deque(i for i in self._ended if i in self.runs)
+        return len(gone)
+
     # -- what clients ask -----------------------------------------------------------------------
 
     async def find(self, run_id: str) -> Run | None:
@@ -476,6 +498,23 @@ class RunBook:
             if stuck:
                 await asyncio.wait(stuck, timeout=5.0)
         return len(cancelled)
+
+
+async def prune_forever(
+    book: RunBook, keep_days: float, keep_runs: int, every_s: float = PRUNE_EVERY_S
+) -> None:
+    """Prune ``book``'s store every ``every_s`` seconds until cancelled; a failure is logged,
+    never the end of the service."""
+    log = get_logger("agentloop.service")
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            pruned = await book.prune(keep_days, keep_runs)
+        except Exception as exc:
+            log.error("prune_failed", error=f"{type(exc).__name__}: {exc}")
+            continue
+        if pruned:
+            log.info("runs_pruned", runs=pruned, keep_days=keep_days, keep_runs=keep_runs)
 
 
 def event_json(ev: Any) -> dict[str, Any]:

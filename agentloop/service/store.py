@@ -5,7 +5,9 @@ restart can run it again), its idempotency key and the body's digest, status, ti
 runner's run id and trace path; a status change is written as it happens. SQLite is called
 from one thread of the store's own (``sqlite3`` blocks), so the event loop never waits on the
 disk and the connection is never shared between threads. ``synchronous=FULL``: a row the
-answer promised survives a crash of the process and of the machine.
+answer promised survives a crash of the process and of the machine. Rows of ended runs are
+deleted past an age or a count (:meth:`RunStore.prune`); their trace files are the user's and
+stay where they are.
 """
 
 from __future__ import annotations
@@ -162,6 +164,33 @@ class RunStore:
         more = len(rows) > limit
         rows = rows[:limit]
         return rows, (int(rows[-1]["seq"]) if more and rows else None)
+
+    async def prune(
+        self, *, ended_before: str, keep: int, live: tuple[str, ...]
+    ) -> list[tuple[str, str]]:
+        """Delete the rows of runs that have ended (a status not in ``live``) and ended before
+        ``ended_before`` (ISO time) or are not among the newest ``keep`` ended ones, in one
+        transaction; (id, status) of each row deleted. Trace files are not touched."""
+        marks = ", ".join("?" * len(live))
+        ended = f"status NOT IN ({marks})"
+        sql = (
+            f"SELECT seq, id, status FROM runs WHERE {ended} AND "
+            "(COALESCE(ended_at, submitted_at) < ? OR seq NOT IN "
+            f"(SELECT seq FROM runs WHERE {ended} ORDER BY seq DESC LIMIT ?))"
+        )
+
+        def run(db: sqlite3.Connection) -> list[tuple[str, str]]:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                rows = db.execute(sql, [*live, ended_before, *live, keep]).fetchall()
+                db.executemany("DELETE FROM runs WHERE seq = ?", [(r[0],) for r in rows])
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            return [(str(r[1]), str(r[2])) for r in rows]
+
+        return await self._call(run)
 
     async def counts(self) -> dict[str, int]:
         """How many runs have each status."""
