@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agentloop.analysis.agents import calls
 from agentloop.analysis.graph import build_graph, critical_path, retime
 from agentloop.analysis.report import build_report
@@ -94,3 +96,26 @@ def test_the_fast_tier_what_if_of_a_fan_out_re_times_every_sub_run():
     sc = Scenario.tier("fast", SpeedProfile(0.3, 20000, 600))
     end = retime(g, durations(g, new_parts(g, sc)))[2]
     assert end < g.end_ns
+
+
+def test_report_json_lists_time_calls_and_cost_per_tier_and_agent(tmp_path):
+    """A run whose lead used one tier and sub-agents another: `report --json` lists both tiers
+    (calls, cost at each tier's prices, summing to the run's cost) and every agent."""
+    import json
+    import subprocess
+    import sys
+
+    trace = fanout_run([2, 1], tiers=TIERS, sub_tier="fast").write(tmp_path / "run.jsonl")
+    out = subprocess.run(
+        [sys.executable, "-m", "agentloop", "report", str(trace), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    doc = json.loads(out)
+    tiers = {t["tier"]: t for t in doc["tiers"]}
+    assert {n: t["calls"] for n, t in tiers.items()} == {"std": 2, "fast": 5}
+    # 1000 input tokens per call; fast's prices are twice std's
+    assert tiers["std"]["cost_usd"] == pytest.approx(2 * 1000 * 1.25e-6 + (30 + 60) * 10e-6)
+    assert sum(t["cost_usd"] for t in tiers.values()) == pytest.approx(doc["cost"]["total_usd"])
+    assert {a["agent"]: a["calls"] for a in doc["agents"]} == {"main": 2, "w0": 3, "w1": 2}

@@ -89,3 +89,72 @@ def calls(g: Graph) -> list[Call]:
             )
         )
     return out
+
+
+def usage(g: Graph, by: str) -> list[dict[str, Any]]:
+    """Calls, model time (busy and on the critical path, s) and cost per tier (``by="tier"``)
+    or per agent (``by="agent"``), in first-use order: what ``report`` lists (issue 23)."""
+    from agentloop.analysis.passes import critical_path
+    from agentloop.model.prices import cost_parts
+
+    tiers = recorded_tiers(g.trace)
+    on_path = {i for i, _, gap in critical_path(g, g.t0, g.t1, g.end_ns) if not gap and i >= 0}
+    rows: dict[str, dict[str, Any]] = {}
+    for c in calls(g):
+        m = g.models[c.span]
+        name = c.tier if by == "tier" else c.key.agent
+        row = rows.setdefault(
+            name, {by: name, "calls": 0, "model_s": 0.0, "critical_model_s": 0.0, "cost_usd": 0.0}
+        )
+        if by == "agent":
+            row.setdefault("invocations", set()).add(c.key.invocation)
+        secs = (g.t1[c.span] - g.t0[c.span]) / 1e9
+        row["calls"] += 1
+        row["model_s"] += secs
+        if c.span in on_path:
+            row["critical_model_s"] += secs
+        prices = tiers[c.tier].prices
+        if prices is not None:
+            out = m.reasoning_tokens + m.visible_tokens
+            row["cost_usd"] += sum(
+                cost_parts(
+                    prices, m.input_tokens, m.cached_tokens, m.reasoning_tokens, out
+                ).values()
+            )
+    for row in rows.values():
+        if "invocations" in row:
+            row["invocations"] = len(row["invocations"])
+    return list(rows.values())
+
+
+def has_sub_agents(g: Graph) -> bool:
+    return "agent" in g.kinds
+
+
+def render_usage(g: Graph) -> str:
+    """The per-tier (and, with sub-agents, per-agent) table of a report; "" for a one-tier,
+    one-agent run (its report says it all already)."""
+    from agentloop.analysis._table import table
+
+    tiers = usage(g, "tier")
+    if len(tiers) <= 1 and not has_sub_agents(g):
+        return ""
+    cols = ["calls", "model s", "critical s", "cost $"]
+
+    def rows(items: list[dict[str, Any]], key: str) -> list[list[str]]:
+        return [
+            [
+                str(r[key]),
+                str(r["calls"]),
+                f"{r['model_s']:.3f}",
+                f"{r['critical_model_s']:.3f}",
+                f"{r['cost_usd']:.6f}",
+            ]
+            for r in items
+        ]
+
+    out = ["Per tier (model calls; critical s: their time on the critical path):"]
+    out.append(table(["tier", *cols], rows(tiers, "tier")))
+    if has_sub_agents(g):
+        out += ["", "Per agent:", table(["agent", *cols], rows(usage(g, "agent"), "agent"))]
+    return "\n".join(out)

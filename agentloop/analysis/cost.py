@@ -47,8 +47,36 @@ def breakdown(model_attrs: Iterable[ModelAttrs | None], prices: Prices | None) -
 
 
 def of_trace(trace: Trace) -> CostBreakdown:
-    """A loaded trace's cost: its model spans at the prices its header's tier recorded."""
-    return breakdown((s.model for s in trace.of_kind("model")), trace.run.tier.prices)
+    """A loaded trace's cost: each model span at the prices of the tier it used (issue 23: the
+    header lists every tier; an older trace has one, its ``tier``)."""
+    from agentloop.analysis.agents import call_tier, recorded_tiers
+
+    tiers = recorded_tiers(trace)
+    spans = trace.of_kind("model")
+    if len(tiers) <= 1:
+        return breakdown((s.model for s in spans), trace.run.tier.prices)
+    by_tier: dict[str, list[ModelAttrs | None]] = {}
+    for s in spans:
+        by_tier.setdefault(call_tier(trace, s.attrs, tiers), []).append(s.model)
+    return merge([breakdown(ms, tiers[name].prices) for name, ms in by_tier.items()])
+
+
+def merge(parts: list[CostBreakdown]) -> CostBreakdown:
+    """Several breakdowns (one per tier) as one."""
+    cats = dict.fromkeys(CATEGORIES, 0.0)
+    steps: dict[int, float] = {}
+    for b in parts:
+        for k, v in b.by_category.items():
+            cats[k] += v
+        for k2, v in b.by_step.items():
+            steps[k2] = steps.get(k2, 0.0) + v
+    return CostBreakdown(
+        sum(b.total_usd for b in parts),
+        cats,
+        steps,
+        any(b.priced for b in parts),
+        any(b.placeholder for b in parts),
+    )
 
 
 def render(b: CostBreakdown) -> str:

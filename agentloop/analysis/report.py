@@ -315,8 +315,13 @@ def render_report(r: Report) -> str:
 def report_document(trace: Any, report: Any = None, spent: Any = None) -> dict[str, Any]:
     """What ``report --json`` prints (and the service's ``/report`` serves) for ``trace``."""
     from agentloop.analysis import cost
+    from agentloop.analysis.agents import has_sub_agents, usage
     from agentloop.analysis.graph import build_graph
 
-    report = report if report is not None else build_report(build_graph(trace))
+    g = build_graph(trace)
+    report = report if report is not None else build_report(g)
     spent = spent if spent is not None else cost.of_trace(trace)
-    return {**report_json(report), "cost": cost.as_json(spent)}
+    doc = {**report_json(report), "cost": cost.as_json(spent), "tiers": usage(g, "tier")}
+    if has_sub_agents(g):  # issue 23: the tree's agents
+        doc["agents"] = usage(g, "agent")
+    return doc

@@ -95,7 +95,8 @@ def _load_showing(path: Path) -> Trace:
 
 async def main(args: argparse.Namespace) -> int:
     trace = await asyncio.to_thread(_load_showing, args.trace)
-    report = build_report(build_graph(trace))
+    graph = build_graph(trace)
+    report = build_report(graph)
     if args.html is not None:  # issue 13: the same analysis as one HTML file
         from agentloop.export.html import report_html, write_html
 
@@ -111,6 +112,11 @@ async def main(args: argparse.Namespace) -> int:
         emit_json(report_document(trace, report, spent))
     else:
         print(render_report(report))
+        from agentloop.analysis.agents import render_usage
+
+        per = render_usage(graph)
+        if per:  # issue 23: several tiers or agents
+            print("\n" + per)
         if spent.priced:
             print("\n" + cost.render(spent))
     return 0
