@@ -98,3 +98,43 @@ def test_a_damaged_bound_names_its_field() -> None:
 
     with pytest.raises(TraceFileError, match=A.TIMING_ERROR_S):
         model_attrs({A.WAIT_NS: 0, A.TIMING_ERROR_S: "late"}, Where("t.jsonl", 3))
+
+
+TASK = """\
+name: busy-neighbour
+prompt: Say something long.
+tier: sim-standard
+script:
+  - text: >-
+      {text}
+    tool_calls:
+      - {{name: finish, arguments: {{summary: done}}}}
+"""
+
+
+async def test_a_run_beside_a_busy_loop_says_so_in_its_report_and_what_if(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """End to end: run_task beside a CPU-bound task; the report and the what-if say how many
+    calls were measured under load, and by how much."""
+    from agentloop.analysis.graph import build_graph
+    from agentloop.analysis.report import build_report, render_report, report_json
+    from agentloop.analysis.whatif import Scenario, render_whatif, whatif, with_lateness
+    from agentloop.api import run_task
+    from agentloop.trace.reader import load_trace
+
+    task = tmp_path / "t.yaml"
+    task.write_text(TASK.format(text=" ".join(["a careful sentence of words"] * 12)))
+    stop = asyncio.Event()
+    load = asyncio.create_task(hog(stop, 60))
+    try:
+        result = await asyncio.wait_for(run_task(task, trace_dir=tmp_path / "traces"), 60)
+    finally:
+        stop.set()
+        await asyncio.wait_for(load, 5)
+    assert result.status == "ok" and result.trace_path
+    trace = load_trace(result.trace_path)
+    report = build_report(build_graph(trace))
+    late = report_json(report)["lateness"]
+    assert late["measured"] == 1 and late["under_load"] == 1 and late["worst_bound_s"] >= 0.04
+    assert "1 of 1 model calls measured under load" in render_report(report)
+    w = with_lateness(whatif(build_graph(trace), Scenario.multipliers(2.0)), trace)
+    assert "measured under load: 1 of 1 model calls" in render_whatif(w)

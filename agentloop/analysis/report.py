@@ -8,13 +8,14 @@ category adds every span, parallel ones included, and so can exceed the run's ti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentloop.analysis._table import elide, pct, secs, table
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, TOOL_QUEUE, tool_category
 from agentloop.analysis.breakdown import MODEL_CATS, category_order, path_breakdown, step_label
 from agentloop.analysis.flat import Graph
+from agentloop.analysis.lateness import Lateness, of_trace
 from agentloop.analysis.passes import critical_path
 from agentloop.loop.context_window import recorded_trims
 
@@ -56,6 +57,9 @@ class Report:
     input_tokens: int = 0  # over every model call
     cached_tokens: int = 0  # of input_tokens, served from the server's prompt cache
     trims: tuple[dict[str, Any], ...] = ()  # context trims: step + attrs.TRIM_KEYS each
+    lateness: Lateness = field(
+        default_factory=Lateness
+    )  # the client's own lateness over the model calls (issue 28)
 
     @property
     def model_share(self) -> float:
@@ -124,6 +128,7 @@ def build_report(g: Graph) -> Report:
         input_tokens=sum(m.input_tokens for m in g.models.values()),
         cached_tokens=sum(m.cached_tokens for m in g.models.values()),
         trims=tuple(recorded_trims(tr)),
+        lateness=of_trace(tr),
     )
 
 
@@ -198,6 +203,7 @@ def report_json(r: Report) -> dict[str, Any]:
             {"step": s, "kind": k, "name": n, "seconds": v / 1e9} for s, k, n, v in r.path
         ],
         "context_trims": list(r.trims),
+        "lateness": r.lateness.as_json(),
     }
 
 
@@ -253,6 +259,9 @@ def render_report(r: Report) -> str:
     )
     out.append(f"  model share of the critical path: {100 * r.model_share:.1f}%")
     out.append(f"  {cache_line(r.input_tokens, r.cached_tokens)}")
+    late = r.lateness.line()
+    if late:
+        out.append(f"  {late}")
     out.append("")
     out.append("Steps (cumulative = run time at the step's end: how the steps compound):")
     rows: list[list[str] | str] = []

@@ -42,6 +42,7 @@ path moves from one parallel branch to another.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -59,11 +60,13 @@ from agentloop.analysis.breakdown import (  # category_order ... re-exported for
 )
 from agentloop.analysis.flat import Graph, interleave
 from agentloop.analysis.graph import gc_paused
+from agentloop.analysis.lateness import Lateness, of_trace
 from agentloop.analysis.passes import retime, retime_with_pair
 from agentloop.analysis.report import cache_line
 from agentloop.config.tiers import no_profile
 from agentloop.errors import ConfigError
 from agentloop.model.speed import SpeedProfile
+from agentloop.trace.reader import Trace
 
 CURVE_K = (1, 2, 3, 5, 8, 11, 20, 50, 100)
 
@@ -141,6 +144,7 @@ class WhatIf:
     complete: bool
     input_tokens: int = 0  # over every model call
     cached_tokens: int = 0  # of input_tokens, cached: a profile charges them cached_prefill_tps
+    lateness: Lateness | None = None  # the client's own lateness while measuring (issue 28)
 
     @property
     def speedup(self) -> float:
@@ -230,6 +234,12 @@ def _curve(
     )
 
 
+def with_lateness(w: WhatIf, tr: Trace) -> WhatIf:
+    """``w`` with the lateness of ``tr``'s model calls, for the widening line (kept apart from
+    the re-timing, which the columnar path must match)."""
+    return dataclasses.replace(w, lateness=of_trace(tr))
+
+
 def whatif(g: Graph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> WhatIf:
     """Re-time ``g`` under ``sc``: predicted total, ceiling, contributions and speedup curve."""
     with gc_paused():
@@ -276,6 +286,17 @@ def _whatif(g: Graph, sc: Scenario, curve: tuple[float, ...]) -> WhatIf:
     )
 
 
+def widening_line(late: Lateness | None) -> str | None:
+    """How far the client's own lateness widens a what-if's answer (None: not under load)."""
+    if late is None or not late.under_load:
+        return None
+    return (
+        f"  measured under load: {late.under_load} of {late.measured} model calls; the measured "
+        f"model time is uncertain by up to +/-{late.sum_bound_s:.2f} s (every call's timing "
+        "error bound added), and the time saved by as much"
+    )
+
+
 def whatif_json(w: WhatIf) -> dict[str, Any]:
     """The result as plain JSON-able data; times in seconds."""
     return {
@@ -310,6 +331,7 @@ def whatif_json(w: WhatIf) -> dict[str, Any]:
             {"k": k, "predicted_s": ns / 1e9, "speedup": ratio_of(w.measured_ns, ns)}
             for k, ns in w.curve
         ],
+        **({"lateness": w.lateness.as_json()} if w.lateness is not None else {}),
     }
 
 
@@ -336,6 +358,7 @@ def render_whatif(w: WhatIf) -> str:
         f"  ceiling    {secs(w.ceiling_ns)} s   speedup {ratio(w.ceiling)} "
         f"(output speed -> infinity: reasoning and decode -> 0)",
         f"  {cache_line(w.input_tokens, w.cached_tokens)}{_cache_rule(w.scenario)}",
+        *filter(None, [widening_line(w.lateness)]),
         "",
     ]
     out.append("Where the time saved comes from (critical path, measured vs predicted):")

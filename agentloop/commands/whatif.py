@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.analysis.graph import build_graph, gc_paused
-from agentloop.analysis.whatif import Scenario, WhatIf, render_whatif, whatif, whatif_json
+from agentloop.analysis.whatif import (
+    Scenario,
+    WhatIf,
+    render_whatif,
+    whatif,
+    whatif_json,
+    with_lateness,
+)
 from agentloop.commands.report import analysis_status, emit_json, load_for_analysis
 from agentloop.config.routing import Routing
 from agentloop.config.tiers import get_tier, load_tiers, require_profile
@@ -98,7 +105,8 @@ def _whatif_file(path: Path, scenario: Scenario) -> WhatIf:
 
         with gc_paused():  # a row per step: 200,000 objects in a long run, no cycles
             return vwhatif.whatif(vector.build(columns), scenario)
-    return whatif(build_graph(load_for_analysis(path)), scenario)
+    trace = load_for_analysis(path)
+    return with_lateness(whatif(build_graph(trace), scenario), trace)
 
 
 async def _suite(args: argparse.Namespace) -> int:
