@@ -355,10 +355,18 @@ def resolve_routing(
                 f"{task.source or task.name}: field 'agents[{i}].tier': unknown tier "
                 f"'{agent.tier}' (known tiers: {', '.join(sorted(known))})"
             )
-        used.setdefault(agent.tier or main.name, known[agent.tier or main.name])
+        used.setdefault(agent.tier or tier.name, known[agent.tier or tier.name])
     for name in sorted(routing.tiers()):
         used.setdefault(name, known[name])
     return main, used, routing
+
+
+def _agents_on(task: Task, tier: Tier) -> Task:
+    """``task`` with each sub-agent's default tier spelled out: its own, else the run's tier
+    (``--tier`` or the task's; routing ``main`` moves the main agent alone)."""
+    if not task.agents:
+        return task
+    return replace(task, agents=tuple(replace(a, tier=a.tier or tier.name) for a in task.agents))
 
 
 def plan_run(task: Task | str | Path, config: RunConfig | None = None) -> RunPlan:
@@ -389,6 +397,7 @@ def plan_run(task: Task | str | Path, config: RunConfig | None = None) -> RunPla
             ),
         )
     the_tier = resolve_tier(task, config.tier, config.tiers_file)
+    task = _agents_on(task, the_tier)
     the_tier, tiers, routing = resolve_routing(task, the_tier, config)
     for used in (the_tier, *tiers.values()):
         require_key(used)  # refused now, not after the set-up at the first model call

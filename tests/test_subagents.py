@@ -287,3 +287,24 @@ def test_routing_value_rejects_an_unknown_tier_in_the_api(tmp_path: Path) -> Non
                 routing=Routing(agents={"long": "nope"}),
             )
         )
+
+
+async def test_routing_main_moves_the_main_agent_alone(tmp_path: Path) -> None:
+    result = await run_task(
+        write_task(tmp_path),
+        tier="sim-ultrafast",
+        trace_dir=tmp_path / "traces",
+        routing=Routing(agents={"main": "sim-fast"}),
+    )
+    trace = load_trace(result.trace_path or "")
+    assert trace.run.tier.name == "sim-fast"  # the header's tier is the main agent's
+    tiers = {
+        m.start_attrs.get(A.GEN_AI_AGENT_NAME, "main"): m.attrs[A.TIER]
+        for m in trace.of_kind("model")
+    }
+    assert tiers == {
+        "main": "sim-fast",
+        "long": "sim-ultrafast",
+        "short-a": "sim-ultrafast",
+        "short-b": "sim-ultrafast",
+    }
