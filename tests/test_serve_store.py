@@ -264,6 +264,12 @@ async def test_health_and_metrics(server: Server) -> None:
     assert 0 < samples[("agentloop_model_ttft_seconds_sum", _l(tier=T))]
     assert 3 == samples[("agentloop_tool_call_duration_seconds_count", _l(tool="think"))]
     assert 0 < samples[("agentloop_cost_usd_total", _l(tier=T))]
+    # every call's client measured its own lateness (issue 28), under load or not
+    assert 6 == samples[("agentloop_model_timing_error_seconds_count", _l(tier=T))]
+    assert 6 == sum(
+        samples.get(("agentloop_model_calls_measured_total", _l(tier=T, under_load=u)), 0)
+        for u in ("true", "false")
+    )
     assert 1 <= samples[("agentloop_refused_requests_total", _l(code="400"))]
 
 

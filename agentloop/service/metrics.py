@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from agentloop.service.runs import Run, RunBook
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+_LAG = (0.003, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)  # a timing error bound, s
 _SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 _TPS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000)
 
@@ -99,6 +100,21 @@ class Metrics:
             buckets=_SECONDS,
             registry=r,
         )
+        # the client's own lateness while it timed the call (issue 28)
+        self.late = Counter(
+            "agentloop_model_calls_measured",
+            "Model calls whose client measured its own lateness; under_load: the timing error "
+            "bound passed 2% of the call's decode (its speed may be the client's, not the model's)",
+            ["tier", "under_load"],
+            registry=r,
+        )
+        self.timing_error_s = Histogram(
+            "agentloop_model_timing_error_seconds",
+            "A model call's timing error bound: the client's event-loop lag while it streamed",
+            ["tier"],
+            buckets=_LAG,
+            registry=r,
+        )
         self.cost = Counter(
             "agentloop_cost_usd", "Model cost at the tier's prices, USD", ["tier"], registry=r
         )
@@ -137,6 +153,11 @@ class Metrics:
             value = attrs.get(key)
             if isinstance(value, int | float) and value >= 0:
                 hist.labels(tier).observe(float(value))
+        bound = attrs.get(A.TIMING_ERROR_S)
+        if isinstance(bound, int | float) and bound >= 0:
+            self.timing_error_s.labels(tier).observe(float(bound))
+            late = attrs.get(A.TIMING_UNDER_LOAD) is True
+            self.late.labels(tier, "true" if late else "false").inc()
         cost = attrs.get(A.COST_USD)
         if isinstance(cost, int | float) and cost > 0:
             self.cost.labels(tier).inc(float(cost))

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
+from agentloop.analysis import lateness
 from agentloop.analysis.cost import of_trace
 from agentloop.errors import ConfigError
 from agentloop.suite.stats import spread
@@ -49,6 +50,10 @@ class RunRecord:
     cost_usd: float | None = None  # None: the tier has no prices
     cost_by_category: dict[str, float] | None = None  # agentloop.model.prices.CATEGORIES
     cost_by_step: dict[str, float] | None = None  # step number (as text) -> USD
+    # the client's own lateness (issue 28, agentloop.analysis.lateness): 0 in older suite files
+    calls_measured: int = 0  # model calls whose client measured it
+    calls_under_load: int = 0  # of them, with a timing error bound past 2% of their decode
+    worst_timing_error_s: float = 0.0
 
     @property
     def passed(self) -> bool:
@@ -61,7 +66,11 @@ def trace_figures(trace: Trace) -> dict[str, Any]:
     cost at the prices its header recorded (the formula the runner priced each span with)."""
     calls = [s.model for s in trace.of_kind("model") if s.model is not None]
     split = of_trace(trace)
+    late = lateness.of_calls(calls)
     return {
+        "calls_measured": late.measured,
+        "calls_under_load": late.under_load,
+        "worst_timing_error_s": late.worst_bound_s,
         "input_tokens": sum(m.input_tokens for m in calls),
         "cached_input_tokens": sum(m.cached_input_tokens for m in calls),
         "output_tokens": sum(m.output_tokens for m in calls),
@@ -143,6 +152,9 @@ def totals(runs: Sequence[RunRecord], wall_s: float) -> dict[str, Any]:
         "runs_per_min": per_s(len(runs)) * 60,
         "output_tokens_per_s": per_s(out_tok),
         "run_time_s": sum(r.elapsed_s for r in runs),
+        "calls_measured": sum(r.calls_measured for r in runs),
+        "calls_under_load": sum(r.calls_under_load for r in runs),
+        "worst_timing_error_s": max((r.worst_timing_error_s for r in runs), default=0.0),
     }
 
 

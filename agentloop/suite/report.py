@@ -7,6 +7,7 @@ from typing import Any
 
 from agentloop.analysis._table import table
 from agentloop.model.prices import CATEGORIES
+from agentloop.model.timing import LATE_FRACTION
 from agentloop.suite.records import RunRecord, Suite, finish
 
 
@@ -77,6 +78,12 @@ def render_suite(suite: Suite) -> str:
         f"throughput  {tot['runs_per_min']:.1f} runs/min, "
         f"{tot['output_tokens_per_s']:.0f} output tok/s"
     )
+    if tot.get("calls_under_load"):
+        out.append(
+            f"timing      {tot['calls_under_load']} of {tot['calls_measured']} model calls "
+            f"measured under load (the client's own lateness past {100 * LATE_FRACTION:g}% of "
+            f"their decode; worst +/-{1000 * tot['worst_timing_error_s']:.0f} ms)"
+        )
     if tot["cost_usd"] is not None:
         label = " (placeholder prices: set your own in tiers.toml)" if s.placeholder_prices else ""
         out.append(f"cost        {_usd(tot['cost_usd'])}{label}")
