@@ -308,3 +308,19 @@ async def test_routing_main_moves_the_main_agent_alone(tmp_path: Path) -> None:
         "short-a": "sim-ultrafast",
         "short-b": "sim-ultrafast",
     }
+
+
+async def test_progress_names_the_agent_of_each_sub_run_line(tmp_path: Path) -> None:
+    import io
+
+    from agentloop.commands.progress import Progress
+
+    out = io.StringIO()
+    result = await run_task(
+        write_task(tmp_path), tier="sim-ultrafast", trace_dir=tmp_path, events=Progress(out)
+    )
+    assert result.status == "ok"
+    lines = out.getvalue().splitlines()
+    assert sum(line.startswith("[long] step") for line in lines) == 3
+    assert any(line.strip().startswith("[long] read_file") for line in lines)
+    assert sum(line.startswith("step ") for line in lines) == 2  # the main agent's own

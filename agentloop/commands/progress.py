@@ -22,6 +22,12 @@ from agentloop.redact import Redactor, redactor
 PLAIN_EVERY_S = 2.0  # without a TTY: one progress line per this much of a model call
 
 
+def _who(data: Any) -> str:
+    """A sub-run's lines start with its agent's name (the main agent's with nothing)."""
+    agent = data.get("agent")
+    return f"[{agent}] " if agent else ""
+
+
 def model_line(data: Any) -> str:
     """The line for a finished model call (``model_end`` data)."""
     u = data["usage"]
@@ -29,7 +35,7 @@ def model_line(data: Any) -> str:
     tries = int(data["attempts"])
     retry = f", {tries - 1} retr{'y' if tries == 2 else 'ies'}" if tries > 1 else ""
     return (
-        f"step {data['step']:>2}  model {data['seconds']:7.2f} s  "
+        f"{_who(data)}step {data['step']:>2}  model {data['seconds']:7.2f} s  "
         f"{u.output_tokens:>5} tok ({u.reasoning_tokens} reasoning){retry}  -> {what}"
     )
 
@@ -38,14 +44,15 @@ def tool_line(data: Any) -> str:
     """The line for a finished tool call (``tool_end`` data): its first line of output."""
     mark = "ok" if data["ok"] else "FAILED"
     first = (str(data["output"]).strip().splitlines() or [""])[0][:70]
-    return f"          {data['name']:<21} {data['seconds']:7.3f} s  {mark}  {first}"
+    name = f"{_who(data)}{data['name']}"
+    return f"          {name:<21} {data['seconds']:7.3f} s  {mark}  {first}"
 
 
 def live_line(data: Any) -> str:
     """The status of a model call in flight (``model_progress`` data)."""
     tokens = int(data["output_tokens"])
     doing = f"{tokens} tok so far" if tokens else "thinking (no visible token yet)"
-    return f"step {data['step']:>2}  model {data['elapsed_s']:7.2f} s  {doing} ..."
+    return f"{_who(data)}step {data['step']:>2}  model {data['elapsed_s']:7.2f} s  {doing} ..."
 
 
 def tools_line(running: Iterable[tuple[str, float]], now: float) -> str:
