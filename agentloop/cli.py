@@ -28,6 +28,7 @@ COMMANDS: tuple[str, ...] = (
     "serve",
     "export",
     "importer",
+    "mcpserve",
 )
 
 

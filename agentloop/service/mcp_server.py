@@ -1,0 +1,98 @@
+"""agentloop as an MCP server (``agentloop mcp serve``): its runs and analysis as MCP tools.
+
+Built with the official SDK's ``MCPServer``; stdio only for now. The tools: ``list_tasks`` (the
+shipped tasks), ``run_task`` (a task by name or path, on a tier, its trace written under the
+server's trace folder; answers with its status, times and trace path), ``report`` (``report
+--json`` of a trace) and ``whatif`` (``whatif --tier NAME --json``), the same documents the HTTP
+service answers with (:mod:`agentloop.service.analysis`). A bad argument is an error result
+naming it; nothing is printed to stdout, which is the protocol's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from agentloop.errors import AgentloopError
+from agentloop.service.analysis import report_for, whatif_for
+
+
+def build(trace_dir: Path) -> MCPServer[Any]:
+    """The server, its tools bound to ``trace_dir`` (where run_task writes its traces)."""
+    server: MCPServer[Any] = MCPServer(
+        "agentloop",
+        instructions=(
+            "Runs agent tasks and explains where a run's time went: run_task, report, whatif, "
+            "list_tasks. Traces are JSONL files; pass a trace path to report and whatif."
+        ),
+    )
+
+    @server.tool()
+    async def list_tasks() -> list[dict[str, str]]:
+        """The task files shipped with agentloop (run one by name with run_task)."""
+        from agentloop.config.shipped import shipped_tasks
+
+        return [
+            {"name": t.name, "group": t.group, "path": str(t.path), "description": t.description}
+            for t in shipped_tasks()
+        ]
+
+    @server.tool()
+    async def run_task(task: str, tier: str | None = None) -> dict[str, Any]:
+        """Run one task (a shipped task's name or a task file's path) to its end on a tier
+        (default: the task's, else sim-standard); its status, times and trace path."""
+        from agentloop.api import run_task as run
+
+        try:
+            r = await run(task, tier=tier, trace_dir=trace_dir)
+        except AgentloopError as exc:
+            raise _refused(exc.message) from None
+        return {
+            "run_id": r.run_id,
+            "status": r.status,
+            "reason": r.reason,
+            "steps": r.steps,
+            "elapsed_s": round(r.elapsed_s, 3),
+            "success": r.success,
+            "final_text": r.final_text,
+            "trace": r.trace_path,
+        }
+
+    @server.tool()
+    async def report(trace: str) -> dict[str, Any]:
+        """Where a recorded run's time went: per category, step and critical path (the JSON of
+        `agentloop report TRACE --json`)."""
+        return await asyncio.to_thread(_checked, report_for, Path(trace))
+
+    @server.tool()
+    async def whatif(trace: str, tier: str) -> dict[str, Any]:
+        """What a recorded run would take on another tier: predicted time, speedup, ceiling
+        (the JSON of `agentloop whatif TRACE --tier NAME --json`)."""
+        return await asyncio.to_thread(_checked, whatif_for, Path(trace), tier)
+
+    return server
+
+
+def _refused(message: str) -> Exception:
+    """An error result the client reads (the SDK's ToolError: anything else is a crash to it,
+    shown as 'Error executing tool NAME' without the message)."""
+    return ToolError(message)
+
+
+def _checked(fn: Any, path: Path, *args: Any) -> dict[str, Any]:
+    if not path.is_file():
+        raise _refused(f"no trace file at {path}")
+    try:
+        out: dict[str, Any] = fn(path, *args)
+    except AgentloopError as exc:
+        raise _refused(exc.message) from None
+    return out
+
+
+async def serve_stdio(trace_dir: Path) -> None:
+    """Serve over stdin/stdout until the client closes them."""
+    await build(trace_dir).run_stdio_async()

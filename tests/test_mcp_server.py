@@ -1,0 +1,48 @@
+"""``agentloop mcp serve``: a real MCP client session (the SDK's stdio_client) lists and calls
+agentloop's own tools: list_tasks, run_task on the simulator, report and whatif of its trace."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from tests.conftest import ROOT
+
+STEADY = ROOT / "tests" / "data" / "steady.yaml"
+
+
+def _json(result) -> object:
+    assert not result.is_error, result.content
+    if result.structured_content is not None:
+        sc = result.structured_content
+        return sc.get("result", sc) if isinstance(sc, dict) and set(sc) == {"result"} else sc
+    return json.loads(result.content[0].text)
+
+
+async def test_a_client_lists_and_calls_agentloop_tools(tmp_path: Path) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "agentloop", "mcp", "serve", "--trace-dir", str(tmp_path)],
+        env={"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "PATH": os.environ["PATH"]},
+        cwd=str(ROOT),
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        names = {t.name for t in (await session.list_tools()).tools}
+        assert {"list_tasks", "run_task", "report", "whatif"} <= names
+        tasks = _json(await session.call_tool("list_tasks", {}))
+        assert "checkout-timeouts" in {t["name"] for t in tasks}
+        run = _json(await session.call_tool("run_task", {"task": str(STEADY)}))
+        assert "ok" == run["status"] and Path(run["trace"]).is_file()
+        report = _json(await session.call_tool("report", {"trace": run["trace"]}))
+        assert 3 == len(report["steps"])
+        what = _json(
+            await session.call_tool("whatif", {"trace": run["trace"], "tier": "sim-ultrafast"})
+        )
+        assert what["speedup"] > 1 and what["predicted_s"] < report["measured_s"]
+        bad = await session.call_tool("report", {"trace": str(tmp_path / "none.jsonl")})
+        assert bad.is_error and "no trace file at" in bad.content[0].text
