@@ -3,6 +3,7 @@ SSE from the worker, their traces served, cancelled on the worker."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -130,3 +131,44 @@ async def test_a_cancel_reaches_the_worker_and_the_trace_comes_back(server: Serv
     ends = [e async for e in server.events(quick)]
     assert "ok" == ends[-1][1]["data"]["status"]
     assert 200 == (await server.client.get(f"/v1/runs/{slow}/report")).status_code
+
+
+async def test_sigterm_cancels_a_run_on_a_worker_and_closes_its_trace(
+    tmp_path: Path,
+    ray_head: str,  # noqa: F811
+) -> None:
+    """SIGTERM with a run in flight on the cluster: the worker's run is cancelled, its trace
+    ends cancelled on the server, and the server exits 0."""
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "slow.yaml").write_text(SLOW)
+    s = _start(tmp_path, "--ray", ray_head)
+    try:
+        slow = await s.submit({"task": "tasks/slow.yaml"})
+        async with contextlib.aclosing(s.events(slow)) as events:
+            async for name, _ in events:
+                if name == "model_progress":
+                    break
+        trace = tmp_path / str((await s.status(slow))["trace"])
+        code, output = await asyncio.to_thread(_stop, s)
+    finally:
+        await s.client.aclose()
+    assert 0 == code, output
+    assert "1 run(s) cancelled" in output, output
+    assert "Traceback" not in output, output
+    last = orjson.loads(trace.read_text().splitlines()[-1])
+    assert ("end", "cancelled") == (last["type"], last["status"])
+
+
+async def test_a_run_that_fails_on_its_worker_ends_error_naming_why(server: Server) -> None:
+    """A run whose set-up fails on the worker ends `error` with the worker's error in a
+    sentence (not Ray's remote traceback), and its stream still ends with run_end."""
+    task = STEADY.replace("tools: [think]", "tools: [think]\nsetup: ['exit 3']")
+    (server.root / "tasks" / "broken.yaml").write_text(task.replace("name: steady", "name: broken"))
+    run_id = await server.submit({"task": "tasks/broken.yaml"})
+    events = await server.all_events(run_id)
+    assert "run_end" == events[-1][0]
+    status = await server.status(run_id)
+    assert "error" == status["status"]
+    assert "the run failed on its Ray worker" in status["reason"], status["reason"]
+    assert "setup command failed with exit code 3" in status["reason"], status["reason"]
+    assert "Traceback" not in status["reason"] and "\n" not in status["reason"], status["reason"]

@@ -88,6 +88,12 @@ script:
       - {name: think, arguments: {thought: "greet"}}
   - text: Hello from a Ray worker.
 """)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(
+        task.read_text()
+        .replace("name: hello", "name: broken")
+        .replace("tools: [think]", "tools: [think]\nsetup: ['exit 3']")
+    )
     bad = tmp_path / "bad.yaml"
     bad.write_text(
         task.read_text()
@@ -95,12 +101,24 @@ script:
         .replace("python -c 'pass'", "python -c 'raise SystemExit(2)'")
     )
     suite = await run_suite(
-        [task, bad], tmp_path / "out", tier="sim-ultrafast", repeat=2, concurrency=4, ray=ray_head
+        [task, bad, broken],
+        tmp_path / "out",
+        tier="sim-ultrafast",
+        repeat=2,
+        concurrency=4,
+        ray=ray_head,
     )
     assert "ray" == suite.backend
-    assert {("hello", True), ("bad", False)} == {(r.task, r.passed) for r in suite.runs}
-    assert 4 == len(suite.runs)
-    for r in suite.runs:
+    assert {("hello", True), ("bad", False), ("broken", False)} == {
+        (r.task, r.passed) for r in suite.runs
+    }
+    assert 6 == len(suite.runs)
+    # a run that raised on its worker is an error in words, not Ray's remote traceback
+    for r in (r for r in suite.runs if r.task == "broken"):
+        assert "error" == r.status
+        assert "setup command failed with exit code 3" in r.reason, r.reason
+        assert "Traceback" not in r.reason and "deserialize" not in r.reason, r.reason
+    for r in (r for r in suite.runs if r.task != "broken"):
         trace = load_trace(tmp_path / "out" / str(r.trace))
         assert trace.complete and 2 == r.steps
         assert "Hello from a Ray worker." == trace.of_kind("model")[-1].attrs["output"]["text"]

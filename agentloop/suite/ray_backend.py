@@ -70,7 +70,10 @@ def _run_one(task: Any, config: RunConfig) -> dict[str, Any]:
     from agentloop.api import run_task
 
     with _scratch() as folder:
-        result = asyncio.run(run_task(task, config=replace(config, trace_dir=folder)))
+        try:
+            result = asyncio.run(run_task(task, config=replace(config, trace_dir=folder)))
+        except Exception as exc:  # its words cross, not the exception (not every one unpickles)
+            return {"error": _said(exc)}
         trace = Path(result.trace_path) if result.trace_path else None
         data = trace.read_bytes() if trace is not None and trace.is_file() else b""
         return {
@@ -78,6 +81,11 @@ def _run_one(task: Any, config: RunConfig) -> dict[str, Any]:
             "trace_name": trace.name if trace else None,
             "trace": data,
         }
+
+
+def _said(exc: Exception) -> str:
+    """What a run raised on a worker, in words (the exception may not unpickle on the driver)."""
+    return f"{type(exc).__name__}: {getattr(exc, 'message', None) or exc}"
 
 
 def _fields(result: RunResult) -> dict[str, Any]:
@@ -157,7 +165,9 @@ class _Streamer:
 
     async def run(self, plan: RunPlan, config: RunConfig) -> dict[str, Any]:
         try:
-            return _fields(await api.execute(plan, replace(config, events=self)))
+            return {"result": _fields(await api.execute(plan, replace(config, events=self)))}
+        except Exception as exc:  # its words cross, not the exception (not every one unpickles)
+            return {"error": _said(exc)}
         finally:  # also when cancelled: the server has every byte before the task ends
             await self._put(None, last=True)
             if self._file is not None:
@@ -165,7 +175,8 @@ class _Streamer:
 
 
 def _stream_one(plan: RunPlan, config: RunConfig, relay: Any, key: str) -> dict[str, Any]:
-    """On a Ray worker: one planned run, relayed as it goes; its result's fields."""
+    """On a Ray worker: one planned run, relayed as it goes; ``{"result": its fields}`` or
+    ``{"error": what was raised, in words}``."""
     with _scratch() as folder:
         here = replace(plan, trace_path=folder / plan.trace_path.name)
         return asyncio.run(_Streamer(relay, key, here.trace_path).run(here, config))
@@ -203,6 +214,8 @@ class RayBackend:
             raise
         except self._ray.exceptions.RayError as exc:
             raise ConfigError(f"Ray task for {job.task.name} failed: {exc}") from None
+        if "error" in out:
+            raise ConfigError(f"{job.task.name} failed on its Ray worker: {out['error']}")
         path = None
         if out["trace_name"]:
             path = traces / out["trace_name"]
@@ -258,9 +271,11 @@ class RayBackend:
             out = done.result()
         except ray.exceptions.TaskCancelledError:
             raise asyncio.CancelledError from None  # the handle's cancelled result, from run_end
-        except ray.exceptions.RayError as exc:
+        except ray.exceptions.RayError as exc:  # the cluster's (a worker or node lost)
             raise ConfigError(f"the Ray task of run {key} failed: {exc}") from None
-        return RunResult(**out, trace_path=str(plan.trace_path))
+        if "error" in out:  # raised in the run, on the worker
+            raise ConfigError(f"the run failed on its Ray worker: {out['error']}")
+        return RunResult(**out["result"], trace_path=str(plan.trace_path))
 
     async def _pump(self, key: str, trace: Path, handle: RunHandle, heard: asyncio.Event) -> None:
         """The relay's items into the trace file (first) and the handle's events (then), so a
