@@ -51,8 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: the one ``asyncio.run`` of agentloop."""
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)  # inside: a Ctrl-C while importing is one line too
         return int(asyncio.run(args.func(args)) or 0)
     except AgentloopError as exc:
         print(f"agentloop: error: {exc.message}", file=sys.stderr)

@@ -161,6 +161,10 @@ class Progress:
             self._console = Console(file=self.out, highlight=False, force_terminal=True)
         return self._console
 
+    def close(self) -> None:
+        """End the live line, if one is shown (before a last line of the command's own)."""
+        self._stop()
+
     def _stop(self) -> None:
         if self._status is not None:
             self._status.stop()

@@ -92,30 +92,43 @@ async def main(args: argparse.Namespace) -> int:
         flush=True,
     )
     started = time.monotonic()  # the wall time: the run's set-up and success check included
-    result = await cancellable_on_sigterm(
-        api.run_task(
-            task,
-            config=api.RunConfig(
-                tier=tier,
-                trace_dir=args.trace_dir,
-                max_steps=args.max_steps,
-                timeout_s=args.timeout,
-                events=Progress(out, args.quiet),
-                keep_workspace=args.keep_workspace,
-                otlp=args.otlp,
-                unconfined=args.unconfined,
-                routing=routing_from(args, task.name),
-            ),
-        )
+    progress = Progress(out, args.quiet)
+    config = api.RunConfig(
+        tier=tier,
+        trace_dir=args.trace_dir,
+        max_steps=args.max_steps,
+        timeout_s=args.timeout,
+        events=progress,
+        keep_workspace=args.keep_workspace,
+        otlp=args.otlp,
+        unconfined=args.unconfined,
+        routing=routing_from(args, task.name),
     )
+    plan = api.plan_run(task, config)  # the trace's path, known before the run starts
+    try:
+        result = await cancellable_on_sigterm(api.execute(plan, config))
+    except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancelled this task; the run is closed
+        progress.close()
+        if (me := asyncio.current_task()) is not None:
+            me.uncancel()
+        print(f"agentloop: interrupted; {_trace_kept(plan.trace_path)}", file=sys.stderr)
+        return 130
     if result is None:
-        print("agentloop: terminated; the trace was closed with status cancelled", file=sys.stderr)
+        progress.close()
+        print(f"agentloop: terminated; {_trace_kept(plan.trace_path)}", file=sys.stderr)
         return 143
     wall_s = time.monotonic() - started
     print_summary(result, out, load_tiers(args.tiers_file, extra=task.tiers), wall_s=wall_s)
     if result.status != "ok":
         return 1
     return 0 if result.success is not False else 1
+
+
+def _trace_kept(path: Path) -> str:
+    """Where an ended run's trace is, said for the line after an interrupt."""
+    if path.is_file():
+        return f"trace at {path} (closed with status cancelled)"
+    return "no trace (the run had not started)"
 
 
 async def cancellable_on_sigterm(job: Awaitable[T]) -> T | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,6 +12,8 @@ from typing import Any
 from agentloop.commands._args import add_routing, routing_from
 from agentloop.commands.report import emit_json
 from agentloop.config.shipped import find_suite_or_task, looks_like_name
+from agentloop.errors import ConfigError
+from agentloop.suite.records import SUITE_FILE, Suite, load_suite
 from agentloop.suite.report import render_suite, suite_json
 from agentloop.suite.run import Progress, run_suite
 
@@ -67,6 +70,14 @@ class ProgressLine:
     def __init__(self, every: int = 10) -> None:
         self.tty = sys.stderr.isatty()
         self.every, self.n = every, 0
+        self.open = False  # a rewritten line without its newline yet
+
+    def close(self) -> None:
+        """End the rewritten line, so a last line of the command's own starts a line."""
+        if self.open:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            self.open = False
 
     def __call__(self, state: Progress) -> None:
         self.n += 1
@@ -74,6 +85,7 @@ class ProgressLine:
         if self.tty:
             sys.stderr.write("\r" + state.line() + ("\n" if finished else ""))
             sys.stderr.flush()
+            self.open = not finished
         elif finished or self.n % self.every == 0:
             print(state.line(), file=sys.stderr, flush=True)
 
@@ -90,7 +102,38 @@ async def main(args: argparse.Namespace) -> int:
     out = args.out or Path("suites") / (
         f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}-{args.tier or 'default'}"
     )
-    suite = await run_suite(
+    progress = ProgressLine()
+    try:
+        suite = await _run(args, out, progress)
+    except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancelled this task; suite.json is kept
+        progress.close()
+        if (me := asyncio.current_task()) is not None:
+            me.uncancel()
+        print(f"agentloop: interrupted; {_kept(out)}", file=sys.stderr)
+        return 130
+    if args.json:
+        emit_json(suite_json(suite))
+    else:
+        print(render_suite(suite))
+        print(f"folder      {out}  (suite.json, traces/)")
+    return 0 if all(r.passed for r in suite.runs) else 1
+
+
+def _kept(out: Path) -> str:
+    """What an interrupted suite left, in one clause."""
+    try:
+        suite = load_suite(out)
+    except ConfigError:
+        return "nothing was run"
+    cancelled = sum(r.status == "cancelled" for r in suite.runs)
+    return (
+        f"suite at {out / SUITE_FILE}: {len(suite.runs) - cancelled} runs ended, {cancelled} "
+        f"cancelled (their traces kept), {suite.not_started} not started"
+    )
+
+
+async def _run(args: argparse.Namespace, out: Path, progress: ProgressLine) -> Suite:
+    return await run_suite(
         [_shipped_if_named(p) for p in args.paths],
         out,
         tier=args.tier,
@@ -101,14 +144,8 @@ async def main(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         timeout_s=args.timeout,
         ray=args.ray,
-        progress=ProgressLine(),
+        progress=progress,
         # the process is the command's: what the first wave set up is kept out of the
         # collector's walks while it runs (agentloop.suite.gate)
         freeze_gc=True,
     )
-    if args.json:
-        emit_json(suite_json(suite))
-    else:
-        print(render_suite(suite))
-        print(f"folder      {out}  (suite.json, traces/)")
-    return 0 if all(r.passed for r in suite.runs) else 1

@@ -110,6 +110,10 @@ class Suite:
     placeholder_prices: bool = False
     tasks: list[TaskSummary] = field(default_factory=list)
     totals: dict[str, Any] = field(default_factory=dict)
+    # Ctrl-C (or a cancel) ended the suite: its runs in flight are kept as status 'cancelled'
+    # with their traces; ``not_started`` runs never began
+    interrupted: bool = False
+    not_started: int = 0
 
 
 def summarize_tasks(runs: Sequence[RunRecord]) -> list[TaskSummary]:
@@ -170,6 +174,8 @@ def finish(suite: Suite) -> Suite:
         suite.placeholder_prices,
         summarize_tasks(suite.runs),
         totals(suite.runs, suite.wall_s),
+        suite.interrupted,
+        suite.not_started,
     )
 
 
@@ -209,6 +215,8 @@ def load_suite(folder: Path) -> Suite:
             runs,
             str(data.get("backend", "local")),
             bool(data.get("placeholder_prices", False)),
+            interrupted=bool(data.get("interrupted", False)),
+            not_started=int(data.get("not_started", 0)),
         )
     except ValidationError as exc:
         err = exc.errors()[0]

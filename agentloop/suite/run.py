@@ -1,6 +1,7 @@
 """Running a suite: many task files, each repeated, concurrently in one process, bounded.
 
-Every run goes through the run API (:func:`agentloop.api.run_task`) with the suite's
+Every run goes through the run API (:func:`agentloop.api.plan_run`, then
+:func:`agentloop.api.execute`: a cancelled run's trace is known) with the suite's
 :class:`agentloop.api.RunConfig`; ``concurrency`` bounds how many run at once and a failing run
 (error, limit, crash, failed check) is recorded and never stops the others. What the suite
 shares with a run reaches it in one field of its config, :class:`agentloop.api.SuiteScope`:
@@ -12,7 +13,8 @@ first wave's model calls wait at a start gate until the wave is set up, each run
 emptied at its end and torn down behind the runs still going (:mod:`agentloop.sandbox.closer`).
 With ``ray`` each run is a Ray task on a cluster instead (:mod:`agentloop.suite.ray_backend`)
 and its trace comes back into the folder. ``DIR/suite.json`` is written at the end, and also
-when the suite is interrupted.
+when the suite is interrupted: then it says ``interrupted``, its runs in flight are recorded as
+``cancelled`` with their closed traces, and ``not_started`` counts the runs that never began.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from typing import TYPE_CHECKING, Any, Unpack
 from agentloop.api import (
     RunConfig,
     RunOptions,
+    RunPlan,
     SuiteScope,
     configure,
+    execute,
     open_task,
+    plan_run,
     resolve_tier,
-    run_task,
     tool_registry,
 )
 from agentloop.config.tasks import Task
@@ -124,6 +128,9 @@ def plan_jobs(
     return [Job(t, p, r, tiers[id(t)]) for r in range(1, repeat + 1) for t, p in tasks]
 
 
+INTERRUPTED = "interrupted: the suite was cancelled (Ctrl-C) while this run was in flight"
+
+
 def _record(
     job: Job,
     result: RunResult | None,
@@ -132,8 +139,13 @@ def _record(
     t0: float,
     t1: float,
     suite_t0: float,
+    planned: Path | None = None,
 ) -> RunRecord:
-    trace = Path(result.trace_path) if result is not None and result.trace_path else None
+    """A run's record; ``planned`` is its trace's path when the run ended with no result (a
+    cancelled run's trace is closed and kept: status 'cancelled')."""
+    trace = Path(result.trace_path) if result is not None and result.trace_path else planned
+    if trace is not None and not trace.is_file():
+        trace = None
     figures: dict[str, Any] = {}
     if trace is not None and trace.is_file():
         try:
@@ -146,12 +158,13 @@ def _record(
         else (str(trace) if trace is not None else None)
     )
     if result is None:
+        cancelled = error == INTERRUPTED
         return RunRecord(
             job.task.name,
             str(job.source),
             job.repeat,
             job.tier.name,
-            "error",
+            "cancelled" if cancelled else "error",
             error or "the run failed",
             None,
             t1 - t0,
@@ -196,6 +209,8 @@ class _Runs:
         observe = Only({"model_end"}, self._model_end)  # nor a model_progress ticker per call
         self.each = replace(each, trace_dir=folder / TRACES, events=fan_out(observe, each.events))
         self.records: list[RunRecord | None] = [None] * len(jobs)
+        self.plans: list[RunPlan | None] = [None] * len(jobs)
+        self.interrupted = False
         self._sem = asyncio.Semaphore(concurrency)
         self._closer: JailCloser | None = None
         self._sim: SharedSim | None = None
@@ -225,25 +240,40 @@ class _Runs:
             t0 = time.perf_counter()
             result, error = None, None
             ticket = Ticket() if self.gate is not None and shares(job.tier) else None
+            cancelled = False
             try:
-                result = await self._run(job, ticket)
+                result = await self._run(i, job, ticket)
             except AgentloopError as exc:
                 error = exc.message
             except Exception as exc:  # one run's crash is its own record, never the suite's end
                 error = f"internal error: {type(exc).__name__}: {exc}"
+            except asyncio.CancelledError:  # its trace was closed as cancelled: keep a record
+                cancelled, error, self.interrupted = True, INTERRUPTED, True
             finally:
                 self.state.running -= 1
                 if self.gate is not None and ticket is not None:
                     self.gate.leave(ticket)
             t1 = time.perf_counter()
-            rec = await asyncio.to_thread(
-                _record, job, result, error, self.folder, t0, t1, self.state.started
-            )
+            plan = self.plans[i]
+            planned = plan.trace_path if plan is not None else None
+            if cancelled:  # read here, not in a thread: the cancelled task is ending
+                self.records[i] = _record(
+                    job, None, error, self.folder, t0, t1, self.state.started, planned
+                )
+                self.state.done += 1
+                raise asyncio.CancelledError
+            args = (job, result, error, self.folder, t0, t1, self.state.started, planned)
+            try:
+                rec = await asyncio.to_thread(_record, *args)
+            except asyncio.CancelledError:  # interrupted as this run ended: still recorded
+                self.records[i] = _record(*args)
+                self.interrupted = True
+                raise
             self.records[i] = rec
             self.state.done += 1
             self.state.failed += not rec.passed
 
-    async def _run(self, job: Job, ticket: Ticket | None) -> RunResult:
+    async def _run(self, i: int, job: Job, ticket: Ticket | None) -> RunResult:
         if self.remote is not None:
             result = await self.remote.run(job, self.folder / TRACES)
             self.state.output_tokens += int(result.totals.get("output_tokens", 0) or 0)
@@ -253,7 +283,9 @@ class _Runs:
             models=self._sim.models_for(ticket) if self._sim is not None and shared else None,
             closer=self._closer,
         )
-        return await run_task(job.task, config=replace(self.each, tier=job.tier, suite=scope))
+        config = replace(self.each, tier=job.tier, suite=scope)
+        plan = self.plans[i] = plan_run(job.task, config)  # its trace's path, known before it
+        return await execute(plan, config)
 
     def suite(self, tier: str | Tier | None, concurrency: int, repeat: int) -> Suite:
         """The suite as it stands: the runs that ended, in job order."""
@@ -266,6 +298,8 @@ class _Runs:
             [r for r in self.records if r is not None],
             "ray" if self.remote is not None else "local",
             any(j.tier.prices is not None and j.tier.prices.placeholder for j in self.jobs),
+            interrupted=self.interrupted,
+            not_started=sum(r is None for r in self.records) if self.interrupted else 0,
         )
 
 

@@ -1,0 +1,80 @@
+"""Ctrl-C of ``run`` and ``suite`` (a real SIGINT to a real process): one line saying where the
+trace (or suite.json) is, no stray exception text, exit 130; an interrupted suite.json says so
+and keeps its cancelled runs with their closed traces."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from agentloop.suite.records import load_suite
+from agentloop.trace.reader import load_trace
+from tests.conftest import ROOT, reap
+from tests.test_e2e import DEMO, wait_for_records
+
+BAD_DEPLOY = ROOT / "tasks" / "incident" / "bad-deploy.yaml"
+
+
+def _sigint_default() -> None:  # in the child before exec: undo an inherited "SIGINT ignored"
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _interrupt(args: list[str], ready: Path, files: int = 1) -> tuple[int, str]:
+    """Start ``agentloop ARGS``, wait (bounded) until ``files`` traces in ``ready`` hold a tool
+    record, send SIGINT; its exit code and stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentloop", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=_sigint_default,
+    )
+    try:
+        for _ in range(files):
+            wait_for_records(ready, lambda rs: any(r.get("kind") == "tool" for r in rs))
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        reap(proc)
+    return proc.returncode, err.decode()
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_a_run_says_where_its_trace_is(tmp_path: Path) -> None:
+    code, err = _interrupt(
+        ["run", str(DEMO), "--tier", "sim-ultrafast", "--trace-dir", str(tmp_path), "-q"],
+        tmp_path,
+    )
+    path = next(tmp_path.glob("*.jsonl"))
+    assert 130 == code
+    assert f"agentloop: interrupted; trace at {path} (closed with status cancelled)\n" == err
+    trace = load_trace(path)
+    assert trace.complete and "cancelled" == trace.end["status"] and [] == trace.in_flight
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_a_suite_keeps_its_cancelled_runs(tmp_path: Path) -> None:
+    out = tmp_path / "suite"
+    args = ["suite", str(BAD_DEPLOY), "--repeat", "3", "--concurrency", "2"]
+    code, err = _interrupt(
+        [*args, "--tier", "sim-ultrafast", "--out", str(out)], out / "traces", files=1
+    )
+    assert 130 == code
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[-1].startswith(f"agentloop: interrupted; suite at {out / 'suite.json'}: ")
+    assert "Traceback" not in err and "exception" not in err.lower()
+    assert 1 == sum("agentloop:" in line for line in lines)
+    data = orjson.loads((out / "suite.json").read_bytes())
+    assert data["interrupted"] is True
+    suite = load_suite(out)
+    cancelled = [r for r in suite.runs if r.status == "cancelled"]
+    assert cancelled and suite.not_started == 3 - len(suite.runs)
+    for r in cancelled:
+        assert r.trace is not None and "interrupted" in r.reason
+        trace = load_trace(out / r.trace)
+        assert trace.complete and "cancelled" == trace.end["status"]
+    assert f"{len(cancelled)} cancelled (their traces kept)" in lines[-1]
