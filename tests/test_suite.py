@@ -359,3 +359,28 @@ async def test_a_shared_suite_s_simulator_is_a_process_and_each_run_keeps_one_co
     assert seen["pid"] != os.getpid()
     assert seen["connections"] == 6 and seen["routes"] == 0
     assert seen["frozen"] > 0 and gc.get_freeze_count() == 0
+
+
+def test_suite_route_puts_tasks_on_tiers_within_the_wall_time(
+    suite_pair: tuple[Path, Path], capsys
+) -> None:
+    """`route SUITE_DIR --concurrency N`: one worker in 0% of all-fast keeps every task fast;
+    a wider limit lets a task go to the cheap tier; the plan's wall time meets the limit and
+    its cost is between the two ends; a budget gives the fastest plan that fits."""
+    a, _ = suite_pair
+    tiers = ["--tiers", "sim-standard,sim-ultrafast"]
+    assert 0 == main(["route", str(a), *tiers, "--concurrency", "1", "--within", "0", "--json"])
+    tight = json.loads(capsys.readouterr().out)
+    assert tight["method"] == "exhaustive"
+    assert {t["tier"] for t in tight["tasks"]} == {"sim-ultrafast"}
+    assert tight["predicted_wall_s"] == pytest.approx(tight["fastest_wall_s"])
+    assert 0 == main(["route", str(a), *tiers, "--concurrency", "1", "--within", "300", "--json"])
+    loose = json.loads(capsys.readouterr().out)
+    assert loose["predicted_wall_s"] <= loose["fastest_wall_s"] * 4 + 1e-9
+    assert loose["cheapest_cost_usd"] <= loose["predicted_cost_usd"] < tight["predicted_cost_usd"]
+    budget = (loose["predicted_cost_usd"] + tight["predicted_cost_usd"]) / 2
+    assert 0 == main(["route", str(a), *tiers, "--budget-usd", str(budget), "--json"])
+    within_budget = json.loads(capsys.readouterr().out)
+    assert within_budget["predicted_cost_usd"] <= budget
+    assert 0 == main(["route", str(a), *tiers, "--within", "10"])
+    assert "plan          wall" in capsys.readouterr().out

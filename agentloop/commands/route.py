@@ -37,7 +37,13 @@ def register(sub: Any) -> None:
             "reason per call; -o writes the plan for `run --routing` and `whatif --routing`."
         ),
     )
-    p.add_argument("trace", type=Path, help="trace file (JSONL)")
+    p.add_argument("trace", type=Path, help="trace file (JSONL), or a suite folder")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        metavar="N",
+        help="with a suite folder: runs at once (default: as the suite ran)",
+    )
     p.add_argument("--tiers", required=True, metavar="A,B[,C]", help="candidate tiers")
     p.add_argument("--tiers-file", type=Path, metavar="FILE", help="tiers file")
     how = p.add_mutually_exclusive_group(required=True)
@@ -77,6 +83,8 @@ async def main(args: argparse.Namespace) -> int:
     if args.budget_usd is not None and not args.budget_usd >= 0:
         raise ConfigError("--budget-usd must be >= 0")
     tiers = await asyncio.to_thread(candidate_tiers, args.tiers, args.tiers_file)
+    if args.trace.is_dir():  # a suite folder: a tier per task for the suite's wall time
+        return await _suite(args, tiers, within)
     trace = await asyncio.to_thread(load_for_analysis, args.trace)
     o = options(build_graph(trace), tiers)
     if not o.calls:
@@ -223,3 +231,21 @@ def render(doc: dict[str, Any]) -> str:
         rows = [*rows[:30], ["...", "", "", "", "", f"{len(rows) - 35} calls more"], *rows[-5:]]
     out.append(table(["agent", "inv", "step", "tier", "call s", "why"], rows))
     return "\n".join(out)
+
+
+async def _suite(args: argparse.Namespace, tiers: list[TierModel], within: float | None) -> int:
+    from agentloop.suite.records import load_suite
+    from agentloop.suite.route import render_suite_route, route_suite, suite_options
+
+    n = args.concurrency
+    if n is None:
+        n = (await asyncio.to_thread(load_suite, args.trace)).concurrency
+    o = await asyncio.to_thread(suite_options, args.trace, tiers, n)
+    doc = route_suite(o, within, args.budget_usd)
+    if args.output is not None:
+        args.output.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    if args.json:
+        emit_json(doc)
+    else:
+        print(render_suite_route(doc))
+    return 0
