@@ -138,3 +138,9 @@ async def test_a_run_beside_a_busy_loop_says_so_in_its_report_and_what_if(tmp_pa
     assert "1 of 1 model calls measured under load" in render_report(report)
     w = with_lateness(whatif(build_graph(trace), Scenario.multipliers(2.0)), trace)
     assert "measured under load: 1 of 1 model calls" in render_whatif(w)
+    from agentloop.export.html import report_html
+    from agentloop.suite.records import trace_figures
+
+    assert "1 of 1 model calls measured under load" in report_html(trace)
+    figures = trace_figures(trace)  # what a suite's run record keeps
+    assert figures["calls_measured"] == 1 and figures["calls_under_load"] == 1

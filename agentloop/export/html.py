@@ -17,7 +17,7 @@ from pathlib import Path
 from agentloop.analysis.compare import Comparison, compare
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.report import Report, build_report
-from agentloop.analysis.whatif import Scenario, WhatIf, ratio_of, whatif
+from agentloop.analysis.whatif import Scenario, WhatIf, ratio_of, whatif, widening_line
 from agentloop.errors import ConfigError
 from agentloop.export import _svg, _transcript_html
 from agentloop.export._layout import Timeline, layout
@@ -154,12 +154,15 @@ def report_html(trace: Trace) -> str:
     w = whatif(g, Scenario.multipliers(CURVE_SPEEDUP))
     tl = layout(trace)
     tools = _tools(tl)
+    late = r.lateness.line()  # the client's own lateness (issue 28)
+    widen = widening_line(r.lateness)
     body = [
         f"<h1>agentloop report: {escape(r.task)} on {escape(r.tier)}</h1>",
         f'<p class="sub">{r.measured_ns / 1e9:.3f} s end to end, status '
         f"{escape(r.status)}, {len(r.steps)} steps; output {CURVE_SPEEDUP:g}x faster: "
         f"{w.predicted_ns / 1e9:.3f} s ({w.speedup:.2f}x), ceiling {w.ceiling:.2f}x</p>",
         *_header_notes(trace),
+        *([f'<p class="warn">{escape(late)}.{escape(widen or "")}</p>'] if late else []),
         "<h2>Waterfall</h2>",
         _svg.legend(tools),
         _svg.waterfall(tl, tools=tools, link="msg-"),
