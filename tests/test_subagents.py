@@ -324,3 +324,24 @@ async def test_progress_names_the_agent_of_each_sub_run_line(tmp_path: Path) -> 
     assert sum(line.startswith("[long] step") for line in lines) == 3
     assert any(line.strip().startswith("[long] read_file") for line in lines)
     assert sum(line.startswith("step ") for line in lines) == 2  # the main agent's own
+
+
+async def test_the_run_s_budgets_count_every_agent(tmp_path: Path) -> None:
+    """The main agent's output-token limit is the run's: the sub-runs' tokens use it up."""
+    body = FAN_OUT.replace(
+        "limits: {max_steps: 20, max_parallel_tools: 4}",
+        "limits: {max_steps: 20, max_parallel_tools: 4, max_output_tokens: 100}",
+    )
+    result = await run_task(
+        write_task(tmp_path, body=body), tier="sim-ultrafast", trace_dir=tmp_path
+    )
+    assert (result.status, result.steps) == ("budget", 2), result.reason
+    trace = load_trace(result.trace_path or "")
+    main_tokens = sum(
+        m.attrs[A.GEN_AI_USAGE_OUTPUT_TOKENS]
+        for m in trace.of_kind("model")
+        if A.GEN_AI_AGENT_NAME not in m.start_attrs
+    )
+    assert main_tokens < 100 < result.totals["output_tokens"]
+    long = next(t.tool for t in trace.of_kind("tool") if t.tool and t.tool.name == "long")
+    assert long is not None and not long.ok and "(budget)" in long.output
