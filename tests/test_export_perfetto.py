@@ -180,3 +180,27 @@ def test_cli_writes_the_file_and_refuses_a_non_trace(tmp_path: Path) -> None:
     assert (0, []) == (ok.returncode, trace_event_problems(orjson.loads(out.read_bytes())))
     assert (2, True, "") == (bad.returncode, str(bad_input) in bad.stderr, bad.stdout)
     assert "Traceback" not in bad.stderr
+
+
+def test_concurrent_sub_agents_get_a_track_each() -> None:
+    """Five sub-agents of one turn: each sub-run's agent, step and model slices on a track of
+    its own (they overlap in time), the lead's on the agent track; the export stays valid."""
+    from agentloop.analysis.synthetic import fanout_run
+
+    trace = fanout_run([3, 1, 2, 1, 1]).trace()
+    doc = to_perfetto(trace)
+    assert trace_event_problems(doc) == []
+    names = {
+        e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"
+    }
+    by_id = {s.id: s for s in trace.spans.values()}
+    tracks: dict[str, set[str]] = {}
+    for e in doc["traceEvents"]:
+        span = by_id.get(e.get("args", {}).get("span_id", ""))
+        if e.get("ph") == "X" and span is not None and span.kind in ("agent", "step", "model"):
+            agent = span.start_attrs.get("gen_ai.agent.name", "main")
+            tracks.setdefault(agent, set()).add(names[e["tid"]])
+    assert tracks["main"] == {"agent"}
+    subs = [tracks[f"w{j}"] for j in range(5)]
+    assert all(len(t) == 1 for t in subs)
+    assert sorted(t for s in subs for t in s) == [f"sub-agent {k}" for k in range(1, 6)]

@@ -119,3 +119,18 @@ def test_report_json_lists_time_calls_and_cost_per_tier_and_agent(tmp_path):
     assert tiers["std"]["cost_usd"] == pytest.approx(2 * 1000 * 1.25e-6 + (30 + 60) * 10e-6)
     assert sum(t["cost_usd"] for t in tiers.values()) == pytest.approx(doc["cost"]["total_usd"])
     assert {a["agent"]: a["calls"] for a in doc["agents"]} == {"main": 2, "w0": 3, "w1": 2}
+
+
+def test_the_waterfall_colours_each_model_bar_by_its_tier():
+    """With two tiers every model bar has a strip naming its tier, and the key lists both; a
+    one-tier run draws none."""
+    import re
+
+    from agentloop.export._layout import layout
+    from agentloop.export._svg import waterfall
+
+    svg = waterfall(layout(fanout_run([2, 1], tiers=TIERS, sub_tier="fast").trace()))
+    tiers = re.findall(r'class="tier" data-tier="([^"]+)"', svg)
+    assert sorted(tiers) == ["fast"] * 5 + ["std"] * 2
+    assert "tier std</text>" in svg and "tier fast</text>" in svg
+    assert 'class="tier"' not in waterfall(layout(fanout_run([2, 1]).trace()))

@@ -5,6 +5,9 @@ The one layout behind the Perfetto export and the HTML waterfall, so both draw t
 - lane 0 ("agent") holds the run, its steps and their model calls, which nest in time;
 - the tool calls of a turn run concurrently, so tools go on lanes 1.. ("tools 1", ...), each
   on the lowest lane free at its start;
+- sub-agents of one turn run concurrently too (issue 23): each sub-run (its agent span, steps
+  and model calls) gets a lane of its own, "sub-agent 1", ..., between the agent lane and the
+  tool lanes, the lowest one free when it starts; its tools share the tool lanes;
 - a model span is split into its phases (failed attempts and back-off, base, hidden reasoning,
   visible decode, tail) from its typed end attributes by the one split of a call's time
   (:func:`agentloop.model.timing.phase_bounds`): reasoning is the stretch just before the first
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentloop.analysis.agents import who
 from agentloop.analysis.attribution import tool_category
 from agentloop.analysis.graph import build_graph, critical_path, fallback_tps
 from agentloop.model.timing import phase_bounds
@@ -106,6 +110,16 @@ def model_phases(span: SpanRecord, t1: int, tps: float) -> tuple[Phase, ...]:
     return tuple(out)
 
 
+def _free_lane(free: list[int], t0: int, t1: int) -> int:
+    """The lowest lane free at ``t0`` (a new one if none), now busy until ``t1``."""
+    k = next((k for k, f in enumerate(free) if f <= t0), len(free))
+    if k == len(free):
+        free.append(t1)
+    else:
+        free[k] = t1
+    return k
+
+
 def _label(s: SpanRecord) -> str:
     if s.kind == "tool":
         return tool_category(s.name, s.attrs).removeprefix("tool:")
@@ -122,18 +136,27 @@ def layout(trace: Trace) -> Timeline:
     }
     tps = fallback_tps(trace)
     lane_free: list[int] = []  # per tool lane: when its last tool ends
+    sub_free: list[int] = []  # per sub-agent lane: when its last sub-run ends
+    sub_lane: dict[tuple[str, int], int] = {}  # (agent, invocation) -> its sub-agent lane
     bars: list[Bar] = []
     edges: list[tuple[str, str]] = []
+    placed: list[tuple[SpanRecord, int, str]] = []  # (span, lane, kind of lane)
     for s in trace.spans.values():
         t1 = last if s.t1 is None else s.t1
-        lane = 0
+        w = who(s.start_attrs)
         if s.kind == "tool":
-            lane = next((k for k, free in enumerate(lane_free) if free <= s.t0), len(lane_free))
-            if lane == len(lane_free):
-                lane_free.append(t1)
-            else:
-                lane_free[lane] = t1
-            lane += 1
+            placed.append((s, _free_lane(lane_free, s.t0, t1), "tool"))
+        elif w.depth > 0:
+            key = (w.agent, w.invocation)
+            if key not in sub_lane:
+                sub_lane[key] = _free_lane(sub_free, s.t0, t1)
+            placed.append((s, sub_lane[key], "sub"))
+        else:
+            placed.append((s, 0, "main"))
+    n_sub = len(sub_free)
+    for s, k, where in placed:
+        t1 = last if s.t1 is None else s.t1
+        lane = 0 if where == "main" else 1 + k if where == "sub" else 1 + n_sub + k
         phases = (
             tuple(Phase(p.name, p.t0 - start, p.t1 - start) for p in model_phases(s, t1, tps))
             if s.kind == "model"
@@ -159,5 +182,9 @@ def layout(trace: Trace) -> Timeline:
             )
         )
         edges += [(a, s.id) for a in s.after if a in trace.spans]
-    lanes = (AGENT_LANE, *(f"tools {k + 1}" for k in range(len(lane_free))))
+    lanes = (
+        AGENT_LANE,
+        *(f"sub-agent {k + 1}" for k in range(n_sub)),
+        *(f"tools {k + 1}" for k in range(len(lane_free))),
+    )
     return Timeline(trace, tuple(bars), lanes, tuple(edges), start, max(0, last - start))

@@ -38,6 +38,7 @@ TOOL_PALETTE = (
 CRITICAL = "#c0392b"
 MODEL_OTHER = "#cfd8e3"
 TRIM_COLOUR = "#d62728"  # a context-trim tick on a model bar
+TIER_PALETTE = ("#2c7fb8", "#f03b20", "#31a354", "#756bb1")  # model bars' tier strip (issue 23)
 MAX_BARS = 4000  # a bigger trace draws its first bars and says how many it left out
 
 
@@ -126,6 +127,7 @@ def waterfall(
     for k, lane in enumerate(tl.lanes):
         out.append(f'<text x="4" y="{top + k * row_h + 17}" class="lane">{escape(lane)}</text>')
     bars = tl.bars[:MAX_BARS]
+    tier_col = tier_colours(tl)
     trims: dict[str, list[SpanEvent]] = {}
     for ev in tl.trace.events:
         if ev.name == A.EVENT_CONTEXT_TRIM:
@@ -167,6 +169,16 @@ def waterfall(
                     f'fill="{PHASE_COLOURS[p.name]}"><title>{p.name}: '
                     f"{_fmt_s((p.t1 - p.t0) / 1e9)}</title></rect>"
                 )
+            if tier_col:  # several tiers: a strip under the bar in its tier's colour
+                from agentloop.analysis.agents import call_tier, recorded_tiers
+
+                tier = call_tier(tl.trace, b.span.attrs, recorded_tiers(tl.trace))
+                out.append(
+                    f'<rect class="tier" data-tier="{escape(tier)}" x="{x0:.1f}" '
+                    f'y="{y + row_h - 9}" width="{max(0.5, x1 - x0):.1f}" height="3" '
+                    f'fill="{tier_col.get(tier, MODEL_OTHER)}"><title>tier {escape(tier)}'
+                    "</title></rect>"
+                )
             for ev in trims.get(b.id, ()):  # a context trim: a tick where it was made
                 xt = x(max(0, ev.t - tl.start_ns))
                 what = escape(trim_line({A.STEP: b.span.step, **ev.attrs}))
@@ -190,10 +202,26 @@ def waterfall(
             out.append("</g>")
         if link is not None:
             out.append("</a>")
+    for k, (name, col) in enumerate(tier_col.items()):  # the tiers' key, top right
+        xk = width - 20 - 150 * (len(tier_col) - k)
+        out.append(
+            f'<rect x="{xk}" y="4" width="12" height="8" fill="{col}"/>'
+            f'<text x="{xk + 16}" y="12" class="cap">tier {escape(name)}</text>'
+        )
     out.append("</svg>")
     if len(tl.bars) > MAX_BARS:
         out.append(f'<p class="note">{len(tl.bars) - MAX_BARS} later spans not drawn.</p>')
     return "".join(out)
+
+
+def tier_colours(tl: Timeline) -> dict[str, str]:
+    """Each tier of a run that used several (header ``tiers``) its colour; {} for one tier."""
+    from agentloop.analysis.agents import recorded_tiers
+
+    names = list(recorded_tiers(tl.trace))
+    if len(names) < 2:
+        return {}
+    return {n: TIER_PALETTE[k % len(TIER_PALETTE)] for k, n in enumerate(names)}
 
 
 def legend(tools: list[str]) -> str:
