@@ -144,3 +144,22 @@ async def test_a_run_beside_a_busy_loop_says_so_in_its_report_and_what_if(tmp_pa
     assert "1 of 1 model calls measured under load" in report_html(trace)
     figures = trace_figures(trace)  # what a suite's run record keeps
     assert figures["calls_measured"] == 1 and figures["calls_under_load"] == 1
+
+
+async def test_the_sampler_runs_only_while_a_call_watches() -> None:
+    """One sampler per loop, started by the first watch and gone with the last: a loop with no
+    call streaming runs nothing of it; a block under way at a call's end still counts."""
+    from agentloop.clients._lag import SAMPLE_NS, loop_lag
+
+    lag = loop_lag()
+    assert lag is loop_lag()
+    a, b = lag.watch(), lag.watch()
+    await asyncio.sleep(0.01)
+    task = lag._task
+    assert task is not None and not task.done()
+    lag.done(a)
+    busy(30)  # the loop blocked with b still watching, ended before the sampler wakes
+    lag.done(b)
+    assert b.max_ns >= 25_000_000 and b.bound_ns == b.max_ns + SAMPLE_NS
+    await asyncio.wait_for(task, 1)  # no watch left: the sampler ends
+    assert lag._task is None
