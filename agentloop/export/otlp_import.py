@@ -9,6 +9,10 @@ message, so a malformed file is refused with the field at fault. Then, for one t
   ``generate_content``, or a name starting with ``chat ``): tokens from ``gen_ai.usage.*``,
   models from ``gen_ai.request.model`` / ``gen_ai.response.model``, and the first chunk from
   ``gen_ai.response.time_to_first_chunk`` when the framework recorded it;
+- OpenInference's spans (openai-agents, through ``openinference-instrumentation-openai-agents``)
+  by their ``openinference.span.kind``: the first ``AGENT`` is the run, ``LLM`` a model call
+  (tokens from ``llm.token_count.*``, the model from ``llm.model_name``), ``TOOL`` a tool call
+  (``tool.name``, ``input.value``, ``output.value``);
 - tool calls are ``execute_tool`` spans; every other span is dropped and its children hang from
   the nearest kept ancestor;
 - each model call opens a step, holding it and the tool calls that start before the next model
@@ -44,11 +48,20 @@ from agentloop.trace.header import TierRecord
 from agentloop.trace.schema import end_record, end_span_record, header_record, start_record
 
 MODEL_OPS = frozenset({"chat", "text_completion", "generate_content"})
+# OpenInference's conventions (openai-agents through openinference-instrumentation-openai-agents):
+# the span's kind in one attribute, tokens and names under names of their own
+OI_KIND = "openinference.span.kind"
+_OI_KINDS = {"AGENT": "run", "LLM": "model", "TOOL": "tool"}
 # other spellings of the same counts (pydantic-ai's ``gen_ai.usage.details.*``, semconv's
-# ``cache_read``): the first one present is taken
+# ``cache_read``, OpenInference's ``llm.*``): the first one present is taken
 _ALIASES = (
     (A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, "gen_ai.usage.details.reasoning_tokens"),
     (A.GEN_AI_USAGE_CACHED_INPUT_TOKENS, "gen_ai.usage.cache_read.input_tokens"),
+    (A.GEN_AI_USAGE_INPUT_TOKENS, "llm.token_count.prompt"),
+    (A.GEN_AI_USAGE_OUTPUT_TOKENS, "llm.token_count.completion"),
+    (A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, "llm.token_count.completion_details.reasoning"),
+    (A.GEN_AI_USAGE_CACHED_INPUT_TOKENS, "llm.token_count.prompt_details.cache_read"),
+    (A.GEN_AI_REQUEST_MODEL, "llm.model_name"),
 )
 UNKNOWN_MODEL = ("timing.t_first_visible", "timing.t_last", "reasoning split")
 INFERRED = (
@@ -59,6 +72,9 @@ INFERRED = (
 
 
 def _kind(s: OtelSpan) -> str | None:
+    oi = s.attrs.get(OI_KIND)
+    if isinstance(oi, str) and oi in _OI_KINDS:
+        return _OI_KINDS[oi]
     op = s.operation
     if op == "invoke_agent" or s.name.startswith("invoke_agent") or s.name == "agent run":
         return "run"
@@ -162,14 +178,19 @@ def _model_attrs(s: OtelSpan, step: int, rel: Any) -> dict[str, Any]:
 
 def _tool_attrs(s: OtelSpan, step: int) -> dict[str, Any]:
     a = s.attrs
-    name = a.get(A.GEN_AI_TOOL_NAME) or s.name.removeprefix("execute_tool ").strip() or "?"
+    name = (
+        a.get(A.GEN_AI_TOOL_NAME)
+        or a.get("tool.name")
+        or s.name.removeprefix("execute_tool ").strip()
+        or "?"
+    )
     out: dict[str, Any] = {A.STEP: step, A.GEN_AI_TOOL_NAME: str(name), A.OK: not s.error}
     if a.get(A.GEN_AI_TOOL_CALL_ID) is not None:
         out[A.GEN_AI_TOOL_CALL_ID] = str(a[A.GEN_AI_TOOL_CALL_ID])
-    args = a.get(GA.GEN_AI_TOOL_CALL_ARGUMENTS, a.get("tool_arguments"))
+    args = a.get(GA.GEN_AI_TOOL_CALL_ARGUMENTS, a.get("tool_arguments", a.get("input.value")))
     if args is not None:
         out[A.ARGUMENTS] = args if isinstance(args, str) else orjson.dumps(args).decode()
-    res = a.get(GA.GEN_AI_TOOL_CALL_RESULT, a.get("tool_response"))
+    res = a.get(GA.GEN_AI_TOOL_CALL_RESULT, a.get("tool_response", a.get("output.value")))
     if res is not None:
         out[A.OUTPUT] = res if isinstance(res, str) else orjson.dumps(res).decode()
     return out
@@ -203,7 +224,11 @@ def import_otlp(path: str | Path, tier: TierRecord | None = None) -> list[dict[s
     models = [s for s, k in kept if k == "model"]
     model_name = next(
         (
-            str(s.attrs.get(A.GEN_AI_RESPONSE_MODEL) or s.attrs.get(A.GEN_AI_REQUEST_MODEL))
+            str(
+                s.attrs.get(A.GEN_AI_RESPONSE_MODEL)
+                or s.attrs.get(A.GEN_AI_REQUEST_MODEL)
+                or s.attrs.get("llm.model_name")
+            )
             for s in models
         ),
         "?",
