@@ -384,3 +384,33 @@ def test_suite_route_puts_tasks_on_tiers_within_the_wall_time(
     assert within_budget["predicted_cost_usd"] <= budget
     assert 0 == main(["route", str(a), *tiers, "--within", "10"])
     assert "plan          wall" in capsys.readouterr().out
+
+
+def test_one_run_a_task_prints_no_interval(suite_pair: tuple[Path, Path]) -> None:
+    """A bootstrap of one sample resamples the same value: no [6.40-6.40] from --repeat 1, and
+    no p10-p90 spread of one run."""
+    from dataclasses import replace
+
+    from agentloop.suite.compare import compare_suites, render_suite_compare
+    from agentloop.suite.records import load_suite
+    from agentloop.suite.report import render_suite
+
+    c = compare_suites(*suite_pair)
+    assert "x [" in render_suite_compare(c)  # two runs a task: intervals
+    one = replace(
+        c,
+        tasks=[replace(t, runs_a=1, runs_b=1) for t in c.tasks],
+        suite=replace(c.suite, runs_a=2, runs_b=2),
+    )
+    text = render_suite_compare(one)
+    assert "x [" not in text and "one run a task, so no intervals" in text
+    suite = load_suite(suite_pair[0])
+    firsts = replace(suite, repeat=1, runs=[r for r in suite.runs if r.repeat == 1])
+
+    def rows(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.lstrip().startswith(("think", "tool"))]
+
+    assert 2 == len(rows(render_suite(firsts))) and all(
+        " - " in r for r in rows(render_suite(firsts))
+    )
+    assert all(" - " not in r for r in rows(render_suite(suite)))

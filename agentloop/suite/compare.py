@@ -276,30 +276,41 @@ def compare_suites(a_dir: Path, b_dir: Path) -> SuiteCompare:
     )
 
 
-def _x(t: tuple[float, float, float]) -> str:
+def _x(t: tuple[float, float, float], samples: int = 2) -> str:
+    """A speedup and its interval; from one run a side no interval (a bootstrap of one sample
+    resamples the same value: [6.40-6.40] would claim a certainty it has not)."""
+    if samples < 2:
+        return f"{t[0]:.2f}x"
     return f"{t[0]:.2f}x [{t[1]:.2f}-{t[2]:.2f}]"
 
 
 def render_suite_compare(c: SuiteCompare) -> str:
+    # the suite's bootstrap resamples within each task: one run of a task is no spread
+    reps = [min(t.runs_a, t.runs_b) for t in c.tasks]
+    reps.append(min(reps, default=1))
     rows = [
         [
             t.task,
             f"{t.runs_a}/{t.runs_b}",
             f"{t.a_s:.2f}",
             f"{t.b_s:.2f}",
-            _x(t.measured),
-            _x(t.predicted),
+            _x(t.measured, n),
+            _x(t.predicted, n),
             f"{t.error_pct:+.1f}%",
             f"{t.model_error_pct:+.1f}%",
             f"{t.tool_noise_pct:+.1f}%",
             f"{t.output_share_a:.3f}",
             "-" if t.implied_share is None else f"{t.implied_share:.3f}",
         ]
-        for t in [*c.tasks, c.suite]
+        for t, n in zip([*c.tasks, c.suite], reps, strict=True)
     ]
     out = [
         f"suite compare  A {c.tier_a}  ->  B {c.tier_b}  (per-token speedup {c.k:.2f}x; "
-        f"speedups with 95% bootstrap intervals over the repeats)",
+        + (
+            "speedups with 95% bootstrap intervals over the repeats)"
+            if max(reps) > 1
+            else "one run a task, so no intervals)"
+        ),
         table(
             [
                 "task",

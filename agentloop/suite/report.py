@@ -43,7 +43,7 @@ def render_suite(suite: Suite) -> str:
                 t.runs,
                 t.passed,
                 _s(w["median"]),
-                f"{_s(w['p10'])}-{_s(w['p90'])}",
+                f"{_s(w['p10'])}-{_s(w['p90'])}" if t.runs > 1 else "-",  # one run: no spread
                 _s(t.output_tokens["median"], "{:.0f}"),
                 _usd(t.cost_usd["median"]) if t.cost_usd else "-",
                 _usd(t.total_cost_usd),
