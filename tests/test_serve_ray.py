@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -172,3 +174,46 @@ async def test_a_run_that_fails_on_its_worker_ends_error_naming_why(server: Serv
     assert "the run failed on its Ray worker" in status["reason"], status["reason"]
     assert "setup command failed with exit code 3" in status["reason"], status["reason"]
     assert "Traceback" not in status["reason"] and "\n" not in status["reason"], status["reason"]
+
+
+def _ray_runs() -> list[str]:
+    """The Ray worker processes running a run of the service (Ray names them ray::FUNCTION)."""
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True)
+    return [line for line in out.stdout.splitlines() if line.startswith("ray::_stream_one")]
+
+
+async def test_a_killed_server_takes_its_runs_on_the_cluster_with_it(
+    tmp_path: Path,
+    ray_head: str,  # noqa: F811
+) -> None:
+    """SIGKILL of the server mid-run: Ray ends the worker's run (its owner is gone), and the
+    restarted server lists it interrupted with the trace relayed so far, which loads."""
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "slow.yaml").write_text(SLOW)
+    s = _start(tmp_path, "--ray", ray_head)
+    try:
+        slow = await s.submit({"task": "tasks/slow.yaml"})
+        async with contextlib.aclosing(s.events(slow)) as events:
+            async for name, _ in events:
+                if name == "model_progress":
+                    break
+        assert _ray_runs()
+        s.proc.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(s.proc.communicate, timeout=30)
+    finally:
+        await s.client.aclose()
+    deadline = time.monotonic() + 30
+    while _ray_runs():
+        assert time.monotonic() < deadline, "the worker's run outlived its server"
+        await asyncio.sleep(0.2)
+
+    s = _start(tmp_path, "--ray", ray_head)
+    try:
+        status = await s.status(slow)
+        assert "interrupted" == status["status"]
+        trace = load_trace(tmp_path / str(status["trace"]))
+        assert not trace.complete
+        assert trace.of_kind("model")  # the relayed part: the model call that was streaming
+    finally:
+        await s.client.aclose()
+        _stop(s)
