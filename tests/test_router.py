@@ -218,3 +218,24 @@ def test_a_plan_for_another_run_or_with_unknown_names_exits_2(tmp_path: Path, ca
     assert main(["whatif", str(_write(tmp_path)), "--routing", str(path)]) == 2
     err = capsys.readouterr().err
     assert says in err and "plan.json" in err
+
+
+def test_route_html_draws_the_frontier_with_the_plan_marked(tmp_path: Path, capsys):
+    """`route --html` writes the report page with a frontier section: a point per frontier
+    plan and the chosen one marked at the plan's time and cost."""
+    import re
+
+    from agentloop.cli import main
+
+    page = tmp_path / "route.html"
+    args = ["route", str(_write(tmp_path)), "--tiers", "sim-standard,sim-ultrafast"]
+    assert main([*args, "--within", "10", "--json", "--html", str(page)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    html = page.read_text()
+    svg = html[html.index('<svg id="frontier"') :]
+    svg = svg[: svg.index("</svg>")]
+    assert len(re.findall(r'<circle class="pt"', svg)) == len(doc["frontier"])
+    chosen = re.search(r'id="frontier-chosen"[^>]*><title>the plan: ([\d.]+) s, \$([\d.]+)', svg)
+    assert chosen is not None
+    assert float(chosen.group(1)) == pytest.approx(doc["predicted_s"], abs=1e-3)
+    assert "Waterfall" in html

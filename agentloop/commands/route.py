@@ -51,6 +51,12 @@ def register(sub: Any) -> None:
     how.add_argument("--budget-usd", type=float, metavar="X", help="cost limit in USD")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("-o", "--output", type=Path, metavar="PLAN.json", help="write the plan")
+    p.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write the trace's HTML report with the time/cost frontier (the plan marked)",
+    )
     p.set_defaults(func=main)
 
 
@@ -92,6 +98,13 @@ async def main(args: argparse.Namespace) -> int:
     doc = await asyncio.to_thread(plan_document, o, within, args.budget_usd)
     if args.output is not None:
         args.output.write_text(json.dumps(doc["plan"], indent=2) + "\n", encoding="utf-8")
+    if args.html is not None:
+        from agentloop.export.html import report_html, route_section, write_html
+
+        section = route_section(doc)
+        await asyncio.to_thread(
+            write_html, args.html, lambda t: report_html(t, extra=section), trace
+        )
     if args.json:
         emit_json(doc)
     else:

@@ -328,3 +328,54 @@ def hbars(
         )
     out.append("</svg>")
     return "".join(out)
+
+
+def frontier(
+    points: list[tuple[float, float]],
+    chosen: tuple[float, float],
+    *,
+    width: int = 560,
+    height: int = 300,
+    element_id: str = "frontier",
+) -> str:
+    """The router's time/cost frontier (issue 23): predicted seconds across, dollars up, one
+    point per plan, the chosen one marked."""
+    left, right, top, bottom = 70, 20, 16, 40
+    pw, ph = width - left - right, height - top - bottom
+    xs = [t for t, _ in points] + [chosen[0]]
+    ys = [c for _, c in points] + [chosen[1]]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = min(ys), max(ys)
+    dx, dy = (x1 - x0) or 1.0, (y1 - y0) or 1.0
+
+    def x(t: float) -> float:
+        return left + pw * (t - x0) / dx
+
+    def y(c: float) -> float:
+        return top + ph * (1 - (c - y0) / dy)
+
+    out = [
+        f'<svg id="{element_id}" class="curve" xmlns="http://www.w3.org/2000/svg" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">',
+        f'<text x="{left + pw / 2}" y="{height - 4}" class="axis" text-anchor="middle">'
+        "predicted run time (s)</text>",
+        f'<text x="{left - 6}" y="{top + 4}" class="tick" text-anchor="end">${y1:.4f}</text>',
+        f'<text x="{left - 6}" y="{top + ph}" class="tick" text-anchor="end">${y0:.4f}</text>',
+        f'<text x="{left}" y="{top + ph + 16}" class="tick">{x0:.2f} s</text>',
+        f'<text x="{left + pw}" y="{top + ph + 16}" class="tick" text-anchor="end">'
+        f"{x1:.2f} s</text>",
+    ]
+    pts = " ".join(f"{x(t):.1f},{y(c):.1f}" for t, c in sorted(points))
+    out.append(f'<polyline id="{element_id}-line" class="line" points="{pts}"/>')
+    for t, c in points:
+        out.append(
+            f'<circle class="pt" cx="{x(t):.1f}" cy="{y(c):.1f}" r="3.5">'
+            f"<title>{t:.3f} s, ${c:.6f}</title></circle>"
+        )
+    out.append(
+        f'<circle id="{element_id}-chosen" class="mark mark0" cx="{x(chosen[0]):.1f}" '
+        f'cy="{y(chosen[1]):.1f}" r="7"><title>the plan: {chosen[0]:.3f} s, ${chosen[1]:.6f}'
+        "</title></circle>"
+    )
+    out.append("</svg>")
+    return "".join(out)

@@ -10,9 +10,10 @@ of :mod:`agentloop.export._layout`, drawn by :mod:`agentloop.export._svg`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from html import escape
 from pathlib import Path
+from typing import Any
 
 from agentloop.analysis.compare import Comparison, compare
 from agentloop.analysis.graph import build_graph
@@ -147,8 +148,9 @@ def _header_notes(trace: Trace) -> list[str]:
     return out
 
 
-def report_html(trace: Trace) -> str:
-    """The whole report page of one trace."""
+def report_html(trace: Trace, extra: Sequence[str] = ()) -> str:
+    """The whole report page of one trace; ``extra``: sections added at its end (the router's
+    frontier, issue 23)."""
     g = build_graph(trace)
     r = build_report(g)
     w = whatif(g, Scenario.multipliers(CURVE_SPEEDUP))
@@ -174,8 +176,22 @@ def report_html(trace: Trace) -> str:
         _steps(r),
         "<h2>What a faster tier buys: speedup curve</h2>",
         _curve(w),
+        *extra,
     ]
     return _page(f"agentloop report {r.task}", body)
+
+
+def route_section(doc: dict[str, Any]) -> list[str]:
+    """The router's frontier (``agentloop route`` output) as a report section."""
+    pts = [(p["predicted_s"], p["predicted_cost_usd"]) for p in doc["frontier"]]
+    return [
+        "<h2>Routing: time against cost (the plan marked)</h2>",
+        f'<p class="sub">{escape(doc["goal"])}: plan {doc["predicted_s"]:.3f} s, '
+        f"${doc['predicted_cost_usd']:.6f}; all-fastest {doc['fastest_s']:.3f} s, "
+        f"${doc['fastest_cost_usd']:.6f}; all-cheapest {doc['cheapest_s']:.3f} s, "
+        f"${doc['cheapest_cost_usd']:.6f}</p>",
+        _svg.frontier(pts, (doc["predicted_s"], doc["predicted_cost_usd"])),
+    ]
 
 
 def compare_html(a: Trace, b: Trace) -> str:
