@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Iterable
 from html import escape
 
 from agentloop.analysis.report import trim_line
@@ -224,8 +225,11 @@ def tier_colours(tl: Timeline) -> dict[str, str]:
     return {n: TIER_PALETTE[k % len(TIER_PALETTE)] for k, n in enumerate(names)}
 
 
-def legend(tools: list[str]) -> str:
-    items = [(f"model {k}", c) for k, c in PHASE_COLOURS.items()]
+def legend(tools: list[str], phases: Iterable[str] | None = None) -> str:
+    """The colour key: the model phases that ``phases`` holds (default: all), each tool, the
+    critical path; a series the page never draws is not listed."""
+    shown = set(PHASE_COLOURS) if phases is None else set(phases)
+    items = [(f"model {k}", c) for k, c in PHASE_COLOURS.items() if k in shown]
     items += [(f"tool {t}", tool_colour(t, tools)) for t in tools]
     cells = "".join(
         f'<span class="key"><i style="background:{c}"></i>{escape(n)}</span>' for n, c in items

@@ -70,6 +70,11 @@ def _tools(tl: Timeline) -> list[str]:
     return sorted({b.label for b in tl.bars if b.kind == "tool"})
 
 
+def _phases(*tls: Timeline) -> set[str]:
+    """The model phases the waterfalls draw (a phase of no width is not drawn)."""
+    return {p.name for tl in tls for b in tl.bars for p in b.phases if p.t1 > p.t0}
+
+
 def _categories(r: Report, tools: list[str]) -> str:
     rows = [
         (c, r.critical.get(c, 0) / 1e9, _svg.category_colour(c, tools))
@@ -81,6 +86,7 @@ def _categories(r: Report, tools: list[str]) -> str:
         f"<td>{100 * r.critical.get(c, 0) / max(1, r.measured_ns):.1f}%</td>"
         f"<td>{_s(r.busy.get(c, 0))}</td></tr>"
         for c in dict.fromkeys([*r.critical, *r.busy])
+        if round(r.critical.get(c, 0) / 1e6) or round(r.busy.get(c, 0) / 1e6)  # no 0.000 rows
     )
     return (
         f'<div class="cols"><div>{_svg.hbars(rows, element_id="categories")}</div>'
@@ -166,7 +172,7 @@ def report_html(trace: Trace, extra: Sequence[str] = ()) -> str:
         *_header_notes(trace),
         *([f'<p class="warn">{escape(late)}.{escape(widen or "")}</p>'] if late else []),
         "<h2>Waterfall</h2>",
-        _svg.legend(tools),
+        _svg.legend(tools, _phases(tl)),
         _svg.waterfall(tl, tools=tools, link="msg-"),
         "<h2>Transcript</h2>",
         _transcript_html.transcript_html(transcript(trace), prefix="msg-"),
@@ -208,6 +214,7 @@ def compare_html(a: Trace, b: Trace) -> str:
         f"</td><td>{_s(x.b_ns)}</td><td>{(x.predicted_ns - x.b_ns) / 1e9:+.3f}</td>"
         f"</tr>"
         for x in c.steps
+        if round(x.a_ns / 1e6) or round(x.b_ns / 1e6) or round(x.predicted_ns / 1e6)
     )
     cats = "".join(
         f"<tr><td>{escape(x.name)}</td><td>{_s(x.a_ns)}</td><td>{_s(x.predicted_ns)}"
@@ -234,7 +241,7 @@ def compare_html(a: Trace, b: Trace) -> str:
         *_header_notes(a),
         *_header_notes(b),
         "<h2>Both runs on one time axis</h2>",
-        _svg.legend(tools),
+        _svg.legend(tools, _phases(tla, tlb)),
         _svg.waterfall(
             tla,
             total_ns=axis,
