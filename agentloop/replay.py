@@ -24,11 +24,12 @@ import orjson
 
 from agentloop import api
 from agentloop.config.tasks import Task, load_task
-from agentloop.config.tiers import SIM, Tier
-from agentloop.errors import TaskFileError, TraceFileError
+from agentloop.config.tiers import SIM, Tier, load_tiers
+from agentloop.errors import ConfigError, TaskFileError, TraceFileError
 from agentloop.loop.ending import RunResult
 from agentloop.protocols import Tool
 from agentloop.script import ScriptTurn
+from agentloop.trace import attrs as A
 from agentloop.trace.reader import SpanRecord, Trace, load_trace
 from agentloop.types import ToolResult, ToolSpec
 
@@ -65,12 +66,13 @@ class ReplayResult:
     divergences: list[Divergence] = field(default_factory=list)
 
 
-def recorded_turns(trace: Trace) -> list[ScriptTurn]:
-    """The model turns of a trace, in step order, with its workspace path made ``{workspace}``."""
+def recorded_turns(trace: Trace, agent: str | None = None) -> list[ScriptTurn]:
+    """The model turns of a trace (the main agent's, or ``agent``'s first invocation's), in step
+    order, with its workspace path made ``{workspace}``."""
     from agentloop.sim import script_from_trace
 
     old = trace.run.workspace
-    turns = script_from_trace(trace)
+    turns = script_from_trace(trace, agent)
     if not old:
         return turns
     return [
@@ -94,11 +96,16 @@ def _tool_spans_by_step(trace: Trace) -> dict[int, list[SpanRecord]]:
                 order[call.id] = i
     steps: dict[int, list[SpanRecord]] = defaultdict(list)
     for t in trace.of_kind("tool"):
-        if t.tool is not None:
+        if t.tool is not None and _main(t):  # a sub-agent's result is its caller's tool's
             steps[t.step or 0].append(t)
     for spans in steps.values():
         spans.sort(key=lambda s: order.get(s.tool.call_id if s.tool else "", 0))
     return steps
+
+
+def _main(span: SpanRecord) -> bool:
+    """Whether a span is the main agent's (a sub-run's carry their agent's name)."""
+    return A.GEN_AI_AGENT_NAME not in span.start_attrs
 
 
 def _normal(text: str, workspace: str | None) -> str:
@@ -152,7 +159,7 @@ def recorded_tools(trace: Trace) -> dict[str, RecordedTool]:
     by_tool: dict[str, dict[str, deque[ToolResult]]] = defaultdict(lambda: defaultdict(deque))
     for span in sorted(trace.of_kind("tool"), key=lambda s: s.t0):
         tool = span.tool
-        if tool is None:  # still in flight when the run stopped
+        if tool is None or not _main(span):  # in flight when the run stopped; a sub-run's
             continue
         try:
             args = orjson.loads(tool.arguments or "{}")
@@ -190,6 +197,34 @@ def task_of(trace: Trace) -> Task:
     return replace(task, tools=tools, finish_tool=finish)
 
 
+def _tree_of(trace: Trace, task: Task, path: object, config: api.RunConfig) -> tuple[Task, int]:
+    """The recorded task with each sub-agent on the replay's tier and playing its recorded
+    turns (a later invocation that went otherwise diverges, and says so), and how many
+    sub-agent steps the recording had. Needs the task file: the header has no agent's prompt."""
+    if not task.agents:
+        raise TraceFileError(
+            f"{path}, field 'agents': the run had sub-agents, and its task file "
+            f"({trace.run.task.source or 'not recorded'}) is gone or no longer declares them; "
+            "a replay of sub-agents needs it"
+        )
+    routed = config.routing.tiers() if config.routing else set()
+    known = load_tiers(Path(config.tiers_file) if config.tiers_file else None, extra=task.tiers)
+    real = sorted(t for t in routed if t in known and not known[t].simulated)
+    if real:
+        raise ConfigError(
+            f"routing, tier '{real[0]}': a replay serves every call from the simulator; "
+            "route agents to simulated tiers (sim-standard, sim-ultrafast, ...)"
+        )
+    agents = tuple(
+        replace(a, tier=None, script=tuple(recorded_turns(trace, a.name)) or a.script)
+        for a in task.agents
+    )
+    sub_steps = sum(
+        1 for m in trace.of_kind("model") if not _main(m) and m.model and m.model.output
+    )
+    return replace(task, agents=agents), sub_steps
+
+
 def simulated(tier: Tier, trace: Trace) -> Tier:
     """``tier`` as served by the embedded simulator (its profile, else the recording's)."""
     if tier.simulated:
@@ -215,21 +250,19 @@ async def replay(
     """
     base = api.configure(config, **options)
     trace = load_trace(trace_path)
-    if trace.of_kind("agent") or trace.run.agents:
-        raise TraceFileError(
-            f"{trace_path}: the run had sub-agents (field 'agents'); replaying a tree of agents "
-            "is not supported yet. Re-run its task instead: agentloop run "
-            f"{trace.run.task.source or trace.run.task.name} (--route/--routing for its tiers)"
-        )
     turns = recorded_turns(trace)
     if not turns:
         raise TraceFileError(f"{trace_path}: no finished model turn to replay")
     if until_step is not None:
         turns = turns[:until_step]
     task = task_of(trace)
+    steps = len(turns)
+    if trace.run.agents:  # a tree: each sub-agent replays its first invocation's turns
+        task, sub_steps = _tree_of(trace, task, trace_path, base)
+        steps += 0 if offline else sub_steps
     if offline:
         task = replace(task, workspace=None, setup=(), success_command=None)
-    task = replace(task, limits=replace(task.limits, max_steps=len(turns)))
+    task = replace(task, limits=replace(task.limits, max_steps=steps))
     tier = base.tier or trace.run.tier.name
     the_tier = simulated(api.resolve_tier(task, tier, base.tiers_file), trace)
     tools: dict[str, Tool] | None = dict(recorded_tools(trace)) if offline else base.tools

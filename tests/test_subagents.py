@@ -253,10 +253,27 @@ def test_bad_routing_is_refused_before_the_run(
     assert not (tmp_path / "t").exists()
 
 
-async def test_a_tree_trace_is_refused_by_replay_with_a_reason(tmp_path: Path) -> None:
-    result = await run_task(write_task(tmp_path), tier="sim-ultrafast", trace_dir=tmp_path)
-    with pytest.raises(TraceFileError, match="sub-agents"):
-        await replay(result.trace_path or "")
+@pytest.mark.parametrize("offline", [False, True])
+async def test_a_tree_trace_replays(tmp_path: Path, offline: bool) -> None:
+    recorded = await run_task(write_task(tmp_path), tier="sim-ultrafast", trace_dir=tmp_path)
+    res = await replay(
+        recorded.trace_path or "", offline=offline, tier="sim-fast", trace_dir=tmp_path / "re"
+    )
+    assert res.run.status == "ok", res.run.reason
+    assert res.divergences == []
+    trace = load_trace(res.run.trace_path or "")
+    agents = {s.start_attrs[A.GEN_AI_AGENT_NAME] for s in trace.of_kind("agent")}
+    assert agents == (set() if offline else {"long", "short-a", "short-b"})
+    assert {m.attrs[A.TIER] for m in trace.of_kind("model")} == {"sim-fast"}
+    outputs = {t.tool.name: t.tool.output for t in trace.of_kind("tool") if t.tool}
+    assert outputs["long"] == "LONG DONE"
+
+
+async def test_a_tree_replay_needs_its_task_file(tmp_path: Path) -> None:
+    recorded = await run_task(write_task(tmp_path), tier="sim-ultrafast", trace_dir=tmp_path)
+    (tmp_path / "task.yaml").unlink()
+    with pytest.raises(TraceFileError, match=r"field 'agents'.*task file"):
+        await replay(recorded.trace_path or "")
 
 
 def test_old_traces_read_as_one_agent_on_one_tier() -> None:
