@@ -215,3 +215,88 @@ def test_bad_mcp_entries_are_exit_2_with_the_line(
     assert 2 == main(["run", str(task), "--trace-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert says in err and "fault.yaml" in err and "line" in err
+
+
+async def test_a_streamable_http_server_with_headers_from_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A url: server (the SDK's own MCPServer over streamable HTTP, served here) is called with
+    the header its variable fills in; the token never reaches the trace."""
+    import socket
+
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("tickets")
+
+    @server.tool()
+    def count_open(queue: str) -> str:
+        """How many tickets are open in a queue."""
+        return f"3 open in {queue}"
+
+    inner = server.streamable_http_app()
+    seen: list[bytes | None] = []
+
+    async def app(scope, receive, send):  # records the Authorization header of each request
+        if scope["type"] == "http":
+            seen.append(dict(scope["headers"]).get(b"authorization"))
+        await inner(scope, receive, send)
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    http = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    serving = asyncio.create_task(http.serve())
+    try:
+        async with asyncio.timeout(20):
+            while not http.started:
+                await asyncio.sleep(0.02)
+        token = "tok-" + uuid.uuid4().hex
+        monkeypatch.setenv("MCP_TEST_TOKEN", token)
+        servers = (
+            f"  tickets: {{url: 'http://127.0.0.1:{port}/mcp', "
+            "headers: {Authorization: 'Bearer ${MCP_TEST_TOKEN}'}}"
+        )
+        task = tmp_path / "http.yaml"
+        task.write_text(
+            f"name: http\nprompt: p\nworkspace: {FAULT_WS}\nmcp_servers:\n{servers}\n"
+            'tools: ["mcp:tickets"]\nscript:\n  - tool_calls:\n'
+            "      - {name: count_open, arguments: {queue: ops}}\n"
+            "  - tool_calls:\n      - {name: finish, arguments: {summary: done}}\n"
+        )
+        result = await run_task(task, trace_dir=tmp_path)
+    finally:
+        http.should_exit = True
+        await serving
+    assert "ok" == result.status
+    [call] = tool_spans(result.trace_path)["count_open"]
+    assert call.attrs[A.OK] and "3 open in ops" == call.attrs[A.OUTPUT]
+    assert "tickets" == call.attrs[A.MCP_SERVER]
+    assert seen and all(f"Bearer {token}".encode() == h for h in seen)
+    assert token not in Path(result.trace_path).read_text()
+
+
+async def test_git_server_writes_a_commit_in_the_workspace(tmp_path: Path) -> None:
+    """mcp-server-git also writes: git_add and git_commit from inside the jail make a commit in
+    the run's repository, which the task's success check reads back. (mcp-server-sqlite, the
+    other writing reference server, still speaks the SDK's v1 API and fails to start on mcp 2.)"""
+    task = tmp_path / "commit.yaml"
+    repo = '{repo_path: "{workspace}"'
+    task.write_text(
+        f"name: commit\nprompt: p\nworkspace: {GIT_TASK.parent / 'mcp_git'}\n"
+        "setup:\n  - git init -q -b main . && git add -A && "
+        "git -c user.name=t -c user.email=t@t commit -qm first && echo x >> calc.py\n"
+        "  - git config user.name agent && git config user.email agent@example.com\n"
+        "mcp_servers:\n  git: {command: mcp-server-git}\n"
+        'tools: ["mcp:git/git_add", "mcp:git/git_commit"]\n'
+        "success:\n  command: test \"$(git log -1 --format=%s)\" = 'fix calc'\n"
+        "script:\n  - tool_calls:\n"
+        f"      - {{name: git_add, arguments: {repo}, files: [calc.py]}}}}\n"
+        "  - tool_calls:\n"
+        f"      - {{name: git_commit, arguments: {repo}, message: fix calc}}}}\n"
+        "  - tool_calls:\n      - {name: finish, arguments: {summary: done}}\n"
+    )
+    result = await run_task(task, trace_dir=tmp_path)
+    assert "ok" == result.status and result.success is True, result.success_detail
+    [commit] = tool_spans(result.trace_path)["git_commit"]
+    assert commit.attrs[A.OK] and "Changes committed" in commit.attrs[A.OUTPUT]
