@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,24 @@ script:
     tool_calls:
       - {name: finish, arguments: {summary: ran on Ray}}
 """
+
+
+# a secret-named variable the workers have and the server does not (test_serve's servers are
+# started without OPENAI_API_KEY); set before the module's Ray head starts, which its workers inherit
+WORKER_SECRET = "worker-only-passphrase-8d1c2e7f"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _worker_secret() -> Iterator[None]:
+    saved = os.environ.get("OPENAI_API_KEY")
+    os.environ["OPENAI_API_KEY"] = WORKER_SECRET
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("OPENAI_API_KEY", None)
+        else:
+            os.environ["OPENAI_API_KEY"] = saved
 
 
 @pytest.fixture
@@ -217,3 +236,17 @@ async def test_a_killed_server_takes_its_runs_on_the_cluster_with_it(
     finally:
         await s.client.aclose()
         _stop(s)
+
+
+async def test_a_workers_secret_never_reaches_the_stream_or_the_trace(server: Server) -> None:
+    """A model text holding a secret of the workers' environment (one the server does not
+    have, so its own redactor cannot know it) is hidden on the worker, in the events it relays
+    as in its trace."""
+    task = STEADY.replace("Thinking on a worker.", f"The key is {WORKER_SECRET}.")
+    (server.root / "tasks" / "leaky.yaml").write_text(task.replace("name: steady", "name: leaky"))
+    run_id = await server.submit({"task": "tasks/leaky.yaml"})
+    events = await server.all_events(run_id)
+    texts = [d["data"].get("text") for name, d in events if name == "model_end"]
+    assert any(t and t.startswith("The key is ") for t in texts), texts
+    assert WORKER_SECRET not in orjson.dumps(events).decode()
+    assert WORKER_SECRET not in (await server.client.get(f"/v1/runs/{run_id}/trace")).text

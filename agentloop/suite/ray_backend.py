@@ -45,6 +45,7 @@ from agentloop.errors import ConfigError
 from agentloop.events import RunEvent
 from agentloop.handle import RunHandle
 from agentloop.loop.ending import RunResult
+from agentloop.redact import redactor
 
 TASK_CPUS = 0.25
 POLL_S = 1.0  # the longest one wait of the server on the relay (a long poll)
@@ -137,6 +138,9 @@ class _Streamer:
     def __init__(self, relay: Any, key: str, trace: Path) -> None:
         self.relay, self.key, self.trace = relay, key, trace
         self.seq = 0
+        # the worker's secrets, as its trace pipeline hides them: an event comes from the runner
+        # before that pipeline, and the server's redactor knows only the server's environment
+        self._redact = redactor()
         self._file: IO[bytes] | None = None
 
     def _grown(self) -> bytes:
@@ -161,7 +165,8 @@ class _Streamer:
             "span_id": ev.span_id,
             "data": dict(ev.data),
         }
-        self._put(orjson.dumps(fields, default=str))
+        plain = orjson.loads(orjson.dumps(fields, default=str))  # the redactor walks JSON
+        self._put(orjson.dumps(self._redact(plain)))
 
     async def run(self, plan: RunPlan, config: RunConfig) -> dict[str, Any]:
         try:
