@@ -33,7 +33,7 @@ async def test_a_client_lists_and_calls_agentloop_tools(tmp_path: Path) -> None:
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         names = {t.name for t in (await session.list_tools()).tools}
-        assert {"list_tasks", "run_task", "report", "whatif"} <= names
+        assert {"list_tasks", "run_task", "report", "whatif", "compare"} <= names
         tasks = _json(await session.call_tool("list_tasks", {}))
         assert "checkout-timeouts" in {t["name"] for t in tasks}
         run = _json(await session.call_tool("run_task", {"task": str(STEADY)}))
@@ -44,5 +44,14 @@ async def test_a_client_lists_and_calls_agentloop_tools(tmp_path: Path) -> None:
             await session.call_tool("whatif", {"trace": run["trace"], "tier": "sim-ultrafast"})
         )
         assert what["speedup"] > 1 and what["predicted_s"] < report["measured_s"]
+        again = _json(
+            await session.call_tool("run_task", {"task": str(STEADY), "tier": "sim-ultrafast"})
+        )
+        c = _json(
+            await session.call_tool(
+                "compare", {"baseline": run["trace"], "candidate": again["trace"]}
+            )
+        )
+        assert c["measured_speedup"] > 1 and "error_pct" in c
         bad = await session.call_tool("report", {"trace": str(tmp_path / "none.jsonl")})
         assert bad.is_error and "no trace file at" in bad.content[0].text

@@ -300,3 +300,36 @@ async def test_git_server_writes_a_commit_in_the_workspace(tmp_path: Path) -> No
     assert "ok" == result.status and result.success is True, result.success_detail
     [commit] = tool_spans(result.trace_path)["git_commit"]
     assert commit.attrs[A.OK] and "Changes committed" in commit.attrs[A.OUTPUT]
+
+
+@pytest.mark.slow
+async def test_sigkill_of_agentloop_leaves_no_server(tmp_path: Path) -> None:
+    """agentloop killed outright (SIGKILL, no clean-up runs) while its server hangs in a call:
+    the jail dies with its parent (bwrap's --die-with-parent), and the server with it."""
+    import signal
+    import sys
+
+    task = fault_task(tmp_path, ["hang"], timeout=60)
+    marker = task.read_text().split("--marker, ")[1].split("]")[0]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentloop",
+        "run",
+        str(task),
+        "--trace-dir",
+        str(tmp_path),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        async with asyncio.timeout(60):
+            while not _processes_with(marker):
+                await asyncio.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    async with asyncio.timeout(10):  # the kernel tears the namespace down as bwrap dies
+        while _processes_with(marker):
+            await asyncio.sleep(0.05)
+    assert [] == _processes_with(marker)

@@ -1,7 +1,7 @@
 """agentloop as an MCP server (``agentloop mcp serve``): its runs and analysis as MCP tools.
 
 Built with the official SDK's ``MCPServer``; stdio only for now. The tools: ``list_tasks`` (the
-shipped tasks), ``run_task`` (a task by name or path, on a tier, its trace written under the
+shipped tasks), ``compare`` (``compare A B --json``), ``run_task`` (a task by name or path, on a tier, its trace written under the
 server's trace folder; answers with its status, times and trace path), ``report`` (``report
 --json`` of a trace) and ``whatif`` (``whatif --tier NAME --json``), the same documents the HTTP
 service answers with (:mod:`agentloop.service.analysis`). A bad argument is an error result
@@ -74,7 +74,28 @@ def build(trace_dir: Path) -> MCPServer[Any]:
         (the JSON of `agentloop whatif TRACE --tier NAME --json`)."""
         return await asyncio.to_thread(_checked, whatif_for, Path(trace), tier)
 
+    @server.tool()
+    async def compare(baseline: str, candidate: str) -> dict[str, Any]:
+        """Two recorded runs of one task side by side: the baseline's prediction on the
+        candidate's tier against the candidate as measured (the JSON of `agentloop compare A B
+        --json`: predicted and measured speedup, the prediction's error)."""
+        return await asyncio.to_thread(_compare, Path(baseline), Path(candidate))
+
     return server
+
+
+def _compare(a: Path, b: Path) -> dict[str, Any]:
+    from agentloop.analysis.compare import compare, compare_json
+    from agentloop.analysis.graph import build_graph
+    from agentloop.trace.reader import load_trace
+
+    for p in (a, b):
+        if not p.is_file():
+            raise _refused(f"no trace file at {p}")
+    try:
+        return compare_json(compare(build_graph(load_trace(a)), build_graph(load_trace(b))))
+    except AgentloopError as exc:
+        raise _refused(exc.message) from None
 
 
 def _refused(message: str) -> Exception:
