@@ -239,3 +239,31 @@ def test_route_html_draws_the_frontier_with_the_plan_marked(tmp_path: Path, caps
     assert chosen is not None
     assert float(chosen.group(1)) == pytest.approx(doc["predicted_s"], abs=1e-3)
     assert "Waterfall" in html
+
+
+def test_a_call_whose_previous_call_moves_tier_loses_its_cached_prefix():
+    """A sub-agent's second call had 800 of its input tokens cached: with the first call on
+    another tier it is predicted (and priced) with none; on the same tier, with all 800."""
+    from agentloop.trace import attrs as A
+
+    b = fanout_run([2], visible=40, tiers=TIERS)
+    for r in b.records:
+        if r.get("type") == "span_end" and r["attrs"].get(A.TIMING):
+            r["attrs"][A.GEN_AI_USAGE_CACHED_INPUT_TOKENS] = 800
+    g = build_graph(b.trace())
+    o = options(g, [STD, FAST])
+    row = {(c.key.agent, c.key.step): k for k, c in enumerate(o.calls)}
+    first, second = row[("w0", 1)], row[("w0", 2)]
+    same = [0] * len(o.calls)
+    moved = list(same)
+    moved[first] = 1
+    both = list(moved)
+    both[second] = 1
+    warm_std = STD.prices.input * 200 / 1e6 + STD.prices.cached_input * 800 / 1e6
+    cold_std = STD.prices.input * 1000 / 1e6
+    assert o.call_cost(second, same) - o.call_cost(second, moved) == pytest.approx(
+        warm_std - cold_std
+    )
+    assert o.call_cost(second, both) < o.cost_cold[second][1]  # together: the cache holds
+    assert o.move_saving(first, 1, same) == pytest.approx(o.total_cost(same) - o.total_cost(moved))
+    assert o.durations(moved)[o.calls[second].span] > o.durations(same)[o.calls[second].span]

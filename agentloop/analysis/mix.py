@@ -5,7 +5,13 @@ gives base, reasoning and decode from the call's own token counts, prefill only 
 input, decode at the context-dependent speed; tail, wait, retry and overhead kept), applied per
 call with the tier that call is routed to; the price is that tier's
 (:func:`agentloop.model.prices.cost_parts`, same tokens on every tier). A call that never
-answered (not timed) keeps its recorded duration. :func:`predict` re-times the graph with a
+answered (not timed) keeps its recorded duration.
+
+Prompt caching is per model: a call's cached input is its conversation's prefix, cached by its
+previous call (the same agent invocation's previous step). When that call is routed to another
+tier, the prefix is not in this tier's cache: the call is predicted with no cached input (its
+prefill and price paid in full). Measured on fleet-triage: a plan that moved a sub-agent's
+second call to another tier lost its 86 cached tokens, 1% of the run's cost. :func:`predict` re-times the graph with a
 routing (:class:`agentloop.config.routing.Routing`): the mix what-if; the router
 (:mod:`agentloop.analysis.router`) searches over these options.
 """
@@ -19,7 +25,7 @@ from agentloop.analysis.agents import Call, calls
 from agentloop.analysis.flat import Graph
 from agentloop.analysis.graph import gc_paused
 from agentloop.analysis.passes import retime_flat
-from agentloop.config.routing import Routing
+from agentloop.config.routing import CallKey, Routing
 from agentloop.config.tiers import no_profile
 from agentloop.errors import ConfigError
 from agentloop.model.prices import Prices, cost_parts
@@ -49,15 +55,50 @@ class Options:
     graph: Graph
     calls: tuple[Call, ...]
     tiers: tuple[TierModel, ...]
-    dur: tuple[tuple[int, ...], ...]
+    dur: tuple[tuple[int, ...], ...]  # with the recorded cached input
     cost: tuple[tuple[float, ...], ...]
+    prev: tuple[int, ...] = ()  # per call: its conversation's previous call (row), -1 none
+    dur_cold: tuple[tuple[int, ...], ...] = ()  # without cached input (the prefix elsewhere)
+    cost_cold: tuple[tuple[float, ...], ...] = ()
+    succ: tuple[int, ...] = ()  # per call: the call whose cached prefix it made (row), -1 none
+
+    def _cold(self, choice: Sequence[int]) -> list[bool]:
+        """Per call: whether its previous call is on another tier (its prefix not cached)."""
+        if not self.prev:
+            return [False] * len(choice)
+        return [p >= 0 and choice[p] != t for p, t in zip(self.prev, choice, strict=True)]
 
     def durations(self, choice: Sequence[int]) -> list[int]:
         """The graph's leaf durations with call k on tier ``choice[k]``."""
         d = self.graph.durations()
+        cold = self._cold(choice)
+        for k, (c, row, t) in enumerate(zip(self.calls, self.dur, choice, strict=True)):
+            d[c.span] = self.dur_cold[k][t] if cold[k] else row[t]
+        return d
+
+    def warm_durations(self, choice: Sequence[int]) -> list[int]:
+        """:meth:`durations` as if every call kept its recorded cached input (a lower bound
+        on each call's duration: cached input is never slower)."""
+        d = self.graph.durations()
         for c, row, t in zip(self.calls, self.dur, choice, strict=True):
             d[c.span] = row[t]
         return d
+
+    def move_saving(self, k: int, t: int, choice: Sequence[int]) -> float:
+        """Dollars saved by moving call k alone to tier t: its own cost and that of the call
+        whose prefix it caches (which loses or regains the cache)."""
+        cur = choice[k]
+        p = self.prev[k] if self.prev else -1
+        before = self.cost_cold[k][cur] if p >= 0 and choice[p] != cur else self.cost[k][cur]
+        after = self.cost_cold[k][t] if p >= 0 and choice[p] != t else self.cost[k][t]
+        saved = before - after
+        n = self.succ[k] if self.succ else -1
+        if n >= 0:
+            tn = choice[n]
+            was = self.cost_cold[n][tn] if cur != tn else self.cost[n][tn]
+            now = self.cost_cold[n][tn] if t != tn else self.cost[n][tn]
+            saved += was - now
+        return saved
 
     def end(self, choice: Sequence[int]) -> int:
         """The re-timed run's end-to-end time (ns) with call k on tier ``choice[k]``."""
@@ -65,36 +106,73 @@ class Options:
         return retime_flat(g, self.durations(choice))[1] - g.start_ns
 
     def total_cost(self, choice: Sequence[int]) -> float:
-        return sum(row[t] for row, t in zip(self.cost, choice, strict=True))
+        cold = self._cold(choice)
+        return sum(
+            self.cost_cold[k][t] if cold[k] else row[t]
+            for k, (row, t) in enumerate(zip(self.cost, choice, strict=True))
+        )
+
+    def call_cost(self, k: int, choice: Sequence[int]) -> float:
+        """Call k's cost under ``choice``."""
+        p = self.prev[k] if self.prev else -1
+        t = choice[k]
+        return self.cost_cold[k][t] if p >= 0 and choice[p] != t else self.cost[k][t]
 
 
 def options(g: Graph, tiers: Sequence[TierModel]) -> Options:
     """Predict every re-timable call of ``g`` on each of ``tiers``."""
     cs = tuple(calls(g))
-    dur, cost = [], []
+    row_of = {c.key: k for k, c in enumerate(cs)}
+    prev = tuple(
+        row_of.get(CallKey(c.key.agent, c.key.invocation, c.key.step - 1), -1)
+        if g.models[c.span].cached_tokens
+        else -1
+        for c in cs
+    )
+    succ = [-1] * len(cs)
+    for k, p in enumerate(prev):
+        if p >= 0:
+            succ[p] = k
     with gc_paused():
-        for c in cs:
-            m = g.models[c.span]
-            fixed = g.recorded_dur[c.span] - m.base - m.reasoning - m.decode
-            out = m.reasoning_tokens + m.visible_tokens
-            drow, crow = [], []
-            for t in tiers:
-                if m.timed:
-                    b, r, d = t.profile.parts(
-                        m.input_tokens, m.reasoning_tokens, m.visible_tokens, m.cached_tokens
-                    )
-                    drow.append(fixed + round(b * 1e9) + round(r * 1e9) + round(d * 1e9))
-                else:
-                    drow.append(g.recorded_dur[c.span])
-                parts = (
-                    cost_parts(t.prices, m.input_tokens, m.cached_tokens, m.reasoning_tokens, out)
-                    if t.prices is not None
-                    else {}
-                )
-                crow.append(sum(parts.values()))
-            dur.append(tuple(drow))
-            cost.append(tuple(crow))
-    return Options(g, cs, tuple(tiers), tuple(dur), tuple(cost))
+        warm = [_rows(g, c.span, tiers, g.models[c.span].cached_tokens) for c in cs]
+        cold = [
+            _rows(g, c.span, tiers, 0) if p >= 0 else w
+            for c, p, w in zip(cs, prev, warm, strict=True)
+        ]
+    return Options(
+        g,
+        cs,
+        tuple(tiers),
+        tuple(d for d, _ in warm),
+        tuple(c for _, c in warm),
+        prev,
+        tuple(d for d, _ in cold),
+        tuple(c for _, c in cold),
+        tuple(succ),
+    )
+
+
+def _rows(
+    g: Graph, i: int, tiers: Sequence[TierModel], cached: int
+) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """Model span i's duration (ns) and cost on each tier with ``cached`` input tokens cached."""
+    m = g.models[i]
+    fixed = g.recorded_dur[i] - m.base - m.reasoning - m.decode
+    out = m.reasoning_tokens + m.visible_tokens
+    drow, crow = [], []
+    for t in tiers:
+        if m.timed:
+            b, r, d = t.profile.parts(m.input_tokens, m.reasoning_tokens, m.visible_tokens, cached)
+            drow.append(fixed + round(b * 1e9) + round(r * 1e9) + round(d * 1e9))
+        else:
+            drow.append(g.recorded_dur[i])
+        parts = (
+            cost_parts(t.prices, m.input_tokens, cached, m.reasoning_tokens, out)
+            if t.prices is not None
+            else {}
+        )
+        crow.append(sum(parts.values()))
+    return tuple(drow), tuple(crow)
 
 
 def choice_of(o: Options, routing: Routing) -> list[int]:
@@ -126,10 +204,10 @@ def predict(o: Options, choice: Sequence[int]) -> MixPrediction:
     """The run re-timed and priced with call k on tier ``choice[k]``."""
     per: dict[str, int] = {t.name: 0 for t in o.tiers}
     usd: dict[str, float] = {t.name: 0.0 for t in o.tiers}
-    for row, t in zip(o.cost, choice, strict=True):
+    for k, t in enumerate(choice):
         name = o.tiers[t].name
         per[name] += 1
-        usd[name] += row[t]
+        usd[name] += o.call_cost(k, choice)
     return MixPrediction(o.end(choice), sum(usd.values()), per, usd)
 
 

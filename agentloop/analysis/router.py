@@ -71,10 +71,11 @@ def latest(g: Graph, dur: list[int], end_by: int) -> list[int]:
     return L
 
 
-def slacks(o: Options, choice: Sequence[int], end_by: int) -> list[int]:
-    """Per call: how much later it may end (ns) with the run still ending by ``end_by``."""
+def slacks(o: Options, choice: Sequence[int], end_by: int, warm: bool = False) -> list[int]:
+    """Per call: how much later it may end (ns) with the run still ending by ``end_by``;
+    ``warm``: with every call's recorded cached input (each call's shortest duration)."""
     g = o.graph
-    dur = o.durations(choice)
+    dur = o.warm_durations(choice) if warm else o.durations(choice)
     V, _ = retime_flat(g, dur)
     L = latest(g, dur, end_by)
     return [L[2 * c.span + 1] - V[2 * c.span + 1] for c in o.calls]
@@ -113,7 +114,7 @@ class Solution:
 def lower_bound(o: Options, limit_ns: int) -> float:
     """The cost no plan within ``limit_ns`` can undercut (module docstring)."""
     fast = fastest(o)
-    sl = slacks(o, fast, o.graph.start_ns + limit_ns)
+    sl = slacks(o, fast, o.graph.start_ns + limit_ns, warm=True)
     total = 0.0
     for d, c, f, s in zip(o.dur, o.cost, fast, sl, strict=True):
         total += min(c[t] for t in range(len(d)) if d[t] - d[f] <= s or t == f)
@@ -148,12 +149,15 @@ def _greedy(o: Options, start: list[int], limit_ns: int) -> list[int]:
     choice = list(start)
     while True:
         sl = slacks(o, choice, end_by)
+        dur = o.durations(choice)
         cands = []
-        for k, (d, c, s) in enumerate(zip(o.dur, o.cost, sl, strict=True)):
+        for k, (d, s) in enumerate(zip(o.dur, sl, strict=True)):
             cur = choice[k]
             best = None
             for t in range(len(d)):
-                saved, added = c[cur] - c[t], d[t] - d[cur]
+                if t == cur:
+                    continue
+                saved, added = o.move_saving(k, t, choice), d[t] - dur[o.calls[k].span]
                 if saved > _EPS and added <= s and (best is None or saved > best[0]):
                     best = (saved, added, t)
             if best is not None:
@@ -165,16 +169,25 @@ def _greedy(o: Options, start: list[int], limit_ns: int) -> list[int]:
         cands.sort()
         apply = _prefix(choice, cands)
 
-        lo, hi = 1, len(cands)  # the first alone fits its slack
-        if o.end(apply(hi)) <= limit_ns:
+        lo, hi = 1, len(cands)  # the first alone fits its slack and saves
+        cost = o.total_cost(choice)
+
+        def ok(m: int, apply: Callable[[int], list[int]] = apply, cost: float = cost) -> bool:
+            ch = apply(m)
+            return o.end(ch) <= limit_ns and o.total_cost(ch) < cost - _EPS
+
+        if ok(hi):
             lo = hi
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if o.end(apply(mid)) <= limit_ns:
+            if ok(mid):
                 lo = mid
             else:
                 hi = mid - 1
-        choice = apply(lo)
+        nxt = apply(lo)
+        if o.end(nxt) > limit_ns or o.total_cost(nxt) >= cost - _EPS:
+            return choice  # no move saves once its neighbour's cache is counted
+        choice = nxt
 
 
 def _prefix(
