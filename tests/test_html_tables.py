@@ -36,3 +36,23 @@ def test_category_table_has_no_zero_rows() -> None:
 def test_compare_step_table_has_no_empty_run_row() -> None:
     rows = table_rows(compare_html(load_trace(STANDARD), load_trace(ULTRAFAST)), "compare-steps")
     assert [str(i) for i in range(1, 8)] == [r[0] for r in rows]
+
+
+def test_headline_names_the_fastest_faster_tier_beside_the_curve() -> None:
+    """The report's headline: agent time said for what it is, the what-if on the fastest tier
+    the user has (its whole profile), and the output-speed-only point, each labelled."""
+    from agentloop.config.tiers import load_tiers
+
+    trace = load_trace(STANDARD)
+    text = re.sub(r"<[^>]+>", "", report_html(trace, tiers=load_tiers()))
+    head = text[text.index("agent time") :]
+    head = head[: head.index("ceiling")]
+    assert "On sim-ultrafast (750 tok/s), the fastest faster tier you have: " in head
+    assert "(5.17x), predicted with its base latency, prefill and output speed" in head
+    assert "Output speed alone 11x faster (the curve below): " in head and "(3.98x)" in head
+    assert "fastest faster tier" not in report_html(trace)  # no tiers given: the curve only
+
+
+def test_compare_says_why_a_point_is_off_the_curve() -> None:
+    page = compare_html(load_trace(STANDARD), load_trace(ULTRAFAST))
+    assert 'id="off-curve"' in page and "base latency and prefill too" in page

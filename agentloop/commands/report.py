@@ -16,6 +16,7 @@ import orjson
 from agentloop.analysis import cost
 from agentloop.analysis.graph import build_graph, load_quickly
 from agentloop.analysis.report import build_report, render_report, report_document
+from agentloop.config.tiers import load_tiers
 from agentloop.trace.reader import Trace
 
 
@@ -100,7 +101,8 @@ async def main(args: argparse.Namespace) -> int:
     if args.html is not None:  # issue 13: the same analysis as one HTML file
         from agentloop.export.html import report_html, write_html
 
-        await asyncio.to_thread(write_html, args.html, report_html, trace)
+        tiers = load_tiers()  # the headline names the fastest faster tier you have
+        await asyncio.to_thread(write_html, args.html, lambda t: report_html(t, tiers=tiers), trace)
     if args.transcript:  # issue 24: the conversation, as the HTML page shows it beside the bars
         from agentloop.commands._transcript_term import print_transcript
         from agentloop.export.transcript import transcript

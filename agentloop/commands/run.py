@@ -14,7 +14,7 @@ from typing import Any, TextIO, TypeVar
 from agentloop import api
 from agentloop.commands._args import add_routing, positive_float, positive_int, routing_from
 from agentloop.commands.progress import Progress
-from agentloop.config.tiers import Tier, load_tiers, require_key
+from agentloop.config.tiers import Tier, faster_tier, load_tiers, require_key
 from agentloop.log import configure
 from agentloop.loop.ending import RunResult
 from agentloop.redact import Redactor, redactor
@@ -195,25 +195,6 @@ def print_summary(
 # without a faster tier to name, the hint uses the per-token speedup the mission quotes
 # (68 -> 750 output tokens/s), and says so
 WHATIF_K = 11.0
-
-
-def faster_tier(trace: Any, tiers: dict[str, Tier] | None) -> Tier | None:
-    """The fastest tier (output tok/s) faster than the run's; a tie goes to the same kind
-    (simulated or not) as the run's tier, then to the name."""
-    recorded = trace.run.tier
-    own_tps = recorded.profile.output_tps if recorded.profile is not None else 0.0
-    simulated = recorded.simulated
-    faster = [
-        t
-        for t in (tiers or {}).values()
-        if t.profile is not None and t.profile.output_tps > own_tps
-    ]
-    if not own_tps or not faster:
-        return None
-    return max(
-        sorted(faster, key=lambda t: t.name),  # max keeps the first of equals
-        key=lambda t: (t.profile.output_tps if t.profile else 0, t.simulated == simulated),
-    )
 
 
 def analysis_lines(trace: Any, tiers: dict[str, Tier] | None = None) -> list[str]:

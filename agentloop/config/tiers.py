@@ -319,6 +319,26 @@ def require_key(tier: Tier) -> None:
         )
 
 
+def faster_tier(trace: Any, tiers: dict[str, Tier] | None) -> Tier | None:
+    """The fastest tier (output tok/s) faster than the run's; a tie goes to the same kind
+    (simulated or not) as the run's tier, then to the name. ``trace``: a loaded trace (its
+    recorded tier's profile and kind are read), the headline's "the tiers you have" (issue 24)."""
+    recorded = trace.run.tier
+    own_tps = recorded.profile.output_tps if recorded.profile is not None else 0.0
+    simulated = recorded.simulated
+    faster = [
+        t
+        for t in (tiers or {}).values()
+        if t.profile is not None and t.profile.output_tps > own_tps
+    ]
+    if not own_tps or not faster:
+        return None
+    return max(
+        sorted(faster, key=lambda t: t.name),  # max keeps the first of equals
+        key=lambda t: (t.profile.output_tps if t.profile else 0, t.simulated == simulated),
+    )
+
+
 def _fmt_number(x: float) -> str:
     """Short, TOML-valid: integers without a fraction, others to 4 significant digits."""
     if x == int(x) and abs(x) >= 1:

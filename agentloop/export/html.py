@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.analysis.compare import Comparison, compare
+from agentloop.analysis.flat import Graph
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.report import Report, build_report
 from agentloop.analysis.whatif import Scenario, WhatIf, ratio_of, whatif, widening_line
+from agentloop.config.tiers import Tier, faster_tier
 from agentloop.errors import ConfigError
 from agentloop.export import _svg, _transcript_html
 from agentloop.export._layout import Timeline, layout
@@ -154,9 +156,37 @@ def _header_notes(trace: Trace) -> list[str]:
     return out
 
 
-def report_html(trace: Trace, extra: Sequence[str] = ()) -> str:
+def _headline(g: Graph, r: Report, w: WhatIf, tiers: dict[str, Tier] | None) -> str:
+    """What the run took and what a faster tier would buy, each figure said for what it is: the
+    fastest tier the user has that is faster than the run's (its whole profile: base latency,
+    prefill, output speed), beside the output-speed-only curve's point."""
+    out = (
+        f"agent time {r.measured_ns / 1e9:.3f} s (the run span: model calls, tools, framework; "
+        f"what the what-if re-times; set-up and the success check are not in it), status "
+        f"{escape(r.status)}, {len(r.steps)} steps."
+    )
+    target = faster_tier(g.trace, tiers)
+    if target is not None and target.profile is not None:
+        t = whatif(g, Scenario.tier(target.name, target.profile), curve=())
+        out += (
+            f" On <b>{escape(target.name)}</b> ({target.profile.output_tps:g} tok/s), the "
+            f"fastest faster tier you have: <b>{t.predicted_ns / 1e9:.3f} s "
+            f"({t.speedup:.2f}x)</b>, predicted with its base latency, prefill and output speed."
+        )
+    out += (
+        f" Output speed alone {CURVE_SPEEDUP:g}x faster (the curve below): "
+        f"{w.predicted_ns / 1e9:.3f} s ({w.speedup:.2f}x); ceiling at infinite output speed "
+        f"{w.ceiling:.2f}x."
+    )
+    return f'<p class="sub" id="headline">{out}</p>'
+
+
+def report_html(
+    trace: Trace, extra: Sequence[str] = (), tiers: dict[str, Tier] | None = None
+) -> str:
     """The whole report page of one trace; ``extra``: sections added at its end (the router's
-    frontier, issue 23)."""
+    frontier, issue 23); ``tiers``: the user's, for the headline's faster tier (none: the
+    output-speed curve's point only)."""
     g = build_graph(trace)
     r = build_report(g)
     w = whatif(g, Scenario.multipliers(CURVE_SPEEDUP))
@@ -166,9 +196,7 @@ def report_html(trace: Trace, extra: Sequence[str] = ()) -> str:
     widen = widening_line(r.lateness)
     body = [
         f"<h1>agentloop report: {escape(r.task)} on {escape(r.tier)}</h1>",
-        f'<p class="sub">{r.measured_ns / 1e9:.3f} s end to end, status '
-        f"{escape(r.status)}, {len(r.steps)} steps; output {CURVE_SPEEDUP:g}x faster: "
-        f"{w.predicted_ns / 1e9:.3f} s ({w.speedup:.2f}x), ceiling {w.ceiling:.2f}x</p>",
+        _headline(g, r, w, tiers),
         *_header_notes(trace),
         *([f'<p class="warn">{escape(late)}.{escape(widen or "")}</p>'] if late else []),
         "<h2>Waterfall</h2>",
@@ -261,6 +289,10 @@ def compare_html(a: Trace, b: Trace) -> str:
         "<h2>Speedup: measured vs predicted</h2>",
         speed,
         "<h2>Run A's speedup curve, with B's measured and predicted speedups</h2>",
+        '<p class="sub" id="off-curve">The curve changes output speed alone. B\'s tier '
+        "differs from A's in base latency and prefill too, so B's dots may sit off it: "
+        "'B predicted' re-times A with B's whole speed profile, 'B measured' is B's run; "
+        "their distance from the curve is what the other figures of the tier buy.</p>",
         _curve(
             curve_w,
             {"B measured": (k_b, c.measured_speedup), "B predicted": (k_b, c.predicted_speedup)},
