@@ -527,6 +527,10 @@ async def _execute_gated(
                 else await stack.enter_async_context(open_model(plan.tier, turns))
             )
             clients = await _tree_clients(stack, plan, config, open_model, work)
+            mcp_record = None
+            if task.mcp_servers:  # once per run, before its start gate and trace (a clash,
+                # exit 2, leaves no trace file); stopped with the run (issue 25)
+                registry, task, mcp_record = await _open_mcp(task, registry, ctx, stack)
             if gate is not None and ticket is not None:
                 await gate.start(ticket)
             # the trace and the run's clock start once the client is ready: simulator start-up
@@ -536,9 +540,6 @@ async def _execute_gated(
                 [redactor(secret_values()), truncator(MAX_TRACE_STRING)],
             )
             stack.callback(sink.close)
-            mcp_record = None
-            if task.mcp_servers:  # started once, for the run; stopped with it (issue 25)
-                registry, task, mcp_record = await _open_mcp(task, registry, ctx, stack)
             runner = Runner(
                 task,
                 client,

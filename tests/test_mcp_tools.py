@@ -187,6 +187,7 @@ def test_name_clash_is_exit_2_naming_both(
     assert 2 == main(["run", str(task), "--trace-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert "'echo' of MCP server 'b' and of MCP server 'a'" in err
+    assert [] == list(tmp_path.glob("*.jsonl"))  # refused before the trace opened
     builtin = "  a: {command: python, args: [fault_server.py, --also, read_file]}"
     task = fault_task(tmp_path, ["echo"], servers=builtin, tools='read_file, "mcp:a"')
     assert 2 == main(["run", str(task), "--trace-dir", str(tmp_path)])
