@@ -159,3 +159,57 @@ async def test_incomplete_trace_page_says_so(tmp_path: Path) -> None:
     open_leaves = [s for s in load_trace(cut).in_flight if s.kind in ("model", "tool")]
     assert (0, [], True) == (r.returncode, seen["console"], "Incomplete trace" in page.read_text())
     assert (True, len(open_leaves)) == (len(open_leaves) > 0, seen["count"]["#waterfall .inflight"])
+
+
+async def test_waterfall_fits_the_window_and_tools_stay_visible(tmp_path: Path) -> None:
+    """At 1400 px the waterfall fills the page's width, at 700 px it shrinks to fit; every tool bar is at least MIN_TOOL_W wide, and consecutive model bars do not touch.
+    The final answer and a tool's output are in the page. AGENTLOOP_SHOTS=DIR writes the page's
+    screenshots there (docs/report-1400.png)."""
+    import itertools
+    import os
+
+    from agentloop.export._svg import MIN_TOOL_W
+
+    page_file = tmp_path / "report.html"
+    assert 0 == (await agentloop("report", str(STANDARD), "--html", str(page_file))).returncode
+    html = page_file.read_text()
+    assert "SAFE" in html or "fixed" in html.lower()  # the final answer's words are shown
+    shots = os.environ.get("AGENTLOOP_SHOTS")
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=SYSTEM_CHROMIUM, args=list(CHROMIUM_ARGS))
+        try:
+            widths = {}
+            for vw in (1400, 700):
+                page = await browser.new_page(viewport={"width": vw, "height": 900})
+                errors: list[str] = []
+                page.on("pageerror", lambda e, seen=errors: seen.append(str(e)))
+                page.on(
+                    "console",
+                    lambda m, seen=errors: seen.append(m.text) if m.type == "error" else None,
+                )
+                await page.goto(page_file.as_uri())
+                box = await page.locator("#waterfall").bounding_box()
+                assert box is not None and [] == errors
+                widths[vw] = box["width"]
+                if vw == 1400:
+                    tools = page.locator("#waterfall g.tool rect.span")
+                    assert await tools.count() > 0
+                    for w in await tools.evaluate_all(
+                        "els => els.map(e => +e.getAttribute('width'))"
+                    ):
+                        assert w >= MIN_TOOL_W
+                    edges = await page.locator("#waterfall g.model rect.span").evaluate_all(
+                        "els => els.map(e => [+e.getAttribute('x'), +e.getAttribute('width'),"
+                        " +e.getAttribute('y')])"
+                    )
+                    by_lane = sorted(edges, key=lambda e: (e[2], e[0]))
+                    for a, b in itertools.pairwise(by_lane):
+                        if a[2] == b[2]:
+                            assert a[0] + a[1] < b[0], (a, b)  # a gap between calls
+                    if shots:
+                        await page.screenshot(path=f"{shots}/report-1400.png", full_page=False)
+                await page.close()
+        finally:
+            await browser.close()
+    assert widths[1400] > 1250  # the page's width, not a fixed 1,000 px
+    assert widths[700] <= 700 - 2 * 24  # shrinks with the window (body margin 24 px)

@@ -89,6 +89,10 @@ def _bar_title(b: Bar) -> str:
     return " | ".join(bits)
 
 
+MIN_TOOL_W = 4.0  # a tool of a millisecond stays a bar one can see and click, not a sliver
+MODEL_GAP = 1.5  # the white between a model call's bar and the next one's
+
+
 def waterfall(
     tl: Timeline,
     *,
@@ -104,7 +108,7 @@ def waterfall(
     (its message in the page's transcript); ``total_ns`` fixes the time axis (to share it in compare),
     ``tools`` the tool names whose order picks their colours (as in :func:`legend`)."""
     total = max(1, total_ns if total_ns is not None else tl.end_ns)
-    left, row_h, top = 90, 26, 34
+    left, row_h, top = 90, 32, 34
     plot_w = width - left - 20
     lanes = len(tl.lanes)
     height = top + lanes * row_h + 30
@@ -113,8 +117,10 @@ def waterfall(
         return left + plot_w * min(t, total) / total
 
     out = [
+        # the viewBox scales to the page's width (CSS: width 100%), the drawing's units stay
         f'<svg id="{element_id}" class="waterfall" xmlns="http://www.w3.org/2000/svg" '
-        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'preserveAspectRatio="xMinYMin meet" role="img">'
     ]
     if caption:
         out.append(f'<text x="{left}" y="14" class="cap">{escape(caption)}</text>')
@@ -150,6 +156,10 @@ def waterfall(
             continue
         y = top + b.lane * row_h + 3
         x0, x1 = x(b.t0), x(b.t1)
+        if b.kind == "model" and x1 - x0 > 4 * MODEL_GAP:  # consecutive calls do not touch
+            x1 -= MODEL_GAP
+        if b.kind == "tool" and x1 - x0 < MIN_TOOL_W:  # widened, but inside the axis
+            x0 = min(x0, left + plot_w - MIN_TOOL_W)
         cls = "span crit" if b.critical else "span"
         if b.in_flight:
             cls += " inflight"
@@ -163,7 +173,7 @@ def waterfall(
                 f'height="{row_h - 6}" fill="{MODEL_OTHER}"/>'
             )
             for p in b.phases:
-                px0, px1 = x(p.t0), x(p.t1)
+                px0, px1 = min(x(p.t0), x1), min(x(p.t1), x1)
                 out.append(
                     f'<rect class="phase phase-{p.name}" x="{px0:.1f}" y="{y + 2}" '
                     f'width="{max(0.3, px1 - px0):.1f}" height="{row_h - 10}" '
@@ -193,7 +203,7 @@ def waterfall(
             colour = tool_colour(b.label, tools)
             out.append(
                 f'<g class="tool" data-span="{escape(b.id)}"><title>{title}</title>'
-                f'<rect class="{cls}" x="{x0:.1f}" y="{y}" width="{max(0.8, x1 - x0):.1f}" '
+                f'<rect class="{cls}" x="{x0:.1f}" y="{y}" width="{max(MIN_TOOL_W, x1 - x0):.1f}" '
                 f'height="{row_h - 6}" fill="{colour}"/>'
             )
             if x1 - x0 > 8 * len(b.label):

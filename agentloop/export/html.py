@@ -31,7 +31,8 @@ CURVE_SPEEDUP = 11.0  # the scenario whose curve is drawn: as the run summary's 
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#222;
-max-width:1160px}
+max-width:1600px}
+svg.waterfall{width:100%;height:auto;display:block}
 h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:28px 0 8px}
 .sub{color:#555;margin:0 0 12px} .warn{color:#a40;font-weight:600} .note{color:#666}
 table{border-collapse:collapse;font-variant-numeric:tabular-nums}
