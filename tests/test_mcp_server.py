@@ -55,3 +55,74 @@ async def test_a_client_lists_and_calls_agentloop_tools(tmp_path: Path) -> None:
         assert c["measured_speedup"] > 1 and "error_pct" in c
         bad = await session.call_tool("report", {"trace": str(tmp_path / "none.jsonl")})
         assert bad.is_error and "no trace file at" in bad.content[0].text
+
+
+async def test_streamable_http_with_the_bearer_token(tmp_path: Path) -> None:
+    """`--port`: the SDK's streamable-HTTP client with the token lists and calls the tools; a
+    request without it is 401; off loopback without a token the command refuses (exit 2)."""
+    import asyncio
+    import socket
+    import uuid
+
+    import httpx
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = uuid.uuid4().hex
+    env = {**os.environ, "AGENTLOOP_TOKEN": token}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentloop",
+        "mcp",
+        "serve",
+        "--port",
+        str(port),
+        "--trace-dir",
+        str(tmp_path),
+        env=env,
+        cwd=str(ROOT),
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        async with httpx.AsyncClient() as raw, asyncio.timeout(30):
+            while True:
+                try:
+                    refused = await raw.post(url, json={})
+                    break
+                except httpx.ConnectError:
+                    await asyncio.sleep(0.1)
+        assert 401 == refused.status_code
+        auth = {"Authorization": f"Bearer {token}"}
+        async with (
+            create_mcp_http_client(headers=auth) as http,
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            names = {t.name for t in (await session.list_tools()).tools}
+            assert {"run_task", "report", "whatif", "compare", "list_tasks"} <= names
+            tasks = _json(await session.call_tool("list_tasks", {}))
+            assert "checkout-timeouts" in {t["name"] for t in tasks}
+    finally:
+        proc.terminate()
+        await proc.wait()
+    env.pop("AGENTLOOP_TOKEN")
+    off = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentloop",
+        "mcp",
+        "serve",
+        "--port",
+        str(port),
+        "--host",
+        "0.0.0.0",
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await off.communicate()
+    assert 2 == off.returncode and b"without a token" in err

@@ -1,6 +1,7 @@
 """agentloop as an MCP server (``agentloop mcp serve``): its runs and analysis as MCP tools.
 
-Built with the official SDK's ``MCPServer``; stdio only for now. The tools: ``list_tasks`` (the
+Built with the official SDK's ``MCPServer``; over stdio, or streamable HTTP with ``--port`` (the
+bearer-token rule of ``agentloop serve``: a token in ``AGENTLOOP_TOKEN``, required off loopback). The tools: ``list_tasks`` (the
 shipped tasks), ``compare`` (``compare A B --json``), ``run_task`` (a task by name or path, on a tier, its trace written under the
 server's trace folder; answers with its status, times and trace path), ``report`` (``report
 --json`` of a trace) and ``whatif`` (``whatif --tier NAME --json``), the same documents the HTTP
@@ -117,3 +118,18 @@ def _checked(fn: Any, path: Path, *args: Any) -> dict[str, Any]:
 async def serve_stdio(trace_dir: Path) -> None:
     """Serve over stdin/stdout until the client closes them."""
     await build(trace_dir).run_stdio_async()
+
+
+async def serve_http(trace_dir: Path, host: str, port: int, token: str | None) -> None:
+    """Serve streamable HTTP at ``http://HOST:PORT/mcp`` until cancelled; with ``token``, every
+    request must carry ``Authorization: Bearer TOKEN`` (the HTTP service's rule and middleware)."""
+    import uvicorn
+
+    from agentloop.redact import redactor
+    from agentloop.service.app import BearerAuth
+
+    app: Any = build(trace_dir).streamable_http_app(host=host)
+    if token is not None:
+        app = BearerAuth(app, token, redactor())
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve()
