@@ -11,7 +11,7 @@ an error result, and the run goes on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentloop.config.tasks import Agent
 from agentloop.loop.ending import Ending
@@ -19,8 +19,14 @@ from agentloop.trace import attrs as A
 from agentloop.types import ToolResult, ToolSpec
 
 if TYPE_CHECKING:
-    from agentloop.loop.runner import Runner
     from agentloop.protocols import ToolContext
+
+
+class Caller(Protocol):
+    """What an agent's tool needs of the runner that offers it (:meth:`Runner.invoke`); a
+    protocol, so this module does not import the runner that imports it."""
+
+    async def invoke(self, agent: Agent, text: str) -> ToolResult: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +63,7 @@ def agent_spec(agent: Agent) -> ToolSpec:
 class AgentTool:
     """A sub-agent as one of its caller's tools; a call runs :meth:`Runner.invoke`."""
 
-    def __init__(self, caller: Runner, agent: Agent) -> None:
+    def __init__(self, caller: Caller, agent: Agent) -> None:
         self.caller, self.agent = caller, agent
         self._spec = agent_spec(agent)
 

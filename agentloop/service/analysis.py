@@ -7,7 +7,7 @@ from typing import Any
 
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.report import report_document
-from agentloop.analysis.whatif import Scenario, whatif, whatif_json
+from agentloop.analysis.whatif import Scenario, whatif, whatif_json, with_lateness
 from agentloop.config.tiers import get_tier, load_tiers, require_profile
 from agentloop.errors import ConfigError, RequestError
 from agentloop.trace.reader import load_trace
@@ -25,4 +25,5 @@ def whatif_for(path: Path, tier: str, tiers_file: Path | None = None) -> dict[st
         scenario = Scenario.tier(the_tier.name, require_profile(the_tier))
     except ConfigError as exc:
         raise RequestError(exc.message, field="tier") from None
-    return whatif_json(whatif(build_graph(load_trace(path)), scenario))
+    trace = load_trace(path)  # the CLI's answer: the re-timing and the calls' lateness
+    return whatif_json(with_lateness(whatif(build_graph(trace), scenario), trace))
