@@ -414,3 +414,16 @@ def test_one_run_a_task_prints_no_interval(suite_pair: tuple[Path, Path]) -> Non
         " - " in r for r in rows(render_suite(firsts))
     )
     assert all(" - " not in r for r in rows(render_suite(suite)))
+
+
+def test_suite_summary_names_agent_and_wall_time(suite_pair: tuple[Path, Path]) -> None:
+    """Two times, named: the agent's (what the what-if re-times) and each run's wall time with
+    its set-up and success check, which is longer."""
+    from agentloop.suite.records import finish
+    from agentloop.suite.report import render_suite
+
+    suite = finish(load_suite(suite_pair[0]))
+    text = render_suite(suite)
+    assert "agent s (median)" in text and "wall s (median)" in text
+    assert "(what the what-if re-times), wall " in text
+    assert suite.totals["run_wall_s"] > suite.totals["run_time_s"] > 0

@@ -38,7 +38,7 @@ class RunRecord:
     status: str  # ok, error, cancelled, budget (RunResult.status)
     reason: str
     success: bool | None
-    elapsed_s: float  # the run's own wall time (RunResult.elapsed_s)
+    elapsed_s: float  # the agent's time (RunResult.elapsed_s: no set-up, no success check)
     steps: int
     trace: str | None  # relative to the suite folder
     started_s: float  # offsets from the suite's start
@@ -155,7 +155,9 @@ def totals(runs: Sequence[RunRecord], wall_s: float) -> dict[str, Any]:
         "cost_usd": sum(costs) if costs else None,
         "runs_per_min": per_s(len(runs)) * 60,
         "output_tokens_per_s": per_s(out_tok),
-        "run_time_s": sum(r.elapsed_s for r in runs),
+        "run_time_s": sum(r.elapsed_s for r in runs),  # agent time: what the what-if re-times
+        # each run's wall time: its set-up (workspace, jail, setup commands) and check included
+        "run_wall_s": sum(r.ended_s - r.started_s for r in runs),
         "calls_measured": sum(r.calls_measured for r in runs),
         "calls_under_load": sum(r.calls_under_load for r in runs),
         "worst_timing_error_s": max((r.worst_timing_error_s for r in runs), default=0.0),

@@ -9,6 +9,7 @@ from agentloop.analysis._table import table
 from agentloop.model.prices import CATEGORIES
 from agentloop.model.timing import LATE_FRACTION
 from agentloop.suite.records import RunRecord, Suite, finish
+from agentloop.suite.stats import quantile
 
 
 def _s(v: float | None, fmt: str = "{:.2f}") -> str:
@@ -44,6 +45,7 @@ def render_suite(suite: Suite) -> str:
                 t.passed,
                 _s(w["median"]),
                 f"{_s(w['p10'])}-{_s(w['p90'])}" if t.runs > 1 else "-",  # one run: no spread
+                _s(quantile([r.ended_s - r.started_s for r in s.runs if r.task == t.task], 0.5)),
                 _s(t.output_tokens["median"], "{:.0f}"),
                 _usd(t.cost_usd["median"]) if t.cost_usd else "-",
                 _usd(t.total_cost_usd),
@@ -58,8 +60,9 @@ def render_suite(suite: Suite) -> str:
                 "task",
                 "runs",
                 "passed",
-                "wall s (median)",
+                "agent s (median)",
                 "p10-p90",
+                "wall s (median)",
                 "output tok",
                 "cost (median)",
                 "cost (total)",
@@ -67,7 +70,11 @@ def render_suite(suite: Suite) -> str:
             rows,
         ),
     ]
-    out.append(f"wall time   {s.wall_s:.2f} s for {tot['run_time_s']:.2f} s of runs")
+    out.append(
+        f"wall time   {s.wall_s:.2f} s for the suite; its runs: agent {tot['run_time_s']:.2f} s "
+        f"(what the what-if re-times), wall {tot.get('run_wall_s', 0.0):.2f} s (with each "
+        "run's set-up and success check)"
+    )
     out.append(f"passed      {tot['passed']}/{tot['runs']} ({tot['failed']} failed)")
     out.append(
         f"tokens      {tot['input_tokens']:,} input ({tot['cached_input_tokens']:,} "
