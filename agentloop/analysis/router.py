@@ -18,7 +18,8 @@ The guarantee. Choosing tiers for calls on a chain within a time budget is a kna
 fast exact rule exists in general; the router proves a bound instead. In any plan within the
 limit, each call's tier alone (all others on their fastest tiers) must also be within it
 (monotonicity), so the sum over calls of the cheapest tier that fits its slack in the
-all-fastest run is a lower bound on the optimum: ``lower_bound_usd``. The plan's cost minus it
+all-fastest run is a lower bound on the optimum; on the all-fastest critical path the tighter
+Lagrangian bound of its knapsack replaces it (:func:`lower_bound`): ``lower_bound_usd``. The plan's cost minus it
 bounds how far from optimal the plan can be (0: proven optimal). A run with at most
 :data:`EXHAUSTIVE` assignments is searched exhaustively instead (optimal by construction).
 """
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 from agentloop.analysis.flat import Graph
 from agentloop.analysis.mix import Options
-from agentloop.analysis.passes import retime_flat
+from agentloop.analysis.passes import critical_path, retime, retime_flat
 
 EXHAUSTIVE = 1 << 15  # assignments (tiers ** calls) searched one by one
 _EPS = 1e-12  # dollars: savings below this are not worth a call's slack
@@ -112,13 +113,44 @@ class Solution:
 
 
 def lower_bound(o: Options, limit_ns: int) -> float:
-    """The cost no plan within ``limit_ns`` can undercut (module docstring)."""
+    """The cost no plan within ``limit_ns`` can undercut (module docstring).
+
+    Two relaxations, each valid for any plan within the limit (durations and costs taken with
+    the recorded cached input, each call's least): every call's tier must fit alone, and the
+    all-fastest run's critical path must still fit, a knapsack over its calls whose Lagrangian
+    dual (maximised over the multiplier, concave) bounds their cost from below. Calls on that
+    path take the dual; the others their cheapest tier that fits alone.
+    """
+    g = o.graph
     fast = fastest(o)
-    sl = slacks(o, fast, o.graph.start_ns + limit_ns, warm=True)
-    total = 0.0
-    for d, c, f, s in zip(o.dur, o.cost, fast, sl, strict=True):
-        total += min(c[t] for t in range(len(d)) if d[t] - d[f] <= s or t == f)
-    return total
+    sl = slacks(o, fast, g.start_ns + limit_ns, warm=True)
+    fits = [
+        [t for t in range(len(d)) if d[t] - d[f] <= s or t == f]
+        for d, f, s in zip(o.dur, fast, sl, strict=True)
+    ]
+    alone = [min(c[t] for t in ts) for c, ts in zip(o.cost, fits, strict=True)]
+    S, E, end = retime(g, o.warm_durations(fast))
+    row = {c.span: k for k, c in enumerate(o.calls)}
+    path = sorted({row[i] for i, _, gap in critical_path(g, S, E, end) if not gap and i in row})
+    room = limit_ns - (end - g.start_ns)  # the path may grow by this much
+    if not path or room < 0:
+        return sum(alone)
+    opts = [[(o.cost[k][t], o.dur[k][t] - o.dur[k][fast[k]]) for t in fits[k]] for k in path]
+
+    def dual(lam: float) -> float:
+        return sum(min(c + lam * d for c, d in ts) for ts in opts) - lam * room
+
+    rates = [(c0 - c) / d for ts in opts for c, d in ts for c0, d0 in ts if d > 0 and d0 == 0]
+    lo, hi = 0.0, max([0.0, *rates]) * 2 or 1.0
+    for _ in range(100):  # golden-section search of a concave function
+        m1, m2 = lo + (hi - lo) * 0.382, lo + (hi - lo) * 0.618
+        if dual(m1) < dual(m2):
+            lo = m1
+        else:
+            hi = m2
+    on_path = max(dual(0.0), dual((lo + hi) / 2))
+    on = set(path)
+    return on_path + sum(a for k, a in enumerate(alone) if k not in on)
 
 
 def route(o: Options, limit_ns: int) -> Solution | None:
