@@ -203,6 +203,8 @@ async def test_a_run_streams_its_events_then_serves_trace_report_and_whatif(
 
     status = await server.status(run_id)
     assert ("ok", 2) == (status["status"], status["steps"])
+    # two times, named: the agent's (elapsed_s) and the wall time with set-up and check
+    assert 0 < status["elapsed_s"] < status["wall_s"]
     trace = await server.client.get(f"/v1/runs/{run_id}/trace")
     records = [orjson.loads(line) for line in trace.text.splitlines()]
     assert ("run", "end") == (records[0]["type"], records[-1]["type"])

@@ -103,6 +103,7 @@ class Run:
             "run_id": self.run_id,
             "steps": self.steps,
             "elapsed_s": self.elapsed_s,
+            "wall_s": self.wall_s(),
             "success": self.success,
             "success_detail": self.success_detail,
             "trace": str(self.trace_path) if self.trace_path else None,
@@ -110,9 +111,23 @@ class Run:
             "resumed_as": self.resumed_as,
         }
 
+    def wall_s(self) -> float | None:
+        """Start to end on the service's clock: the run's set-up (workspace, jail, setup
+        commands) and success check included, which ``elapsed_s`` (the agent's time, what the
+        what-if re-times) leaves out; None until it has ended."""
+        if self.started_at is None or self.ended_at is None:
+            return None
+        start, end = (
+            datetime.fromisoformat(t.replace("Z", "+00:00"))
+            for t in (self.started_at, self.ended_at)
+        )
+        return round((end - start).total_seconds(), 3)
+
     def row(self) -> dict[str, Any]:
-        """The store's columns of this run (its summary's fields are all columns)."""
-        return self.summary()
+        """The store's columns of this run (its summary's fields but the derived wall_s)."""
+        out = self.summary()
+        del out["wall_s"]
+        return out
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Run:

@@ -55,6 +55,7 @@ SCHEMAS: dict[str, Any] = {
             "run_id",
             "steps",
             "elapsed_s",
+            "wall_s",
             "success",
             "success_detail",
             "trace",
@@ -75,7 +76,14 @@ SCHEMAS: dict[str, Any] = {
                 "description": "the run's id in its trace and events: the same as id, once started",
             },
             "steps": {"type": "integer", "minimum": 0},
-            "elapsed_s": _NUM_OR_NULL,
+            "elapsed_s": {
+                "type": ["number", "null"],
+                "description": "the agent's time: the run span, what the what-if re-times",
+            },
+            "wall_s": {
+                "type": ["number", "null"],
+                "description": "start to end, with the run's set-up and success check",
+            },
             "success": {"type": ["boolean", "null"]},
             "success_detail": {"type": "string"},
             "trace": _STR_OR_NULL,
