@@ -59,6 +59,17 @@ class RunEvent:
     span_id: str | None
     data: Mapping[str, Any]
 
+    def as_json(self) -> dict[str, Any]:
+        """The event as a JSON object (a server-sent event's data, a relayed event)."""
+        return {
+            "kind": self.kind,
+            "run_id": self.run_id,
+            "t_s": self.t_s,
+            "step": self.step,
+            "span_id": self.span_id,
+            "data": dict(self.data),
+        }
+
 
 EventSink = Callable[[RunEvent], None]
 Observer = Callable[[str, dict[str, Any]], None]

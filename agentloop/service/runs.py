@@ -455,9 +455,9 @@ class RunBook:
                     # the book's summary is final before a client sees the end, so a GET
                     # right after run_end never says "running"
                     await run.ended.wait()
-                    yield seq, ev.kind, {"id": run.id, **event_json(ev)}
+                    yield seq, ev.kind, {"id": run.id, **ev.as_json()}
                     return
-                yield seq, ev.kind, {"id": run.id, **event_json(ev)}
+                yield seq, ev.kind, {"id": run.id, **ev.as_json()}
                 seq += 1
         # the run ended without a run_end event of its own (it never started, crashed, ran
         # before a restart, or waits for the next start): the stream still ends the same way
@@ -530,15 +530,3 @@ async def prune_forever(
             continue
         if pruned:
             log.info("runs_pruned", runs=pruned, keep_days=keep_days, keep_runs=keep_runs)
-
-
-def event_json(ev: Any) -> dict[str, Any]:
-    """A frozen :class:`agentloop.events.RunEvent` as the JSON of one server-sent event."""
-    return {
-        "kind": ev.kind,
-        "run_id": ev.run_id,
-        "t_s": ev.t_s,
-        "step": ev.step,
-        "span_id": ev.span_id,
-        "data": dict(ev.data),
-    }

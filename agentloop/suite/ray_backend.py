@@ -157,15 +157,7 @@ class _Streamer:
         return ref
 
     def __call__(self, ev: RunEvent) -> None:
-        fields = {
-            "kind": ev.kind,
-            "run_id": ev.run_id,
-            "t_s": ev.t_s,
-            "step": ev.step,
-            "span_id": ev.span_id,
-            "data": dict(ev.data),
-        }
-        plain = orjson.loads(orjson.dumps(fields, default=str))  # the redactor walks JSON
+        plain = orjson.loads(orjson.dumps(ev.as_json(), default=str))  # the redactor walks JSON
         self._put(orjson.dumps(self._redact(plain)))
 
     async def run(self, plan: RunPlan, config: RunConfig) -> dict[str, Any]:
