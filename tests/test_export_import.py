@@ -43,8 +43,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def pydantic_ai_spans(tier: str, out: Path) -> Path:
-    """Run the pydantic-ai agent against ``agentloop sim serve`` on ``tier``; its OTLP JSON."""
+def agent_spans(framework: str, version_var: str, agent: str, tier: str, out: Path) -> Path:
+    """Run ``agent`` (a script of ``framework``'s venv) against ``agentloop sim serve`` on
+    ``tier``; its OTLP JSON at ``out``."""
     port = free_port()
     sim = subprocess.Popen(
         [
@@ -75,9 +76,9 @@ def pydantic_ai_spans(tier: str, out: Path) -> Path:
                 if time.monotonic() > deadline:
                     raise
             time.sleep(0.1)
-        python = venv("pydantic-ai", "PYDANTIC_AI_VERSION") / "bin/python"
+        python = venv(framework, version_var) / "bin/python"
         r = subprocess.run(
-            [str(python), str(DATA / "pydantic_ai_agent.py"), base, tier, str(out)],
+            [str(python), str(DATA / agent), base, tier, str(out)],
             capture_output=True,
             text=True,
             timeout=120,
@@ -88,6 +89,11 @@ def pydantic_ai_spans(tier: str, out: Path) -> Path:
         os.killpg(sim.pid, signal.SIGTERM)
         sim.wait(10)
     return out
+
+
+def pydantic_ai_spans(tier: str, out: Path) -> Path:
+    """Run the pydantic-ai agent against ``agentloop sim serve`` on ``tier``; its OTLP JSON."""
+    return agent_spans("pydantic-ai", "PYDANTIC_AI_VERSION", "pydantic_ai_agent.py", tier, out)
 
 
 @pytest.fixture(scope="module")

@@ -3,67 +3,20 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from agentloop.trace.reader import load_trace
-from tests._venvs import venv
-from tests.test_export_import import DATA, agentloop, as_json, free_port
+from tests.test_export_import import agent_spans, agentloop, as_json
 
 
 def openai_agents_spans(tier: str, out: Path) -> Path:
     """Run the openai-agents agent against ``agentloop sim serve`` on ``tier``; its OTLP JSON."""
-    port = free_port()
-    sim = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "agentloop.cli",
-            "sim",
-            "serve",
-            "--port",
-            str(port),
-            "--tier",
-            tier,
-            "--script",
-            str(DATA / "incident_agent.yaml"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    return agent_spans(
+        "openai-agents", "OPENAI_AGENTS_VERSION", "openai_agents_agent.py", tier, out
     )
-    try:
-        base = f"http://127.0.0.1:{port}/v1"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-            time.sleep(0.1)
-        python = venv("openai-agents", "OPENAI_AGENTS_VERSION") / "bin/python"
-        r = subprocess.run(
-            [str(python), str(DATA / "openai_agents_agent.py"), base, tier, str(out)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={"PATH": os.environ["PATH"], "HOME": str(out.parent)},
-        )
-        assert 0 == r.returncode, r.stderr
-    finally:
-        os.killpg(sim.pid, signal.SIGTERM)
-        sim.wait(10)
-    return out
 
 
 @pytest.fixture(scope="module")
