@@ -257,16 +257,22 @@ class Runner:
         )
 
     async def _check(self) -> dict[str, Any]:
-        """The success check; one that raises is a failed check, not a lost end record."""
+        """The success check, as a root span of kind ``check`` after the run span (the run's
+        wall time, outside the agent's: the reader keeps it out of the analysis); one that
+        raises is a failed check, not a lost end record."""
         assert self.check is not None
-        try:
-            return await self.check(self.final_text)
-        except Exception as exc:
-            self.log.warning("success check raised", error=str(exc))
-            return {
-                "passed": False,
-                "detail": f"the success check could not run: {type(exc).__name__}: {exc}",
-            }
+        async with self.tracer.span("check", "success check") as span:
+            try:
+                result = await self.check(self.final_text)
+            except Exception as exc:
+                self.log.warning("success check raised", error=str(exc))
+                result = {
+                    "passed": False,
+                    "detail": f"the success check could not run: {type(exc).__name__}: {exc}",
+                }
+            passed = result.get("passed")
+            span.set(**{"check.passed": passed if isinstance(passed, bool) else None})
+            return result
 
     async def _run_span(self) -> Ending:
         """The run span around the loop, under the wall-time limit."""

@@ -58,6 +58,11 @@ class SpanRecord:
         return v if type(v) is int else None
 
 
+# kinds of the root spans that time the run's wall outside the agent (issue 24): the success
+# check runs after the run span, so the what-if's agent time leaves it out
+OUTSIDE_KINDS = frozenset({"check"})
+
+
 @dataclass
 class Trace:
     """A loaded trace. ``complete`` is False when the end record is missing (the process died).
@@ -72,6 +77,9 @@ class Trace:
     end_record: EndRecord | None
     problems: list[str] = field(default_factory=list)
     events: list[SpanEvent] = field(default_factory=list)  # span_event records, in order
+    # root spans of the run's wall time outside the agent's (OUTSIDE_KINDS: the success check),
+    # kept out of ``spans`` so the analysis and the what-if see the agent's time only
+    outside: dict[str, SpanRecord] = field(default_factory=dict)
 
     @property
     def header(self) -> dict[str, Any]:
@@ -239,6 +247,13 @@ def parse_lines(lines: list[bytes], path: object = "<trace>") -> Trace:
         if type(st) is tuple:
             sid, parent, kind, name, t0, after, start_attrs = st
             spans[sid] = new(sid, parent, kind, name, t0, after, None, "in_flight", {}, start_attrs)
+    outside = {
+        sid: sp
+        for sid, sp in spans.items()
+        if sp.kind in OUTSIDE_KINDS and sp.parent is None and not sp.after
+    }
+    for sid in outside:
+        del spans[sid]
     if end is None:
         problems.append("no end record: the run did not finish (killed or still running)")
     else:
@@ -248,7 +263,10 @@ def parse_lines(lines: list[bytes], path: object = "<trace>") -> Trace:
             where.fail(
                 "t", f"the run ends at {end.t} ns, before its run span started ({started} ns)"
             )
-    return Trace(path if isinstance(path, Path) else None, header, spans, end, problems, events)
+    events = [e for e in events if e.span not in outside] if outside else events
+    return Trace(
+        path if isinstance(path, Path) else None, header, spans, end, problems, events, outside
+    )
 
 
 def load_trace(path: str | Path) -> Trace:
