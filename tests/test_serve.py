@@ -254,6 +254,11 @@ async def test_an_inline_task_runs(server: Server) -> None:
         ({"task": "tasks/quick.yaml", "tier": "openai-standard"}, "tier"),  # key unset
         ({"task": "tasks/unscripted.yaml"}, "task.script"),  # the simulator plays scripts only
         ({"task": {"name": "x", "prompt": "p", "tier": "sim-fast"}}, "task.script"),
+        # a routing is checked like the tier: its agents the task's, its tiers runnable here
+        ({"task": "fleet-triage", "routing": {"nobody": "sim-fast"}}, "routing.nobody"),
+        ({"task": "fleet-triage", "routing": {"main": "no-such-tier"}}, "routing.main"),
+        ({"task": "fleet-triage", "routing": {"main": "openai-standard"}}, "routing.main"),
+        ({"task": "tasks/quick.yaml", "routing": {"main": 3}}, "routing.main"),
     ],
 )
 async def test_bad_requests_get_400_naming_the_field(
@@ -265,6 +270,28 @@ async def test_bad_requests_get_400_naming_the_field(
     assert field == r.json()["error"]["field"]
     assert "--" not in r.json()["error"]["message"]  # an HTTP caller is told HTTP, not CLI flags
     assert [] == (await server.client.get("/v1/runs")).json()["runs"]  # nothing was written
+
+
+@pytest.mark.slow
+async def test_a_submission_s_routing_puts_its_agents_on_their_tiers(
+    server: Server, root: Path
+) -> None:
+    """``routing`` in the body moves the lead to sim-fast while its analysts run on the
+    submission's tier: both are in the trace's tiers and on its model calls."""
+    run_id = await server.submit(
+        {"task": "fleet-triage", "tier": "sim-ultrafast", "routing": {"main": "sim-fast"}}
+    )
+    events = await server.all_events(run_id)
+    assert "ok" == events[-1][1]["data"]["status"], events[-1]
+    trace = await server.client.get(f"/v1/runs/{run_id}/trace")
+    records = [orjson.loads(line) for line in trace.text.splitlines()]
+    assert ["sim-fast", "sim-ultrafast"] == [t["name"] for t in records[0]["tiers"]]
+    called = {
+        r["attrs"].get("tier")
+        for r in records
+        if r.get("type") == "span_end" and "tier" in r.get("attrs", {})
+    }
+    assert {"sim-fast", "sim-ultrafast"} == called
 
 
 async def test_the_door_names_what_is_missing_in_http_terms(server: Server) -> None:

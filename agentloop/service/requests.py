@@ -29,6 +29,7 @@ from agentloop.config.shipped import find_task, looks_like_name
 from agentloop.config.tasks import Limits, LimitsModel, Task, field_name, parse_task, problem
 from agentloop.config.tiers import Tier, missing_key
 from agentloop.errors import FileLocatedError, RequestError, TaskFileError, TierFileError
+from agentloop.trace.attrs import MAIN_AGENT
 
 MAX_PATH = 1024  # characters of a task path (the OS refuses names past 255 bytes anyway)
 MAX_DEPTH = 64  # levels of JSON nesting a request may have (a task file needs about 6)
@@ -84,6 +85,7 @@ class _RunRequest(BaseModel):
     task: str | dict[str, Any]
     tier: str | None = Field(default=None, max_length=200)
     limits: dict[str, Any] = {}
+    routing: dict[str, str] = {}  # agent ("main": the top one) -> tier, over the task's
 
 
 def _first_error(exc: ValidationError, prefix: str = "") -> RequestError:
@@ -125,7 +127,23 @@ def task_from_request(
                 field="task",
             ) from None
         task = _load(found, known_tools)
-    return _with_limits(task, req.limits), req.tier
+    return _with_routing(_with_limits(task, req.limits), req.routing), req.tier
+
+
+def _with_routing(task: Task, routing: dict[str, str]) -> Task:
+    """``task`` with ``routing`` over its own ``routing:``; an agent it does not have is a 400
+    naming it (the tiers are checked with the tier, by :func:`check_runnable`)."""
+    if not routing:
+        return task
+    known = {a.name for a in task.agents} | {MAIN_AGENT}
+    for agent in routing:
+        if agent not in known:
+            raise RequestError(
+                f"field 'routing.{agent}': task '{task.name}' has no agent {shown(agent)} "
+                f"(its agents: {', '.join(sorted(known))})",
+                field=f"routing.{agent}",
+            )
+    return replace(task, routing={**task.routing, **routing})
 
 
 def _task_path(given: str, tasks_dir: Path) -> Path:
@@ -193,22 +211,34 @@ def _with_limits(task: Task, limits: dict[str, Any]) -> Task:
 
 def check_runnable(task: Task, tier: str | None, tiers_file: Path | None) -> Tier:
     """The tier a run of ``task`` would use, once everything a run needs before its start is
-    there; else a 400 naming the field (``tier``, ``task.script``), said in HTTP terms.
+    there (the tiers its routing names too); else a 400 naming the field (``tier``,
+    ``routing.AGENT``, ``task.script``), said in HTTP terms.
 
     These would otherwise end an accepted run at its start (the unscripted rule is
     :func:`agentloop.api.execute`'s, the key's the model client's).
     """
+    the_tier = _runnable(
+        task, tier, tiers_file, "tier", "the task's own tier" if tier is None else "tier"
+    )
+    for agent, name in sorted(task.routing.items()):
+        _runnable(task, name, tiers_file, f"routing.{agent}", f"the tier routed to '{agent}'")
+    return the_tier
+
+
+def _runnable(
+    task: Task, tier: str | None, tiers_file: Path | None, field: str, named: str
+) -> Tier:
+    """One tier a run of ``task`` would call: known, paced if simulated, its key set."""
     try:
         the_tier = resolve_tier(task, tier, tiers_file)
     except TierFileError as exc:
         message = exc.message.split(": ", 1)[-1]
-        raise RequestError(f"field 'tier': {message}", field="tier") from None
-    named = "the task's own tier" if tier is None else "tier"
+        raise RequestError(f"field '{field}': {message}", field=field) from None
     if the_tier.simulated and the_tier.profile is None:
         raise RequestError(
-            f"field 'tier': {named} '{the_tier.name}' is simulated but has no speed profile on "
-            "this server (measure one with agentloop probe there, or ask for another tier)",
-            field="tier",
+            f"field '{field}': {named} '{the_tier.name}' is simulated but has no speed profile "
+            "on this server (measure one with agentloop probe there, or ask for another tier)",
+            field=field,
         )
     if the_tier.simulated and not task.script:
         raise RequestError(
@@ -220,9 +250,9 @@ def check_runnable(task: Task, tier: str | None, tiers_file: Path | None) -> Tie
     key = missing_key(the_tier)
     if key is not None:
         raise RequestError(
-            f"field 'tier': {named} '{the_tier.name}' reads its API key from the server's "
+            f"field '{field}': {named} '{the_tier.name}' reads its API key from the server's "
             f"environment variable {key}, which is not set on this server: ask for another "
             "tier, or have the operator set it",
-            field="tier",
+            field=field,
         )
     return the_tier

@@ -32,6 +32,12 @@ SCHEMAS: dict[str, Any] = {
                 "type": "object",
                 "description": "a task file's limits: on top of the task's own",
             },
+            "routing": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": "agent name ('main': the top agent) -> tier, on top of the "
+                "task's routing:",
+            },
         },
     },
     "RunAccepted": {
