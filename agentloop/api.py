@@ -25,7 +25,7 @@ from agentloop.events import EventSink, Observer
 from agentloop.export import live_sinks
 from agentloop.loadgate import Pass, RunGate, gate_for_loop
 from agentloop.loop.ending import RunResult
-from agentloop.loop.runner import Runner
+from agentloop.loop.runner import Runner, header_fields, offered_specs
 from agentloop.protocols import ModelClient, Tool
 from agentloop.redact import redactor, secret_values, truncator
 from agentloop.sandbox import taskenv
@@ -491,6 +491,29 @@ async def _open_mcp(
     return {**registry, **found}, replace(task, tools=names), record
 
 
+def _open_sink(path: Path, config: RunConfig) -> Pipeline:
+    """The run's trace sinks: the JSONL file and any live ones, behind the redactor."""
+    return Pipeline(
+        [JsonlSink(path), *live_sinks(config.otlp)],  # otlp: issue 13
+        [redactor(secret_values()), truncator(MAX_TRACE_STRING)],
+    )
+
+
+def _setup_span(tracer: Tracer | None) -> contextlib.AbstractAsyncContextManager[Any]:
+    """The set-up's root span (kind ``setup``, before the run span), if the trace is open."""
+    return tracer.span("setup", "set-up") if tracer is not None else contextlib.nullcontext()
+
+
+def _setup_part(tracer: Tracer | None, name: str) -> contextlib.AbstractAsyncContextManager[Any]:
+    """One part of the set-up, a span under the setup span."""
+    return tracer.span("setup", name) if tracer is not None else contextlib.nullcontext()
+
+
+async def _check(task: Task, place: ws.Place, final_text: str) -> dict[str, Any]:
+    """The task's success check, run in the run's jail."""
+    return await ws.check_success(task, place.path, final_text, place.jail, tests=place.tests)
+
+
 async def _execute_in_env(plan: RunPlan, config: RunConfig) -> RunResult:
     """Workspace and setup, client, trace, the loop, clean-up (the task env is active)."""
     # outside a suite (which has its own start gate), the process's: the clock starts once the
@@ -509,55 +532,79 @@ async def _execute_gated(
 ) -> RunResult:
     task, path, scope = plan.task, plan.trace_path, config.suite or SuiteScope()
     registry = tool_registry() if config.tools is None else config.tools
-    place, ctx = await _prepare(plan, config)
-    work = place.path
     script = tuple(config.script) if config.script is not None else task.script
-    turns = _substitute(script, work)
-
-    async def check(final_text: str) -> dict[str, Any]:
-        return await ws.check_success(task, work, final_text, place.jail, tests=place.tests)
-
+    # issue 24: the trace opens first, its header written with what is known, and the set-up
+    # is a root span of kind ``setup`` (the reader keeps it out of the analysis), so a run
+    # killed while setting up leaves a trace. A run with MCP servers opens them in its set-up
+    # and lists their tools in the header: its trace still opens once they are up.
+    early = not task.mcp_servers
+    sink: Pipeline | None = _open_sink(path, config) if early else None
+    tracer = Tracer(sink) if sink is not None else None
+    if tracer is not None:
+        tracer.header(
+            **header_fields(
+                plan.run_id,
+                task,
+                offered_specs(task, registry),
+                plan.tier,
+                plan.tiers or None,
+                plan.routing,
+            )
+        )
+    place: ws.Place | None = None
     try:
         async with contextlib.AsyncExitStack() as stack:
-            stack.push_async_callback(ctx.aclose)
-            open_model = scope.models or model_client
-            client = (
-                config.client
-                if config.client is not None
-                else await stack.enter_async_context(open_model(plan.tier, turns))
-            )
-            clients = await _tree_clients(stack, plan, config, open_model, work)
-            mcp_record = None
-            if task.mcp_servers:  # once per run, before its start gate and trace (a clash,
-                # exit 2, leaves no trace file); stopped with the run (issue 25)
-                registry, task, mcp_record = await _open_mcp(task, registry, ctx, stack)
-            if gate is not None and ticket is not None:
-                await gate.start(ticket)
-            # the trace and the run's clock start once the client is ready: simulator start-up
-            # is not the run's time
-            sink = Pipeline(
-                [JsonlSink(path), *live_sinks(config.otlp)],  # otlp: issue 13
-                [redactor(secret_values()), truncator(MAX_TRACE_STRING)],
-            )
-            stack.callback(sink.close)
+            if sink is not None:
+                stack.callback(sink.close)
+            async with _setup_span(tracer) as setup:
+                async with _setup_part(tracer, "workspace"):  # the copy, the jail, setup commands
+                    place, ctx = await _prepare(plan, config)
+                work = place.path
+                stack.push_async_callback(ctx.aclose)
+                if setup is not None:
+                    setup.set(
+                        workspace=str(work),
+                        sandbox=place.jail.confinement if place.jail is not None else None,
+                    )
+                turns = _substitute(script, work)
+                open_model = scope.models or model_client
+                async with _setup_part(tracer, "model client"):
+                    client = (
+                        config.client
+                        if config.client is not None
+                        else await stack.enter_async_context(open_model(plan.tier, turns))
+                    )
+                    clients = await _tree_clients(stack, plan, config, open_model, work)
+                mcp_record = None
+                if task.mcp_servers:  # once per run, before its start gate and trace (a clash,
+                    # exit 2, leaves no trace file); stopped with the run (issue 25)
+                    registry, task, mcp_record = await _open_mcp(task, registry, ctx, stack)
+                if gate is not None and ticket is not None:
+                    await gate.start(ticket)
+            if sink is None:  # the trace and the run's clock start once the client is ready
+                sink = _open_sink(path, config)
+                stack.callback(sink.close)
             runner = Runner(
                 task,
                 client,
                 registry,
                 plan.tier,
-                Tracer(sink),
+                tracer if tracer is not None else Tracer(sink),
                 ctx,
                 run_id=plan.run_id,
                 observer=config.observer,
-                check=check,
+                check=functools.partial(_check, task, place),
                 events=config.events,
                 routing=plan.routing,
                 tiers=plan.tiers or None,
                 clients=clients,
                 mcp_servers=mcp_record,
             )
+            runner.header_written = early
             result = await runner.run()
     finally:  # the jail closes (nothing the run started survives), the copy goes unless kept
-        await asyncio.shield(place.close(keep=config.keep_workspace, closer=scope.closer))
+        if place is not None:
+            await asyncio.shield(place.close(keep=config.keep_workspace, closer=scope.closer))
+    work = place.path
     kept = str(work) if config.keep_workspace else None
     return replace(result, trace_path=str(path), workspace=kept)

@@ -48,7 +48,7 @@ from agentloop.loop.ending import (
 )
 from agentloop.loop.model_span import failed_model_attrs, model_attrs, replayable
 from agentloop.loop.run_events import RunEvents
-from agentloop.loop.subagent import AgentScope, AgentTool, sub_result
+from agentloop.loop.subagent import AgentScope, AgentTool, agent_spec, sub_result
 from agentloop.loop.tool_call import CUT_SHORT, FINISH, finish_summary, run_call, tool_attrs
 from agentloop.protocols import ModelClient, Tool
 from agentloop.sandbox.context import RunContext
@@ -60,6 +60,7 @@ from agentloop.types import (
     ModelResponse,
     ToolCall,
     ToolResult,
+    ToolSpec,
 )
 
 # FINISH, CUT_SHORT and RunResult live in tool_call.py and ending.py; named here as before
@@ -74,6 +75,59 @@ class Conversation:
     messages: list[Message]
     after: list[str] = field(default_factory=list)  # what the next model call waits for
     prev_step: list[str] = field(default_factory=list)
+
+
+def offered_specs(task: Task, tools: Mapping[str, Tool]) -> tuple[ToolSpec, ...]:
+    """The tools the model is offered, as :class:`Runner` builds them (its sub-agents' too)."""
+    own = [tools[n].spec for n in task.tools if n in tools]
+    subs = [agent_spec(a) for n in task.tools if n not in tools and (a := task.agent(n))]
+    return (*own, *subs, *((FINISH,) if task.finish_tool else ()))
+
+
+def header_fields(
+    run_id: str,
+    task: Task,
+    specs: tuple[ToolSpec, ...],
+    tier: Tier,
+    tiers: Mapping[str, Tier] | None = None,
+    routing: Routing | None = None,
+    mcp_servers: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The header's fields known before the set-up: all but ``workspace``, ``sandbox`` and
+    ``mcp_servers`` (those a run opened before its set-up records on its setup span)."""
+    tiers = tiers or {tier.name: tier}
+    out: dict[str, Any] = {
+        "run_id": run_id,
+        "agentloop": __version__,
+        "task": {
+            "name": task.name,
+            "prompt": task.prompt,
+            "system": task.system,
+            "source": str(task.source) if task.source else None,
+        },
+        "tier": tier.summary(),
+    }
+    if len(tiers) > 1 or task.agents:
+        out["tiers"] = [t.summary() for t in tiers.values()]
+    if task.agents:
+        out["agents"] = [
+            {
+                "name": a.name,
+                "description": a.description,
+                "tier": a.tier or tier.name,
+                "tools": [*a.tools, *a.agents],
+            }
+            for a in task.agents
+        ]
+    if routing:
+        out["routing"] = routing.as_plan()
+    if mcp_servers:
+        out["mcp_servers"] = mcp_servers
+    out["tools"] = [
+        {"name": s.name, "description": s.description, "parameters": s.parameters} for s in specs
+    ]
+    out["limits"] = task.limits.record()
+    return out
 
 
 class Runner:
@@ -138,6 +192,7 @@ class Runner:
         self.steps = 0
         self._sem = asyncio.Semaphore(task.limits.max_parallel_tools)
         self.window = Window.for_tier(tier, self.specs)  # context budget (context_window.py)
+        self.header_written = False  # True: line 1 went out before the set-up (issue 24)
 
     @property
     def events(self) -> EventSink | None:
@@ -149,49 +204,22 @@ class Runner:
         self.emit.sink = sink
 
     def write_header(self) -> None:
+        """Line 1, unless :func:`write_early_header` wrote it before the set-up (issue 24)."""
+        if self.header_written:
+            return
         self.tracer.header(
-            run_id=self.run_id,
-            agentloop=__version__,
-            task={
-                "name": self.task.name,
-                "prompt": self.task.prompt,
-                "system": self.task.system,
-                "source": str(self.task.source) if self.task.source else None,
-            },
-            tier=self.tier.summary(),
-            **self._tree_header(),
-            **self._mcp_header(),
-            tools=[
-                {"name": s.name, "description": s.description, "parameters": s.parameters}
-                for s in self.specs
-            ],
-            limits=self.task.limits.record(),
+            **header_fields(
+                self.run_id,
+                self.task,
+                self.specs,
+                self.tier,
+                self.tiers,
+                self.routing,
+                self.mcp_servers,
+            ),
             workspace=str(self.ctx.workspace),
             sandbox=self.ctx.jail.confinement if self.ctx.jail is not None else None,
         )
-
-    def _mcp_header(self) -> dict[str, Any]:
-        """The header's ``mcp_servers`` (their set-up), for a run that has any."""
-        return {"mcp_servers": self.mcp_servers} if self.mcp_servers else {}
-
-    def _tree_header(self) -> dict[str, Any]:
-        """The header's ``tiers``, ``agents`` and ``routing``, for a run that has any."""
-        out: dict[str, Any] = {}
-        if len(self.tiers) > 1 or self.task.agents:
-            out["tiers"] = [t.summary() for t in self.tiers.values()]
-        if self.task.agents:
-            out["agents"] = [
-                {
-                    "name": a.name,
-                    "description": a.description,
-                    "tier": a.tier or self.tier.name,
-                    "tools": [*a.tools, *a.agents],
-                }
-                for a in self.task.agents
-            ]
-        if self.routing:
-            out["routing"] = self.routing.as_plan()
-        return out
 
     async def run(self) -> RunResult:
         """Run the loop to its end; ``finally`` writes the end record whatever happens.

@@ -58,9 +58,10 @@ class SpanRecord:
         return v if type(v) is int else None
 
 
-# kinds of the root spans that time the run's wall outside the agent (issue 24): the success
-# check runs after the run span, so the what-if's agent time leaves it out
-OUTSIDE_KINDS = frozenset({"check"})
+# kinds of the root spans that time the run's wall outside the agent (issue 24): the set-up runs
+# before the run span and the success check after it, so the what-if's agent time leaves them
+# out (with their parts, the spans under them)
+OUTSIDE_KINDS = frozenset({"setup", "check"})
 
 
 @dataclass
@@ -252,8 +253,13 @@ def parse_lines(lines: list[bytes], path: object = "<trace>") -> Trace:
         for sid, sp in spans.items()
         if sp.kind in OUTSIDE_KINDS and sp.parent is None and not sp.after
     }
-    for sid in outside:
-        del spans[sid]
+    if outside:
+        for sid, sp in spans.items():  # the set-up's parts: spans under an outside span
+            if sp.parent in outside:
+                outside[sid] = sp
+        for sid in outside:
+            del spans[sid]
+        header = _late_header(header, outside, path)
     if end is None:
         problems.append("no end record: the run did not finish (killed or still running)")
     else:
@@ -267,6 +273,20 @@ def parse_lines(lines: list[bytes], path: object = "<trace>") -> Trace:
     return Trace(
         path if isinstance(path, Path) else None, header, spans, end, problems, events, outside
     )
+
+
+def _late_header(header: RunHeader, outside: dict[str, SpanRecord], path: object) -> RunHeader:
+    """The header with what the set-up learnt (``workspace``, ``sandbox``): a trace opened
+    before its set-up (issue 24) records them on its setup span, not in line 1."""
+    raw = header.raw
+    late = {
+        k: v
+        for sp in outside.values()
+        if sp.kind == "setup" and sp.parent is None
+        for k, v in sp.attrs.items()
+        if k in ("workspace", "sandbox") and k not in raw
+    }
+    return parse_header({**raw, **late}, path) if late else header
 
 
 def load_trace(path: str | Path) -> Trace:

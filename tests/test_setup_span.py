@@ -1,0 +1,67 @@
+"""The set-up is recorded as a root span of kind ``setup`` before the run span, in a trace opened
+at the run's first moment (issue 24): the reader keeps it out of the analysis, so the figures are
+the same with it or without it, and a run killed while setting up leaves a loadable trace."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import orjson
+
+from agentloop.api import run_task
+from agentloop.trace.reader import load_trace
+from tests.test_check_span import figures
+from tests.test_suite import task_file
+
+
+async def test_the_setup_is_a_span_outside_the_agent_time(tmp_path: Path) -> None:
+    task = task_file(
+        tmp_path, "setup", extra="setup: [\"python -c 'import time; time.sleep(0.2)'\"]\n"
+    )
+    result = await run_task(task, tier="sim-ultrafast", trace_dir=tmp_path / "traces")
+    assert result.success is True
+    path = Path(str(result.trace_path))
+    trace = load_trace(path)
+    setups = [s for s in trace.outside.values() if s.kind == "setup"]
+    [setup] = [s for s in setups if s.parent is None]
+    assert {s.name for s in setups} == {"set-up", "workspace", "model client"}
+    assert setup.t1 is not None and setup.t1 - setup.t0 >= 200_000_000
+    run = next(s for s in trace.spans.values() if s.kind == "run")
+    assert setup.t1 <= run.t0  # before the run span, not in it
+    assert all(s.kind != "setup" for s in trace.spans.values())
+    assert trace.run.raw["workspace"] == setup.attrs["workspace"]  # learnt by the set-up
+    lines = path.read_bytes().splitlines()
+    ids = {s.id for s in setups}
+    without = [line for line in lines if orjson.loads(line).get("id") not in ids]
+    assert len(without) == len(lines) - 2 * len(setups)
+    assert figures(lines) == figures(without)  # as a trace written before the setup span
+
+
+async def test_a_run_killed_in_its_setup_leaves_a_trace(tmp_path: Path) -> None:
+    task = task_file(
+        tmp_path, "slow", extra="setup: [\"python -c 'import time; time.sleep(60)'\"]\n"
+    )
+    traces = tmp_path / "traces"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentloop", "run", str(task), "--tier", "sim-ultrafast",
+        "--trace-dir", str(traces),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        env=os.environ, start_new_session=True,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(60):
+            while not any(b"workspace" in p.read_bytes() for p in traces.glob("*.jsonl")):
+                await asyncio.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+    [path] = traces.glob("*.jsonl")
+    trace = load_trace(path)
+    assert not trace.complete and trace.run.task.name == "slow"
+    open_parts = {s.name for s in trace.outside.values() if s.t1 is None}
+    assert {"set-up", "workspace"} <= open_parts
+    assert not trace.spans
