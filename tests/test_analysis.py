@@ -83,7 +83,7 @@ def test_sequential_steps_table_is_cumulative():
     assert r.steps[0].model["decode"] == 1000 * MS
     assert 31 == r.steps[1].output_tokens
     text = render_report(r)
-    assert "2.613 s end to end" in text
+    assert "agent time 2.613 s" in text
     assert "read 0.50" in text
 
 
@@ -344,7 +344,7 @@ def test_empty_run_has_unit_speedup():
     g = build_graph(TraceBuilder().trace())
     w = whatif(g, Scenario.multipliers(5))
     assert (0, 0, 1.0) == (w.measured_ns, w.predicted_ns, w.speedup)
-    assert "0.000 s end to end" in render_report(build_report(g))
+    assert "agent time 0.000 s" in render_report(build_report(g))
 
 
 def test_long_runs_print_first_and_last_steps_only():

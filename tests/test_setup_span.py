@@ -65,3 +65,39 @@ async def test_a_run_killed_in_its_setup_leaves_a_trace(tmp_path: Path) -> None:
     open_parts = {s.name for s in trace.outside.values() if s.t1 is None}
     assert {"set-up", "workspace"} <= open_parts
     assert not trace.spans
+
+
+async def test_report_shows_both_times_labelled(tmp_path: Path) -> None:
+    """Agent time (the run span) and wall time (set-up + agent + check), in text, JSON and
+    HTML; a trace without the setup and check spans says its wall time was not recorded."""
+    from agentloop.analysis import build_graph, build_report
+    from agentloop.analysis.report import render_report, report_document
+    from agentloop.export.html import report_html
+    from agentloop.trace.reader import parse_lines
+
+    task = task_file(
+        tmp_path,
+        "timed",
+        check="python -c 'import time; time.sleep(0.2)'",
+        extra="setup: [\"python -c 'import time; time.sleep(0.2)'\"]\n",
+    )
+    result = await run_task(task, tier="sim-ultrafast", trace_dir=tmp_path / "traces")
+    path = Path(str(result.trace_path))
+    trace = load_trace(path)
+    r = build_report(build_graph(trace))
+    assert r.setup_ns is not None and r.setup_ns >= 200_000_000
+    assert r.check_ns is not None and r.check_ns >= 200_000_000
+    assert r.wall_ns is not None and r.wall_ns >= r.setup_ns + r.measured_ns + r.check_ns
+    text = render_report(r)
+    assert f"agent time {r.measured_ns / 1e9:.3f} s" in text
+    assert f"wall time {r.wall_ns / 1e9:.3f} s (set-up " in text and "success check" in text
+    doc = report_document(trace)
+    assert doc["agent_s"] == r.measured_ns / 1e9 and doc["wall_s"] == r.wall_ns / 1e9
+    assert f"wall time {r.wall_ns / 1e9:.3f} s" in report_html(trace)
+    lines = path.read_bytes().splitlines()
+    outside = set(trace.outside)
+    old = parse_lines([line for line in lines if orjson.loads(line).get("id") not in outside])
+    r_old = build_report(build_graph(old))
+    assert r_old.wall_ns is None and r_old.measured_ns == r.measured_ns
+    assert "wall time: not recorded" in render_report(r_old)
+    assert report_document(old)["wall_s"] is None

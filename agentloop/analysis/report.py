@@ -60,6 +60,12 @@ class Report:
     lateness: Lateness = field(
         default_factory=Lateness
     )  # the client's own lateness over the model calls (issue 28)
+    # issue 24: the wall time's parts outside the agent's (the run span's, ``measured_ns``): the
+    # setup and check spans' times (None: not recorded) and the wall time from the set-up's start
+    # to the check's end (None: a trace from before those were spans: the agent time only)
+    setup_ns: int | None = None
+    check_ns: int | None = None
+    wall_ns: int | None = None
 
     @property
     def model_share(self) -> float:
@@ -73,6 +79,38 @@ def _leaf_category(g: Graph, i: int) -> str:
     if g.kinds[i] == "tool":
         return tool_category(g.names[i], g.spans[i].tool)
     return FRAMEWORK
+
+
+def _two_times(g: Graph) -> dict[str, int | None]:
+    """The wall time's parts outside the agent's time (issue 24), from the trace's setup and
+    check root spans (``Trace.outside``; finished ones only)."""
+    roots = [s for s in g.trace.outside.values() if s.parent is None and s.t1 is not None]
+    setup = [s for s in roots if s.kind == "setup"]
+    check = [s for s in roots if s.kind == "check"]
+    if not roots:
+        return {}
+    t0 = min([g.start_ns, *(s.t0 for s in roots)])
+    t1 = max([g.start_ns + g.measured_ns, *(s.t1 or 0 for s in roots)])
+    return {
+        "setup_ns": sum((s.t1 or 0) - s.t0 for s in setup) if setup else None,
+        "check_ns": sum((s.t1 or 0) - s.t0 for s in check) if check else None,
+        "wall_ns": t1 - t0,
+    }
+
+
+def wall_line(r: Report) -> str:
+    """The wall time, labelled, with its parts (or why only the agent's time is known)."""
+    if r.wall_ns is None:
+        return (
+            "wall time: not recorded (a trace from before set-up and the success check were "
+            "spans: the agent time only)"
+        )
+    parts = [f"agent {secs(r.measured_ns)} s"]
+    if r.setup_ns is not None:
+        parts.insert(0, f"set-up {secs(r.setup_ns)} s")
+    if r.check_ns is not None:
+        parts.append(f"success check {secs(r.check_ns)} s")
+    return f"wall time {secs(r.wall_ns)} s ({' + '.join(parts)})"
 
 
 def build_report(g: Graph) -> Report:
@@ -128,6 +166,7 @@ def build_report(g: Graph) -> Report:
         input_tokens=sum(m.input_tokens for m in g.models.values()),
         cached_tokens=sum(m.cached_tokens for m in g.models.values()),
         trims=tuple(recorded_trims(tr)),
+        **_two_times(g),
         lateness=of_trace(tr),
     )
 
@@ -176,6 +215,10 @@ def report_json(r: Report) -> dict[str, Any]:
         "problems": list(r.problems),
         "in_flight": list(r.in_flight),
         "measured_s": r.measured_ns / 1e9,
+        "agent_s": r.measured_ns / 1e9,  # the run span: what the what-if re-times (issue 24)
+        "wall_s": None if r.wall_ns is None else r.wall_ns / 1e9,  # None: not recorded
+        "setup_s": None if r.setup_ns is None else r.setup_ns / 1e9,
+        "check_s": None if r.check_ns is None else r.check_ns / 1e9,
         "model_share": r.model_share,
         "input_tokens": r.input_tokens,
         "cached_input_tokens": r.cached_tokens,
@@ -228,8 +271,9 @@ def cache_line(input_tokens: int, cached_tokens: int) -> str:
 def render_report(r: Report) -> str:
     """The report as plain aligned text."""
     out = [
-        f"task {r.task} on tier {r.tier}: {secs(r.measured_ns)} s end to end, "
-        f"status {r.status}, {len(r.steps)} steps"
+        f"task {r.task} on tier {r.tier}: agent time {secs(r.measured_ns)} s (the run span, "
+        f"what the what-if re-times), status {r.status}, {len(r.steps)} steps",
+        f"  {wall_line(r)}",
     ]
     if not r.complete:
         out.append(

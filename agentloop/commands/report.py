@@ -114,13 +114,6 @@ async def main(args: argparse.Namespace) -> int:
         emit_json(report_document(trace, report, spent))
     else:
         print(render_report(report))
-        for span in trace.outside.values():  # issue 24: the wall time outside the agent's
-            if span.t1 is not None and span.parent is None:
-                print(
-                    f"{span.name}: {(span.t1 - span.t0) / 1e9:.3f} s "
-                    f"{'before' if span.kind == 'setup' else 'after'} the run span "
-                    "(in the wall time, not in the agent's time the what-if re-times)"
-                )
         from agentloop.analysis.agents import render_usage
 
         per = render_usage(graph)

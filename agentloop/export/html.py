@@ -18,7 +18,7 @@ from typing import Any
 from agentloop.analysis.compare import Comparison, compare
 from agentloop.analysis.flat import Graph
 from agentloop.analysis.graph import build_graph
-from agentloop.analysis.report import Report, build_report
+from agentloop.analysis.report import Report, build_report, wall_line
 from agentloop.analysis.whatif import Scenario, WhatIf, ratio_of, whatif, widening_line
 from agentloop.config.tiers import Tier, faster_tier
 from agentloop.errors import ConfigError
@@ -163,8 +163,8 @@ def _headline(g: Graph, r: Report, w: WhatIf, tiers: dict[str, Tier] | None) -> 
     prefill, output speed), beside the output-speed-only curve's point."""
     out = (
         f"agent time {r.measured_ns / 1e9:.3f} s (the run span: model calls, tools, framework; "
-        f"what the what-if re-times; set-up and the success check are not in it), status "
-        f"{escape(r.status)}, {len(r.steps)} steps."
+        f"what the what-if re-times; set-up and the success check are not in it); "
+        f"{escape(wall_line(r))}; status {escape(r.status)}, {len(r.steps)} steps."
     )
     target = faster_tier(g.trace, tiers)
     if target is not None and target.profile is not None:
