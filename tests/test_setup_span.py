@@ -101,3 +101,32 @@ async def test_report_shows_both_times_labelled(tmp_path: Path) -> None:
     assert r_old.wall_ns is None and r_old.measured_ns == r.measured_ns
     assert "wall time: not recorded" in render_report(r_old)
     assert report_document(old)["wall_s"] is None
+
+
+async def test_ctrl_c_in_the_setup_says_its_trace_holds_the_setup(tmp_path: Path) -> None:
+    task = task_file(
+        tmp_path, "slow", extra="setup: [\"python -c 'import time; time.sleep(60)'\"]\n"
+    )
+    traces = tmp_path / "traces"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentloop", "run", str(task), "--tier", "sim-ultrafast",
+        "--trace-dir", str(traces), "-q",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        env=os.environ, start_new_session=True,
+    )  # fmt: skip
+    try:
+        async with asyncio.timeout(60):
+            while not any(b"workspace" in p.read_bytes() for p in traces.glob("*.jsonl")):
+                await asyncio.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
+            assert proc.stderr is not None
+            err = (await proc.stderr.read()).decode()
+            assert 130 == await proc.wait()
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+    [path] = traces.glob("*.jsonl")
+    assert f"agentloop: interrupted; trace at {path} (stopped in its set-up" in err
+    [setup] = [s for s in load_trace(path).outside.values() if s.parent is None]
+    assert setup.kind == "setup" and setup.status == "cancelled"

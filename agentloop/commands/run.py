@@ -15,6 +15,7 @@ from agentloop import api
 from agentloop.commands._args import add_routing, positive_float, positive_int, routing_from
 from agentloop.commands.progress import Progress
 from agentloop.config.tiers import Tier, faster_tier, load_tiers, require_key
+from agentloop.errors import AgentloopError
 from agentloop.log import configure
 from agentloop.loop.ending import RunResult
 from agentloop.redact import Redactor, redactor
@@ -126,9 +127,17 @@ async def main(args: argparse.Namespace) -> int:
 
 def _trace_kept(path: Path) -> str:
     """Where an ended run's trace is, said for the line after an interrupt."""
-    if path.is_file():
+    if not path.is_file():
+        return "no trace (the run had not started)"
+    from agentloop.trace.reader import load_trace
+
+    try:
+        complete = load_trace(path).complete
+    except AgentloopError:  # cut mid-write: still the run's trace
+        complete = False
+    if complete:
         return f"trace at {path} (closed with status cancelled)"
-    return "no trace (the run had not started)"
+    return f"trace at {path} (stopped in its set-up: the setup span, no run span)"
 
 
 async def cancellable_on_sigterm(job: Awaitable[T]) -> T | None:
