@@ -65,6 +65,12 @@ async def test_a_run_killed_in_its_setup_leaves_a_trace(tmp_path: Path) -> None:
     open_parts = {s.name for s in trace.outside.values() if s.t1 is None}
     assert {"set-up", "workspace"} <= open_parts
     assert not trace.spans
+    from agentloop.analysis import build_graph, build_report
+    from agentloop.analysis.report import render_report
+
+    assert "wall time: not known (the run was stopped in its set-up" in render_report(
+        build_report(build_graph(trace))
+    )
 
 
 async def test_report_shows_both_times_labelled(tmp_path: Path) -> None:

@@ -66,6 +66,7 @@ class Report:
     setup_ns: int | None = None
     check_ns: int | None = None
     wall_ns: int | None = None
+    outside_open: tuple[str, ...] = ()  # kinds of setup/check spans left open (a killed run)
 
     @property
     def model_share(self) -> float:
@@ -81,25 +82,29 @@ def _leaf_category(g: Graph, i: int) -> str:
     return FRAMEWORK
 
 
-def _two_times(g: Graph) -> dict[str, int | None]:
+def _two_times(g: Graph) -> dict[str, Any]:
     """The wall time's parts outside the agent's time (issue 24), from the trace's setup and
     check root spans (``Trace.outside``; finished ones only)."""
     roots = [s for s in g.trace.outside.values() if s.parent is None and s.t1 is not None]
     setup = [s for s in roots if s.kind == "setup"]
     check = [s for s in roots if s.kind == "check"]
+    left = tuple(s.kind for s in g.trace.outside.values() if s.parent is None and s.t1 is None)
     if not roots:
-        return {}
+        return {"outside_open": left} if left else {}
     t0 = min([g.start_ns, *(s.t0 for s in roots)])
     t1 = max([g.start_ns + g.measured_ns, *(s.t1 or 0 for s in roots)])
     return {
         "setup_ns": sum((s.t1 or 0) - s.t0 for s in setup) if setup else None,
         "check_ns": sum((s.t1 or 0) - s.t0 for s in check) if check else None,
         "wall_ns": t1 - t0,
+        "outside_open": left,
     }
 
 
 def wall_line(r: Report) -> str:
     """The wall time, labelled, with its parts (or why only the agent's time is known)."""
+    if r.wall_ns is None and "setup" in r.outside_open:
+        return "wall time: not known (the run was stopped in its set-up: the setup span is open)"
     if r.wall_ns is None:
         return (
             "wall time: not recorded (a trace from before set-up and the success check were "
