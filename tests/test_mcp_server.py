@@ -1,8 +1,9 @@
 """``agentloop mcp serve``: a real MCP client session (the SDK's stdio_client) lists and calls
-agentloop's own tools: list_tasks, run_task on the simulator, report and whatif of its trace."""
+agentloop's own tools: list_tasks, run_task on the simulator, report, whatif and route of its trace."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -33,7 +34,7 @@ async def test_a_client_lists_and_calls_agentloop_tools(tmp_path: Path) -> None:
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         names = {t.name for t in (await session.list_tools()).tools}
-        assert {"list_tasks", "run_task", "report", "whatif", "compare"} <= names
+        assert {"list_tasks", "run_task", "report", "whatif", "compare", "route"} <= names
         tasks = _json(await session.call_tool("list_tasks", {}))
         assert "checkout-timeouts" in {t["name"] for t in tasks}
         run = _json(await session.call_tool("run_task", {"task": str(STEADY)}))
@@ -44,6 +45,33 @@ async def test_a_client_lists_and_calls_agentloop_tools(tmp_path: Path) -> None:
             await session.call_tool("whatif", {"trace": run["trace"], "tier": "sim-ultrafast"})
         )
         assert what["speedup"] > 1 and what["predicted_s"] < report["measured_s"]
+        plan = _json(
+            await session.call_tool(
+                "route",
+                {"trace": run["trace"], "tiers": "sim-standard,sim-ultrafast", "within_pct": 0},
+            )
+        )  # within 0% of the all-fastest run: every call on sim-ultrafast, as the CLI plans it
+        assert {"sim-ultrafast": 3, "sim-standard": 0} == plan["calls_per_tier"]
+        assert plan["predicted_s"] <= plan["fastest_s"] + 1e-3 < report["measured_s"]
+        cli = await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "agentloop", "route", run["trace"], "--json"],
+            *["--tiers", "sim-standard,sim-ultrafast", "--within", "0"],
+            stdout=asyncio.subprocess.PIPE,
+            cwd=str(ROOT),
+        )
+        out, _ = await cli.communicate()
+        assert 0 == cli.returncode
+        assert json.loads(out)["plan"] == plan["plan"]
+        two = "sim-standard,sim-ultrafast"
+        for args, said in [
+            ({"tiers": "sim-standard", "within_pct": 5}, "at least two different tiers"),
+            ({"tiers": "sim-standard,no-such-tier", "within_pct": 5}, "no-such-tier"),
+            ({"tiers": two}, "one of within_pct or budget_usd"),
+            ({"tiers": two, "within_pct": -1}, "must be a number >= 0"),
+            ({"tiers": two, "within_pct": 5, "trace": str(tmp_path / "x")}, "no trace file at"),
+        ]:
+            bad = await session.call_tool("route", {"trace": run["trace"], **args})
+            assert bad.is_error and said in bad.content[0].text, (args, bad.content)
         again = _json(
             await session.call_tool("run_task", {"task": str(STEADY), "tier": "sim-ultrafast"})
         )
@@ -60,7 +88,7 @@ async def test_a_client_lists_and_calls_agentloop_tools(tmp_path: Path) -> None:
 async def test_streamable_http_with_the_bearer_token(tmp_path: Path) -> None:
     """`--port`: the SDK's streamable-HTTP client with the token lists and calls the tools; a
     request without it is 401; off loopback without a token the command refuses (exit 2)."""
-    import asyncio
+
     import socket
     import uuid
 

@@ -15,7 +15,7 @@ from agentloop.loopback import is_loopback
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "mcp",
-        help="agentloop as an MCP server (stdio): run_task, report, whatif, list_tasks",
+        help="agentloop as an MCP server (stdio): run_task, report, whatif, route, compare, list_tasks",
         description=(
             "Serve agentloop's tools over the Model Context Protocol, so a coding assistant can "
             "run a task and ask where its time went and what a faster tier would buy."

@@ -4,7 +4,7 @@ Built with the official SDK's ``MCPServer``; over stdio, or streamable HTTP with
 bearer-token rule of ``agentloop serve``: a token in ``AGENTLOOP_TOKEN``, required off loopback). The tools: ``list_tasks`` (the
 shipped tasks), ``compare`` (``compare A B --json``), ``run_task`` (a task by name or path, on a tier, its trace written under the
 server's trace folder; answers with its status, times and trace path), ``report`` (``report
---json`` of a trace) and ``whatif`` (``whatif --tier NAME --json``), the same documents the HTTP
+--json`` of a trace) and ``whatif`` (``whatif --tier NAME --json``), ``route`` (``route --tiers A,B --within PCT --json``), the same documents the HTTP
 service answers with (:mod:`agentloop.service.analysis`). A bad argument is an error result
 naming it; nothing is printed to stdout, which is the protocol's.
 """
@@ -19,7 +19,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from agentloop.errors import AgentloopError
-from agentloop.service.analysis import report_for, whatif_for
+from agentloop.service.analysis import report_for, route_for, whatif_for
 
 
 def build(trace_dir: Path) -> MCPServer[Any]:
@@ -28,7 +28,7 @@ def build(trace_dir: Path) -> MCPServer[Any]:
         "agentloop",
         instructions=(
             "Runs agent tasks and explains where a run's time went: run_task, report, whatif, "
-            "list_tasks. Traces are JSONL files; pass a trace path to report and whatif."
+            "route, compare, list_tasks. Traces are JSONL files; pass a trace path to report, whatif and route."
         ),
     )
 
@@ -74,6 +74,18 @@ def build(trace_dir: Path) -> MCPServer[Any]:
         """What a recorded run would take on another tier: predicted time, speedup, ceiling
         (the JSON of `agentloop whatif TRACE --tier NAME --json`)."""
         return await asyncio.to_thread(_checked, whatif_for, Path(trace), tier)
+
+    @server.tool()
+    async def route(
+        trace: str, tiers: str, within_pct: float | None = None, budget_usd: float | None = None
+    ) -> dict[str, Any]:
+        """Which tier each model call of a recorded run should use: the cheapest plan within
+        within_pct percent of the all-fastest run, or the fastest within budget_usd dollars;
+        tiers names the candidates, e.g. "sim-standard,sim-ultrafast" (the JSON of `agentloop
+        route TRACE --tiers A,B --within PCT --json`: frontier, plan per call and its reason)."""
+        return await asyncio.to_thread(
+            _checked, route_for, Path(trace), tiers, within_pct, budget_usd
+        )
 
     @server.tool()
     async def compare(baseline: str, candidate: str) -> dict[str, Any]:
