@@ -125,7 +125,9 @@ def test_the_whatif_hint_names_the_fastest_faster_tier_or_says_k() -> None:
     """The run summary predicts for a named faster tier, else says K = 11 explicitly."""
     trace = load_trace(STANDARD)
     named = analysis_lines(trace, load_tiers())[-1]
-    assert named.startswith("what-if  on sim-ultrafast (750 tok/s): ")
+    assert named.startswith(
+        "what-if  on sim-ultrafast (750 tok/s, the fastest faster tier you have): "
+    )
     fallback = analysis_lines(trace, {})[-1]
     assert fallback.startswith("what-if  output 11x faster (K = 11; no faster tier")
 

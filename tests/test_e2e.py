@@ -37,7 +37,8 @@ def test_demo_playbook_runs_end_to_end(tmp_path: Path, capsys: pytest.CaptureFix
     assert "status   ok" in out and "check    passed" in out
     assert "by category (critical path):" in out and "reasoning" in out
     assert (
-        "what-if  on sim-ultrafast (750 tok/s)" in out and "ceiling at infinite output speed" in out
+        "what-if  on sim-ultrafast (750 tok/s, the fastest faster tier you have)" in out
+        and "ceiling at infinite output speed" in out
     )
     [path] = list(tmp_path.glob("*.jsonl"))
     trace = load_trace(path)

@@ -410,3 +410,30 @@ def render_whatif(w: WhatIf) -> str:
         )
     )
     return "\n".join(out)
+
+
+# without a faster tier to name, the what-if line uses the per-token speedup the mission quotes
+# (68 -> 750 output tokens/s), and says so
+HEADLINE_K = 11.0
+
+
+def faster_tier_line(g: Graph, tiers: dict[str, Any] | None) -> str:
+    """What the fastest tier the user has that is faster than the run's would buy (its whole
+    profile: base latency, prefill, output speed), named; without one, output ``HEADLINE_K``
+    times faster, said so. The one wording of ``run``'s summary and ``report``'s headline."""
+    from agentloop.config.tiers import faster_tier
+
+    target = faster_tier(g.trace, tiers)
+    if target is not None and target.profile is not None:
+        w = whatif(g, Scenario.tier(target.name, target.profile), curve=())
+        what = (
+            f"on {target.name} ({target.profile.output_tps:g} tok/s, the fastest faster tier "
+            "you have)"
+        )
+    else:
+        w = whatif(g, Scenario.multipliers(HEADLINE_K), curve=())
+        what = f"output {HEADLINE_K:g}x faster (K = {HEADLINE_K:g}; no faster tier in the tiers)"
+    return (
+        f"what-if  {what}: {w.predicted_ns / 1e9:.2f} s ({w.speedup:.2f}x); "
+        f"ceiling at infinite output speed {w.ceiling_ns / 1e9:.2f} s ({w.ceiling:.2f}x)"
+    )

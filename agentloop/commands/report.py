@@ -113,7 +113,11 @@ async def main(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report_document(trace, report, spent))
     else:
-        print(render_report(report))
+        from agentloop.analysis.whatif import faster_tier_line
+
+        # the headline: the run's times, then what the fastest faster tier you have would buy
+        head, gap, rest = render_report(report).partition("\n\n")
+        print(f"{head}\n  {faster_tier_line(graph, load_tiers())}{gap}{rest}")
         from agentloop.analysis.agents import render_usage
 
         per = render_usage(graph)

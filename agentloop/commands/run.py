@@ -14,7 +14,7 @@ from typing import Any, TextIO, TypeVar
 from agentloop import api
 from agentloop.commands._args import add_routing, positive_float, positive_int, routing_from
 from agentloop.commands.progress import Progress
-from agentloop.config.tiers import Tier, faster_tier, load_tiers, require_key
+from agentloop.config.tiers import Tier, load_tiers, require_key
 from agentloop.errors import AgentloopError
 from agentloop.log import configure
 from agentloop.loop.ending import RunResult
@@ -201,15 +201,10 @@ def print_summary(
     out.flush()
 
 
-# without a faster tier to name, the hint uses the per-token speedup the mission quotes
-# (68 -> 750 output tokens/s), and says so
-WHATIF_K = 11.0
-
-
 def analysis_lines(trace: Any, tiers: dict[str, Tier] | None = None) -> list[str]:
     """Time by category on the critical path, and what the fastest faster tier would buy."""
-    from agentloop.analysis import build_graph, build_report, whatif
-    from agentloop.analysis.whatif import Scenario, category_order
+    from agentloop.analysis import build_graph, build_report
+    from agentloop.analysis.whatif import category_order, faster_tier_line
 
     graph = build_graph(trace)
     report = build_report(graph)
@@ -220,15 +215,5 @@ def analysis_lines(trace: Any, tiers: dict[str, Tier] | None = None) -> list[str
         if ns >= 500_000:  # under half a millisecond rounds to nothing here; `report` lists all
             lines.append(f"  {cat:<22} {ns / 1e9:8.2f} s  {100 * ns / total:5.1f}%")
     lines.append(f"  model share of the critical path: {100 * report.model_share:.1f}%")
-    target = faster_tier(trace, tiers)
-    if target is not None and target.profile is not None:
-        w = whatif(graph, Scenario.tier(target.name, target.profile), curve=())
-        what = f"on {target.name} ({target.profile.output_tps:g} tok/s)"
-    else:
-        w = whatif(graph, Scenario.multipliers(WHATIF_K), curve=())
-        what = f"output {WHATIF_K:g}x faster (K = {WHATIF_K:g}; no faster tier in the tiers)"
-    lines.append(
-        f"what-if  {what}: {w.predicted_ns / 1e9:.2f} s ({w.speedup:.2f}x); "
-        f"ceiling at infinite output speed {w.ceiling_ns / 1e9:.2f} s ({w.ceiling:.2f}x)"
-    )
+    lines.append(faster_tier_line(graph, tiers))
     return lines
