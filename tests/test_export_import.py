@@ -304,3 +304,46 @@ def test_hostile_span_values_are_marked_unknown_not_trusted(tmp_path: Path) -> N
     } <= set(chat.attrs["unknown"])
     assert ("gen_ai.usage.input_tokens" in chat.attrs, tool.t0) == (False, tool.t1)
     assert 0 == agentloop("report", str(out)).returncode
+
+
+def _without_first_chunk(doc: Any) -> Any:
+    """OTLP JSON with every ``gen_ai.response.time_to_first_chunk`` dropped (as pydantic-ai and
+    OpenInference spans come: no first-token instant)."""
+    for rs in doc["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for sp in ss["spans"]:
+                sp["attributes"] = [
+                    a
+                    for a in sp.get("attributes", [])
+                    if a["key"] != "gen_ai.response.time_to_first_chunk"
+                ]
+    return doc
+
+
+def test_calls_without_phases_are_estimated_or_named_never_a_silent_1x(tmp_path: Path) -> None:
+    """Spans with no first-token instant: without --tier, whatif --speedup 11 and report name
+    every call that could not be split and the fix; with --tier the profile estimates each call's
+    decode (marked on the span), and the same what-if shortens the run."""
+    spans = tmp_path / "bare.otlp.json"
+    spans.write_bytes(
+        orjson.dumps(_without_first_chunk(otlp_json(trace_spans(load_trace(STANDARD)))))
+    )
+    bare, tiered = tmp_path / "bare.jsonl", tmp_path / "tiered.jsonl"
+    assert 0 == agentloop("import", str(spans), "-o", str(bare)).returncode
+    r = agentloop("import", str(spans), "-o", str(tiered), "--tier", "sim-standard")
+    assert 0 == r.returncode, r.stderr
+    n_calls = sum(1 for s in load_trace(bare).spans.values() if s.kind == "model")
+
+    w = as_json("whatif", str(bare), "--speedup", "11", "--json")
+    assert n_calls == len(w["unsplit_calls"]) and "--tier NAME" in w["unsplit_fix"]
+    assert n_calls == len(as_json("report", str(bare), "--json")["unsplit_calls"])
+    text = agentloop("whatif", str(bare), "--speedup", "11")
+    assert f"{n_calls} model call(s) could not be split" in text.stdout
+    assert "could not be split" in agentloop("report", str(bare)).stdout
+
+    est = as_json("whatif", str(tiered), "--speedup", "11", "--json")
+    assert "unsplit_calls" not in est and est["speedup"] > 1.5, est["speedup"]
+    models = [s for s in load_trace(tiered).spans.values() if s.kind == "model"]
+    assert all("output_tps" in s.attrs["phases_estimated"] for s in models)
+    # our own trace (no import) says nothing of the kind
+    assert "unsplit_calls" not in as_json("whatif", str(STANDARD), "--speedup", "11", "--json")

@@ -370,6 +370,42 @@ def render_report(r: Report) -> str:
     return "\n".join(out)
 
 
+UNSPLIT = "timing.t_first_visible"  # under an imported model span's unknown: phases not split
+UNSPLIT_FIX = (
+    "re-import with the tier the spans ran on (agentloop import FILE -o TRACE --tier NAME): its "
+    "profile's output_tps estimates each call's decode"
+)
+
+
+def unsplit_calls(trace: Any) -> list[dict[str, Any]]:
+    """The imported model calls whose phases the spans did not give and nothing estimated: all
+    their time is booked as base, so ``--speedup`` cannot shorten them (empty for our own runs)."""
+    out = []
+    for s in trace.spans.values():
+        if s.kind == "model" and UNSPLIT in ((s.attrs or {}).get("unknown") or ()):
+            out.append({"span": s.id, "name": s.name, "step": (s.attrs or {}).get("step")})
+    return out
+
+
+def unsplit_note(calls: list[dict[str, Any]]) -> str:
+    """One line naming the unsplit calls and the fix ('' when there are none)."""
+    if not calls:
+        return ""
+    steps = ", ".join(str(c["step"]) for c in calls[:20]) + (" ..." if len(calls) > 20 else "")
+    return (
+        f"note: {len(calls)} model call(s) could not be split into base/reasoning/decode "
+        f"(steps {steps}): booked all as base, so an output speed-up leaves them as measured; "
+        + UNSPLIT_FIX
+    )
+
+
+def unsplit_json(trace: Any) -> dict[str, Any]:
+    """``unsplit_calls`` and ``unsplit_fix`` for a JSON document, or nothing when all are split
+    (old traces' documents stay as they were)."""
+    calls = unsplit_calls(trace)
+    return {"unsplit_calls": calls, "unsplit_fix": UNSPLIT_FIX} if calls else {}
+
+
 def report_document(trace: Any, report: Any = None, spent: Any = None) -> dict[str, Any]:
     """What ``report --json`` prints (and the service's ``/report`` serves) for ``trace``."""
     from agentloop.analysis import cost
@@ -382,4 +418,5 @@ def report_document(trace: Any, report: Any = None, spent: Any = None) -> dict[s
     doc = {**report_json(report), "cost": cost.as_json(spent), "tiers": usage(g, "tier")}
     if has_sub_agents(g):  # issue 23: the tree's agents
         doc["agents"] = usage(g, "agent")
+    doc.update(unsplit_json(trace))
     return doc

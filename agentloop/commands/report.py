@@ -15,7 +15,13 @@ import orjson
 
 from agentloop.analysis import cost
 from agentloop.analysis.graph import build_graph, load_quickly
-from agentloop.analysis.report import build_report, render_report, report_document
+from agentloop.analysis.report import (
+    build_report,
+    render_report,
+    report_document,
+    unsplit_calls,
+    unsplit_note,
+)
 from agentloop.config.tiers import load_tiers
 from agentloop.trace.reader import Trace
 
@@ -118,6 +124,9 @@ async def main(args: argparse.Namespace) -> int:
         # the headline: the run's times, then what the fastest faster tier you have would buy
         head, gap, rest = render_report(report).partition("\n\n")
         print(f"{head}\n  {faster_tier_line(graph, load_tiers())}{gap}{rest}")
+        note = unsplit_note(unsplit_calls(trace))
+        if note:
+            print("\n" + note)
         from agentloop.analysis.agents import render_usage
 
         per = render_usage(graph)

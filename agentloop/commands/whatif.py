@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agentloop.analysis.graph import build_graph, gc_paused
+from agentloop.analysis.report import unsplit_json, unsplit_note
 from agentloop.analysis.whatif import (
     Scenario,
     WhatIf,
@@ -85,17 +86,20 @@ async def main(args: argparse.Namespace) -> int:
         scenario = Scenario.tier(tier.name, require_profile(tier))
     else:
         scenario = Scenario.multipliers(args.speedup, args.prefill_speedup)
-    result = await asyncio.to_thread(_whatif_file, args.trace, scenario)
+    result, unsplit = await asyncio.to_thread(_whatif_file, args.trace, scenario)
     with gc_paused():  # a long run's result has a row per step: 200,000 dicts, no cycles
         if args.json:
-            emit_json(whatif_json(result))
+            emit_json({**whatif_json(result), **unsplit})
         else:
             print(render_whatif(result))
+            if unsplit:
+                print("\n" + unsplit_note(unsplit["unsplit_calls"]))
     return 0
 
 
-def _whatif_file(path: Path, scenario: Scenario) -> WhatIf:
-    """A big trace on its columns (cached beside it), a small one with the loops: one result."""
+def _whatif_file(path: Path, scenario: Scenario) -> tuple[WhatIf, dict[str, Any]]:
+    """A big trace on its columns (cached beside it), a small one with the loops: one result,
+    with the imported calls that could not be split (:func:`unsplit_json`; a big trace is ours)."""
     from agentloop.analysis import store
 
     with analysis_status(path), gc_paused():
@@ -104,9 +108,9 @@ def _whatif_file(path: Path, scenario: Scenario) -> WhatIf:
         from agentloop.analysis import vector, vwhatif
 
         with gc_paused():  # a row per step: 200,000 objects in a long run, no cycles
-            return vwhatif.whatif(vector.build(columns), scenario)
+            return vwhatif.whatif(vector.build(columns), scenario), {}
     trace = load_for_analysis(path)
-    return with_lateness(whatif(build_graph(trace), scenario), trace)
+    return with_lateness(whatif(build_graph(trace), scenario), trace), unsplit_json(trace)
 
 
 async def _suite(args: argparse.Namespace) -> int:

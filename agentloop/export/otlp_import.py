@@ -21,11 +21,15 @@ message, so a malformed file is refused with the field at fault. Then, for one t
   ended before it started; a step waits for the previous step. The header says so under
   ``inferred``.
 
-What the spans do not say stays unknown (``unknown`` in the header and on each model span):
-the split of a call between queueing/prefill, hidden reasoning and visible decode when no
-first-token instant is recorded, and reasoning tokens when not reported. The analysis then books
-a model call's whole time before its end as base (nothing is invented to split it), so a what-if
-on a tier's profile re-times it fully while ``--speedup K`` leaves it as measured.
+A call's phases (queueing/prefill, hidden reasoning, visible decode) are estimated from what is
+there and marked so (``phases_estimated`` on the span names the source): the producer's
+``time_to_first_chunk`` (visible decode from the first chunk to the end), else the ``--tier``
+profile's ``output_tps`` and the call's visible output tokens (decode ``(V - 1) / output_tps``
+before the end); the analysis splits hidden reasoning from the rest as for its own calls. A call
+with neither stays unsplit (``timing.t_first_visible`` under ``unknown``): the analysis books it
+all as base, and ``report`` and ``whatif`` name it with the fix (:data:`agentloop.analysis.report.UNSPLIT_FIX`). What the
+spans do not say, reasoning tokens when not reported, stays unknown (``unknown`` in the header
+and on each model span).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import orjson
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as GA
 
 from agentloop._version import __version__
+from agentloop.analysis.report import UNSPLIT
 from agentloop.errors import TraceFileError
 from agentloop.export._otlp_json import OtelSpan, read_otlp_json
 from agentloop.trace import attrs as A
@@ -129,7 +134,7 @@ class _Builder:
         )
 
 
-def _model_attrs(s: OtelSpan, step: int, rel: Any) -> dict[str, Any]:
+def _model_attrs(s: OtelSpan, step: int, rel: Any, tps: float | None) -> dict[str, Any]:
     a = s.attrs
     out: dict[str, Any] = {A.STEP: step, "unknown": list(UNKNOWN_MODEL)}
     for k in (
@@ -169,8 +174,21 @@ def _model_attrs(s: OtelSpan, step: int, rel: Any) -> dict[str, Any]:
     ):
         out[A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
         timing[A.T_FIRST] = rel(min(s.t1, s.t0 + round(ttfc * 1e9)))
+        first_visible: int | None = timing[A.T_FIRST]
+        source = "gen_ai.response.time_to_first_chunk (decode from the first chunk to the end)"
     else:
         out["unknown"].append(A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK)
+        first_visible, source = None, ""
+        n_out = out.get(A.GEN_AI_USAGE_OUTPUT_TOKENS)
+        if tps is not None and n_out is not None:
+            visible = max(0, n_out - out.get(A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, 0))
+            decode = round(max(0, visible - 1) * 1e9 / tps)
+            first_visible = rel(max(s.t0, s.t1 - decode))
+            source = f"the tier profile's output_tps {tps:g} and {visible} visible output tokens"
+    if first_visible is not None:  # estimated: the last token at the span's end
+        timing[A.T_FIRST_VISIBLE], timing[A.T_LAST] = first_visible, rel(s.t1)
+        out["phases_estimated"] = source
+        out["unknown"] = [k for k in out["unknown"] if k not in (UNSPLIT, "timing.t_last")]
     out[A.TIMING] = timing
     out[A.CALL_S] = (s.t1 - s.t0) / 1e9
     return out
@@ -259,7 +277,9 @@ def import_otlp(path: str | Path, tier: TierRecord | None = None) -> list[dict[s
             steps.append((s, []))
         elif steps:
             steps[-1][1].append(s)
-    _place_steps(b, steps, model_name)
+    profile = tier["profile"] if tier is not None else None
+    tps = profile["output_tps"] if profile is not None else None
+    _place_steps(b, steps, model_name, float(tps) if tps else None)
     out_tokens = sum(_int(m.attrs.get(A.GEN_AI_USAGE_OUTPUT_TOKENS)) or 0 for m, _ in steps)
     end = end_record(
         "error" if run.error else "ok",
@@ -347,7 +367,10 @@ def _header(
 
 
 def _place_steps(
-    b: _Builder, steps: list[tuple[OtelSpan, list[OtelSpan]]], model_name: str
+    b: _Builder,
+    steps: list[tuple[OtelSpan, list[OtelSpan]]],
+    model_name: str,
+    tps: float | None,
 ) -> None:
     """A step span per model call, holding it and its tools; each span waits for the latest one
     that ended before it started, each step for the previous step."""
@@ -366,7 +389,7 @@ def _place_steps(
             before = [(e, x) for e, x in done if e <= s.t0]
             after = [max(before)[1]] if before else []
             kind = "model" if s is m else "tool"
-            attrs = _model_attrs(s, n, b.rel) if s is m else _tool_attrs(s, n)
+            attrs = _model_attrs(s, n, b.rel, tps) if s is m else _tool_attrs(s, n)
             if s.error:
                 attrs[A.ERROR] = s.status_message or "error"
             name = (

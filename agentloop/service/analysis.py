@@ -7,7 +7,7 @@ from typing import Any
 
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.mix import options
-from agentloop.analysis.report import report_document
+from agentloop.analysis.report import report_document, unsplit_json
 from agentloop.analysis.router import candidate_tiers, plan_document
 from agentloop.analysis.whatif import Scenario, whatif, whatif_json, with_lateness
 from agentloop.config.tiers import get_tier, load_tiers, require_profile
@@ -28,7 +28,8 @@ def whatif_for(path: Path, tier: str, tiers_file: Path | None = None) -> dict[st
     except ConfigError as exc:
         raise RequestError(exc.message, field="tier") from None
     trace = load_trace(path)  # the CLI's answer: the re-timing and the calls' lateness
-    return whatif_json(with_lateness(whatif(build_graph(trace), scenario), trace))
+    w = with_lateness(whatif(build_graph(trace), scenario), trace)
+    return {**whatif_json(w), **unsplit_json(trace)}
 
 
 def route_for(
