@@ -339,7 +339,9 @@ def test_calls_without_phases_are_estimated_or_named_never_a_silent_1x(tmp_path:
     assert n_calls == len(as_json("report", str(bare), "--json")["unsplit_calls"])
     text = agentloop("whatif", str(bare), "--speedup", "11")
     assert f"{n_calls} model call(s) could not be split" in text.stdout
-    assert "could not be split" in agentloop("report", str(bare)).stdout
+    report = agentloop("report", str(bare)).stdout
+    assert f"[{n_calls} call(s) not split: see the note below]" in report.splitlines()[2]
+    assert "could not be split" in report
 
     est = as_json("whatif", str(tiered), "--speedup", "11", "--json")
     assert "unsplit_calls" not in est and est["speedup"] > 1.5, est["speedup"]

@@ -123,10 +123,13 @@ async def main(args: argparse.Namespace) -> int:
 
         # the headline: the run's times, then what the fastest faster tier you have would buy
         head, gap, rest = render_report(report).partition("\n\n")
-        print(f"{head}\n  {faster_tier_line(graph, load_tiers())}{gap}{rest}")
-        note = unsplit_note(unsplit_calls(trace))
-        if note:
-            print("\n" + note)
+        unsplit = unsplit_calls(trace)  # an import's calls booked all as base: the line says so
+        line = faster_tier_line(graph, load_tiers())
+        if unsplit:
+            line += f" [{len(unsplit)} call(s) not split: see the note below]"
+        print(f"{head}\n  {line}{gap}{rest}")
+        if unsplit:
+            print("\n" + unsplit_note(unsplit))
         from agentloop.analysis.agents import render_usage
 
         per = render_usage(graph)
