@@ -18,6 +18,7 @@ from agentloop.sandbox import proc, workspace
 from agentloop.sandbox._init import proc_table
 from agentloop.sandbox.context import RunContext
 from agentloop.sandbox.jail import HostJail, JailSpec, open_jail
+from agentloop.trace.reader import load_trace
 from tests.conftest import namespace_survivors, pid_namespace
 
 SERVER = (
@@ -116,8 +117,8 @@ async def test_setup_service_lives_for_the_run_and_dies_with_it(tmp_path: Path) 
         if r.get("type") == "span_end" and r.get("attrs", {}).get("gen_ai.tool.name") == "run"
     ]
     assert "hello from the setup service" in tool["attrs"]["output"]
-    assert "bubblewrap" == records[0]["sandbox"]["kind"]
-    assert "loopback only" == records[0]["sandbox"]["network"]
+    sandbox = load_trace(result.trace_path or "").header["sandbox"]  # on the setup span's end
+    assert ("bubblewrap", "loopback only") == (sandbox["kind"], sandbox["network"])
     assert [] == host_pids_with(token)
 
 
@@ -209,9 +210,7 @@ async def test_runs_started_together_each_get_their_jail(tmp_path: Path) -> None
     results = await asyncio.gather(
         *[run_task(steady, tier="sim-ultrafast", trace_dir=tmp_path) for _ in range(24)]
     )
-    headers = [
-        orjson.loads(Path(str(r.trace_path)).read_bytes().split(b"\n", 1)[0]) for r in results
-    ]
+    headers = [load_trace(str(r.trace_path)).header for r in results]
     assert [True] * 24 == [h["sandbox"]["jail"] for h in headers]
 
 
