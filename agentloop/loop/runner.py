@@ -304,19 +304,23 @@ class Runner:
 
     async def _run_span(self) -> Ending:
         """The run span around the loop, under the wall-time limit."""
-        limit = self.task.limits.timeout_s
         async with self.tracer.span("run", f"invoke_agent {self.task.name}") as run_span:
             self.emit.emit("run_start", run_span.id, task=self.task.name, tier=self.tier.name)
-            try:
-                async with asyncio.timeout(limit) as deadline:
-                    ending = await self._loop()
-            except TimeoutError:
-                if not deadline.expired():
-                    raise
-                ending = Ending.limit_reached("timeout", f"wall-time limit of {limit:g} s reached")
+            ending = await self._timed_loop()
             if ending.status == "error":
                 run_span.status = "error"
             return ending
+
+    async def _timed_loop(self) -> Ending:
+        """The loop under the task's (or sub-agent's) wall-time limit: reaching it is an ending."""
+        limit = self.task.limits.timeout_s
+        try:
+            async with asyncio.timeout(limit) as deadline:
+                return await self._loop()
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            return Ending.limit_reached("timeout", f"wall-time limit of {limit:g} s reached")
 
     async def _loop(self) -> Ending:
         """Step until a step says how the run ended, or the step limit (this agent's own, or
@@ -376,16 +380,9 @@ class Runner:
     async def _sub_run(self) -> ToolResult:
         """This sub-run's loop in its ``agent`` span, under its own wall-time limit."""
         assert self.scope is not None
-        limit = self.task.limits.timeout_s
         attrs = {**self.scope.span_attrs(), A.TIER: self.tier.name}
         async with self.tracer.span("agent", f"invoke_agent {self.scope.name}", **attrs) as span:
-            try:
-                async with asyncio.timeout(limit) as deadline:
-                    ending = await self._loop()
-            except TimeoutError:
-                if not deadline.expired():
-                    raise
-                ending = Ending.limit_reached("timeout", f"wall-time limit of {limit:g} s reached")
+            ending = await self._timed_loop()
             if ending.status != "ok":
                 span.status = "error"
                 span.set(**{A.ERROR: ending.reason})
