@@ -317,22 +317,28 @@ def _sandbox(w: Where, rec: Mapping[str, Any]) -> SandboxInfo | None:
     )
 
 
+def _objects(w: Where, rec: Mapping[str, Any], key: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """The header's array ``key`` (absent: empty), each entry an object, with its place."""
+    items = rec.get(key) or []
+    if type(items) is not list:
+        w.fail(key, f"must be an array, not {json_kind(items)}")
+    out: list[tuple[str, Mapping[str, Any]]] = []
+    for k, item in enumerate(items):
+        if type(item) is not dict:
+            w.fail(f"{key}[{k}]", f"must be an object, not {json_kind(item)}")
+        out.append((f"{key}[{k}]", item))
+    return out
+
+
 def _tools(w: Where, rec: Mapping[str, Any]) -> tuple[ToolInfo, ...]:
-    tools = rec.get("tools") or []
-    if type(tools) is not list:
-        w.fail("tools", f"must be an array, not {json_kind(tools)}")
-    infos = []
-    for k, t in enumerate(tools):
-        if type(t) is not dict:
-            w.fail(f"tools[{k}]", f"must be an object, not {json_kind(t)}")
-        infos.append(
-            ToolInfo(
-                str_(w, t, "name", f"tools[{k}].name", None),
-                str_(w, t, "description", f"tools[{k}].description"),
-                obj(w, t, "parameters", f"tools[{k}].parameters"),
-            )
+    return tuple(
+        ToolInfo(
+            str_(w, t, "name", f"{at}.name", None),
+            str_(w, t, "description", f"{at}.description"),
+            obj(w, t, "parameters", f"{at}.parameters"),
         )
-    return tuple(infos)
+        for at, t in _objects(w, rec, "tools")
+    )
 
 
 def _tier(w: Where, tier: Mapping[str, Any], at: str) -> TierInfo:
@@ -348,33 +354,20 @@ def _tier(w: Where, tier: Mapping[str, Any], at: str) -> TierInfo:
 
 
 def _tiers(w: Where, rec: Mapping[str, Any]) -> tuple[TierInfo, ...]:
-    tiers = rec.get("tiers") or []
-    if type(tiers) is not list:
-        w.fail("tiers", f"must be an array, not {json_kind(tiers)}")
-    out = []
-    for k, t in enumerate(tiers):
-        if type(t) is not dict:
-            w.fail(f"tiers[{k}]", f"must be an object, not {json_kind(t)}")
-        out.append(_tier(w, t, f"tiers[{k}]"))
-    return tuple(out)
+    return tuple(_tier(w, t, at) for at, t in _objects(w, rec, "tiers"))
 
 
 def _agents(w: Where, rec: Mapping[str, Any]) -> tuple[AgentInfo, ...]:
-    agents = rec.get("agents") or []
-    if type(agents) is not list:
-        w.fail("agents", f"must be an array, not {json_kind(agents)}")
     out = []
-    for k, a in enumerate(agents):
-        if type(a) is not dict:
-            w.fail(f"agents[{k}]", f"must be an object, not {json_kind(a)}")
+    for at, a in _objects(w, rec, "agents"):
         tools = a.get("tools") or []
         if type(tools) is not list or any(type(t) is not str for t in tools):
-            w.fail(f"agents[{k}].tools", "must be an array of tool names")
+            w.fail(f"{at}.tools", "must be an array of tool names")
         out.append(
             AgentInfo(
-                str_(w, a, "name", f"agents[{k}].name", None),
-                str_(w, a, "description", f"agents[{k}].description"),
-                str_(w, a, "tier", f"agents[{k}].tier"),
+                str_(w, a, "name", f"{at}.name", None),
+                str_(w, a, "description", f"{at}.description"),
+                str_(w, a, "tier", f"{at}.tier"),
                 tuple(tools),
             )
         )
