@@ -14,6 +14,8 @@ from agentloop.analysis.breakdown import path_tally
 from agentloop.analysis.columnar import Columns, columns_of
 from agentloop.analysis.flat import Graph, interleave
 from agentloop.analysis.graph import build_graph
+from agentloop.analysis.lateness import of_trace
+from agentloop.analysis.report import unsplit_calls, unsplit_fields, unsplit_json
 from agentloop.analysis.synthetic import (
     StepSpec,
     TraceBuilder,
@@ -89,6 +91,28 @@ def odd_edges() -> Trace:
     return b.trace()
 
 
+def late_and_unsplit() -> TraceBuilder:
+    """Two model calls measured under load (issue 28's lateness attributes), one not, and an
+    imported call whose phases nothing split (issue 25)."""
+    b = TraceBuilder()
+    run = b.start("run", "invoke_agent demo", 0)
+    prev: list[str] = []
+    for k, (err, late) in enumerate(((0.031, True), (0.002, False), (0.25, True), (None, False))):
+        st = b.start("step", f"step {k + 1}", k * S, run, prev, step=k + 1)
+        m = b.start("model", "chat demo", k * S + MS, st, step=k + 1)
+        attrs = model_attrs(k * S + MS, 100 * MS, 0, 30, 60.0, step=k + 1)
+        if err is not None:
+            attrs |= {"timing_error_s": err, "timing_under_load": late, "loop_lag_max_s": err / 2}
+        else:
+            attrs["unknown"] = ["timing.t_first_visible"]
+        b.end(m, k * S + 800 * MS, **attrs)
+        b.end(st, k * S + 900 * MS)
+        prev = [st]
+    b.end(run, 4 * S)
+    b.finish(4 * S)
+    return b
+
+
 SHAPES: dict[str, Callable[[], Trace]] = {
     "agent": lambda: parse_lines(list(agent_lines(40))),
     "agent, 5 tools": lambda: parse_lines(list(agent_lines(25, tools_per_step=5))),
@@ -114,6 +138,7 @@ SHAPES: dict[str, Callable[[], Trace]] = {
     "failed for good": failed_for_good,
     "odd edges": odd_edges,
     "empty": lambda: TraceBuilder().trace(),
+    "late and unsplit": lambda: late_and_unsplit().trace(),
     **{f"reference {p.stem}": (lambda p=p: load_trace(p)) for p in REFERENCE},
 }
 SCENARIOS = [
@@ -138,6 +163,44 @@ def test_vectorised_whatif_equals_the_loops(name):
     vg = vector.build(columns_of(g))
     for sc in SCENARIOS:
         assert whatif(g, sc) == vwhatif.whatif(vg, sc), sc.label
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_the_columns_carry_the_lateness_and_unsplit_calls_of_the_trace(name):
+    """The widening line's lateness and the note's unsplit calls are the trace's, through the
+    cache too: the two paths' documents agree to the last field."""
+    trace = SHAPES[name]()
+    c = columns_of(build_graph(trace))
+    assert c.lateness == of_trace(trace)
+    assert unsplit_fields(list(c.unsplit)) == unsplit_json(trace)
+    back = store.from_table(store.to_table(c, {}))
+    assert (back.lateness, back.unsplit) == (c.lateness, c.unsplit)
+
+
+def test_the_lateness_shape_is_under_load_and_unsplit():
+    """The shape above says what it is meant to (else the parity over it proves little)."""
+    trace = late_and_unsplit().trace()
+    late = of_trace(trace)
+    assert (late.measured, late.under_load) == (3, 2) and late.sum_bound_s > 0.28
+    assert [c["step"] for c in unsplit_calls(trace)] == [4]
+
+
+def test_the_whatif_command_says_the_same_from_the_columns(tmp_path: Path, capsys):
+    """``whatif --json`` and its text on the loops (no cache) and on the columns (a cache
+    beside the trace) print the same, the lateness line and the unsplit note included."""
+    from agentloop.cli import main
+
+    p = late_and_unsplit().write(tmp_path / "run.jsonl")
+    out = []
+    for cached in (False, True):
+        if cached:
+            store.load_columns(p)
+        for args in (["--speedup", "4", "--json"], ["--speedup", "4"]):
+            assert main(["whatif", str(p), *args]) == 0
+            out.append(capsys.readouterr().out)
+    assert store.read_cache(p) is not None
+    assert out[:2] == out[2:]
+    assert "measured under load: 2 of 3" in out[1] and "could not be split" in out[1]
 
 
 @pytest.mark.parametrize("name", list(SHAPES))
@@ -296,3 +359,45 @@ def test_the_run_end_hook_caches_big_traces_only(tmp_path: Path, trace_file: Pat
     junk.write_bytes(b"not json\n" * (store.COLUMNAR_BYTES // 9 + 1))
     store.cache_trace(junk)
     assert not store.cache_path(junk).exists()
+
+
+def test_the_suite_whatif_on_columns_equals_the_loops(tmp_path: Path):
+    """``whatif SUITE --tier`` from each run's columnar cache gives every figure the loops give
+    (times, schedules, costs at both prices, skipped runs), and writes the caches it uses."""
+    from agentloop.config.tiers import get_tier, load_tiers
+    from agentloop.suite.records import RunRecord, Suite, write_suite
+    from agentloop.suite.whatif import suite_whatif
+
+    (tmp_path / "traces").mkdir()
+    runs = []
+    for k in range(6):
+        name = f"traces/run-{k}.jsonl"
+        lines = list(agent_lines(5 + 3 * k, task=f"task-{k % 2}"))
+        if k == 5:
+            lines = lines[:-1]  # no end record: left out, and said so
+        (tmp_path / name).write_bytes(b"".join(ln + b"\n" for ln in lines))
+        runs.append(
+            RunRecord(
+                f"task-{k % 2}",
+                "t",
+                1 + k // 2,
+                "sim-standard",
+                "ok",
+                "",
+                True,
+                9.0,
+                5,
+                name,
+                float(k),
+                float(k) + 9.0,
+            )
+        )
+    runs.append(RunRecord("task-0", "t", 9, "sim-standard", "error", "", None, 0, 0, None, 0, 1))
+    write_suite(tmp_path, Suite("sim-standard", 2, 3, 20.0, runs))
+    tier = get_tier(load_tiers(None), "sim-ultrafast", "--tier")
+    loops = suite_whatif(tmp_path, tier, 2, columns=False)
+    assert not list(tmp_path.glob("traces/.agentloop-cache/*"))
+    assert suite_whatif(tmp_path, tier, 2) == loops
+    assert len(list(tmp_path.glob("traces/.agentloop-cache/*"))) == 6
+    assert suite_whatif(tmp_path, tier, 2) == loops  # from the caches
+    assert loops.cost_b_usd and len(loops.notes) == 2 and loops.run_time_b_s < loops.run_time_a_s

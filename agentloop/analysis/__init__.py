@@ -1,9 +1,33 @@
-"""Analysis of recorded traces: attribution, critical path, report, what-if re-timing, compare."""
+"""Analysis of recorded traces: attribution, critical path, report, what-if re-timing, compare.
 
-from agentloop.analysis.compare import Comparison, compare
-from agentloop.analysis.graph import Graph, build_graph, critical_path, retime
-from agentloop.analysis.report import Report, build_report
-from agentloop.analysis.whatif import Scenario, WhatIf, whatif
+The names below are imported on first use, not with the package: a command that needs one
+module (``whatif`` of a big trace on its columns) does not pay for all of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentloop.analysis.compare import Comparison, compare
+    from agentloop.analysis.graph import Graph, build_graph, critical_path, retime
+    from agentloop.analysis.report import Report, build_report
+    from agentloop.analysis.whatif import Scenario, WhatIf, whatif
+
+_HOME = {
+    "Comparison": "compare",
+    "compare": "compare",
+    "Graph": "graph",
+    "build_graph": "graph",
+    "critical_path": "graph",
+    "retime": "graph",
+    "Report": "report",
+    "build_report": "report",
+    "Scenario": "whatif",
+    "WhatIf": "whatif",
+    "whatif": "whatif",
+}
 
 __all__ = [
     "Comparison",
@@ -18,3 +42,9 @@ __all__ = [
     "retime",
     "whatif",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'agentloop.analysis' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"agentloop.analysis.{_HOME[name]}"), name)

@@ -15,7 +15,7 @@ so what the cache holds was checked once, and the same formulas made it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from agentloop.analysis.agents import step_text
 from agentloop.analysis.flat import Graph
+from agentloop.analysis.lateness import Lateness, of_trace
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -41,6 +42,20 @@ PART_COLUMNS = (
     "reasoning_tokens",
     "visible_tokens",
 )
+
+# every finished model call's usage, as :func:`agentloop.analysis.cost.breakdown` reads it
+USAGE_COLUMNS = ("input_tokens", "cached_input_tokens", "reasoning_tokens", "output_tokens", "step")
+
+
+class CallUsage(NamedTuple):
+    """One model call's usage from the columns (:class:`agentloop.trace.span_attrs.ModelAttrs`'
+    fields the cost reads; ``step`` 0 for none)."""
+
+    input_tokens: int
+    cached_input_tokens: int
+    reasoning_tokens: int
+    output_tokens: int
+    step: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +92,9 @@ class Columns:
     cached_tokens: I64
     end_ns: int
     tools_by_name: bool  # every tool span name books one category (see vector.tally)
+    usage: I64  # per model span with end attributes, in trace order: USAGE_COLUMNS (for cost)
+    lateness: Lateness  # the client's own lateness over the model calls (issue 28)
+    unsplit: tuple[dict[str, Any], ...]  # imported calls not split (report.unsplit_calls)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -84,6 +102,10 @@ class Columns:
     @property
     def complete(self) -> bool:
         return self.end is not None
+
+    def calls(self) -> list[CallUsage]:
+        """The model calls' usage, as the cost reads it (:attr:`usage`'s rows)."""
+        return list(map(CallUsage._make, self.usage.tolist()))
 
 
 def columns_of(g: Graph) -> Columns:
@@ -102,6 +124,7 @@ def columns_of(g: Graph) -> Columns:
     timed = np.array([m.timed for m in ms], np.bool_)
     cached = np.array([m.cached_tokens for m in ms], np.int64)
     from agentloop.analysis.attribution import tool_category
+    from agentloop.analysis.report import unsplit_calls
 
     kinds = g.kinds
     cats = [
@@ -144,4 +167,20 @@ def columns_of(g: Graph) -> Columns:
         cached_tokens=cached,
         end_ns=g.end_ns,
         tools_by_name=not by_name,
+        usage=np.array(
+            [
+                (
+                    m.input_tokens,
+                    m.cached_input_tokens,
+                    m.reasoning_tokens,
+                    m.output_tokens,
+                    m.step or 0,
+                )
+                for m in (s.model for s in trace.of_kind("model"))
+                if m is not None
+            ],
+            np.int64,
+        ).reshape(-1, len(USAGE_COLUMNS)),
+        lateness=of_trace(trace),
+        unsplit=tuple(unsplit_calls(trace)),
     )

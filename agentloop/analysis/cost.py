@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from agentloop.model.prices import CATEGORIES, Prices, cost_parts
 from agentloop.trace.reader import Trace
@@ -26,7 +26,23 @@ class CostBreakdown:
     placeholder: bool
 
 
-def breakdown(model_attrs: Iterable[ModelAttrs | None], prices: Prices | None) -> CostBreakdown:
+class CallTokens(Protocol):
+    """What the cost reads of a model call: its typed end attributes (:class:`ModelAttrs`), or
+    a row of a trace's columns (:class:`agentloop.analysis.columnar.CallUsage`)."""
+
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def cached_input_tokens(self) -> int: ...
+    @property
+    def reasoning_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def step(self) -> int | None: ...
+
+
+def breakdown(model_attrs: Iterable[CallTokens | None], prices: Prices | None) -> CostBreakdown:
     """Cost of a run's model spans (their typed end attributes, ``SpanRecord.model``; None for
     a span still in flight) at ``prices``, by category and step."""
     cats = dict.fromkeys(CATEGORIES, 0.0)

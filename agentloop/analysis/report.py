@@ -402,7 +402,12 @@ def unsplit_note(calls: list[dict[str, Any]]) -> str:
 def unsplit_json(trace: Any) -> dict[str, Any]:
     """``unsplit_calls`` and ``unsplit_fix`` for a JSON document, or nothing when all are split
     (old traces' documents stay as they were)."""
-    calls = unsplit_calls(trace)
+    return unsplit_fields(unsplit_calls(trace))
+
+
+def unsplit_fields(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`unsplit_json` of the calls :func:`unsplit_calls` found (a trace's columns keep
+    them)."""
     return {"unsplit_calls": calls, "unsplit_fix": UNSPLIT_FIX} if calls else {}
 
 

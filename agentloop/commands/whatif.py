@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
-from agentloop.analysis.graph import build_graph, gc_paused
-from agentloop.analysis.report import unsplit_json, unsplit_note
-from agentloop.analysis.whatif import (
-    Scenario,
-    WhatIf,
-    render_whatif,
-    whatif,
-    whatif_json,
-    with_lateness,
-)
-from agentloop.commands.report import analysis_status, emit_json, load_for_analysis
-from agentloop.config.routing import Routing
+from agentloop.analysis.graph import gc_paused
+from agentloop.analysis.report import unsplit_fields, unsplit_note
+from agentloop.analysis.whatif import Scenario, WhatIf, render_whatif, whatif_json
+from agentloop.commands.report import analysis_status, emit_json
 from agentloop.config.tiers import get_tier, load_tiers, require_profile
 from agentloop.errors import ConfigError
 
@@ -99,7 +92,8 @@ async def main(args: argparse.Namespace) -> int:
 
 def _whatif_file(path: Path, scenario: Scenario) -> tuple[WhatIf, dict[str, Any]]:
     """A big trace on its columns (cached beside it), a small one with the loops: one result,
-    with the imported calls that could not be split (:func:`unsplit_json`; a big trace is ours)."""
+    with the client's lateness and the imported calls that could not be split
+    (:func:`unsplit_fields`), the same from either."""
     from agentloop.analysis import store
 
     with analysis_status(path), gc_paused():
@@ -108,7 +102,15 @@ def _whatif_file(path: Path, scenario: Scenario) -> tuple[WhatIf, dict[str, Any]
         from agentloop.analysis import vector, vwhatif
 
         with gc_paused():  # a row per step: 200,000 objects in a long run, no cycles
-            return vwhatif.whatif(vector.build(columns), scenario), {}
+            w = vwhatif.whatif(vector.build(columns), scenario)
+        return dataclasses.replace(w, lateness=columns.lateness), unsplit_fields(
+            list(columns.unsplit)
+        )
+    from agentloop.analysis.graph import build_graph
+    from agentloop.analysis.report import unsplit_json
+    from agentloop.analysis.whatif import whatif, with_lateness
+    from agentloop.commands.report import load_for_analysis
+
     trace = load_for_analysis(path)
     return with_lateness(whatif(build_graph(trace), scenario), trace), unsplit_json(trace)
 
@@ -144,6 +146,10 @@ async def _mix(args: argparse.Namespace) -> int:
         routing, source = load_plan(args.routing), str(args.routing)
     else:
         routing, source = parse_routes(args.route), "--route"
+    from agentloop.analysis.graph import build_graph
+    from agentloop.commands.report import load_for_analysis
+    from agentloop.config.routing import Routing
+
     trace = await asyncio.to_thread(load_for_analysis, args.trace)
     g = build_graph(trace)
     # the tiers file's profiles and prices (as `route` and `whatif --tier` use), else the

@@ -5,6 +5,12 @@ Folder A, tier B, concurrency N: each run's predicted time
 suite's wall time on N workers by list scheduling in A's start order: each run's slot is its
 recorded slot (set-up, check) with its run time replaced by the prediction. The same schedule
 with the measured times is shown beside the measured wall time.
+
+Each run is read from its columnar cache (:mod:`agentloop.analysis.store`, made on first use
+whatever the trace's size) and predicted on arrays (:func:`agentloop.analysis.vwhatif.
+predict_ns`): a suite of 1,000 runs is answered in seconds once its caches exist, where loading
+every trace took minutes. ``columns=False`` takes the loops over each loaded trace instead,
+with the same figures (the parity test compares the two).
 """
 
 from __future__ import annotations
@@ -17,12 +23,11 @@ from typing import Any
 
 from agentloop.analysis._table import table
 from agentloop.analysis.cost import breakdown
-from agentloop.analysis.graph import Graph
-from agentloop.analysis.whatif import Scenario, predict_ns
+from agentloop.analysis.whatif import Scenario
 from agentloop.config.tiers import Tier
 from agentloop.errors import ConfigError
 from agentloop.model.prices import Prices
-from agentloop.suite.compare import load
+from agentloop.suite.records import RunRecord, Suite, load_suite
 from agentloop.suite.stats import mean
 
 
@@ -69,37 +74,104 @@ class SuiteWhatIf:
     notes: list[str]
 
 
-def _cost(g: Graph, prices: Prices | None) -> float | None:
-    if prices is None:
+@dataclass(frozen=True)
+class _Run:
+    """One finished run's figures: measured and predicted agent time, tokens at both prices."""
+
+    record: RunRecord
+    a_s: float
+    p_s: float
+    cost_a: float | None
+    cost_b: float | None
+
+
+def _runs(
+    folder: Path, suite: Suite, sc: Scenario, prices_b: Prices | None, columns: bool
+) -> tuple[list[_Run], list[str]]:
+    """Every run with a readable, finished trace (``skipped`` says why the others are left
+    out), its prices A those of the first such run's tier."""
+    runs: list[_Run] = []
+    skipped: list[str] = []
+    prices_a: Prices | None = None
+    for r in suite.runs:
+        if not r.trace or not (folder / r.trace).is_file():
+            skipped.append(f"{r.task} #{r.repeat}: no trace")
+            continue
+        got = (_on_columns if columns else _on_loops)(folder / r.trace, sc)
+        if got is None:
+            skipped.append(f"{r.task} #{r.repeat}: trace incomplete")
+            continue
+        measured, predicted, prices, calls = got
+        if not runs:
+            prices_a = prices
+        runs.append(
+            _Run(
+                r,
+                measured / 1e9,
+                predicted / 1e9,
+                _cost(calls, prices_a),
+                _cost(calls, prices_b),
+            )
+        )
+    return runs, skipped
+
+
+def _cost(calls: list[Any], prices: Prices | None) -> float | None:
+    return None if prices is None else breakdown(calls, prices).total_usd
+
+
+def _on_columns(path: Path, sc: Scenario) -> tuple[int, int, Prices | None, list[Any]] | None:
+    from agentloop.analysis import store, vector, vwhatif
+    from agentloop.trace.header import parse_header
+
+    c = store.load_columns(path)
+    if not c.complete:
         return None
-    return breakdown((s.model for s in g.trace.of_kind("model")), prices).total_usd
+    vg = vector.build(c)
+    prices = parse_header(c.header, path).tier.prices
+    return vg.measured_ns, vwhatif.predict_ns(vg, sc), prices, c.calls()
 
 
-def suite_whatif(a_dir: Path, tier: Tier, concurrency: int | None = None) -> SuiteWhatIf:
+def _on_loops(path: Path, sc: Scenario) -> tuple[int, int, Prices | None, list[Any]] | None:
+    from agentloop.analysis.graph import build_graph
+    from agentloop.analysis.whatif import predict_ns
+    from agentloop.trace.reader import load_trace
+
+    g = build_graph(load_trace(path))
+    if not g.trace.complete:
+        return None
+    calls = [s.model for s in g.trace.of_kind("model")]
+    return g.measured_ns, predict_ns(g, sc), g.trace.run.tier.prices, calls
+
+
+def suite_whatif(
+    a_dir: Path, tier: Tier, concurrency: int | None = None, columns: bool = True
+) -> SuiteWhatIf:
     """Predict suite folder A's wall time and cost on ``tier`` with ``concurrency`` workers
     (default: the concurrency A ran with)."""
-    A = load(a_dir)
-    if not A.runs:
-        raise ConfigError(f"{a_dir}: no finished runs to predict from")
+    suite = load_suite(a_dir)
     if concurrency is not None and concurrency < 1:
         raise ConfigError(f"--concurrency must be at least 1 (got {concurrency})")
-    n = concurrency or A.suite.concurrency
     if tier.profile is None:
         raise ConfigError(
             f"tier '{tier.name}' has no speed profile to predict with "
             f"(agentloop probe --tier {tier.name} --write measures one)"
         )
     sc = Scenario.tier(tier.name, tier.profile)
-    a_prices = A.graphs[0].trace.run.tier.prices
-    order = sorted(range(len(A.runs)), key=lambda i: A.runs[i].started_s)
-    a_s = [g.measured_ns / 1e9 for g in A.graphs]
-    p_s = [predict_ns(g, sc) / 1e9 for g in A.graphs]
-    slot = [max(0.0, (r.ended_s - r.started_s) - a) for r, a in zip(A.runs, a_s, strict=True)]
+    runs, skipped = _runs(a_dir, suite, sc, tier.prices, columns)
+    if not runs:
+        raise ConfigError(f"{a_dir}: no finished runs to predict from")
+    n = concurrency or suite.concurrency
+    priced_a = runs[0].cost_a is not None
+    order = sorted(range(len(runs)), key=lambda i: runs[i].record.started_s)
+    a_s = [r.a_s for r in runs]
+    p_s = [r.p_s for r in runs]
+    slot = [max(0.0, (r.record.ended_s - r.record.started_s) - r.a_s) for r in runs]
     by: dict[str, list[int]] = {}
-    for i, r in enumerate(A.runs):
-        by.setdefault(r.task, []).append(i)
-    ca = [_cost(g, a_prices) for g in A.graphs]
-    cb = [_cost(g, tier.prices) for g in A.graphs]
+    for i, r in enumerate(runs):
+        by.setdefault(r.record.task, []).append(i)
+    ca = [r.cost_a for r in runs]
+    cb = [r.cost_b for r in runs]
     rows = [
         TaskWhatIf(
             name,
@@ -107,26 +179,26 @@ def suite_whatif(a_dir: Path, tier: Tier, concurrency: int | None = None) -> Sui
             mean([a_s[i] for i in ix]),
             mean([p_s[i] for i in ix]),
             sum(a_s[i] for i in ix) / sum(p_s[i] for i in ix),
-            None if a_prices is None else sum(ca[i] or 0 for i in ix) / len(ix),
+            sum(ca[i] or 0 for i in ix) / len(ix) if priced_a else None,
             None if tier.prices is None else sum(cb[i] or 0 for i in ix) / len(ix),
         )
         for name, ix in by.items()
     ]
-    placeholder = bool(tier.prices and tier.prices.placeholder) or A.suite.placeholder_prices
+    placeholder = bool(tier.prices and tier.prices.placeholder) or suite.placeholder_prices
     return SuiteWhatIf(
-        A.suite.tier,
+        suite.tier,
         tier.name,
         n,
         rows,
-        A.suite.wall_s,
-        schedule([slot[i] + a_s[i] for i in order], A.suite.concurrency),
+        suite.wall_s,
+        schedule([slot[i] + a_s[i] for i in order], suite.concurrency),
         schedule([slot[i] + p_s[i] for i in order], n),
         sum(a_s),
         sum(p_s),
-        None if a_prices is None else sum(c or 0 for c in ca),
+        sum(c or 0 for c in ca) if priced_a else None,
         None if tier.prices is None else sum(c or 0 for c in cb),
         placeholder,
-        [f"A: {s}" for s in A.skipped],
+        [f"A: {s}" for s in skipped],
     )
 
 
