@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from agentloop._version import __version__
 
 if TYPE_CHECKING:
-    from agentloop.api import RunConfig, open_task, resolve_tier, run_task
+    from agentloop.api import open_task, resolve_tier, run_task
     from agentloop.config.tasks import Limits, Task, load_task
     from agentloop.config.tiers import Tier, load_tiers
     from agentloop.errors import AgentloopError, ConfigError, ModelError, TaskFileError
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from agentloop.loop.runner import Runner
     from agentloop.model.speed import SpeedProfile
     from agentloop.trace.reader import Trace, load_trace
+    from agentloop.wiring.config import RunConfig
 
 # each public name's home module, imported on first use (PEP 562): importing a part of agentloop
 # (the suite's simulator child, a tool) loads that part and what it imports, not the whole library
@@ -26,7 +27,7 @@ _HOME = {
     "ConfigError": "agentloop.errors",
     "Limits": "agentloop.config.tasks",
     "ModelError": "agentloop.errors",
-    "RunConfig": "agentloop.api",
+    "RunConfig": "agentloop.wiring.config",
     "RunEvent": "agentloop.events",
     "RunHandle": "agentloop.handle",
     "RunResult": "agentloop.loop.ending",

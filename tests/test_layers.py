@@ -23,7 +23,8 @@ LAYERS: list[set[str]] = [
     {"service"},  # agentloop as an HTTP service
     {"suite"},  # many runs, concurrently, and their report
     {"handle", "replay", "testing"},  # front doors over the composition root
-    {"api"},  # the composition root: task, tier, client, tools, trace wired together
+    {"api"},  # the embedding API: open a task, resolve its tier, plan a run, run it
+    {"wiring"},  # the composition root: config, clients, set-up and execution of one run
     {"loadgate"},  # the process's run gate: clocks start once concurrent set-ups are done
     {"export"},  # Perfetto, OTLP, HTML
     {"analysis"},  # reading recorded traces: attribution, critical path, what-if, compare
