@@ -230,3 +230,20 @@ async def test_pruning_removes_old_task_venvs_and_keeps_the_one_in_use(own_cache
         pass
     assert [live.venv] == await asyncio.to_thread(prune, root, keep=2)
     assert sorted(recent[:2]) == sorted(p for p in root.iterdir() if p.is_dir())
+
+
+async def test_runs_waiting_for_a_first_build_leave_the_thread_pool_free(own_cache: Path) -> None:
+    """More runs of one task than the loop has pool threads, all on a cold cache, each get the
+    venv: the ones waiting for the first run's build hold no thread (they once held every one,
+    in flock, and the build, which needs the pool, never finished)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    loop = asyncio.get_running_loop()
+    pool = ThreadPoolExecutor(2)
+    loop.set_default_executor(pool)
+    envs = await asyncio.gather(*(taskenv.ensure(_task()) for _ in range(6)))
+    for env in envs:
+        assert env.hold is not None
+        env.hold.release()
+    assert {envs[0].venv} == {env.venv for env in envs}
+    assert (envs[0].venv / "bin" / "python").exists()

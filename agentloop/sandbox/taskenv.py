@@ -208,7 +208,7 @@ async def _build_unless_intact(task: Task, venv: Path, setup: SetupBuild | None)
     """Build the venv unless it is as built (under its build lock); whether it was built."""
     if await asyncio.to_thread(_intact, venv):
         return False
-    lock = await asyncio.to_thread(_lock, venv.with_name(venv.name + ".lock"))
+    lock = await _lock(venv.with_name(venv.name + ".lock"))
     try:
         if await asyncio.to_thread(_intact, venv):  # someone may have built it meanwhile
             return False
@@ -226,10 +226,24 @@ async def _build_unless_intact(task: Task, venv: Path, setup: SetupBuild | None)
         await asyncio.to_thread(os.close, lock)  # closing the descriptor drops the lock
 
 
-def _lock(path: Path) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    return fd
+LOCK_POLL_S = 0.05  # how often a run waiting for another's build tries its lock again
+
+
+async def _lock(path: Path) -> int:
+    """The build lock, waited for without a thread: two hundred runs of one task waiting for
+    its first build each blocked a thread of the default pool in ``flock``, the pool ran dry,
+    and the build itself (which needs the pool) never finished."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                await asyncio.sleep(LOCK_POLL_S)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 async def _create(task: Task, venv: Path) -> None:

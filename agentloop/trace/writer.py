@@ -1,4 +1,8 @@
-"""Append-only JSONL trace sink: one record per line, flushed to the OS as it is written."""
+"""Trace sinks and the pipeline that redacts records and hands them to the sinks, off the loop.
+
+The JSONL sink writes one record per line, flushed as written; the memory sink keeps a list; the
+pipeline runs on the trace writer thread (:mod:`agentloop.trace._thread`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import orjson
 
 from agentloop.log import get_logger
 from agentloop.redact import Processor
+from agentloop.trace import _thread
 
 
 class JsonlSink:
@@ -46,29 +51,70 @@ class MemorySink:
 
 class Pipeline:
     """Runs processors over each record, then hands it to every sink. A sink that fails is logged
-    once and dropped; it never fails the run."""
+    once and dropped; it never fails the run.
 
-    def __init__(self, sinks: list[Any], processors: list[Processor] | None = None) -> None:
+    ``background`` (the default): the processors and sinks run on the process's trace writer
+    thread (:mod:`agentloop.trace._thread`), off the event loop that times the streams; the
+    record is frozen as it is given, written in order, and :meth:`close` returns once every
+    record given before it is written and the sinks are closed. Off: all of it happens in
+    :meth:`write` itself (for a caller without an event loop to protect, and the benchmarks of
+    the processors' own cost).
+    """
+
+    def __init__(
+        self,
+        sinks: list[Any],
+        processors: list[Processor] | None = None,
+        *,
+        background: bool = True,
+    ) -> None:
         self.sinks = list(sinks)
         self.processors = list(processors or [])
+        self.background = background
+        self._closed = False
 
     def write(self, record: dict[str, Any]) -> None:
-        for proc in self.processors:
-            record = proc(record)
+        if self.background:
+            _thread.submit(self._write_frozen, _thread.snapshot(record))
+        else:
+            self._write_now(record)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.background:
+            _thread.submit(lambda _: self._close_now(), None)
+            _thread.wait_written()
+        else:
+            self._close_now()
+
+    def _write_frozen(self, item: bytes | dict[str, Any]) -> None:
+        self._write_now(_thread.thaw(item))
+
+    def _write_now(self, record: dict[str, Any]) -> None:
+        try:
+            for proc in self.processors:
+                record = proc(record)
+        except Exception as exc:  # a record the processors cannot take is dropped, said once
+            _log().error("trace processor failed; record dropped", error=str(exc))
+            return
         for sink in list(self.sinks):
             try:
                 sink.write(record)
             except Exception as exc:  # a broken sink must not end the run
-                get_logger("agentloop.trace").error(
+                _log().error(
                     "trace sink failed; dropping it", sink=type(sink).__name__, error=str(exc)
                 )
                 self.sinks.remove(sink)
 
-    def close(self) -> None:
+    def _close_now(self) -> None:
         for sink in self.sinks:
             try:
                 sink.close()
             except Exception as exc:
-                get_logger("agentloop.trace").error(
-                    "trace sink failed to close", sink=type(sink).__name__, error=str(exc)
-                )
+                _log().error("trace sink failed to close", sink=type(sink).__name__, error=str(exc))
+
+
+def _log() -> Any:
+    return get_logger("agentloop.trace")

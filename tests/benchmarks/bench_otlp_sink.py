@@ -75,7 +75,7 @@ def run(extra: list[object], tmp: Path, tag: str) -> float:
     total = 0.0
     for i, batch in enumerate(batches):
         sinks = [JsonlSink(tmp / f"{tag}-{i}.jsonl"), *extra]
-        pipe = Pipeline(sinks, [redactor(secret_values()), truncator(64_000)])
+        pipe = Pipeline(sinks, [redactor(secret_values()), truncator(64_000)], background=False)
         t0 = time.perf_counter()
         for rec in batch:
             pipe.write(rec)
