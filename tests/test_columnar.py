@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from agentloop.analysis import store, vector, vwhatif
@@ -401,3 +402,45 @@ def test_the_suite_whatif_on_columns_equals_the_loops(tmp_path: Path):
     assert len(list(tmp_path.glob("traces/.agentloop-cache/*"))) == 6
     assert suite_whatif(tmp_path, tier, 2) == loops  # from the caches
     assert loops.cost_b_usd and len(loops.notes) == 2 and loops.run_time_b_s < loops.run_time_a_s
+
+
+@pytest.mark.parametrize(
+    "prof",
+    [
+        SpeedProfile(0.2, 100_000, 750),
+        SpeedProfile(0.35, 2_500.5, 61.3, cached_prefill_tps=40_000, tpot_ms_per_1k=8.2),
+        SpeedProfile(0.108, 202, 103.6, tpot_ms_per_1k=8.2, prefill_ms_per_1k=1.81),
+        SpeedProfile(0.0, 0, 20),
+    ],
+)
+def test_the_speed_model_on_arrays_is_the_speed_model_to_the_bit(prof: SpeedProfile):
+    """vwhatif.speed_parts gives SpeedProfile.parts' floats exactly, edge cases included
+    (nothing cached, all cached, more cached than input, no reasoning, 0 or 1 visible)."""
+    rng = np.random.default_rng(7)
+    n = 5000
+    inp = rng.integers(0, 200_000, n)
+    cached = np.where(rng.random(n) < 0.3, 0, rng.integers(0, 250_000, n))
+    reasoning = np.where(rng.random(n) < 0.5, 0, rng.integers(-3, 5000, n))
+    visible = rng.integers(-1, 4000, n)
+    got = vwhatif.speed_parts(prof, inp, reasoning, visible, cached)
+    for k in range(n):
+        want = prof.parts(int(inp[k]), int(reasoning[k]), int(visible[k]), int(cached[k]))
+        assert tuple(float(x[k]) for x in got) == tuple(want), k
+
+
+def test_the_cost_on_columns_is_the_breakdown_total_to_the_bit():
+    """cost.total_of_columns of random calls (cached past input, reasoning past output) is
+    breakdown(...).total_usd exactly."""
+    from agentloop.analysis.cost import breakdown, total_of_columns
+    from agentloop.model.prices import Prices
+    from agentloop.trace.span_attrs import ModelAttrs
+
+    rng = np.random.default_rng(3)
+    usage = rng.integers(-5, 90_000, (3000, 5))
+    blank = dict.fromkeys(ModelAttrs._fields)
+    calls = [
+        ModelAttrs(**(blank | dict(zip(store.USAGE_COLUMNS, row, strict=True))))
+        for row in usage.tolist()
+    ]
+    for prices in (Prices(2.5, 0.25, 20.0), Prices(0.15, 0.075, 0.6, placeholder=True)):
+        assert total_of_columns(usage, prices) == breakdown(calls, prices).total_usd

@@ -15,7 +15,7 @@ so what the cache holds was checked once, and the same formulas made it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -45,17 +45,6 @@ PART_COLUMNS = (
 
 # every finished model call's usage, as :func:`agentloop.analysis.cost.breakdown` reads it
 USAGE_COLUMNS = ("input_tokens", "cached_input_tokens", "reasoning_tokens", "output_tokens", "step")
-
-
-class CallUsage(NamedTuple):
-    """One model call's usage from the columns (:class:`agentloop.trace.span_attrs.ModelAttrs`'
-    fields the cost reads; ``step`` 0 for none)."""
-
-    input_tokens: int
-    cached_input_tokens: int
-    reasoning_tokens: int
-    output_tokens: int
-    step: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +81,7 @@ class Columns:
     cached_tokens: I64
     end_ns: int
     tools_by_name: bool  # every tool span name books one category (see vector.tally)
-    usage: I64  # per model span with end attributes, in trace order: USAGE_COLUMNS (for cost)
+    usage: I64  # a row per model span with end attributes, in trace order: USAGE_COLUMNS
     lateness: Lateness  # the client's own lateness over the model calls (issue 28)
     unsplit: tuple[dict[str, Any], ...]  # imported calls not split (report.unsplit_calls)
 
@@ -102,10 +91,6 @@ class Columns:
     @property
     def complete(self) -> bool:
         return self.end is not None
-
-    def calls(self) -> list[CallUsage]:
-        """The model calls' usage, as the cost reads it (:attr:`usage`'s rows)."""
-        return list(map(CallUsage._make, self.usage.tolist()))
 
 
 def columns_of(g: Graph) -> Columns:

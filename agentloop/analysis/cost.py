@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from agentloop.model.prices import CATEGORIES, Prices, cost_parts
+from agentloop.model.prices import CATEGORIES, PER, Prices, cost_parts
 from agentloop.trace.reader import Trace
 from agentloop.trace.span_attrs import ModelAttrs
 
@@ -26,23 +26,7 @@ class CostBreakdown:
     placeholder: bool
 
 
-class CallTokens(Protocol):
-    """What the cost reads of a model call: its typed end attributes (:class:`ModelAttrs`), or
-    a row of a trace's columns (:class:`agentloop.analysis.columnar.CallUsage`)."""
-
-    @property
-    def input_tokens(self) -> int: ...
-    @property
-    def cached_input_tokens(self) -> int: ...
-    @property
-    def reasoning_tokens(self) -> int: ...
-    @property
-    def output_tokens(self) -> int: ...
-    @property
-    def step(self) -> int | None: ...
-
-
-def breakdown(model_attrs: Iterable[CallTokens | None], prices: Prices | None) -> CostBreakdown:
+def breakdown(model_attrs: Iterable[ModelAttrs | None], prices: Prices | None) -> CostBreakdown:
     """Cost of a run's model spans (their typed end attributes, ``SpanRecord.model``; None for
     a span still in flight) at ``prices``, by category and step."""
     cats = dict.fromkeys(CATEGORIES, 0.0)
@@ -60,6 +44,25 @@ def breakdown(model_attrs: Iterable[CallTokens | None], prices: Prices | None) -
         step = a.step or 0
         steps[step] = steps.get(step, 0.0) + sum(parts.values())
     return CostBreakdown(sum(cats.values()), cats, steps, True, prices.placeholder)
+
+
+def total_of_columns(usage: Any, prices: Prices) -> float:
+    """:func:`breakdown`'s ``total_usd`` for a trace's columns (``Columns.usage``: a row per
+    call, :data:`agentloop.analysis.columnar.USAGE_COLUMNS`): :func:`cost_parts` on arrays,
+    each category summed call after call as the loop adds them (``cumsum`` adds in order), so
+    the same float (a suite's thousand runs cost no Python call per model call)."""
+    import numpy as np
+
+    inp, cached_in, reasoning_in, output = (usage[:, k] for k in range(4))
+    cached = np.minimum(np.maximum(0, cached_in), inp)
+    reasoning = np.minimum(np.maximum(0, reasoning_in), output)
+    cols = (
+        (inp - cached) * prices.input / PER,
+        cached * prices.cached_input / PER,
+        reasoning * prices.output / PER,
+        (output - reasoning) * prices.output / PER,
+    )
+    return sum(float(np.cumsum(v)[-1]) if len(v) else 0.0 for v in cols)
 
 
 def of_trace(trace: Trace) -> CostBreakdown:

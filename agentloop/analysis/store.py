@@ -9,7 +9,7 @@ become numpy arrays without a copy: a million spans read back in tens of millise
 Parquet cache of layout 3 took about a second to decode), followed by a trailer: the CRC-32 of
 every byte before it and :data:`_MAGIC`. A cache is used only when the trailer's CRC matches,
 its metadata names the same source (size, modification time, and a digest of the file's first
-and last 64 KiB), the same cache layout (:data:`CACHE_VERSION`) and the same agentloop version,
+and last 16 KiB), the same cache layout (:data:`CACHE_VERSION`) and the same agentloop version,
 and its arrays fit together (lengths, offsets, indices in range). Anything else (the JSONL grew
 or was edited, a version bump, a truncated or garbled file) makes it stale: it is rebuilt from
 the JSONL, never trusted. A folder the cache cannot be written to costs the rebuild every time,
@@ -36,13 +36,15 @@ from agentloop.analysis.columnar import PART_COLUMNS, USAGE_COLUMNS, Columns, co
 from agentloop.analysis.lateness import Lateness
 
 # 3: a sub-run step's label names its agent (issue 23); 4: Arrow IPC with a CRC trailer instead
-# of Parquet, and the trace's lateness and unsplit calls
-CACHE_VERSION = "4"
+# of Parquet, and the trace's lateness, unsplit calls and usage; 5: a model span's numbers as
+# one list per row (the model columns took 112 MB of nulls for a million spans)
+CACHE_VERSION = "5"
 CACHE_DIR = ".agentloop-cache"
 COLUMNAR_BYTES = 4 << 20  # traces from this size on are analysed on columns (about 10,000 spans)
-_EDGE = 64 * 1024  # bytes of the source's head and tail in its digest
+_EDGE = 16 * 1024  # bytes of the source's head and tail in its digest
+MODEL_WIDTH = len(PART_COLUMNS) + 2  # a model span's numbers in the cache: parts, cached, timed
 _META = b"agentloop.columns"
-_MAGIC = b"ALC4"  # the trailer: <CRC-32 of the Arrow file, 4 bytes little-endian><_MAGIC>
+_MAGIC = b"ALC5"  # the trailer: <CRC-32 of the Arrow file, 4 bytes little-endian><_MAGIC>
 _TRAILER = struct.Struct("<I4s")
 
 
@@ -73,7 +75,6 @@ def source_key(trace: Path) -> dict[str, Any]:
 def to_table(c: Columns, key: dict[str, Any]) -> pa.Table:
     """The columns as one Arrow table; header, end record, problems and ``key`` in its
     schema metadata."""
-    n = len(c)
     after = pa.ListArray.from_arrays(pa.array(c.after_off, pa.int32()), pa.array(c.after_idx))
     cols: dict[str, Any] = {
         "id": c.ids,
@@ -90,19 +91,13 @@ def to_table(c: Columns, key: dict[str, Any]) -> pa.Table:
         "queued_ns": pa.array(c.queued_ns),
         "is_model": pa.array(c.is_model),
     }
-    # model span columns: a value in a model span's row, null elsewhere (stored as nothing)
-    rows = np.flatnonzero(c.is_model)
-
-    def spread(v: np.ndarray) -> pa.Array:
-        out = np.zeros(n, v.dtype)
-        out[rows] = v
-        return pa.array(out, mask=~c.is_model)
-
-    for k, name in enumerate(PART_COLUMNS):
-        cols[name] = spread(c.parts[:, k])
-    cols["output_tps"] = spread(c.output_tps)
-    cols["timed"] = spread(c.timed)
-    cols["cached_tokens"] = spread(c.cached_tokens)
+    # a model span's row holds its parts, cached tokens and timed flag (MODEL_WIDTH numbers)
+    # and its output speed; every other row an empty list (stored as nothing)
+    ints = np.concatenate(
+        [c.parts, c.cached_tokens[:, None], c.timed[:, None].astype(np.int64)], axis=1
+    )
+    cols["model"] = _lists(c.is_model, MODEL_WIDTH, ints.reshape(-1))
+    cols["output_tps"] = _lists(c.is_model, 1, c.output_tps)
     meta = {
         "key": key,
         "header": c.header,
@@ -117,9 +112,30 @@ def to_table(c: Columns, key: dict[str, Any]) -> pa.Table:
     return pa.table(cols).replace_schema_metadata({_META: orjson.dumps(meta)})
 
 
-def from_table(t: pa.Table) -> Columns:
-    """Columns from a cache table; ValueError/KeyError/TypeError when its arrays do not fit."""
-    meta = orjson.loads((t.schema.metadata or {})[_META])
+def _lists(rows: np.ndarray, width: int, values: np.ndarray) -> pa.Array:
+    """A list column: ``width`` of ``values`` in each marked row, an empty list elsewhere."""
+    off = np.zeros(len(rows) + 1, np.int32)
+    np.cumsum(np.where(rows, width, 0), out=off[1:])
+    return pa.ListArray.from_arrays(pa.array(off), pa.array(values))
+
+
+def _rows(t: pa.Table, name: str, rows: np.ndarray, width: int) -> np.ndarray:
+    """The values of list column ``name`` as one row of ``width`` per marked row (a view of the
+    file); ValueError unless exactly the marked rows hold ``width`` values each."""
+    col = t.column(name).combine_chunks()
+    off = np.asarray(col.offsets)
+    values = np.asarray(col.values.to_numpy(zero_copy_only=False))
+    if len(off) != len(rows) + 1 or off[0] != 0 or off[-1] != len(values):
+        raise ValueError(name)
+    if not np.array_equal(np.diff(off), np.where(rows, width, 0)):
+        raise ValueError(name)
+    return values.reshape(-1, width)
+
+
+def from_table(t: pa.Table, meta: dict[str, Any] | None = None) -> Columns:
+    """Columns from a cache table (``meta``: its metadata, if already read); ValueError,
+    KeyError or TypeError when its arrays do not fit."""
+    meta = _meta(t) if meta is None else meta
     n = t.num_rows
 
     def ints(name: str) -> np.ndarray:
@@ -149,17 +165,10 @@ def from_table(t: pa.Table) -> Columns:
     if (t1 < t0).any():
         raise ValueError("a span ends before it starts")
     is_model = bools("is_model")
-    m = int(is_model.sum())
 
-    def model(name: str, dtype: type) -> np.ndarray:
-        col = t.column(name).combine_chunks()
-        if col.null_count != n - m or len(col) != n:
-            raise ValueError(name)
-        return np.asarray(col.drop_null().to_numpy(zero_copy_only=False), dtype)
-
-    parts = np.empty((m, len(PART_COLUMNS)), np.int64)
-    for k, nm in enumerate(PART_COLUMNS):
-        parts[:, k] = model(nm, np.int64)
+    nums = _rows(t, "model", is_model, MODEL_WIDTH)
+    if ((nums[:, -1] != 0) & (nums[:, -1] != 1)).any():
+        raise ValueError("model")
     end = meta["end"]
     return Columns(
         header=meta["header"],
@@ -179,10 +188,10 @@ def from_table(t: pa.Table) -> Columns:
         in_flight=bools("in_flight"),
         queued_ns=ints("queued_ns"),
         is_model=is_model,
-        parts=parts,
-        output_tps=model("output_tps", np.float64),
-        timed=model("timed", np.bool_),
-        cached_tokens=model("cached_tokens", np.int64),
+        parts=nums[:, : len(PART_COLUMNS)],
+        output_tps=_rows(t, "output_tps", is_model, 1)[:, 0],
+        timed=nums[:, -1] == 1,
+        cached_tokens=nums[:, len(PART_COLUMNS)],
         end_ns=int(meta["end_ns"]),
         tools_by_name=bool(meta["tools_by_name"]),
         usage=np.array(meta["usage"], np.int64).reshape(-1, len(USAGE_COLUMNS)),
@@ -232,9 +241,10 @@ def read_cache(trace: Path) -> Columns | None:
     try:
         key = source_key(trace)
         t = _open(path)
-        if t is None or _meta(t).get("key") != key:
+        meta = None if t is None else _meta(t)
+        if t is None or meta is None or meta.get("key") != key:
             return None
-        return from_table(t)
+        return from_table(t, meta)
     except (OSError, pa.ArrowException, KeyError, ValueError, TypeError, orjson.JSONDecodeError):
         return None
 

@@ -142,7 +142,7 @@ def build(c: Columns) -> VGraph:
         recorded_dur=c.t1 - c.t0,
         queue=np.maximum(0, np.minimum(c.queued_ns, start_gap)),
         models=idx[c.is_model],
-        tool_code=np.asarray(tc.indices.fill_null(-1), np.int64),
+        tool_code=_codes(tc),
         tool_names=tc.dictionary.to_pylist(),
     )
 
@@ -296,9 +296,31 @@ def tally(
     return cats, steps
 
 
+def _codes(d: pa.DictionaryArray) -> I64:
+    """A dictionary column's indices, -1 for null."""
+    ix = d.indices
+    if not ix.null_count:
+        return np.asarray(ix.to_numpy(), np.int64)
+    bits, vals = ix.buffers()[:2]  # a null's slot holds any value: the validity bitmap says
+    n, at = len(ix), ix.offset
+    raw = np.frombuffer(
+        vals, dtype=ix.type.to_pandas_dtype(), count=n, offset=at * ix.type.bit_width // 8
+    )
+    valid = np.unpackbits(np.frombuffer(bits, np.uint8), bitorder="little")[at : at + n]
+    return np.where(valid.astype(np.bool_), raw.astype(np.int64), -1)
+
+
 def kind_is(c: Columns, kind: str) -> B:
     """Per span: whether its kind is ``kind``."""
-    return np.asarray(pc.equal(c.kinds, kind).fill_null(False), np.bool_)
+    k = c.kinds
+    if isinstance(k, pa.DictionaryArray) and not k.null_count:  # compare codes, not strings
+        names = k.dictionary.to_pylist()
+        if kind not in names:
+            return np.zeros(len(k), np.bool_)
+        codes: I64 = np.asarray(k.indices.to_numpy(), np.int64)
+        out: B = codes == names.index(kind)
+        return out
+    return np.asarray(pc.equal(k, kind).fill_null(False), np.bool_)
 
 
 def pair_ends(vg: VGraph, A: I64, Bv: I64) -> tuple[int, int] | None:

@@ -14,9 +14,10 @@ import numpy as np
 import pyarrow as pa
 
 from agentloop.analysis.breakdown import category_order
-from agentloop.analysis.columnar import I64
+from agentloop.analysis.columnar import F64, I64
 from agentloop.analysis.vector import VGraph, pair_ends, path_links, run_end, solve, tally
 from agentloop.analysis.whatif import CURVE_K, Contribution, Scenario, WhatIf
+from agentloop.model.speed import SpeedProfile
 
 
 def new_parts(vg: VGraph, sc: Scenario) -> I64:
@@ -32,12 +33,7 @@ def new_parts(vg: VGraph, sc: Scenario) -> I64:
             timed
         ]
         if len(keys):
-            uniq, inv = _distinct_rows(keys)
-            vals = [prof.parts(*row) for row in uniq.tolist()]
-            table = np.array(
-                [[round(b * 1e9), round(r * 1e9), round(d * 1e9)] for b, r, d in vals], np.int64
-            )
-            out[timed] = table[inv]
+            out[timed] = _profile_parts(prof, keys)
         return out
     k, p = sc.speedup, sc.prefill_speedup
     base = measured[:, 0]
@@ -46,6 +42,49 @@ def new_parts(vg: VGraph, sc: Scenario) -> I64:
     if k == 1 and p == 1:
         return measured.copy()
     return np.stack([_div(base, p), _div(measured[:, 1], k), _div(measured[:, 2], k)], axis=1)
+
+
+def _profile_parts(prof: SpeedProfile, keys: I64) -> I64:
+    """``round(x * 1e9)`` of ``prof.parts(input, reasoning, visible, cached)`` for each row of
+    ``keys``: on arrays for a plain :class:`SpeedProfile` (:func:`speed_parts`, the same float
+    operations in the same order, so the same bits), else asked once per distinct row."""
+    if type(prof) is SpeedProfile:
+        b, r, d = speed_parts(prof, keys[:, 0], keys[:, 1], keys[:, 2], keys[:, 3])
+        return np.stack([np.rint(x * 1e9) for x in (b, r, d)], axis=1).astype(np.int64)
+    uniq, inv = _distinct_rows(keys)
+    vals = [prof.parts(*row) for row in uniq.tolist()]
+    table = np.array(
+        [[round(b * 1e9), round(r * 1e9), round(d * 1e9)] for b, r, d in vals], np.int64
+    )
+    return table[inv]
+
+
+def _decode_s(prof: SpeedProfile, context: I64, n: I64) -> F64:
+    """:meth:`SpeedProfile.decode_s` on arrays."""
+    k = prof.tpot_ms_per_1k / 1e6
+    nf = n.astype(np.float64)
+    ctx = (n * np.maximum(0, context)).astype(np.float64)
+    tri = (n * (n - 1)).astype(np.float64) / 2
+    return np.where(n <= 0, 0.0, nf / prof.output_tps + k * (ctx + tri))
+
+
+def speed_parts(
+    prof: SpeedProfile, inp: I64, reasoning: I64, visible: I64, cached: I64
+) -> tuple[F64, F64, F64]:
+    """:meth:`SpeedProfile.parts` (seconds) for arrays of calls, operation for operation: every
+    int is below 2**53, so each conversion is exact and each float operation rounds as
+    Python's does (``tests/test_columnar.py`` compares the two on random calls)."""
+    c = np.minimum(np.maximum(0, cached), np.maximum(0, inp))
+    fresh = np.maximum(0, inp) - c
+    ff, cf = fresh.astype(np.float64), c.astype(np.float64)
+    pre = ff / prof.prefill_tps if prof.prefill_tps > 0 else np.zeros(len(ff))
+    if prof.prefill_ms_per_1k:
+        pre = pre + prof.prefill_ms_per_1k * ff * (cf + ff / 2) / 1e6
+    if prof.cached_prefill_tps:
+        pre = pre + cf / prof.cached_prefill_tps  # 0 where nothing was cached: x + 0.0 is x
+    base = prof.base_latency_s + pre
+    r = np.maximum(0, reasoning)
+    return base, _decode_s(prof, inp, r), _decode_s(prof, inp + r, np.maximum(0, visible - 1))
 
 
 def _distinct_rows(keys: I64) -> tuple[I64, I64]:

@@ -16,13 +16,13 @@ with the same figures (the parity test compares the two).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from agentloop.analysis._table import table
-from agentloop.analysis.cost import breakdown
+from agentloop.analysis.cost import breakdown, total_of_columns
 from agentloop.analysis.whatif import Scenario
 from agentloop.config.tiers import Tier
 from agentloop.errors import ConfigError
@@ -101,26 +101,17 @@ def _runs(
         if got is None:
             skipped.append(f"{r.task} #{r.repeat}: trace incomplete")
             continue
-        measured, predicted, prices, calls = got
+        measured, predicted, prices, cost = got
         if not runs:
             prices_a = prices
-        runs.append(
-            _Run(
-                r,
-                measured / 1e9,
-                predicted / 1e9,
-                _cost(calls, prices_a),
-                _cost(calls, prices_b),
-            )
-        )
+        runs.append(_Run(r, measured / 1e9, predicted / 1e9, cost(prices_a), cost(prices_b)))
     return runs, skipped
 
 
-def _cost(calls: list[Any], prices: Prices | None) -> float | None:
-    return None if prices is None else breakdown(calls, prices).total_usd
+_Got = tuple[int, int, Prices | None, Callable[[Prices | None], float | None]] | None
 
 
-def _on_columns(path: Path, sc: Scenario) -> tuple[int, int, Prices | None, list[Any]] | None:
+def _on_columns(path: Path, sc: Scenario) -> _Got:
     from agentloop.analysis import store, vector, vwhatif
     from agentloop.trace.header import parse_header
 
@@ -129,10 +120,14 @@ def _on_columns(path: Path, sc: Scenario) -> tuple[int, int, Prices | None, list
         return None
     vg = vector.build(c)
     prices = parse_header(c.header, path).tier.prices
-    return vg.measured_ns, vwhatif.predict_ns(vg, sc), prices, c.calls()
+
+    def cost(p: Prices | None) -> float | None:
+        return None if p is None else total_of_columns(c.usage, p)
+
+    return vg.measured_ns, vwhatif.predict_ns(vg, sc), prices, cost
 
 
-def _on_loops(path: Path, sc: Scenario) -> tuple[int, int, Prices | None, list[Any]] | None:
+def _on_loops(path: Path, sc: Scenario) -> _Got:
     from agentloop.analysis.graph import build_graph
     from agentloop.analysis.whatif import predict_ns
     from agentloop.trace.reader import load_trace
@@ -141,7 +136,11 @@ def _on_loops(path: Path, sc: Scenario) -> tuple[int, int, Prices | None, list[A
     if not g.trace.complete:
         return None
     calls = [s.model for s in g.trace.of_kind("model")]
-    return g.measured_ns, predict_ns(g, sc), g.trace.run.tier.prices, calls
+
+    def cost(p: Prices | None) -> float | None:
+        return None if p is None else breakdown(calls, p).total_usd
+
+    return g.measured_ns, predict_ns(g, sc), g.trace.run.tier.prices, cost
 
 
 def suite_whatif(

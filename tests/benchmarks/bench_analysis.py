@@ -18,8 +18,8 @@ memory from ``wait4``): ``whatif --tier sim-ultrafast`` and ``report`` cold (no 
 the checked load, then the cache is written) and warm (the cache read back), beside the
 ``orjson.loads`` floor (targets: warm <= 3 s, cold <= 1.5x the floor, peak memory <= 2x the
 cache). Last, a suite of SUITE_RUNS traces (default 1,000 runs of 200 steps: about 1M spans in
-all): ``agentloop whatif SUITE --tier sim-ultrafast`` as the command runs it today, and every
-run predicted on its columns, cold and warm (target warm <= 5 s).
+all): ``agentloop whatif SUITE --tier sim-ultrafast`` cold (every run's cache written) and warm
+(target <= 5 s), beside the same prediction on the loops. Load averages are printed beside.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from agentloop.analysis import store, vector, vwhatif  # noqa: E402
+from agentloop.analysis import store  # noqa: E402
 from agentloop.analysis.graph import Graph, build_graph, load_quickly  # noqa: E402
 from agentloop.analysis.synthetic import agent_lines  # noqa: E402
 from agentloop.analysis.whatif import Scenario, WhatIf, predict_ns, whatif  # noqa: E402
@@ -205,8 +205,9 @@ def cli(args: list[str]) -> tuple[float, float]:
 
 
 def end_to_end(path: Path, rounds: int) -> dict[str, list[tuple[float, float]]]:
-    """whatif and report, cold (cache removed first) and warm, ``rounds`` times each."""
-    seen: dict[str, list[tuple[float, float]]] = {}
+    """whatif and report, cold (cache removed first) and warm, ``rounds`` times each, beside
+    the ``orjson.loads`` floor in a fresh process of the same moment."""
+    seen: dict[str, list[tuple[float, float]]] = {"load": [(load_average(), 0.0)]}
     for _ in range(rounds):
         for cmd in ("whatif", "report"):
             args = [cmd, str(path), "--json"]
@@ -219,12 +220,30 @@ def end_to_end(path: Path, rounds: int) -> dict[str, list[tuple[float, float]]]:
                 mb = cache.stat().st_size / 1e6 if cache.is_file() else math.nan
                 seen["cache MB"] = [(mb, 0.0)]
             seen.setdefault(f"{cmd} warm", []).append(cli(args))
+        seen.setdefault("floor", []).append(float_floor(path))
+    seen["load"].append((load_average(), 0.0))
     return seen
+
+
+def float_floor(path: Path) -> tuple[float, float]:
+    """The ``orjson.loads`` floor, a fresh process (as compare_loads times it)."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--load", "plain", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return float(out), 0.0
 
 
 def print_end_to_end(ends: dict[str, list[tuple[float, float]]], plain: float) -> None:
     cache_mb = ends["cache MB"][0][0]
-    print(f"end to end (fresh agentloop process to answer; columnar cache {cache_mb:.0f} MB):")
+    plain = min(x for x, _ in ends["floor"])
+    print(
+        f"end to end (fresh agentloop process to answer; columnar cache {cache_mb:.0f} MB; "
+        f"load average {ends['load'][0][0]:.2f} -> {ends['load'][1][0]:.2f}; orjson floor of "
+        f"the same moment {plain:.2f} s, runs {', '.join(f'{x:.2f}' for x, _ in ends['floor'])}):"
+    )
     for key, target in (
         ("whatif cold", f"target <= 1.5x floor = {1.5 * plain:.2f} s"),
         ("whatif warm", "target <= 3 s"),
@@ -240,7 +259,11 @@ def print_end_to_end(ends: dict[str, list[tuple[float, float]]], plain: float) -
 
 
 def suite_figures(folder: Path, n: int) -> dict[str, float]:
-    """A suite folder of ``n`` runs of 200 steps; the command's time and the columnar one."""
+    """A suite folder of ``n`` runs of 200 steps: ``whatif SUITE --tier`` as the command runs
+    it (each run from its columnar cache: cold writes them, warm reads them; fresh processes),
+    and the same prediction on the loops (every trace loaded, in this process)."""
+    from agentloop.suite.whatif import suite_whatif
+
     (folder / "traces").mkdir(parents=True)
     runs = []
     for k in range(n):
@@ -265,25 +288,38 @@ def suite_figures(folder: Path, n: int) -> dict[str, float]:
         )
     write_suite(folder, Suite("sim-standard", 8, n // 20, float(n), runs))
     args = ["whatif", str(folder), "--tier", "sim-ultrafast", "--json"]
-    out = {"command": cli(args)[0]}
+    out = {"load before": load_average()}
+    out["command cold"] = cli(args)[0]
+    out["command warm"], out["warm peak MB"] = cli(args)
+    out["load between"] = load_average()
     tier = get_tier(load_tiers(None), "sim-ultrafast", "tiers.toml")
-    sc = Scenario.tier(tier.name, tier.profile)
-    paths = [folder / r.trace for r in runs if r.trace]
-    for label in ("columns cold", "columns warm"):
-        t = time.perf_counter()
-        total = sum(vwhatif.predict_ns(vector.build(store.load_columns(p)), sc) for p in paths)
-        out[label] = time.perf_counter() - t
-    out["predicted s"] = total / 1e9
+    t = time.perf_counter()
+    loops = suite_whatif(folder, tier, columns=False)
+    out["loops"] = time.perf_counter() - t
+    out["same"] = float(suite_whatif(folder, tier) == loops)
+    out["load after"] = load_average()
     return out
 
 
 def print_suite(s: dict[str, float], n: int) -> None:
     print(f"suite of {n:,} runs of 200 steps (~{n * 1001:,} spans), whatif --tier sim-ultrafast:")
-    print(f"  command (suite/compare.py, the loops, every trace loaded) {s['command']:6.2f} s")
     print(
-        f"  every run on its columns: cold {s['columns cold']:6.2f} s (caches written), "
-        f"warm {s['columns warm']:6.2f} s (target <= 5 s; in process)"
+        f"  command, each run from its columnar cache: cold {s['command cold']:6.2f} s (caches "
+        f"written), warm {s['command warm']:6.2f} s (target <= 5 s; peak {s['warm peak MB']:.0f} MB)"
     )
+    print(
+        f"  the loops (every trace loaded and its graph built) {s['loops']:6.2f} s; "
+        f"the same figures: {bool(s['same'])}"
+    )
+    print(
+        f"  load average before / between / after: {s['load before']:.2f} / "
+        f"{s['load between']:.2f} / {s['load after']:.2f}"
+    )
+
+
+def load_average() -> float:
+    """The one-minute load average (the machine is shared: figures are read beside it)."""
+    return float(Path("/proc/loadavg").read_text().split()[0])
 
 
 def analyse(trace: Trace) -> tuple[float, list[float], float, Graph, WhatIf, int]:
