@@ -8,8 +8,8 @@ from pathlib import Path
 
 import orjson
 
-from agentloop.analysis import build_graph, build_report, whatif
-from agentloop.analysis.whatif import Scenario
+from agentloop.analysis import build_graph, build_report
+from agentloop.analysis.whatif import Scenario, whatif
 from agentloop.api import run_task
 from agentloop.trace.reader import load_trace, parse_lines
 from tests.test_suite import task_file

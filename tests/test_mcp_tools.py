@@ -12,6 +12,7 @@ import os
 import uuid
 from pathlib import Path
 
+import orjson
 import pytest
 
 from agentloop import run_task
@@ -67,6 +68,18 @@ async def test_git_and_time_servers_answer_in_a_run(
         "convert_time",
     } <= offered
     assert "git_commit" not in offered  # mcp:git/TOOL names one tool only
+    trace = load_trace(result.trace_path)
+    parts = {s.name: s for s in trace.outside.values() if s.kind == "setup"}
+    assert {"set-up", "model client", "mcp git", "mcp time"} <= set(parts)
+    git, setup = parts["mcp git"], parts["set-up"]
+    assert "ok" == git.status and "git_status" in git.attrs[A.MCP_TOOLS]
+    assert "git" == git.attrs[A.MCP_SERVER] and git.parent == setup.id
+    assert parts["model client"].t1 is not None and parts["model client"].t1 <= git.t0
+    # the trace opened at the run's first moment: line 1 lists the tools known then (none of
+    # the servers'), the setup span's end the tools as offered, which the reader puts back
+    line1 = orjson.loads(Path(result.trace_path).read_bytes().splitlines()[0])
+    assert "mcp_servers" not in line1 and "git_status" not in {t["name"] for t in line1["tools"]}
+    assert [t["name"] for t in header["tools"]] == [t["name"] for t in setup.attrs["tools"]]
     assert 0 == await asyncio.to_thread(main, ["report", result.trace_path])
     text = capsys.readouterr().out
     assert "tool:git_status" in text and "tool:get_current_time" in text
@@ -146,6 +159,11 @@ async def test_a_server_that_cannot_start_leaves_the_run_going(tmp_path: Path) -
     assert "exited (code 3)" in rec["quits"]["error"] and "no database" in rec["quits"]["error"]
     [echo] = tool_spans(result.trace_path)["echo"]
     assert echo.attrs[A.OK] is False and "MCP server 'gone' is not running" in echo.attrs[A.OUTPUT]
+    parts = {s.name: s for s in trace.outside.values()}  # each server's start, a timed part
+    gone, quits = parts["mcp gone"], parts["mcp quits"]
+    assert ("error", "error") == (gone.status, quits.status)
+    assert rec["gone"]["error"] == gone.attrs[A.ERROR] and [] == gone.attrs[A.MCP_TOOLS]
+    assert "no database" in quits.attrs[A.ERROR] and quits.t1 is not None
 
 
 def _processes_with(marker: str) -> list[int]:
@@ -187,7 +205,11 @@ def test_name_clash_is_exit_2_naming_both(
     assert 2 == main(["run", str(task), "--trace-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert "'echo' of MCP server 'b' and of MCP server 'a'" in err
-    assert [] == list(tmp_path.glob("*.jsonl"))  # refused before the trace opened
+    [path] = tmp_path.glob("*.jsonl")  # the clash is known once both listed their tools
+    end = load_trace(path).end
+    assert end is not None and "error" == end["status"]
+    assert end["reason"].startswith("set-up failed: tool name clash: 'echo' of MCP server 'b'")
+    path.unlink()
     builtin = "  a: {command: python, args: [fault_server.py, --also, read_file]}"
     task = fault_task(tmp_path, ["echo"], servers=builtin, tools='read_file, "mcp:a"')
     assert 2 == main(["run", str(task), "--trace-dir", str(tmp_path)])

@@ -5,17 +5,21 @@ the same with it or without it, and a run killed while setting up leaves a loada
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 from agentloop.api import run_task
 from agentloop.trace.reader import load_trace
 from tests.test_check_span import figures
 from tests.test_suite import task_file
+
+SETTING_UP = b'"setup commands"'  # in the trace once the setup commands' part has begun
 
 
 async def test_the_setup_is_a_span_outside_the_agent_time(tmp_path: Path) -> None:
@@ -28,7 +32,11 @@ async def test_the_setup_is_a_span_outside_the_agent_time(tmp_path: Path) -> Non
     trace = load_trace(path)
     setups = [s for s in trace.outside.values() if s.kind == "setup"]
     [setup] = [s for s in setups if s.parent is None]
-    assert {s.name for s in setups} == {"set-up", "workspace", "model client"}
+    assert {s.name for s in setups} == {"set-up", "copy", "jail", "setup commands", "model client"}
+    parts = sorted((s for s in setups if s.parent == setup.id), key=lambda s: s.t0)
+    assert ["copy", "jail", "setup commands", "model client"] == [s.name for s in parts]
+    assert all(a.t1 is not None and a.t1 <= b.t0 for a, b in itertools.pairwise(parts))
+    assert parts[2].t1 is not None and parts[2].t1 - parts[2].t0 >= 200_000_000  # the sleep
     assert setup.t1 is not None and setup.t1 - setup.t0 >= 200_000_000
     run = next(s for s in trace.spans.values() if s.kind == "run")
     assert setup.t1 <= run.t0  # before the run span, not in it
@@ -54,7 +62,7 @@ async def test_a_run_killed_in_its_setup_leaves_a_trace(tmp_path: Path) -> None:
     )  # fmt: skip
     try:
         async with asyncio.timeout(60):
-            while not any(b"workspace" in p.read_bytes() for p in traces.glob("*.jsonl")):
+            while not any(SETTING_UP in p.read_bytes() for p in traces.glob("*.jsonl")):
                 await asyncio.sleep(0.05)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -63,7 +71,7 @@ async def test_a_run_killed_in_its_setup_leaves_a_trace(tmp_path: Path) -> None:
     trace = load_trace(path)
     assert not trace.complete and trace.run.task.name == "slow"
     open_parts = {s.name for s in trace.outside.values() if s.t1 is None}
-    assert {"set-up", "workspace"} <= open_parts
+    assert {"set-up", "setup commands"} == open_parts
     assert not trace.spans
     from agentloop.analysis import build_graph, build_report
     from agentloop.analysis.report import render_report
@@ -109,7 +117,10 @@ async def test_report_shows_both_times_labelled(tmp_path: Path) -> None:
     assert report_document(old)["wall_s"] is None
 
 
-async def test_ctrl_c_in_the_setup_says_its_trace_holds_the_setup(tmp_path: Path) -> None:
+async def test_ctrl_c_in_the_setup_ends_its_trace_cancelled_in_the_set_up(tmp_path: Path) -> None:
+    """SIGINT while the setup commands run: exit 130, one line naming the trace, and a trace
+    that loads complete: the setup span and its part cancelled, the end record saying the run
+    was cancelled during the set-up, no run span; the report says so."""
     task = task_file(
         tmp_path, "slow", extra="setup: [\"python -c 'import time; time.sleep(60)'\"]\n"
     )
@@ -122,7 +133,7 @@ async def test_ctrl_c_in_the_setup_says_its_trace_holds_the_setup(tmp_path: Path
     )  # fmt: skip
     try:
         async with asyncio.timeout(60):
-            while not any(b"workspace" in p.read_bytes() for p in traces.glob("*.jsonl")):
+            while not any(SETTING_UP in p.read_bytes() for p in traces.glob("*.jsonl")):
                 await asyncio.sleep(0.05)
             proc.send_signal(signal.SIGINT)
             assert proc.stderr is not None
@@ -133,6 +144,42 @@ async def test_ctrl_c_in_the_setup_says_its_trace_holds_the_setup(tmp_path: Path
             os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
     [path] = traces.glob("*.jsonl")
-    assert f"agentloop: interrupted; trace at {path} (stopped in its set-up" in err
-    [setup] = [s for s in load_trace(path).outside.values() if s.parent is None]
+    said = f"agentloop: interrupted; trace at {path} (stopped in its set-up: closed with status "
+    assert err.startswith(said) and 1 == len(err.splitlines())
+    trace = load_trace(path)
+    assert trace.complete and not trace.spans and [] == trace.problems
+    assert ("cancelled", "cancelled during set-up", 0) == (
+        trace.end["status"], trace.end["reason"], trace.end["steps"]
+    )  # fmt: skip
+    [setup] = [s for s in trace.outside.values() if s.parent is None]
     assert setup.kind == "setup" and setup.status == "cancelled"
+    [commands] = [s for s in trace.outside.values() if s.name == "setup commands"]
+    assert "cancelled" == commands.status and commands.t1 is not None
+    from agentloop.analysis import build_graph, build_report
+    from agentloop.analysis.report import render_report
+
+    r = build_report(build_graph(trace))
+    assert 0 == r.measured_ns and r.setup_ns == setup.t1 - setup.t0  # no agent time: set-up
+    assert r.wall_ns is not None and r.wall_ns >= r.setup_ns
+    text = render_report(r)
+    assert "agent time 0.000 s" in text and "status cancelled, 0 steps" in text
+    assert f"wall time {r.wall_ns / 1e9:.3f} s (set-up " in text
+
+
+async def test_a_failed_setup_command_ends_the_trace_as_a_set_up_failure(tmp_path: Path) -> None:
+    """A setup command that exits 3: the run raises the task file error, and its trace ends
+    with status error, the reason naming the set-up and the command, the failed part marked."""
+    from agentloop.errors import TaskFileError
+
+    task = task_file(tmp_path, "broken", extra='setup: ["exit 3"]\n')
+    traces = tmp_path / "traces"
+    with pytest.raises(TaskFileError, match="exit code 3"):
+        await run_task(task, tier="sim-ultrafast", trace_dir=traces)
+    [path] = traces.glob("*.jsonl")
+    trace = load_trace(path)
+    assert trace.complete and "error" == trace.end["status"]
+    assert trace.end["reason"].startswith("set-up failed: ")
+    assert "exit code 3" in trace.end["reason"]
+    [commands] = [s for s in trace.outside.values() if s.name == "setup commands"]
+    assert "error" == commands.status and "exit code 3" in commands.attrs["error"]
+    assert "model client" not in {s.name for s in trace.outside.values()}

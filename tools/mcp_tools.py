@@ -24,7 +24,7 @@ import shutil
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -343,11 +343,14 @@ async def open_servers(
     ctx: ToolContext[Any],
     offered: set[str],
     stack: contextlib.AsyncExitStack,
+    start: Callable[[ServerHost, float], Awaitable[None]] | None = None,
 ) -> tuple[dict[str, Tool], tuple[str, ...], list[dict[str, Any]]]:
     """Start the servers ``wanted`` (a task's ``tools:``) names, in parallel, each stopped by
     ``stack``; (their tools by name, ``wanted`` with each ``mcp:`` entry expanded to its
     tools' names, one record per server for the trace header). ``offered``: the run's other
-    tool names; a clash with one, or between servers, is a :class:`ConfigError`."""
+    tool names; a clash with one, or between servers, is a :class:`ConfigError`. ``start``
+    starts one server within a timeout (default :meth:`ServerHost.start`; a run's set-up
+    times each as a part of its own)."""
     by_name = {s.name: s for s in servers}
     refs = [(w, mcp_config.parse_ref(w)) for w in wanted]
     used = list(dict.fromkeys(ref[0] for _, ref in refs if ref is not None))
@@ -355,7 +358,8 @@ async def open_servers(
     for host in hosts.values():
         stack.push_async_callback(host.aclose)
     timeout = float(ctx.settings.tool_timeout_s)
-    await asyncio.gather(*(h.start(timeout) for h in hosts.values()))
+    starting = start or ServerHost.start
+    await asyncio.gather(*(starting(h, timeout) for h in hosts.values()))
     registry: dict[str, Tool] = {}
     owner: dict[str, str] = {}
     names: list[str] = []

@@ -152,7 +152,7 @@ def _build(trace: Trace) -> Graph:
     sop = [-1] * (sent + 1)  # step owning each position, -1 for run level
     sop[0:-1:2] = step_of
     sop[1::2] = step_of
-    V[sent] = start_ns = min((t0[r] for r in roots), default=0)
+    V[sent] = start_ns = min((t0[r] for r in roots), default=end_ns)  # no run span: no agent time
     link_roots(roots, af, V, back)
     leaf_end = [False] * (sent + 1)
     leaf_end[1::2] = [e is None for e in ends]

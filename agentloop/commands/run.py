@@ -19,6 +19,7 @@ from agentloop.errors import AgentloopError
 from agentloop.log import configure
 from agentloop.loop.ending import RunResult
 from agentloop.redact import Redactor, redactor
+from agentloop.wiring.execute import CANCELLED_IN_SETUP
 
 T = TypeVar("T")
 
@@ -132,10 +133,13 @@ def _trace_kept(path: Path) -> str:
     from agentloop.trace.reader import load_trace
 
     try:
-        complete = load_trace(path).complete
+        trace = load_trace(path)
     except AgentloopError:  # cut mid-write: still the run's trace
-        complete = False
-    if complete:
+        return f"trace at {path} (cut short)"
+    end = trace.end_record
+    if end is not None and end.reason == CANCELLED_IN_SETUP:
+        return f"trace at {path} (stopped in its set-up: closed with status cancelled, no run span)"
+    if end is not None:
         return f"trace at {path} (closed with status cancelled)"
     return f"trace at {path} (stopped in its set-up: the setup span, no run span)"
 

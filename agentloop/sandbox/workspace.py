@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,9 @@ SETUP_OUTPUT_CAP = 16_000  # bytes of a setup / check command's output kept (hea
 # thread pool before the first run's jail started
 SWEEP_EVERY_S = 5.0
 _last_sweep: dict[Path, float] = {}
+# what wraps each stage of a run's preparation ("copy", "jail", "setup commands"): the caller's
+# (a run times each as a part of its set-up span); the sandbox only names them
+Stage = Callable[[str], contextlib.AbstractAsyncContextManager[object]]
 _sweep_lock = threading.Lock()
 
 
@@ -170,41 +173,52 @@ async def prepare_run(
     require_jail: bool = False,
     bwrap: str | None = None,
     setup: Sequence[int] | None = None,
+    stage: Stage | None = None,
 ) -> Place:
     """Copy the task's workspace, open the run's jail over it, run the setup commands in it.
 
     ``readonly`` and ``path_prefix``: the task's environment folder (its venv, shown read-only)
     and the folders put first on the commands' PATH (that venv's ``bin/``), from
     :mod:`agentloop.sandbox.taskenv`; ``writable``: folders shown writable (a venv being built);
-    ``setup``: the indexes of the setup commands to run (default: every one).
+    ``setup``: the indexes of the setup commands to run (default: every one); ``stage``: what
+    wraps each of the three stages, ``copy``, ``jail`` and ``setup commands``.
     """
-    work = await asyncio.to_thread(make_copy, task, root)
+    around = stage or _no_stage
+    work: Path | None = None
     jail: Jail | None = None
     try:
-        if task.workspace is not None:
-            await asyncio.to_thread(
-                shutil.copytree, task.workspace, work, symlinks=True, dirs_exist_ok=True
-            )
-        jail = await open_jail(
-            JailSpec(
+        async with around("copy"):
+            work = await asyncio.to_thread(make_copy, task, root)
+            if task.workspace is not None:
+                await asyncio.to_thread(
+                    shutil.copytree, task.workspace, work, symlinks=True, dirs_exist_ok=True
+                )
+        async with around("jail"):
+            spec = JailSpec(
                 workspace=work,
                 writable=writable,
                 readonly=readonly,
                 allow_network=bool(task.allow_hosts),
                 path_prefix=path_prefix,
-            ),
-            bwrap=bwrap,
-        )
-        _refuse_or_warn(jail, require_jail)
-        await _run_setup(task, work, jail, range(len(task.setup)) if setup is None else setup)
-        # the task's tests as set up, before the model's first command: the check's own copy
-        tests = await asyncio.to_thread(save_tests, work)
+            )
+            jail = await open_jail(spec, bwrap=bwrap)
+            _refuse_or_warn(jail, require_jail)
+        async with around("setup commands"):
+            which = range(len(task.setup)) if setup is None else setup
+            await _run_setup(task, work, jail, which)
+            # the task's tests as set up, before the model's first command: the check's own copy
+            tests = await asyncio.to_thread(save_tests, work)
     except BaseException:
         if jail is not None:
             await asyncio.shield(jail.aclose())
-        await asyncio.shield(asyncio.to_thread(remove, work))
+        if work is not None:
+            await asyncio.shield(asyncio.to_thread(remove, work))
         raise
     return Place(work, jail, tests)
+
+
+def _no_stage(name: str) -> contextlib.AbstractAsyncContextManager[object]:
+    return contextlib.nullcontext()
 
 
 def _refuse_or_warn(jail: Jail, require_jail: bool) -> None:

@@ -98,4 +98,5 @@ ARGUMENTS: Final = "arguments"  # JSON text, as the model wrote it
 OK: Final = "ok"
 DATA: Final = "data"  # tool-specific structured fields (exit_code, passed, failed ...)
 MCP_SERVER: Final = "mcp.server"  # the task's name of the MCP server whose tool ran (start too)
+MCP_TOOLS: Final = "mcp.tools"  # a setup part's: the tools its MCP server listed
 QUEUED_NS: Final = "queued_ns"  # waited for the max_parallel_tools bound before the span opened

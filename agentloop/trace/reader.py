@@ -276,15 +276,17 @@ def parse_lines(lines: list[bytes], path: object = "<trace>") -> Trace:
 
 
 def _late_header(header: RunHeader, outside: dict[str, SpanRecord], path: object) -> RunHeader:
-    """The header with what the set-up learnt (``workspace``, ``sandbox``): a trace opened
-    before its set-up (issue 24) records them on its setup span, not in line 1."""
+    """The header with what the set-up learnt (``workspace``, ``sandbox``, ``mcp_servers``): a
+    trace opened before its set-up (issue 24) records them on its setup span, not in line 1.
+    The span's ``tools`` (a run with MCP servers: the tools as offered, theirs listed) replace
+    line 1's, which were those known before the servers started."""
     raw = header.raw
     late = {
         k: v
         for sp in outside.values()
         if sp.kind == "setup" and sp.parent is None
         for k, v in sp.attrs.items()
-        if k in ("workspace", "sandbox") and k not in raw
+        if (k in ("workspace", "sandbox", "mcp_servers") and k not in raw) or k == "tools"
     }
     return parse_header({**raw, **late}, path) if late else header
 

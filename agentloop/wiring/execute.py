@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from collections.abc import Iterator
 from dataclasses import replace
 
-from agentloop.errors import ConfigError
+from agentloop.errors import AgentloopError, ConfigError
 from agentloop.loadgate import Pass, RunGate, gate_for_loop
 from agentloop.loop.ending import RunResult
 from agentloop.loop.runner import Runner, header_fields, offered_specs
@@ -18,9 +19,11 @@ from agentloop.protocols import Tool
 from agentloop.sandbox import taskenv
 from agentloop.sandbox import workspace as ws
 from agentloop.trace.tracer import Tracer
-from agentloop.trace.writer import Pipeline
 from agentloop.wiring.config import RunConfig, RunPlan, SuiteScope, tool_registry
-from agentloop.wiring.setup import Ready, check, open_sink, set_up, setup_span
+from agentloop.wiring.setup import Ready, check, open_sink, set_up
+
+CANCELLED_IN_SETUP = "cancelled during set-up"  # the end record's reason: no step ran
+FAILED_IN_SETUP = "set-up failed"  # ... followed by why
 
 
 def refuse_unscripted(plan: RunPlan, config: RunConfig) -> None:
@@ -63,16 +66,14 @@ async def _execute_in_env(plan: RunPlan, config: RunConfig) -> RunResult:
             gate.leave(ticket)
 
 
-def _early_tracer(plan: RunPlan, config: RunConfig, registry: dict[str, Tool]) -> Tracer | None:
+def _open_trace(plan: RunPlan, config: RunConfig, registry: dict[str, Tool]) -> Tracer:
     """The trace opened at the run's first moment, its header written with what is known
-    (issue 24); None for a run with MCP servers, whose tools the header lists once they are up."""
-    if plan.task.mcp_servers:
-        return None
+    (issue 24); what the set-up learns (workspace, sandbox, MCP servers and their tools) rides
+    on the setup span's end, and the reader puts it back in the header."""
     tracer = Tracer(open_sink(plan.trace_path, config))
     specs = offered_specs(plan.task, registry)
-    tracer.header(
-        **header_fields(plan.run_id, plan.task, specs, plan.tier, plan.tiers or None, plan.routing)
-    )
+    tiers = plan.tiers or None
+    tracer.header(**header_fields(plan.run_id, plan.task, specs, plan.tier, tiers, plan.routing))
     return tracer
 
 
@@ -82,32 +83,45 @@ async def _execute_gated(
     """The trace, the set-up (a root span of kind ``setup``: the reader keeps it out of the
     analysis), the loop; the jail closed and the copy removed whatever happens."""
     registry = tool_registry() if config.tools is None else config.tools
-    tracer = _early_tracer(plan, config, registry)
+    tracer = _open_trace(plan, config, registry)
     places: list[ws.Place] = []
     try:
         async with contextlib.AsyncExitStack() as stack:
-            if tracer is not None:
-                stack.callback(tracer.sink.close)
-            async with setup_span(tracer) as span:
-                ready = await set_up(plan, config, tracer, stack, registry, places)
-                if span is not None:
-                    jail = ready.place.jail
-                    span.set(
-                        workspace=str(ready.place.path),
-                        sandbox=jail.confinement if jail is not None else None,
-                    )
-                if gate is not None and ticket is not None:
-                    await gate.start(ticket)
-            if tracer is None:  # the trace and the run's clock start once the servers are up
-                sink: Pipeline = open_sink(plan.trace_path, config)
-                stack.callback(sink.close)
-            result = await _runner(plan, config, ready, tracer or Tracer(sink)).run()
+            stack.callback(tracer.sink.close)
+            with _ended_if_unready(tracer):
+                async with tracer.span("setup", "set-up") as span:
+                    ready, learnt = await set_up(plan, config, tracer, stack, registry, places)
+                    span.set(**learnt)
+                    if gate is not None and ticket is not None:
+                        await gate.start(ticket)
+            result = await _runner(plan, config, ready, tracer).run()
     finally:  # the jail closes (nothing the run started survives), the copy goes unless kept
         scope = config.suite or SuiteScope()
         for place in places:
             await asyncio.shield(place.close(keep=config.keep_workspace, closer=scope.closer))
     kept = str(places[0].path) if config.keep_workspace else None
     return replace(result, trace_path=str(plan.trace_path), workspace=kept)
+
+
+@contextlib.contextmanager
+def _ended_if_unready(tracer: Tracer) -> Iterator[None]:
+    """A run that never got past its set-up still ends its trace: the end record says it was
+    cancelled, or failed, during the set-up (no steps), and the exception goes on."""
+    try:
+        yield
+    except BaseException as exc:
+        if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt):
+            status, reason = "cancelled", CANCELLED_IN_SETUP
+        elif isinstance(exc, AgentloopError):
+            status, reason = "error", f"{FAILED_IN_SETUP}: {exc.message}"
+        else:
+            status, reason = (
+                "error",
+                f"{FAILED_IN_SETUP}: internal error: {type(exc).__name__}: {exc}",
+            )
+        totals = {"output_tokens": 0, "elapsed_s": 0.0}  # no agent time: the run never began
+        tracer.end(status, reason=reason, steps=0, totals=totals, success=None)
+        raise
 
 
 def _runner(plan: RunPlan, config: RunConfig, ready: Ready, tracer: Tracer) -> Runner:
@@ -125,7 +139,6 @@ def _runner(plan: RunPlan, config: RunConfig, ready: Ready, tracer: Tracer) -> R
         routing=plan.routing,
         tiers=plan.tiers or None,
         clients=ready.clients,
-        mcp_servers=ready.mcp_record,
     )
-    runner.header_written = not plan.task.mcp_servers
+    runner.header_written = True  # by _open_trace, before the set-up
     return runner

@@ -1,26 +1,33 @@
 """A run's set-up, timed as the root ``setup`` span and its parts; what the run starts from.
 
-The parts: the working copy, the jail and setup commands, the model clients, the MCP servers.
+The parts, in order: ``copy`` (the working copy), ``jail``, ``setup commands``, ``model
+client``, then ``mcp NAME`` for each MCP server (started together: its start and tool listing).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentloop.config.tasks import Task
 from agentloop.export import live_sinks
+from agentloop.loop.runner import header_fields, offered_specs
 from agentloop.protocols import ModelClient, Tool
 from agentloop.redact import redactor, secret_values, truncator
 from agentloop.sandbox import taskenv
 from agentloop.sandbox import workspace as ws
 from agentloop.sandbox.context import RunContext, ToolSettings
-from agentloop.trace.tracer import Tracer
+from agentloop.trace import attrs as A
+from agentloop.trace.tracer import Span, Tracer
 from agentloop.trace.writer import JsonlSink, Pipeline
 from agentloop.wiring.clients import model_client, substitute, tree_clients
 from agentloop.wiring.config import RunConfig, RunPlan, SuiteScope
+
+if TYPE_CHECKING:
+    from agentloop_tools.mcp_tools import ServerHost
 
 MAX_TRACE_STRING = 64_000  # longer strings in a trace record are cut (and say so)
 
@@ -36,11 +43,24 @@ class Ready:
     clients: dict[tuple[str, str], ModelClient]
     registry: dict[str, Tool]
     task: Task
-    mcp_record: list[dict[str, Any]] | None
 
 
-async def prepare(plan: RunPlan, config: RunConfig) -> tuple[ws.Place, RunContext]:
-    """The run's working copy, its jail (setup run in it) and what its tools may touch."""
+def open_sink(path: Path, config: RunConfig) -> Pipeline:
+    """The run's trace sinks: the JSONL file and any live ones, behind the redactor."""
+    return Pipeline(
+        [JsonlSink(path), *live_sinks(config.otlp)],  # otlp: issue 13
+        [redactor(secret_values()), truncator(MAX_TRACE_STRING)],
+    )
+
+
+def part(tracer: Tracer, name: str) -> contextlib.AbstractAsyncContextManager[Span]:
+    """One part of the set-up, a span of kind ``setup`` under the setup span."""
+    return tracer.span("setup", name)
+
+
+async def prepare(plan: RunPlan, config: RunConfig, tracer: Tracer) -> tuple[ws.Place, RunContext]:
+    """The run's working copy, its jail (setup run in it) and what its tools may touch; the
+    three stages (copy, jail, setup commands) each a part of the set-up."""
     task = plan.task
     task_env = taskenv.current()  # the jail shows the task's venv read-only
     place = await ws.prepare_run(
@@ -49,6 +69,7 @@ async def prepare(plan: RunPlan, config: RunConfig) -> tuple[ws.Place, RunContex
         path_prefix=task_env.path_prefix if task_env else (),
         # a real model's commands are hostile input: no jail, no run, unless asked for
         require_jail=config.client is None and not plan.tier.simulated and not config.unconfined,
+        stage=functools.partial(part, tracer),
     )
     ctx = RunContext(
         workspace=place.path,
@@ -62,34 +83,33 @@ async def prepare(plan: RunPlan, config: RunConfig) -> tuple[ws.Place, RunContex
     return place, ctx
 
 
+async def _timed_start(tracer: Tracer, host: ServerHost, timeout_s: float) -> None:
+    """One MCP server's start and tool listing, a part of the set-up: its tools, or why not."""
+    async with part(tracer, f"mcp {host.name}") as span:
+        await host.start(timeout_s)
+        span.set(**{A.MCP_SERVER: host.name, A.MCP_TOOLS: [t.name for t in host.tools]})
+        if host.failure is not None:  # the run goes on without its tools; the part says why
+            span.status = "error"
+            span.set(**{A.ERROR: host.failure})
+
+
 async def open_mcp(
-    task: Task, registry: dict[str, Tool], ctx: RunContext, stack: contextlib.AsyncExitStack
+    task: Task,
+    registry: dict[str, Tool],
+    ctx: RunContext,
+    stack: contextlib.AsyncExitStack,
+    tracer: Tracer,
 ) -> tuple[dict[str, Tool], Task, list[dict[str, Any]]]:
     """The task's MCP servers started in the run's jail, their tools added to the registry and
-    the task's ``mcp:`` entries expanded to their names; the set-up's record for the header."""
+    the task's ``mcp:`` entries expanded to their names; one record per server for the header."""
     from agentloop_tools.mcp_tools import open_servers
 
     offered = {n for n in task.tools if n in registry} | ({"finish"} if task.finish_tool else set())
-    found, names, record = await open_servers(task.mcp_servers, task.tools, ctx, offered, stack)
-    return {**registry, **found}, replace(task, tools=names), record
-
-
-def open_sink(path: Path, config: RunConfig) -> Pipeline:
-    """The run's trace sinks: the JSONL file and any live ones, behind the redactor."""
-    return Pipeline(
-        [JsonlSink(path), *live_sinks(config.otlp)],  # otlp: issue 13
-        [redactor(secret_values()), truncator(MAX_TRACE_STRING)],
+    start = functools.partial(_timed_start, tracer)
+    found, names, record = await open_servers(
+        task.mcp_servers, task.tools, ctx, offered, stack, start=start
     )
-
-
-def setup_span(tracer: Tracer | None) -> contextlib.AbstractAsyncContextManager[Any]:
-    """The set-up's root span (kind ``setup``, before the run span), if the trace is open."""
-    return tracer.span("setup", "set-up") if tracer is not None else contextlib.nullcontext()
-
-
-def setup_part(tracer: Tracer | None, name: str) -> contextlib.AbstractAsyncContextManager[Any]:
-    """One part of the set-up, a span under the setup span."""
-    return tracer.span("setup", name) if tracer is not None else contextlib.nullcontext()
+    return {**registry, **found}, replace(task, tools=names), record
 
 
 async def check(task: Task, place: ws.Place, final_text: str) -> dict[str, Any]:
@@ -100,31 +120,33 @@ async def check(task: Task, place: ws.Place, final_text: str) -> dict[str, Any]:
 async def set_up(
     plan: RunPlan,
     config: RunConfig,
-    tracer: Tracer | None,
+    tracer: Tracer,
     stack: contextlib.AsyncExitStack,
     registry: dict[str, Tool],
     places: list[ws.Place],
-) -> Ready:
+) -> tuple[Ready, dict[str, Any]]:
     """The parts of the set-up, in order, each resource closed by ``stack``; the place is
-    appended to ``places`` as soon as it exists (the caller closes it whatever happens)."""
+    appended to ``places`` as soon as it exists (the caller closes it whatever happens). With
+    what it made, what it learnt for the header (workspace, sandbox; with MCP servers their
+    records and the tools as offered), which the setup span's end carries."""
     task, scope = plan.task, config.suite or SuiteScope()
     script = tuple(config.script) if config.script is not None else task.script
-    async with setup_part(tracer, "workspace"):  # the copy, the jail, setup commands
-        place, ctx = await prepare(plan, config)
+    place, ctx = await prepare(plan, config, tracer)
     places.append(place)
     stack.push_async_callback(ctx.aclose)
+    learnt: dict[str, Any] = {
+        "workspace": str(place.path),
+        "sandbox": place.jail.confinement if place.jail is not None else None,
+    }
     open_model = scope.models or model_client
-    async with setup_part(tracer, "model client"):
-        client = (
-            config.client
-            if config.client is not None
-            else await stack.enter_async_context(
-                open_model(plan.tier, substitute(script, place.path))
-            )
-        )
+    async with part(tracer, "model client"):
+        client = config.client
+        if client is None:
+            turns = substitute(script, place.path)
+            client = await stack.enter_async_context(open_model(plan.tier, turns))
         clients = await tree_clients(stack, plan, config, open_model, place.path)
-    mcp_record = None
-    if task.mcp_servers:  # once per run, before its start gate and trace (a clash, exit 2,
-        # leaves no trace file); stopped with the run (issue 25)
-        registry, task, mcp_record = await open_mcp(task, registry, ctx, stack)
-    return Ready(place, ctx, client, clients, registry, task, mcp_record)
+    if task.mcp_servers:  # once per run, stopped with the run (issue 25)
+        registry, task, learnt["mcp_servers"] = await open_mcp(task, registry, ctx, stack, tracer)
+        specs = offered_specs(task, registry)  # the header's tools, with the servers' listed
+        learnt["tools"] = header_fields(plan.run_id, task, specs, plan.tier)["tools"]
+    return Ready(place, ctx, client, clients, registry, task), learnt
