@@ -166,6 +166,14 @@ def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> CliResult:
     return CliResult(code, out.getvalue(), err.getvalue())
 
 
+def within(measured: float, expected: float, rel: float, bound_s: float) -> bool:
+    """``measured`` is ``expected`` to within ``rel`` of it plus ``bound_s``: the measuring
+    loop's own lateness while it measured (``agentloop.clients._lag``), which a busy machine
+    (another worker, a CPU-bound job) adds to a duration and a quiet one keeps near zero. So a
+    pacing check holds wherever it runs, and is as tight as the original on a quiet machine."""
+    return abs(measured - expected) <= rel * expected + bound_s
+
+
 def records_to_trace(records: list[dict[str, Any]]) -> Trace:
     """A MemorySink's records as a trace (the public helper's one implementation)."""
     return trace_of(records)

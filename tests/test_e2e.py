@@ -18,6 +18,7 @@ import pytest
 
 from agentloop import RunEvent, run_task
 from agentloop.analysis import build_graph, whatif
+from agentloop.analysis.lateness import of_trace
 from agentloop.analysis.whatif import Scenario
 from agentloop.cli import main
 from agentloop.config.tiers import load_tiers
@@ -76,13 +77,17 @@ def test_whatif_predicts_the_ultrafast_run_within_3_percent(tmp_path: Path) -> N
 
     path_a, path_b = asyncio.run(both())
     tiers = load_tiers()
-    graph_a = build_graph(load_trace(path_a))
+    trace_a, trace_b = load_trace(path_a), load_trace(path_b)
+    graph_a = build_graph(trace_a)
     predicted = whatif(graph_a, Scenario.tier("sim-ultrafast", tiers["sim-ultrafast"].profile))
     # the agent time: the run span to the end (the trace's clock starts before the set-up)
-    measured_b = build_graph(load_trace(path_b)).measured_ns / 1e9
-    error = predicted.predicted_ns / 1e9 / measured_b - 1
-    assert abs(error) < 0.03, (
-        f"predicted {predicted.predicted_ns / 1e9:.3f} s, measured {measured_b:.3f} s"
+    measured_b = build_graph(trace_b).measured_ns / 1e9
+    # what a busy machine may have added to the two runs' model calls: their own bounds
+    late_s = of_trace(trace_a).sum_bound_s + of_trace(trace_b).sum_bound_s
+    error_s = abs(predicted.predicted_ns / 1e9 - measured_b)
+    assert error_s < 0.03 * measured_b + late_s, (
+        f"predicted {predicted.predicted_ns / 1e9:.3f} s, measured {measured_b:.3f} s, "
+        f"the runs' own lateness {late_s:.3f} s"
     )
     assert predicted.speedup > 2.5  # the model dominated the standard run
 

@@ -19,9 +19,10 @@ SLOW = SpeedProfile(base_latency_s=0.01, prefill_tps=1_000_000, output_tps=50)
 FAST = SpeedProfile(base_latency_s=0.0, prefill_tps=0, output_tps=5000)
 
 
-@pytest.mark.pacing
 async def test_close_with_streams_in_flight_is_prompt_and_clean():
-    """Leaving the server's context mid-stream ends every stream at once; clients see the cut."""
+    """Leaving the server's context mid-stream ends every stream at once; clients see the cut.
+    Each stream has 10 s left (500 tokens at 50 tok/s): a close that waited for them would take
+    that long, so 3 s is a bound about hangs that holds on a busy machine."""
     sim = SimServer(profile=SLOW, filler_tokens=500)
     await sim.start()
     client = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sim", max_retries=0)
@@ -44,7 +45,7 @@ async def test_close_with_streams_in_flight_is_prompt_and_clean():
     closed_in = time.perf_counter() - t0
     results = await asyncio.gather(*tasks)
     await client.close()
-    assert closed_in < 0.5
+    assert closed_in < 3.0
     assert all(isinstance(r, openai.APIConnectionError) for r in results)
     assert sim.active_streams == 0
 
