@@ -71,7 +71,8 @@ async def test_ttft_and_output_tps_match_the_pacing(api: str) -> None:
     assert t.t_send <= t.t_hdr <= t.t_first <= t.t_last <= t.t_end  # type: ignore[operator]
     # headers come before the tokens
     assert seconds(t.t_send, t.t_hdr) < 0.5 * expected_ttft + bound(t)
-    assert t.chunks >= 250 and t.build_ns > 0
+    # a chunk per token, unless the loop woke later than a token's interval and read several
+    assert (t.chunks >= 250 or bound(t) > 1 / 150) and 0 < t.chunks <= 300 and t.build_ns > 0
     assert r.attempts[-1].error is None and len(r.attempts) == 1
 
 

@@ -17,9 +17,9 @@ import orjson
 import pytest
 
 from agentloop import RunEvent, run_task
-from agentloop.analysis import build_graph, whatif
+from agentloop.analysis.graph import build_graph
 from agentloop.analysis.lateness import of_trace
-from agentloop.analysis.whatif import Scenario
+from agentloop.analysis.whatif import Scenario, whatif
 from agentloop.cli import main
 from agentloop.config.tiers import load_tiers
 from agentloop.trace.reader import load_trace

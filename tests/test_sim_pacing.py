@@ -22,9 +22,8 @@ from tests.conftest import within
 # the clearly marked wall-clock suite (`-m "not pacing"` leaves it out)
 pytestmark = pytest.mark.pacing
 
-# relative tolerance on durations >= 0.3 s; each check adds the loop's own measured lateness
-# while it measured (the client's timing error bound, agentloop.clients._lag): what another
-# worker or a CPU-bound job beside this one delays every instant by
+# relative tolerance on durations >= 0.3 s: never sooner than that (less the loop's own measured
+# lateness, agentloop.clients._lag), later only by a bound about stalls (tests/conftest.py within)
 REL = 0.05
 
 
@@ -193,8 +192,8 @@ async def test_concurrent_streams_keep_their_pace(client_for):
     for r in results:
         assert rate_within(r, 100)
         # never early; late by the SDK building and parsing 16 streams on this one loop, and
-        # by whatever else the machine runs (the measured bound)
-        assert 0.19 <= r["ttft"] <= 0.45 + r["bound"]
+        # by whatever else the machine runs (a bound about stalls)
+        assert 0.19 <= r["ttft"] and close(r["ttft"], 0.2, r["bound"])
 
 
 async def test_profiles_by_model_name(client_for):
@@ -243,7 +242,8 @@ async def test_tokens_per_chunk_groups_tokens(client_for):
         r = await timed_responses((await client_for(sim)), model="sim", input="go")
     sizes = [count_tokens(d) for d in r["deltas"]]
     assert min(sizes[:-1]) >= 4  # more only when the loop woke late and caught up
-    assert statistics.median(sizes) == 4
+    # four a delta, unless the loop woke later than a delta's interval (4 / 400 s) and caught up
+    assert statistics.median(sizes) == 4 or r["bound"] > 4 / 400
     assert sum(sizes) == 201
     assert rate_within(r, 400)
 
