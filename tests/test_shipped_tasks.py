@@ -32,6 +32,7 @@ BROKEN_BEFORE = {
     "intrusion": ("run", "backup@build-7"),
     "status-page": ("browser_text", "search: Operational"),  # the lie, as rendered by Chromium
     "fleet-triage": ("run", "FLEET DEGRADED"),  # the fleet check, before the pool is fixed
+    "bad-config": ("git_show", "+acquirer_timeout_ms = 300"),  # mcp-server-git shows the push
 }
 
 # The indicators the intrusion playbook plants; its final answer must name every one.
@@ -71,8 +72,9 @@ def test_there_are_incident_playbooks() -> None:
     assert [] == [p.stem for p in PLAYBOOKS if not (p.with_suffix("") / "RUNBOOK.md").is_file()]
 
 
-def test_playbooks_cover_a_background_service_the_browser_and_git() -> None:
-    """One playbook's setup starts a background service, one uses the browser, one git."""
+def test_playbooks_cover_a_background_service_the_browser_git_and_mcp() -> None:
+    """One playbook's setup starts a background service, one uses the browser, one git, one
+    an MCP server's tools (which it installs in its own venv, so a wheel install runs it)."""
     tasks = [open_task(p) for p in PLAYBOOKS]
 
     def scripts_started_by_setup(task):  # the shell scripts a setup command runs
@@ -87,6 +89,11 @@ def test_playbooks_cover_a_background_service_the_browser_and_git() -> None:
     assert any(" &\n" in script for t in tasks for script in scripts_started_by_setup(t))
     assert any(c.name == "browser_open" for cs in calls for c in cs)
     assert any(c.name == "run" and "git revert" in c.arguments for cs in calls for c in cs)
+    with_mcp = [t for t in tasks if t.mcp_servers]
+    assert any(
+        any(s.command and s.command in " ".join(t.requirements) for s in t.mcp_servers)
+        for t in with_mcp
+    )
     assert set(BROKEN_BEFORE) == {t.name for t in tasks}
 
 
@@ -111,7 +118,12 @@ async def test_shipped_task_succeeds_offline(path: Path, tmp_path: Path) -> None
     assert [] == left, "a process the run started outlived it"
     tools = trace.of_kind("tool")
     used = {t.attrs["gen_ai.tool.name"] for t in tools}
-    assert used <= set(task.tools) | {"finish"}
+    assert used <= {t["name"] for t in trace.header["tools"]}  # mcp: entries as their tools
+    servers = {s["name"]: s for s in trace.header.get("mcp_servers", [])}
+    assert [] == [s["error"] for s in servers.values() if s["error"]]
+    assert {s.name for s in task.mcp_servers} == {
+        t.attrs["mcp.server"] for t in tools if "mcp.server" in t.attrs
+    }, "every MCP server the playbook names is used in its run"
     assert all(
         t.attrs["ok"] or t.attrs["gen_ai.tool.name"] in ("run", "run_tests") for t in tools
     ), "only checks may fail (before the fix)"

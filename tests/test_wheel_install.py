@@ -19,6 +19,7 @@ import pytest
 import uv
 
 from agentloop._version import __version__
+from agentloop.trace.reader import load_trace
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.external, pytest.mark.slow]
@@ -137,6 +138,23 @@ def test_the_installed_cli_runs_the_demo_by_name_from_another_folder(
     assert 0 == run.returncode, run.stdout + run.stderr
     assert "check    passed" in run.stdout
     assert 1 == len(list((tmp_path / "traces").glob("*.jsonl")))
+
+
+def test_the_installed_cli_runs_the_mcp_playbook_from_its_own_venv(
+    installed: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """bad-config's MCP servers (mcp-server-git, mcp-server-time) are not agentloop's
+    dependencies: the wheel's venv has neither, the task's requirements: install them into its
+    own venv, and the playbook passes its check by name."""
+    venv, env = installed
+    assert [] == sorted(p.name for p in (venv / "bin").glob("mcp-server-*"))
+    exe = str(venv / "bin" / "agentloop")
+    run = _run([exe, "run", "bad-config", "--tier", "sim-ultrafast", "-q"], tmp_path, env, 600)
+    assert 0 == run.returncode, run.stdout + run.stderr
+    assert "check    passed" in run.stdout
+    [trace] = (tmp_path / "traces").glob("*.jsonl")
+    servers = load_trace(trace).header["mcp_servers"]
+    assert {"git": None, "time": None} == {s["name"]: s["error"] for s in servers}
 
 
 def test_the_installed_cli_runs_the_shipped_suites_by_name_from_another_folder(
