@@ -43,42 +43,54 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def agent_spans(framework: str, version_var: str, agent: str, tier: str, out: Path) -> Path:
-    """Run ``agent`` (a script of ``framework``'s venv) against ``agentloop sim serve`` on
-    ``tier``; its OTLP JSON at ``out``."""
-    port = free_port()
-    sim = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "agentloop.cli",
-            "sim",
-            "serve",
-            "--port",
-            str(port),
-            "--tier",
-            tier,
-            "--script",
-            str(DATA / "incident_agent.yaml"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+def agent_spans(
+    framework: str,
+    version_var: str,
+    agent: str,
+    tier: str,
+    out: Path,
+    scripts: tuple[str, ...] = ("incident_agent.yaml",),
+) -> Path:
+    """Run ``agent`` (a script of ``framework``'s venv) against one ``agentloop sim serve`` on
+    ``tier`` per script of ``scripts`` (their base URLs are its first arguments, in order); its
+    OTLP JSON at ``out``."""
+    ports = [free_port() for _ in scripts]
+    sims = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agentloop.cli",
+                "sim",
+                "serve",
+                "--port",
+                str(port),
+                "--tier",
+                tier,
+                "--script",
+                str(DATA / script),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for port, script in zip(ports, scripts, strict=True)
+    ]
     try:
-        base = f"http://127.0.0.1:{port}/v1"
+        bases = [f"http://127.0.0.1:{port}/v1" for port in ports]
         deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/models", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-            time.sleep(0.1)
+        for base in bases:
+            while True:
+                try:
+                    if httpx.get(f"{base}/models", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    if time.monotonic() > deadline:
+                        raise
+                time.sleep(0.1)
         python = venv(framework, version_var) / "bin/python"
         r = subprocess.run(
-            [str(python), str(DATA / agent), base, tier, str(out)],
+            [str(python), str(DATA / agent), *bases, tier, str(out)],
             capture_output=True,
             text=True,
             timeout=120,
@@ -86,8 +98,9 @@ def agent_spans(framework: str, version_var: str, agent: str, tier: str, out: Pa
         )
         assert 0 == r.returncode, r.stderr
     finally:
-        os.killpg(sim.pid, signal.SIGTERM)
-        sim.wait(10)
+        for sim in sims:
+            os.killpg(sim.pid, signal.SIGTERM)
+            sim.wait(10)
     return out
 
 

@@ -63,3 +63,105 @@ def test_whatif_of_the_import_predicts_the_real_ultrafast_run(imported: dict[str
     )
     assert whatif["speedup"] > 2
     assert abs(c["error_pct"]) < 25, c
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    """The team (triage -> latency as a tool, handoff to fixer) on sim-standard and
+    sim-ultrafast, imported: one simulator for the triage agent's conversation (the handoff
+    continues it), one for the latency agent's."""
+    d = tmp_path_factory.mktemp("openai-agents-team")
+    out = {}
+    for tier in ("sim-standard", "sim-ultrafast"):
+        spans = agent_spans(
+            "openai-agents",
+            "OPENAI_AGENTS_VERSION",
+            "openai_agents_team.py",
+            tier,
+            d / f"{tier}.otlp.json",
+            scripts=("team_main.yaml", "team_latency.yaml"),
+        )
+        r = agentloop("import", str(spans), "-o", str(d / f"{tier}.jsonl"), "--tier", tier)
+        assert 0 == r.returncode, r.stderr
+        out[tier] = d / f"{tier}.jsonl"
+    yield out
+
+
+def shape(trace, parent: str) -> list:
+    """The spans under ``parent`` as (kind, name, [their children's shape]), in start order."""
+    kids = sorted((s for s in trace.spans.values() if s.parent == parent), key=lambda s: s.t0)
+    return [(s.kind, s.name, shape(trace, s.id)) for s in kids]
+
+
+@pytest.mark.external
+def test_agents_as_tools_and_handoffs_keep_their_nesting(team: dict[str, Path]) -> None:
+    """The latency agent (called as the tool ask_latency) is an agent span under that tool, one
+    deeper; the fixer (a handoff) is an agent span after the triage agent's last step, at its
+    depth; each one's steps carry its name, invocation and depth, as agentloop's own do."""
+    trace = load_trace(team["sim-standard"])
+    [run] = trace.of_kind("run")
+    chat, tool = ("model", "chat sim-standard", []), lambda n: ("tool", f"execute_tool {n}", [])
+    latency = [
+        ("step", "step 1", [chat, tool("check_latency"), tool("check_latency")]),
+        ("step", "step 2", [chat]),
+    ]
+    fixer = [("step", "step 1", [chat, tool("propose_change")]), ("step", "step 2", [chat])]
+    ask = ("tool", "execute_tool ask_latency", [("agent", "invoke_agent latency", latency)])
+    assert [
+        ("step", "step 1", [chat, tool("read_runbook")]),
+        ("step", "step 2", [chat, ask]),
+        ("step", "step 3", [chat, tool("handoff to fixer")]),
+        ("agent", "invoke_agent fixer", fixer),
+    ] == shape(trace, run.id)
+    assert "invoke_agent triage" == run.name
+    agents = {s.name: s for s in trace.of_kind("agent")}
+    sub, took_over = agents["invoke_agent latency"], agents["invoke_agent fixer"]
+    assert ("latency", 1, 1) == tuple(sub.start_attrs[k] for k in WHO)
+    assert ("fixer", 1, 0) == tuple(took_over.start_attrs[k] for k in WHO)
+    assert "triage" == took_over.attrs["agent.handoff_from"]
+    last_main_step = max(
+        (s for s in trace.of_kind("step") if s.parent == run.id), key=lambda s: s.t0
+    )
+    assert [last_main_step.id] == took_over.after
+    for s in trace.spans.values():
+        if s.kind in ("step", "model", "tool"):  # the main agent's carry no name
+            owner = next((a for a in agents.values() if _under(trace, s, a.id)), None)
+            assert (owner.start_attrs[WHO[0]] if owner else None) == s.start_attrs.get(WHO[0])
+    assert {"latency", "fixer"} == {a["name"] for a in trace.header["agents"]}
+
+
+WHO = ("gen_ai.agent.name", "agent.invocation", "agent.depth")
+
+
+def _under(trace, s, ancestor: str) -> bool:
+    """``s`` is below ``ancestor`` with no other agent span between them."""
+    p = s.parent
+    while p is not None:
+        if p == ancestor:
+            return True
+        if trace.spans[p].kind == "agent":
+            return False
+        p = trace.spans[p].parent
+    return False
+
+
+@pytest.mark.external
+def test_report_lists_the_teams_agents(team: dict[str, Path]) -> None:
+    """report's agents table counts each agent's own model calls: 3 triage (main), 2 each."""
+    doc = as_json("report", str(team["sim-standard"]), "--json")
+    assert {"main": 3, "latency": 2, "fixer": 2} == {a["agent"]: a["calls"] for a in doc["agents"]}
+
+
+@pytest.mark.pacing
+@pytest.mark.external
+def test_whatif_of_the_team_predicts_its_real_ultrafast_run(team: dict[str, Path]) -> None:
+    """The imported team's prediction on sim-ultrafast against the team re-run there: the
+    sub-agent's calls and the handoff's are re-timed like the main agent's."""
+    whatif = as_json("whatif", str(team["sim-standard"]), "--tier", "sim-ultrafast", "--json")
+    c = as_json("compare", str(team["sim-standard"]), str(team["sim-ultrafast"]), "--json")
+    print(
+        f"team: predicted {whatif['speedup']:.2f}x, measured {c['measured_speedup']:.2f}x, "
+        f"error {c['error_pct']:+.1f}%"
+    )
+    assert whatif["speedup"] > 2
+    assert abs(c["error_pct"]) < 25, c

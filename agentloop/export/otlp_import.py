@@ -14,11 +14,17 @@ message, so a malformed file is refused with the field at fault. Then, for one t
   (tokens from ``llm.token_count.*``, the model from ``llm.model_name``), ``TOOL`` a tool call
   (``tool.name``, ``input.value``, ``output.value``);
 - tool calls are ``execute_tool`` spans; every other span is dropped and its children hang from
-  the nearest kept ancestor;
-- each model call opens a step, holding it and the tool calls that start before the next model
-  call (agentloop's own shape);
-- dependency edges are inferred: a span waits for the latest sibling (same kept parent) that
-  ended before it started; a step waits for the previous step. The header says so under
+  the nearest kept ancestor (kinds and attributes: :mod:`agentloop.export._otlp_spans`);
+- agents: a run of several (openai-agents' agents as tools and handoffs) keeps its nesting
+  (:mod:`agentloop.export._otlp_agents`): an agent called as a tool is an ``agent`` span under
+  that tool span, one deeper; an agent handed off to is an ``agent`` span after the last step
+  of the one it took over from, at its depth (``agent.handoff_from``); their spans carry the
+  agent's name, invocation and depth, as a sub-agent's do in agentloop's own traces;
+- each model call opens a step of its agent, holding it and the tool calls that start before
+  the agent's next model call (agentloop's own shape);
+- dependency edges are inferred: a span waits for the latest span of its agent that ended
+  before it started; a step waits for the previous step, a handoff's agent for the agent
+  before it. The header says so under
   ``inferred``.
 
 A call's phases (queueing/prefill, hidden reasoning, visible decode) are estimated from what is
@@ -35,7 +41,6 @@ and on each model span).
 from __future__ import annotations
 
 import itertools
-import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,57 +49,20 @@ import orjson
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as GA
 
 from agentloop._version import __version__
-from agentloop.analysis.report import UNSPLIT
 from agentloop.errors import TraceFileError
+from agentloop.export._otlp_agents import Scope, agent_tree
 from agentloop.export._otlp_json import OtelSpan, read_otlp_json
+from agentloop.export._otlp_spans import UNKNOWN_MODEL, count, kind, model_attrs, tool_attrs
 from agentloop.trace import attrs as A
 from agentloop.trace.fields import MAX_INSTANT_NS
 from agentloop.trace.header import TierRecord
 from agentloop.trace.schema import end_record, end_span_record, header_record, start_record
 
-MODEL_OPS = frozenset({"chat", "text_completion", "generate_content"})
-# OpenInference's conventions (openai-agents through openinference-instrumentation-openai-agents):
-# the span's kind in one attribute, tokens and names under names of their own
-OI_KIND = "openinference.span.kind"
-_OI_KINDS = {"AGENT": "run", "LLM": "model", "TOOL": "tool"}
-# other spellings of the same counts (pydantic-ai's ``gen_ai.usage.details.*``, semconv's
-# ``cache_read``, OpenInference's ``llm.*``): the first one present is taken
-_ALIASES = (
-    (A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, "gen_ai.usage.details.reasoning_tokens"),
-    (A.GEN_AI_USAGE_CACHED_INPUT_TOKENS, "gen_ai.usage.cache_read.input_tokens"),
-    (A.GEN_AI_USAGE_INPUT_TOKENS, "llm.token_count.prompt"),
-    (A.GEN_AI_USAGE_OUTPUT_TOKENS, "llm.token_count.completion"),
-    (A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, "llm.token_count.completion_details.reasoning"),
-    (A.GEN_AI_USAGE_CACHED_INPUT_TOKENS, "llm.token_count.prompt_details.cache_read"),
-    (A.GEN_AI_REQUEST_MODEL, "llm.model_name"),
-)
-UNKNOWN_MODEL = ("timing.t_first_visible", "timing.t_last", "reasoning split")
 INFERRED = (
     "edges: a span waits for the latest sibling (same parent) that ended before it "
     "started; a step waits for the previous step; steps: one per model call, with the "
     "tool calls that start before the next"
 )
-
-
-def _kind(s: OtelSpan) -> str | None:
-    oi = s.attrs.get(OI_KIND)
-    if isinstance(oi, str) and oi in _OI_KINDS:
-        return _OI_KINDS[oi]
-    op = s.operation
-    if op == "invoke_agent" or s.name.startswith("invoke_agent") or s.name == "agent run":
-        return "run"
-    if op in MODEL_OPS or s.name.startswith("chat "):
-        return "model"
-    if op == "execute_tool" or s.name.startswith("execute_tool "):
-        return "tool"
-    return None
-
-
-def _int(v: Any) -> int | None:
-    """A token count as the schema holds it: a whole number >= 0 (spans are hostile input)."""
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        return None
-    return int(v) if v >= 0 and v == int(v) else None
 
 
 class _Builder:
@@ -104,114 +72,32 @@ class _Builder:
         self.t_origin = t_origin
         self.records: list[tuple[int, int, dict[str, Any]]] = []  # (t, order, record)
         self.n = 0
+        self.ids = itertools.count(2)  # s1 is the run
 
     def rel(self, t: int) -> int:
         return max(0, t - self.t_origin)
 
     def span(
         self,
-        sid: str,
         parent: str | None,
         kind: str,
         name: str,
-        t0: int,
-        t1: int,
+        t: tuple[int, int],
         after: list[str],
-        start_attrs: dict[str, Any],
-        end_attrs: dict[str, Any],
+        attrs: tuple[dict[str, Any], dict[str, Any]],
         status: str,
-    ) -> None:
+        sid: str | None = None,
+    ) -> str:
+        """Records of one span (``t``: its start and end, ``attrs``: its start and end
+        attributes); its id."""
+        sid = sid or f"s{next(self.ids)}"
         self.n += 1
+        t0, t1 = self.rel(t[0]), self.rel(t[1])
         self.records.append(
-            (
-                self.rel(t0),
-                2 * self.n,
-                start_record(sid, parent, kind, name, self.rel(t0), after, start_attrs),
-            )
+            (t0, 2 * self.n, start_record(sid, parent, kind, name, t0, after, attrs[0]))
         )
-        self.records.append(
-            (self.rel(t1), 2 * self.n + 1, end_span_record(sid, self.rel(t1), status, end_attrs))
-        )
-
-
-def _model_attrs(s: OtelSpan, step: int, rel: Any, tps: float | None) -> dict[str, Any]:
-    a = s.attrs
-    out: dict[str, Any] = {A.STEP: step, "unknown": list(UNKNOWN_MODEL)}
-    for k in (
-        A.GEN_AI_REQUEST_MODEL,
-        A.GEN_AI_RESPONSE_MODEL,
-        A.GEN_AI_USAGE_INPUT_TOKENS,
-        A.GEN_AI_USAGE_OUTPUT_TOKENS,
-        A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
-        A.GEN_AI_USAGE_CACHED_INPUT_TOKENS,
-        A.GEN_AI_RESPONSE_FINISH_REASONS,
-        GA.GEN_AI_PROVIDER_NAME,
-        GA.GEN_AI_SYSTEM,
-    ):
-        if a.get(k) is not None:
-            out[k] = a[k]
-    for ours, theirs in _ALIASES:
-        if ours not in out and a.get(theirs) is not None:
-            out[ours] = a[theirs]
-    for k in (
-        A.GEN_AI_USAGE_INPUT_TOKENS,
-        A.GEN_AI_USAGE_OUTPUT_TOKENS,
-        A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
-        A.GEN_AI_USAGE_CACHED_INPUT_TOKENS,
-    ):
-        n = _int(out.pop(k, None))
-        if n is None:  # missing or not a count: said unknown, never guessed
-            out["unknown"].append(k)
-        else:
-            out[k] = n
-    timing: dict[str, Any] = {A.T_SEND: rel(s.t0), A.T_END: rel(s.t1)}
-    ttfc = a.get(A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK)
-    if (
-        isinstance(ttfc, int | float)
-        and not isinstance(ttfc, bool)
-        and math.isfinite(ttfc)
-        and ttfc >= 0
-    ):
-        out[A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
-        timing[A.T_FIRST] = rel(min(s.t1, s.t0 + round(ttfc * 1e9)))
-        first_visible: int | None = timing[A.T_FIRST]
-        source = "gen_ai.response.time_to_first_chunk (decode from the first chunk to the end)"
-    else:
-        out["unknown"].append(A.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK)
-        first_visible, source = None, ""
-        n_out = out.get(A.GEN_AI_USAGE_OUTPUT_TOKENS)
-        if tps is not None and n_out is not None:
-            visible = max(0, n_out - out.get(A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, 0))
-            decode = round(max(0, visible - 1) * 1e9 / tps)
-            first_visible = rel(max(s.t0, s.t1 - decode))
-            source = f"the tier profile's output_tps {tps:g} and {visible} visible output tokens"
-    if first_visible is not None:  # estimated: the last token at the span's end
-        timing[A.T_FIRST_VISIBLE], timing[A.T_LAST] = first_visible, rel(s.t1)
-        out["phases_estimated"] = source
-        out["unknown"] = [k for k in out["unknown"] if k not in (UNSPLIT, "timing.t_last")]
-    out[A.TIMING] = timing
-    out[A.CALL_S] = (s.t1 - s.t0) / 1e9
-    return out
-
-
-def _tool_attrs(s: OtelSpan, step: int) -> dict[str, Any]:
-    a = s.attrs
-    name = (
-        a.get(A.GEN_AI_TOOL_NAME)
-        or a.get("tool.name")
-        or s.name.removeprefix("execute_tool ").strip()
-        or "?"
-    )
-    out: dict[str, Any] = {A.STEP: step, A.GEN_AI_TOOL_NAME: str(name), A.OK: not s.error}
-    if a.get(A.GEN_AI_TOOL_CALL_ID) is not None:
-        out[A.GEN_AI_TOOL_CALL_ID] = str(a[A.GEN_AI_TOOL_CALL_ID])
-    args = a.get(GA.GEN_AI_TOOL_CALL_ARGUMENTS, a.get("tool_arguments", a.get("input.value")))
-    if args is not None:
-        out[A.ARGUMENTS] = args if isinstance(args, str) else orjson.dumps(args).decode()
-    res = a.get(GA.GEN_AI_TOOL_CALL_RESULT, a.get("tool_response", a.get("output.value")))
-    if res is not None:
-        out[A.OUTPUT] = res if isinstance(res, str) else orjson.dumps(res).decode()
-    return out
+        self.records.append((t1, 2 * self.n + 1, end_span_record(sid, t1, status, attrs[1])))
+        return sid
 
 
 def _pick_trace(spans: list[OtelSpan]) -> tuple[list[OtelSpan], list[str]]:
@@ -220,7 +106,7 @@ def _pick_trace(spans: list[OtelSpan]) -> tuple[list[OtelSpan], list[str]]:
         by_trace.setdefault(s.trace_id, []).append(s)
     ranked = sorted(
         by_trace.values(),
-        key=lambda ss: (not any(_kind(s) == "run" for s in ss), min(s.t0 for s in ss)),
+        key=lambda ss: (not any(kind(s) == "run" for s in ss), min(s.t0 for s in ss)),
     )
     notes = (
         [
@@ -238,8 +124,11 @@ def import_otlp(path: str | Path, tier: TierRecord | None = None) -> list[dict[s
     file. ``tier``: the tier the spans ran on, if the caller knows it (its summary, with the
     speed profile); else the tier is named after the model and its profile is unknown."""
     spans, notes = _pick_trace(read_otlp_json(path))
-    run, kept = _agent_run(spans, path)
-    models = [s for s, k in kept if k == "model"]
+    run = _run_span(spans)
+    level = agent_tree(run)
+    scopes = [s for sc in level for s in sc.all()]
+    _check_instants(run, scopes, path)
+    models = [s for sc in scopes for s, k in sc.items if k == "model"]
     model_name = next(
         (
             str(
@@ -251,41 +140,22 @@ def import_otlp(path: str | Path, tier: TierRecord | None = None) -> list[dict[s
         ),
         "?",
     )
-    agent = str(
-        run.attrs.get(GA.GEN_AI_AGENT_NAME)
-        or run.name.removeprefix("invoke_agent").strip()
-        or "agent"
-    )
-    header = _header(run, agent, len(spans), notes, tier or _unknown_tier(model_name), path)
+    main = level[0]
+    tier = tier or _unknown_tier(model_name)
+    header = _header(run, main.agent, len(spans), notes, tier, path, scopes)
     b = _Builder(run.t0)
-    b.span(
-        "s1",
-        None,
-        "run",
-        f"invoke_agent {agent}",
-        run.t0,
-        run.t1,
-        [],
-        {},
-        {GA.GEN_AI_AGENT_NAME: agent},
-        "error" if run.error else "ok",
-    )
-    # steps: each model call opens one, holding the tools that start before the next call
-    steps: list[tuple[OtelSpan, list[OtelSpan]]] = []
-    for s, k in kept:
-        if k == "model":
-            steps.append((s, []))
-        elif steps:
-            steps[-1][1].append(s)
-    profile = tier["profile"] if tier is not None else None
+    status = "error" if run.error else "ok"
+    attrs: tuple[dict[str, Any], dict[str, Any]] = ({}, {GA.GEN_AI_AGENT_NAME: main.agent})
+    b.span(None, "run", f"invoke_agent {main.agent}", (run.t0, run.t1), [], attrs, status, "s1")
+    profile = tier["profile"]
     tps = profile["output_tps"] if profile is not None else None
-    _place_steps(b, steps, model_name, float(tps) if tps else None)
-    out_tokens = sum(_int(m.attrs.get(A.GEN_AI_USAGE_OUTPUT_TOKENS)) or 0 for m, _ in steps)
+    _Placer(b, model_name, float(tps) if tps else None).level(level, "s1", run.t0)
+    out_tokens = sum(count(m.attrs.get(A.GEN_AI_USAGE_OUTPUT_TOKENS)) or 0 for m in models)
     end = end_record(
-        "error" if run.error else "ok",
+        status,
         b.rel(run.t1),
         reason=f"imported from {Path(path).name}",
-        steps=len(steps),
+        steps=sum(k == "model" for _, k in main.items),
         totals={"output_tokens": out_tokens, "elapsed_s": (run.t1 - run.t0) / 1e9},
         success=None,
     )
@@ -293,40 +163,30 @@ def import_otlp(path: str | Path, tier: TierRecord | None = None) -> list[dict[s
     return [header, *body, end]
 
 
-def _agent_run(
-    spans: list[OtelSpan], path: str | Path
-) -> tuple[OtelSpan, list[tuple[OtelSpan, str]]]:
-    """The run span, and the model and tool spans under it (with their kind) in start order;
-    every other span is dropped, its children hanging from the nearest kept ancestor."""
+def _run_span(spans: list[OtelSpan]) -> OtelSpan:
+    """The run: the earliest agent span, else the earliest root; each span's children linked."""
     by_id = {s.span_id: s for s in spans}
     for s in spans:
         if s.parent in by_id:
             by_id[s.parent].children.append(s)
     roots = [s for s in spans if s.parent not in by_id]
-    run = next(
-        (s for s in sorted(spans, key=lambda s: s.t0) if _kind(s) == "run"),
+    return next(
+        (s for s in sorted(spans, key=lambda s: s.t0) if kind(s) == "run"),
         min(roots, key=lambda s: s.t0),
     )
-    kept: list[tuple[OtelSpan, str]] = []
 
-    def walk(s: OtelSpan) -> None:
-        for c in sorted(s.children, key=lambda c: c.t0):
-            k = _kind(c)
-            if k in ("model", "tool"):
-                kept.append((c, k))
-            if k != "tool":
-                walk(c)
 
-    walk(run)
-    kept.sort(key=lambda x: x[0].t0)
-    for s in [run, *(k for k, _ in kept)]:  # before the run's start is clamped to it
+def _check_instants(run: OtelSpan, scopes: list[Scope], path: str | Path) -> None:
+    """Every kept span within what a trace can hold of the run's start (before the run's start
+    is clamped to it)."""
+    kept = [run, *(sc.span for sc in scopes), *(s for sc in scopes for s, _ in sc.items)]
+    for s in kept:
         if s.t1 - run.t0 > MAX_INSTANT_NS:
             raise TraceFileError(
                 f"{path}: span {s.span_id} ('{s.name}') lies outside its agent "
                 f"run ({run.name}) by more than a trace can hold; "
                 f"startTimeUnixNano / endTimeUnixNano look damaged"
             )
-    return run, kept
 
 
 def _unknown_tier(model_name: str) -> TierRecord:
@@ -343,9 +203,31 @@ def _unknown_tier(model_name: str) -> TierRecord:
 
 
 def _header(
-    run: OtelSpan, agent: str, n_spans: int, notes: list[str], tier: TierRecord, path: str | Path
+    run: OtelSpan,
+    agent: str,
+    n_spans: int,
+    notes: list[str],
+    tier: TierRecord,
+    path: str | Path,
+    scopes: list[Scope],
 ) -> dict[str, Any]:
-    """The imported trace's run header: where it came from, what was inferred, what is not known."""
+    """The imported trace's run header: where it came from, what was inferred, what is not
+    known; the agents besides the main one, if any."""
+    agents: dict[str, dict[str, Any]] = {}
+    for sc in scopes[1:]:
+        how = (
+            f"took over from {sc.handoff_from} (a handoff)"
+            if sc.handoff_from
+            else "an agent called as a tool"
+        )
+        rec = agents.setdefault(
+            sc.agent, {"name": sc.agent, "description": how, "tier": tier["name"], "tools": []}
+        )
+        for s, k in sc.items:
+            name = str(tool_attrs(s, 0)[A.GEN_AI_TOOL_NAME]) if k == "tool" else None
+            if name is not None and name not in rec["tools"]:
+                rec["tools"].append(name)
+    more: dict[str, Any] = {"tiers": [tier], "agents": list(agents.values())} if agents else {}
     return header_record(
         clock={"wall": datetime.fromtimestamp(run.t0 / 1e9, UTC).isoformat(), "unit": "ns"},
         run_id=f"otlp-{run.trace_id[:12]}",
@@ -363,57 +245,90 @@ def _header(
         },
         inferred={"edges": INFERRED},
         unknown=["per model call: " + ", ".join(UNKNOWN_MODEL) + " (no first-token instant)"],
+        **more,
     )
 
 
-def _place_steps(
-    b: _Builder,
-    steps: list[tuple[OtelSpan, list[OtelSpan]]],
-    model_name: str,
-    tps: float | None,
-) -> None:
-    """A step span per model call, holding it and its tools; each span waits for the latest one
-    that ended before it started, each step for the previous step."""
-    next_id = itertools.count(2)
-    prev_step: list[str] = []
-    done: list[tuple[int, str]] = []  # (end, agentloop id) of model/tool spans placed so far
-    for n, (m, tools) in enumerate(steps, start=1):
-        sid = f"s{next(next_id)}"
-        t_end = max([m.t1, *(t.t1 for t in tools)])
-        b.span(
-            sid, "s1", "step", f"step {n}", m.t0, t_end, prev_step, {A.STEP: n}, {A.STEP: n}, "ok"
+class _Placer:
+    """Places each agent's steps (a step span per model call, holding it and its tools) under
+    its container; each span waits for the latest one of its agent that ended before it
+    started, each step for the previous step, a handoff's agent for the agent before it."""
+
+    def __init__(self, b: _Builder, model_name: str, tps: float | None) -> None:
+        self.b, self.model_name, self.tps = b, model_name, tps
+
+    def level(self, level: list[Scope], container: str, t_min: int) -> None:
+        """One level's agents in ``container`` (started at ``t_min``), one after another."""
+        prev: list[str] = []
+        for sc in level:
+            if sc.main:
+                prev = self.steps(sc, container, {})
+                continue
+            who = {
+                A.GEN_AI_AGENT_NAME: sc.agent,
+                A.AGENT_INVOCATION: sc.invocation,
+                A.AGENT_DEPTH: sc.depth,
+            }
+            end = {A.AGENT_HANDOFF_FROM: sc.handoff_from} if sc.handoff_from else {}
+            t = (max(t_min, sc.span.t0), max(t_min, sc.span.t1))
+            status = "error" if sc.span.error else "ok"
+            aid = self.b.span(
+                container,
+                "agent",
+                f"invoke_agent {sc.agent}",
+                t,
+                prev,
+                (who, {**who, **end}),
+                status,
+            )
+            self.steps(sc, aid, who)
+            prev = [aid]
+
+    def steps(self, sc: Scope, container: str, who: dict[str, Any]) -> list[str]:
+        """``sc``'s steps under ``container``; the last step's id (none: [])."""
+        groups: list[tuple[OtelSpan, list[OtelSpan]]] = []
+        for s, k in sc.items:
+            if k == "model":
+                groups.append((s, []))
+            elif groups:
+                groups[-1][1].append(s)
+        prev: list[str] = []
+        done: list[tuple[int, str]] = []  # (end, agentloop id) of this agent's spans so far
+        for n, (m, tools) in enumerate(groups, start=1):
+            t = (m.t0, max([m.t1, *(x.t1 for x in tools)]))
+            st = self.b.span(
+                container, "step", f"step {n}", t, prev, ({A.STEP: n, **who}, {A.STEP: n}), "ok"
+            )
+            prev = [st]
+            for s in (m, *tools):
+                before = [(e, x) for e, x in done if e <= s.t0]
+                sid = self.call(s, s is m, n, st, [max(before)[1]] if before else [], who)
+                done.append((s.t1, sid))
+                if s.span_id in sc.subs:  # an agent called as this tool
+                    self.level(sc.subs[s.span_id], sid, s.t0)
+        return prev
+
+    def call(
+        self, s: OtelSpan, is_model: bool, n: int, step: str, after: list[str], who: dict[str, Any]
+    ) -> str:
+        """One model or tool span of step ``n``."""
+        attrs = model_attrs(s, n, self.b.rel, self.tps) if is_model else tool_attrs(s, n)
+        if s.error:
+            attrs[A.ERROR] = s.status_message or "error"
+        kind_ = "model" if is_model else "tool"
+        name = (
+            s.name
+            if s.name.startswith(("chat", "execute_tool"))
+            else (
+                f"chat {self.model_name}"
+                if is_model
+                else f"execute_tool {attrs[A.GEN_AI_TOOL_NAME]}"
+            )
         )
-        prev_step = [sid]
-        for s in (m, *tools):
-            aid = f"s{next(next_id)}"
-            before = [(e, x) for e, x in done if e <= s.t0]
-            after = [max(before)[1]] if before else []
-            kind = "model" if s is m else "tool"
-            attrs = _model_attrs(s, n, b.rel, tps) if s is m else _tool_attrs(s, n)
-            if s.error:
-                attrs[A.ERROR] = s.status_message or "error"
-            name = (
-                s.name
-                if s.name.startswith(("chat", "execute_tool"))
-                else (
-                    f"chat {model_name}"
-                    if kind == "model"
-                    else f"execute_tool {attrs[A.GEN_AI_TOOL_NAME]}"
-                )
-            )
-            b.span(
-                aid,
-                sid,
-                kind,
-                name,
-                s.t0,
-                s.t1,
-                after,
-                {A.STEP: n},
-                attrs,
-                "error" if s.error else "ok",
-            )
-            done.append((s.t1, aid))
+        status = "error" if s.error else "ok"
+        return self.b.span(
+            step, kind_, name, (s.t0, s.t1), after, ({A.STEP: n, **who}, attrs), status
+        )
 
 
 def write_trace(records: list[dict[str, Any]], out: str | Path) -> Path:

@@ -87,6 +87,9 @@ GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
 AGENT_INVOCATION: Final = "agent.invocation"  # 1-based: the k-th invocation of that agent
 AGENT_DEPTH: Final = "agent.depth"  # 0 the main agent, 1 its sub-agents, ...
 MAIN_AGENT: Final = "main"  # the top agent's name in routing and plans
+# an imported handoff (openai-agents): the agent that took over, an ``agent`` span beside its
+# predecessor's (same depth, not under a tool), names the agent it took over from
+AGENT_HANDOFF_FROM: Final = "agent.handoff_from"
 
 # -- span events (``span_event`` records: a named instant inside a span) ------------------------
 EVENT_CONTEXT_TRIM: Final = "context.trim"  # one tool output dropped: attrs are TRIM_KEYS
