@@ -8,6 +8,7 @@ jail or redacting a large output would be.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import pytest
@@ -163,3 +164,45 @@ async def test_the_sampler_runs_only_while_a_call_watches() -> None:
     assert b.max_ns >= 25_000_000 and b.bound_ns == b.max_ns + SAMPLE_NS
     await asyncio.wait_for(task, 1)  # no watch left: the sampler ends
     assert lag._task is None
+
+
+async def test_a_read_after_a_blocked_loop_is_stamped_when_its_bytes_arrived() -> None:
+    """Kernel receive stamps: bytes that arrived while the loop was blocked keep their arrival
+    instant (between the send and the block's end), not the instant the loop read them."""
+    from agentloop.clients._rx import StampedBackend, StampedStream
+
+    accepted: asyncio.Future[asyncio.StreamWriter] = asyncio.get_running_loop().create_future()
+
+    async def serve(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        accepted.set_result(w)
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    stream = await StampedBackend().connect_tcp("127.0.0.1", port, timeout=10)
+    assert isinstance(stream, StampedStream)
+    writer = await accepted
+    try:
+        sent = time.perf_counter_ns()
+        os.write(writer.transport.get_extra_info("socket").fileno(), b"data: 1\n\n")  # sent now
+        busy(50)  # the loop is held while the bytes wait in the socket
+        unblocked = time.perf_counter_ns()
+        assert b"data: 1\n\n" == await stream.read(1024, timeout=10)
+        assert stream.rx_ns is not None and sent <= stream.rx_ns < unblocked
+    finally:
+        await stream.aclose()
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_call_on_the_simulator_is_read_with_kernel_stamps() -> None:
+    """A run's simulator client reads its streams with receive stamps (plain HTTP)."""
+    from agentloop.clients import _rx
+    from agentloop.wiring.clients import _http_client
+
+    http = _http_client()
+    try:
+        pool = http._transport._pool
+        assert isinstance(pool._network_backend, _rx.StampedBackend)
+    finally:
+        await http.aclose()

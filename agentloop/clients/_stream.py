@@ -16,11 +16,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from agentloop.types import ToolCall, Usage
+
+
+class RxClock(Protocol):
+    """Where a stream keeps its last read's receive instant (``perf_counter_ns``)."""
+
+    rx_ns: int | None
 
 
 class StreamBroken(Exception):
@@ -236,9 +242,11 @@ class Turn:
                 self._mark(now, True, len(fn["arguments"]))
 
 
-async def read_sse(chunks: AsyncIterator[bytes], turn: Turn) -> None:
+async def read_sse(chunks: AsyncIterator[bytes], turn: Turn, rx: RxClock | None = None) -> None:
     """Feed every SSE event of ``chunks`` to ``turn`` until its terminal event.
 
+    Each read's events are stamped with ``rx.rx_ns`` (the kernel's receive time of the read that
+    brought them, :mod:`agentloop.clients._rx`) when the stream has it, else with the loop's time.
     Raises :class:`StreamBroken` on EOF before the terminal event or on an unparseable event.
     """
     on_event = turn.on_event
@@ -248,7 +256,7 @@ async def read_sse(chunks: AsyncIterator[bytes], turn: Turn) -> None:
     pending_size = 0
     cap = turn.max_chars
     async for chunk in chunks:
-        now = turn.t_read = perf_counter_ns()
+        now = turn.t_read = (rx.rx_ns if rx is not None else None) or perf_counter_ns()
         if buf:
             chunk = buf + chunk
         lines = chunk.split(b"\n")

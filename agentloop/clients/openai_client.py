@@ -29,6 +29,7 @@ from agentloop.clients._errors import (
     server_message,
 )
 from agentloop.clients._lag import loop_lag
+from agentloop.clients._rx import rx_clock
 from agentloop.clients._silence import Bounds, Watch, first_token_timeout, reasons
 from agentloop.clients._stream import (
     DEFAULT_MAX_CHARS,
@@ -38,6 +39,7 @@ from agentloop.clients._stream import (
     Turn,
     read_sse,
 )
+from agentloop.clients._tls import http_client
 from agentloop.clients._turn import reasoning_items, usage_of
 from agentloop.clients._wire import BodyBuilder
 from agentloop.config.tiers import Tier
@@ -82,11 +84,13 @@ def make_sdk_client(
             )
     else:
         key = SIM_PLACEHOLDER_KEY
+    limit = httpx2.Timeout(timeout, connect=connect_timeout_s)
     return openai.AsyncOpenAI(
         api_key=key,
         base_url=url,
         max_retries=0,
-        timeout=httpx2.Timeout(timeout, connect=connect_timeout_s),
+        timeout=limit,
+        http_client=http_client(limit, stamped=url.startswith("http://")),
     )
 
 
@@ -317,12 +321,13 @@ class OpenAIClient:
 
     async def _read(self, resp: httpx2.Response, turn: Turn, limits: Bounds) -> None:
         chunks = resp.aiter_bytes()
+        rx = rx_clock(resp)  # kernel receive stamps, where the stream has them
         try:
             if limits.first_s == limits.stall_s:  # one bound: the HTTP read timeout is it
-                await read_sse(chunks, turn)
+                await read_sse(chunks, turn, rx)
             else:
                 with Watch(limits, turn):
-                    await read_sse(chunks, turn)
+                    await read_sse(chunks, turn, rx)
         except (httpx2.TimeoutException, TimeoutError) as exc:
             raise Retryable(limits.stall_error(turn), resp.status_code) from exc
         except httpx2.TransportError as exc:

@@ -6,7 +6,6 @@ A simulated tier's simulator is started for the run (or a route taken on a suite
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -141,19 +140,10 @@ async def tree_clients(
     return out
 
 
-@functools.cache
-def _tls_context() -> Any:
-    """The process's one TLS context for the simulator's clients: making one loads the trust
-    store, ~0.1 s of blocked event loop that every concurrent run's streams were read late by."""
-    import httpx2
-
-    return httpx2.create_ssl_context()
-
-
 def _http_client() -> Any:
-    import httpx2
+    from agentloop.clients._tls import http_client  # one TLS context, kernel stamps (issue 28)
 
-    return httpx2.AsyncClient(verify=_tls_context())
+    return http_client(stamped=True)
 
 
 def resolve_routing(
