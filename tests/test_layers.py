@@ -25,7 +25,6 @@ LAYERS: list[set[str]] = [
     {"handle", "replay", "testing"},  # front doors over the composition root
     {"api"},  # the embedding API: open a task, resolve its tier, plan a run, run it
     {"wiring"},  # the composition root: config, clients, set-up and execution of one run
-    {"loadgate"},  # the process's run gate: clocks start once concurrent set-ups are done
     {"export"},  # Perfetto, OTLP, HTML
     {"analysis"},  # reading recorded traces: attribution, critical path, what-if, compare
     {"loop"},  # the agent loop

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from agentloop.loadgate import RunGate, gate_for_loop
+from agentloop.loop.loadgate import RunGate, gate_for_loop
 
 
 async def test_a_lone_run_passes_at_once() -> None:

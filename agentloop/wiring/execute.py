@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from agentloop.errors import AgentloopError, ConfigError
-from agentloop.loadgate import Pass, RunGate, gate_for_loop
+from agentloop.loop.loadgate import Pass, RunGate, gate_for_loop
 from agentloop.loop.ending import RunResult
 from agentloop.loop.runner import Runner, header_fields, offered_specs
 from agentloop.protocols import Tool
@@ -56,7 +56,7 @@ async def execute(plan: RunPlan, config: RunConfig | None = None) -> RunResult:
 async def _execute_in_env(plan: RunPlan, config: RunConfig) -> RunResult:
     """The run held at the process's start gate (the task env is active)."""
     # outside a suite (which has its own start gate), the process's: the clock starts once the
-    # runs setting up beside this one are set up (agentloop.loadgate)
+    # runs setting up beside this one are set up (agentloop.loop.loadgate)
     gate = gate_for_loop() if config.suite is None else None
     ticket = gate.arrive() if gate is not None else None
     try:

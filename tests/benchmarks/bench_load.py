@@ -7,7 +7,7 @@ more per configuration). Each configuration runs in its own fresh process: RUNS 
 embedding service would call the library. Side by side: the load protection off
 (``AGENTLOOP_LOAD_GATE=off``, the trace pipeline run on the loop as before issue 28, and the
 loop's own instants: ``AGENTLOOP_KERNEL_STAMPS=off``), ``no-stamps`` (the gate and the trace
-writer thread, the loop's instants) and on (the defaults: :mod:`agentloop.loadgate`, the trace
+writer thread, the loop's instants) and on (the defaults: :mod:`agentloop.loop.loadgate`, the trace
 writer thread, kernel receive stamps, :mod:`agentloop.clients._rx`); and where the simulator runs:
 ``in`` the runs' process (as ``run_task`` on a ``sim-*`` tier starts it: its writes slip on the
 loop that reads them, an error of the simulator, not of the client's clock) or in a ``child``
