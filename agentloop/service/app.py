@@ -29,7 +29,7 @@ Every answer passes the one redactor (:mod:`agentloop.redact`), the one the trac
 uses: JSON answers and errors, each server-sent event, and the trace file line by line. A run's
 events come from the runner before its trace pipeline, so without this a secret a tool printed
 would reach the event stream verbatim. A body is read in chunks and refused (413) once past
-:data:`MAX_BODY`, never held whole.
+:data:`agentloop.service.http.MAX_BODY`, never held whole.
 """
 
 from __future__ import annotations
@@ -37,95 +37,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import hmac
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.schemas import SchemaGenerator
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from agentloop.config.tasks import Task
 from agentloop.errors import AgentloopError, RequestError
 from agentloop.redact import Redactor, redactor
 from agentloop.service.analysis import report_for, whatif_for
 from agentloop.service.guard import BrowserGuard, HostNames
+from agentloop.service.http import (
+    BearerAuth,
+    CountRefusals,
+    answer,
+    error,
+    event_stream,
+    int_param,
+    read_body,
+)
 from agentloop.service.metrics import CONTENT_TYPE, Metrics
 from agentloop.service.requests import check_runnable, shown, task_from_request
-from agentloop.service.runs import MAX_FOLLOWERS, Run, RunBook
-from agentloop.service.schema import SCHEMAS, STATUSES, ref
-
-MAX_BODY = 1 << 20  # bytes of a request body (an inline task with a long script is ~50 KiB)
+from agentloop.service.run import Run
+from agentloop.service.runs import MAX_FOLLOWERS, RunBook
+from agentloop.service.schema import OPENAPI_INFO, STATUSES, openapi_document
 
 HEARTBEAT_S = 5.0  # seconds of silence on an event stream before a comment line is sent
 MAX_KEY = 200  # characters of an Idempotency-Key
 PAGE, MAX_PAGE = 50, 500  # runs a GET /v1/runs page holds by default, at most
-OPENAPI_INFO = {
-    "openapi": "3.1.0",
-    "info": {
-        "title": "agentloop service",
-        "version": "1",
-        "description": "Run, stream and explain agent runs over HTTP.",
-    },
-}
-
-
-def answer(
-    content: Any, redact: Redactor, status: int = 200, headers: dict[str, str] | None = None
-) -> JSONResponse:
-    """A JSON answer, every string in it through the redactor."""
-    return JSONResponse(redact(content), status_code=status, headers=headers)
-
-
-def error(
-    status: int,
-    message: str,
-    redact: Redactor,
-    field: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> JSONResponse:
-    body: dict[str, Any] = {"message": message}
-    if field is not None:
-        body["field"] = field
-    return answer({"error": body}, redact, status, headers)
-
-
-class BearerAuth:
-    """ASGI middleware: 401 unless the request carries the service's bearer token (``/healthz``
-    answers without one: a liveness probe holds no secret)."""
-
-    def __init__(self, app: ASGIApp, token: str, redact: Redactor) -> None:
-        self.app, self.redact = app, redact
-        self._expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] != "/healthz":
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self._expected):
-                await error(
-                    401, "missing or wrong bearer token (Authorization: Bearer ...)", self.redact
-                )(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-async def read_body(request: Request, limit: int = MAX_BODY) -> bytes:
-    """The request's body, read chunk by chunk; 413 as soon as it is past ``limit`` bytes."""
-    too_big = RequestError(f"the body is larger than {limit} bytes", field="", status=413)
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > limit):
-        raise too_big
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_big
-    return bytes(body)
 
 
 class Service:
@@ -222,8 +167,8 @@ class Service:
             raise RequestError(
                 f"query parameter 'status': one of {', '.join(STATUSES)}", field="status"
             )
-        limit = _int_param(q.get("limit"), "limit", PAGE, 1, MAX_PAGE)
-        before = _int_param(q.get("cursor"), "cursor", None, 1, None)
+        limit = int_param(q.get("limit"), "limit", PAGE, 1, MAX_PAGE)
+        before = int_param(q.get("cursor"), "cursor", None, 1, None)
         runs, cursor = await self.book.page(
             status=status, task=q.get("task"), before=before, limit=limit
         )
@@ -258,7 +203,7 @@ class Service:
           429: {description: "too many streams of this run are open", schema: Error}
         """
         run = await self._run(request)
-        last = _int_param(
+        last = int_param(
             request.headers.get("last-event-id"), "Last-Event-ID", None, 0, None, header=True
         )
         if run.followers >= self.max_followers:
@@ -269,44 +214,8 @@ class Service:
                 status=429,
             )
         run.followers += 1
-        redact, book, heartbeat = self.redact, self.book, self.heartbeat_s
-
-        async def stream() -> AsyncIterator[bytes]:
-            queue: asyncio.Queue[tuple[int, str, dict[str, Any]] | None] = asyncio.Queue(256)
-
-            async def pump() -> None:
-                async for item in book.events(run):
-                    await queue.put(item)
-                await queue.put(None)
-
-            pumping = asyncio.create_task(pump())
-            try:
-                yield b"retry: 2000\n\n"
-                while True:
-                    try:
-                        item = await asyncio.wait_for(queue.get(), heartbeat)
-                    except TimeoutError:
-                        yield b": still " + (run.status.encode()) + b"\n\n"
-                        continue
-                    if item is None:
-                        return
-                    seq, name, data = item
-                    if last is not None and seq <= last and name != "run_end":
-                        continue  # seen before the reconnect (every stream ends with run_end)
-                    # plain JSON first: the redactor walks dicts, lists and strings
-                    data = redact(orjson.loads(orjson.dumps(data)))
-                    yield (
-                        b"id: %d\nevent: %s\ndata: %s\n\n"
-                        % (seq, name.encode(), orjson.dumps(data))
-                    )
-            finally:
-                run.followers -= 1
-                pumping.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await pumping
-
         return StreamingResponse(
-            stream(),
+            event_stream(run, self.redact, self.heartbeat_s, last),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
@@ -420,68 +329,6 @@ class Service:
         return Response(self.metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
 
-def _int_param(
-    value: str | None,
-    name: str,
-    default: int | None,
-    least: int,
-    most: int | None,
-    *,
-    header: bool = False,
-) -> Any:
-    """An integer query parameter (or header) within bounds, or a 400 naming it."""
-    if value is None:
-        return default
-    what = f"header '{name}'" if header else f"query parameter '{name}'"
-    bound = f"from {least} to {most}" if most is not None else f"of at least {least}"
-    if not (value.isdigit() and len(value) <= 18) or int(value) < least:
-        raise RequestError(f"{what}: a whole number {bound}", field=name)
-    return min(int(value), most) if most is not None else int(value)
-
-
-def _expand(doc: dict[str, Any]) -> dict[str, Any]:
-    """The handlers' docstring shorthand made OpenAPI: ``body: NAME`` a JSON request body,
-    a response's ``schema: NAME`` / ``content_type`` its content, the ``{id}`` path parameter;
-    the schemas as components."""
-    for path, ops in doc.get("paths", {}).items():
-        for op in ops.values():
-            if "{id}" in path:
-                op["parameters"] = [
-                    {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
-                    *op.get("parameters", []),
-                ]
-            if "body" in op:
-                op["requestBody"] = {
-                    "required": True,
-                    "content": {"application/json": {"schema": ref(op.pop("body"))}},
-                }
-            for resp in op.get("responses", {}).values():
-                kind = resp.pop("content_type", "application/json")
-                name = resp.pop("schema", None)
-                resp["content"] = {kind: {"schema": ref(name) if name else {"type": "string"}}}
-    doc["components"] = {"schemas": SCHEMAS}
-    return doc
-
-
-class CountRefusals:
-    """ASGI middleware: every answer of 400 or more counted by status in the metrics."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app, self.metrics = app, metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def counting(message: Any) -> None:
-            if message["type"] == "http.response.start" and message["status"] >= 400:
-                self.metrics.refused.labels(str(message["status"])).inc()
-            await send(message)
-
-        await self.app(scope, receive, counting)
-
-
 def build_app(service: Service, token: str | None, *, hosts: HostNames, port: int) -> ASGIApp:
     """The ASGI app: the browser guard (``hosts``: the names a request may give in Host,
     ``port``: the server's, for its own Origin), bearer auth when ``token``, routes, error
@@ -501,7 +348,7 @@ def build_app(service: Service, token: str | None, *, hosts: HostNames, port: in
         Route("/readyz", s.readyz, methods=["GET"]),
         Route("/metrics", s.metrics_text, methods=["GET"]),
     ]
-    document = _expand(SchemaGenerator(OPENAPI_INFO).get_schema(routes))
+    document = openapi_document(SchemaGenerator(OPENAPI_INFO).get_schema(routes))
 
     async def openapi(request: Request) -> Response:
         return answer(document, redact)

@@ -138,7 +138,7 @@ async def serve_http(trace_dir: Path, host: str, port: int, token: str | None) -
     import uvicorn
 
     from agentloop.redact import redactor
-    from agentloop.service.app import BearerAuth
+    from agentloop.service.http import BearerAuth
 
     app: Any = build(trace_dir).streamable_http_app(host=host)
     if token is not None:

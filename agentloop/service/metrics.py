@@ -24,7 +24,8 @@ from agentloop.trace.reader import load_trace
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from agentloop.service.runs import Run, RunBook
+    from agentloop.service.run import Run
+    from agentloop.service.runs import RunBook
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LAG = (0.003, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)  # a timing error bound, s

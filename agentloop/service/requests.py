@@ -26,8 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentloop.api import resolve_tier
 from agentloop.config.shipped import find_task, looks_like_name
-from agentloop.config.tasks import Limits, LimitsModel, Task, field_name, parse_task, problem
+from agentloop.config.tasks import Limits, LimitsModel, Task, parse_task
 from agentloop.config.tiers import Tier, missing_key
+from agentloop.config.where import field_name, problem
 from agentloop.errors import FileLocatedError, RequestError, TaskFileError, TierFileError
 from agentloop.trace.attrs import MAIN_AGENT
 

@@ -29,9 +29,8 @@ import math
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +38,9 @@ from agentloop.api import RunConfig
 from agentloop.config.tasks import Task
 from agentloop.errors import AgentloopError, RequestError
 from agentloop.log import get_logger
+from agentloop.service.run import INTERRUPTED, QUEUED, RUNNING, Run, now
 from agentloop.service.store import RunStore
 
-# the statuses the service gives a run besides how the runner ends one (ok, error, budget, ...)
-QUEUED, RUNNING, INTERRUPTED = "queued", "running", "interrupted"
 MAX_QUEUED = 64  # runs waiting for a slot; one more is refused with 429
 KEEP_ENDED = 1000  # ended runs held in memory with their events; older ones from the store
 MAX_FOLLOWERS = 32  # event streams of one run at once; one more is refused with 429
@@ -53,107 +51,6 @@ STOPPED = "the service stopped while the run was in flight; its trace ends where
 EARLY = "the service stopped while the run was being set up, before its trace began"
 
 Parse = Callable[[Any], tuple[Task, str | None]]  # a request body -> (task, tier), or 4xx
-
-
-def _now(ago: timedelta = timedelta()) -> str:
-    when = datetime.now(UTC) - ago
-    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-@dataclass
-class Run:
-    """One submitted run as the service sees it (mutable: the book updates it as it goes)."""
-
-    id: str
-    task_name: str
-    tier: str | None
-    task: Task | None = None  # None for a run read back from the store that will not run
-    status: str = QUEUED
-    reason: str = ""
-    submitted_at: str = field(default_factory=_now)
-    started_at: str | None = None
-    ended_at: str | None = None
-    run_id: str | None = None
-    trace_path: Path | None = None
-    steps: int = 0
-    elapsed_s: float | None = None
-    success: bool | None = None
-    success_detail: str = ""
-    resumed_from: str | None = None
-    resumed_as: str | None = None
-    handle: Any = None  # the RunHandle once started
-    started: asyncio.Event = field(default_factory=asyncio.Event)
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    cancel_requested: bool = False
-    worker: asyncio.Task[None] | None = None
-    followers: int = 0  # event streams open on this run
-    slotted: bool = False  # holds one of the concurrency slots (starting or running)
-
-    def summary(self) -> dict[str, Any]:
-        """The JSON a client sees for this run (schema ``RunSummary``)."""
-        return {
-            "id": self.id,
-            "task": self.task_name,
-            "tier": self.tier,
-            "status": self.status,
-            "reason": self.reason,
-            "submitted_at": self.submitted_at,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "run_id": self.run_id,
-            "steps": self.steps,
-            "elapsed_s": self.elapsed_s,
-            "wall_s": self.wall_s(),
-            "success": self.success,
-            "success_detail": self.success_detail,
-            "trace": str(self.trace_path) if self.trace_path else None,
-            "resumed_from": self.resumed_from,
-            "resumed_as": self.resumed_as,
-        }
-
-    def wall_s(self) -> float | None:
-        """Start to end on the service's clock: the run's set-up (workspace, jail, setup
-        commands) and success check included, which ``elapsed_s`` (the agent's time, what the
-        what-if re-times) leaves out; None until it has ended."""
-        if self.started_at is None or self.ended_at is None:
-            return None
-        start, end = (
-            datetime.fromisoformat(t.replace("Z", "+00:00"))
-            for t in (self.started_at, self.ended_at)
-        )
-        return round((end - start).total_seconds(), 3)
-
-    def row(self) -> dict[str, Any]:
-        """The store's columns of this run (its summary's fields but the derived wall_s)."""
-        out = self.summary()
-        del out["wall_s"]
-        return out
-
-    @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Run:
-        """A run as the store has it; one that has ended has its events set."""
-        run = cls(
-            id=row["id"],
-            task_name=row["task"],
-            tier=row["tier"],
-            status=row["status"],
-            reason=row["reason"],
-            submitted_at=row["submitted_at"],
-            started_at=row["started_at"],
-            ended_at=row["ended_at"],
-            run_id=row["run_id"],
-            trace_path=Path(row["trace"]) if row["trace"] else None,
-            steps=row["steps"],
-            elapsed_s=row["elapsed_s"],
-            success=row["success"],
-            success_detail=row["success_detail"],
-            resumed_from=row["resumed_from"],
-            resumed_as=row["resumed_as"],
-        )
-        if run.status not in (QUEUED, RUNNING):
-            run.started.set()
-            run.ended.set()
-        return run
 
 
 StartRun = Callable[..., Any]  # agentloop.start_run's shape: (task, *, config) -> awaitable handle
@@ -276,11 +173,11 @@ class RunBook:
         for row in await self.store.with_status(RUNNING):
             if row["trace"] and await asyncio.to_thread(Path(row["trace"]).is_file):
                 await self.store.update(
-                    row["id"], status=INTERRUPTED, reason=STOPPED, ended_at=_now()
+                    row["id"], status=INTERRUPTED, reason=STOPPED, ended_at=now()
                 )
             else:  # stopped while its workspace was set up: the runner had written nothing
                 await self.store.update(
-                    row["id"], status=INTERRUPTED, reason=EARLY, ended_at=_now(), trace=None
+                    row["id"], status=INTERRUPTED, reason=EARLY, ended_at=now(), trace=None
                 )
             self.counts[RUNNING] -= 1
             self.counts[INTERRUPTED] += 1
@@ -333,7 +230,7 @@ class RunBook:
                 return
             run.handle, run.run_id = handle, handle.run_id
             run.trace_path = Path(handle.trace_path)
-            run.started_at = _now()
+            run.started_at = now()
             self._set(run, RUNNING)
             await self.store.update(
                 run.id,
@@ -370,7 +267,7 @@ class RunBook:
                 run.steps = max(run.steps, int(ev.step))
 
     async def _finish(self, run: Run, status: str, reason: str) -> None:
-        run.reason, run.ended_at = reason, _now()
+        run.reason, run.ended_at = reason, now()
         self._set(run, status)
         if run.elapsed_s is not None:
             self._durations.append(run.elapsed_s)
@@ -407,7 +304,7 @@ class RunBook:
         not among the newest ``keep_runs`` ended ones (and forget them here); how many. Queued
         and running runs stay; trace files are never touched."""
         gone = await self.store.prune(
-            ended_before=_now(timedelta(days=keep_days)), keep=keep_runs, live=(QUEUED, RUNNING)
+            ended_before=now(timedelta(days=keep_days)), keep=keep_runs, live=(QUEUED, RUNNING)
         )
         for run_id, status in gone:
             self.counts[status] -= 1
@@ -443,44 +340,6 @@ class RunBook:
         run.cancel_requested = True
         if run.handle is not None and not run.ended.is_set():
             run.handle.cancel()
-
-    async def events(self, run: Run) -> AsyncIterator[tuple[int, str, dict[str, Any]]]:
-        """(sequence number, event name, JSON data) of ``run`` from its start; ends with
-        ``run_end``. The numbers are the same for every subscriber (``Last-Event-ID``)."""
-        await run.started.wait()
-        seq = 0
-        if run.handle is not None:
-            async for ev in run.handle.events():
-                if ev.kind == "run_end":
-                    # the book's summary is final before a client sees the end, so a GET
-                    # right after run_end never says "running"
-                    await run.ended.wait()
-                    yield seq, ev.kind, {"id": run.id, **ev.as_json()}
-                    return
-                yield seq, ev.kind, {"id": run.id, **ev.as_json()}
-                seq += 1
-        # the run ended without a run_end event of its own (it never started, crashed, ran
-        # before a restart, or waits for the next start): the stream still ends the same way
-        await run.ended.wait()
-        yield (
-            seq,
-            "run_end",
-            {
-                "id": run.id,
-                "kind": "run_end",
-                "run_id": run.run_id,
-                "t_s": run.elapsed_s or 0.0,
-                "step": None,
-                "span_id": None,
-                "data": {
-                    "status": run.status,
-                    "reason": run.reason,
-                    "steps": run.steps,
-                    "elapsed_s": run.elapsed_s or 0.0,
-                    "success": run.success,
-                },
-            },
-        )
 
     # -- stopping -------------------------------------------------------------------------------
 

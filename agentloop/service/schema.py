@@ -4,6 +4,7 @@ One owner for what a client may rely on: the routes' docstrings refer to these b
 (``#/components/schemas/NAME``), :mod:`agentloop.service.app` serves them in ``/openapi.json``
 (OpenAPI 3.1, whose schemas are JSON Schema 2020-12), and the tests validate real answers
 against them, so a field the code adds or drops without saying so here fails a test.
+:func:`openapi_document` turns the handlers' docstring shorthand into that document.
 """
 
 from __future__ import annotations
@@ -162,3 +163,37 @@ def ref(name: str) -> dict[str, Any]:
     """``{"$ref": ...}`` to one of :data:`SCHEMAS`."""
     assert name in SCHEMAS, name
     return {"$ref": f"#/components/schemas/{name}"}
+
+
+OPENAPI_INFO = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "agentloop service",
+        "version": "1",
+        "description": "Run, stream and explain agent runs over HTTP.",
+    },
+}
+
+
+def openapi_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """The handlers' docstring shorthand made OpenAPI: ``body: NAME`` a JSON request body,
+    a response's ``schema: NAME`` / ``content_type`` its content, the ``{id}`` path parameter;
+    the schemas as components."""
+    for path, ops in doc.get("paths", {}).items():
+        for op in ops.values():
+            if "{id}" in path:
+                op["parameters"] = [
+                    {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}},
+                    *op.get("parameters", []),
+                ]
+            if "body" in op:
+                op["requestBody"] = {
+                    "required": True,
+                    "content": {"application/json": {"schema": ref(op.pop("body"))}},
+                }
+            for resp in op.get("responses", {}).values():
+                kind = resp.pop("content_type", "application/json")
+                name = resp.pop("schema", None)
+                resp["content"] = {kind: {"schema": ref(name) if name else {"type": "string"}}}
+    doc["components"] = {"schemas": SCHEMAS}
+    return doc
