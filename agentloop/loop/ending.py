@@ -54,6 +54,32 @@ class RunResult:
     success_detail: str = ""
     totals: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def of(
+        cls,
+        run_id: str,
+        ending: Ending,
+        steps: int,
+        final_text: str,
+        elapsed_s: float,
+        success: dict[str, Any] | None,
+        totals: dict[str, Any],
+    ) -> RunResult:
+        """The result of a run that ended so, its success check's answer (``passed``, ``detail``)
+        folded in."""
+        passed = None if not success or success.get("passed") is None else bool(success["passed"])
+        return cls(
+            run_id,
+            ending.status,
+            ending.reason,
+            steps,
+            final_text,
+            elapsed_s,
+            success=passed,
+            success_detail=str(success.get("detail", "")) if success else "",
+            totals=totals,
+        )
+
 
 def output_token_limit(max_output_tokens: int, used: int) -> Ending | None:
     """The run's ending (status budget) once ``used`` output tokens are past the task's limit."""

@@ -1,7 +1,7 @@
 """The agent loop: call the model, run the turn's tool calls concurrently, feed results back, repeat.
 
 :meth:`Runner._loop` steps; a step (:meth:`Runner._step`) is one model call
-(:meth:`Runner._model_call`) then the turn's tool calls (:meth:`Runner._tool_calls`). The loop
+(:meth:`Runner._model_call`) then the turn's tool calls (:class:`~agentloop.loop.tool_turn.ToolTurn`). The loop
 ends with a value, not an exception: each step returns ``None`` (go on) or an
 :class:`agentloop.loop.ending.Ending` (status, reason): the model finished (a turn without tool
 calls, or the ``finish`` tool: recognised in :meth:`Runner._finished` only), a limit was hit
@@ -14,9 +14,11 @@ opens spans; clients report timings as data, tools know nothing of tracing. Ever
 
 The features live beside the loop, each in a module of its own: the limits and the result
 (:mod:`~agentloop.loop.ending`), the context budget (:mod:`~agentloop.loop.context_window`), a
-model span's attributes (:mod:`~agentloop.loop.model_span`), one tool call and its span's
-attributes (:mod:`~agentloop.loop.tool_call`), the live events
-(:mod:`~agentloop.loop.run_events`). ``Conversation.messages`` is what the next call is sent.
+model span's attributes (:mod:`~agentloop.loop.model_span`) and the call inside it
+(:mod:`~agentloop.loop.model_call`), a turn's tool calls (:mod:`~agentloop.loop.tool_turn`) and
+one call's span attributes (:mod:`~agentloop.loop.tool_call`), the live events
+(:mod:`~agentloop.loop.run_events`), the header (:mod:`~agentloop.loop.header`), the success
+check (:mod:`~agentloop.loop.check`). ``Conversation.messages`` is what the next call is sent.
 """
 
 from __future__ import annotations
@@ -26,18 +28,18 @@ import contextlib
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from agentloop._version import __version__
 from agentloop.config.routing import Routing
 from agentloop.config.tasks import Agent, Task
 from agentloop.config.tiers import Tier
 from agentloop.errors import AgentloopError, ModelError
-from agentloop.events import EventSink, Observer, call_progress, fan_out, observer_sink
+from agentloop.events import EventSink, Observer, fan_out, observer_sink
 from agentloop.log import get_logger
-from agentloop.loop.context_window import Fit, Window
+from agentloop.loop.check import Check, run_check
+from agentloop.loop.context_window import Window
 from agentloop.loop.ending import (
     CANCELLED,
     Ending,
@@ -46,10 +48,13 @@ from agentloop.loop.ending import (
     cost_limit,
     output_token_limit,
 )
-from agentloop.loop.model_span import failed_model_attrs, model_attrs, replayable
+from agentloop.loop.header import header_fields, offered_specs
+from agentloop.loop.model_call import complete, record_fit
+from agentloop.loop.model_span import model_attrs, replayable
 from agentloop.loop.run_events import RunEvents
-from agentloop.loop.subagent import AgentScope, AgentTool, agent_spec, sub_result
-from agentloop.loop.tool_call import CUT_SHORT, FINISH, finish_summary, run_call, tool_attrs
+from agentloop.loop.subagent import AgentScope, run_tools, sub_result, sub_task
+from agentloop.loop.tool_call import CUT_SHORT, FINISH, finish_summary
+from agentloop.loop.tool_turn import ToolTurn
 from agentloop.protocols import ModelClient, Tool
 from agentloop.sandbox.context import RunContext
 from agentloop.trace import attrs as A
@@ -58,13 +63,22 @@ from agentloop.types import (
     Message,
     ModelRequest,
     ModelResponse,
-    ToolCall,
     ToolResult,
-    ToolSpec,
 )
 
-# FINISH, CUT_SHORT and RunResult live in tool_call.py and ending.py; named here as before
-__all__ = ["CUT_SHORT", "FINISH", "Observer", "RunResult", "Runner", "model_attrs", "replayable"]
+# FINISH, CUT_SHORT, RunResult and the header live in tool_call.py, ending.py and header.py;
+# named here as before
+__all__ = [
+    "CUT_SHORT",
+    "FINISH",
+    "Observer",
+    "RunResult",
+    "Runner",
+    "header_fields",
+    "model_attrs",
+    "offered_specs",
+    "replayable",
+]
 
 
 @dataclass
@@ -75,59 +89,6 @@ class Conversation:
     messages: list[Message]
     after: list[str] = field(default_factory=list)  # what the next model call waits for
     prev_step: list[str] = field(default_factory=list)
-
-
-def offered_specs(task: Task, tools: Mapping[str, Tool]) -> tuple[ToolSpec, ...]:
-    """The tools the model is offered, as :class:`Runner` builds them (its sub-agents' too)."""
-    own = [tools[n].spec for n in task.tools if n in tools]
-    subs = [agent_spec(a) for n in task.tools if n not in tools and (a := task.agent(n))]
-    return (*own, *subs, *((FINISH,) if task.finish_tool else ()))
-
-
-def header_fields(
-    run_id: str,
-    task: Task,
-    specs: tuple[ToolSpec, ...],
-    tier: Tier,
-    tiers: Mapping[str, Tier] | None = None,
-    routing: Routing | None = None,
-    mcp_servers: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """The header's fields known before the set-up: all but ``workspace``, ``sandbox`` and
-    ``mcp_servers`` (those a run opened before its set-up records on its setup span)."""
-    tiers = tiers or {tier.name: tier}
-    out: dict[str, Any] = {
-        "run_id": run_id,
-        "agentloop": __version__,
-        "task": {
-            "name": task.name,
-            "prompt": task.prompt,
-            "system": task.system,
-            "source": str(task.source) if task.source else None,
-        },
-        "tier": tier.summary(),
-    }
-    if len(tiers) > 1 or task.agents:
-        out["tiers"] = [t.summary() for t in tiers.values()]
-    if task.agents:
-        out["agents"] = [
-            {
-                "name": a.name,
-                "description": a.description,
-                "tier": a.tier or tier.name,
-                "tools": [*a.tools, *a.agents],
-            }
-            for a in task.agents
-        ]
-    if routing:
-        out["routing"] = routing.as_plan()
-    if mcp_servers:
-        out["mcp_servers"] = mcp_servers
-    out["tools"] = [
-        {"name": s.name, "description": s.description, "parameters": s.parameters} for s in specs
-    ]
-    out["limits"] = task.limits.record()
-    return out
 
 
 class Runner:
@@ -148,7 +109,7 @@ class Runner:
         *,
         run_id: str | None = None,
         observer: Observer | None = None,
-        check: Callable[[str], Awaitable[dict[str, Any]]] | None = None,
+        check: Check | None = None,
         events: EventSink | None = None,
         routing: Routing | None = None,
         tiers: Mapping[str, Tier] | None = None,
@@ -168,11 +129,7 @@ class Runner:
         self.agent_name = scope.name if scope else A.MAIN_AGENT
         self.span_attrs = scope.span_attrs() if scope else {}
         self.invocations: Counter[str] = Counter()  # the root's: invocations per agent
-        self.tools: dict[str, Tool] = {name: tools[name] for name in task.tools if name in tools}
-        for name in task.tools:
-            agent = task.agent(name)
-            if agent is not None and name not in tools:
-                self.tools[name] = AgentTool(self, agent)
+        self.tools = run_tools(task, tools, self)  # the sub-agents as tools too
         self.specs = tuple(t.spec for t in self.tools.values()) + (
             (FINISH,) if task.finish_tool else ()
         )
@@ -190,9 +147,23 @@ class Runner:
         self.final_text = ""
         self.check = check
         self.steps = 0
-        self._sem = asyncio.Semaphore(task.limits.max_parallel_tools)
         self.window = Window.for_tier(tier, self.specs)  # context budget (context_window.py)
+        self.turn = self._tool_turn()  # the turn's tool calls (tool_turn.py)
         self.header_written = False  # True: line 1 went out before the set-up (issue 24)
+
+    def _tool_turn(self) -> ToolTurn:
+        """What the turn's tool calls need of this run (made once, in ``__init__``)."""
+        return ToolTurn(
+            self.tools,
+            self.specs,
+            self.ctx,
+            self.task.limits,
+            self.task.finish_tool,
+            self.tracer,
+            self.emit,
+            self.log,
+            self.span_attrs,
+        )
 
     @property
     def events(self) -> EventSink | None:
@@ -248,13 +219,21 @@ class Runner:
             elapsed = time.perf_counter() - t_start
             try:
                 if self.check is not None and ending.status != "cancelled" and not crashed:
-                    success = await self._check()
+                    success = await run_check(self.check, self.final_text, self.tracer, self.log)
             except asyncio.CancelledError:
                 ending = CANCELLED
                 raise
             finally:
                 self._end(ending, end_t, elapsed, success)
-        return self._result(ending, elapsed, success)
+        return RunResult.of(
+            self.run_id,
+            ending,
+            self.steps,
+            self.final_text,
+            elapsed,
+            success,
+            {"output_tokens": self.all_output_tokens},
+        )
 
     def _end(
         self, ending: Ending, end_t: int, elapsed: float, success: dict[str, Any] | None
@@ -269,38 +248,6 @@ class Runner:
             success=success,
         )
         self.emit.run_end(ending, self.steps, elapsed, success)
-
-    def _result(self, ending: Ending, elapsed: float, success: dict[str, Any] | None) -> RunResult:
-        passed = None if not success or success.get("passed") is None else bool(success["passed"])
-        return RunResult(
-            self.run_id,
-            ending.status,
-            ending.reason,
-            self.steps,
-            self.final_text,
-            elapsed,
-            success=passed,
-            success_detail=str(success.get("detail", "")) if success else "",
-            totals={"output_tokens": self.all_output_tokens},
-        )
-
-    async def _check(self) -> dict[str, Any]:
-        """The success check, as a root span of kind ``check`` after the run span (the run's
-        wall time, outside the agent's: the reader keeps it out of the analysis); one that
-        raises is a failed check, not a lost end record."""
-        assert self.check is not None
-        async with self.tracer.span("check", "success check") as span:
-            try:
-                result = await self.check(self.final_text)
-            except Exception as exc:
-                self.log.warning("success check raised", error=str(exc))
-                result = {
-                    "passed": False,
-                    "detail": f"the success check could not run: {type(exc).__name__}: {exc}",
-                }
-            passed = result.get("passed")
-            span.set(**{"check.passed": passed if isinstance(passed, bool) else None})
-            return result
 
     async def _run_span(self) -> Ending:
         """The run span around the loop, under the wall-time limit."""
@@ -349,17 +296,7 @@ class Runner:
         scope = AgentScope(
             agent.name, root.invocations[agent.name], (self.scope.depth if self.scope else 0) + 1
         )
-        task = replace(
-            root.task,
-            name=agent.name,
-            system=agent.system,
-            prompt=agent.render(text),
-            tools=(*agent.tools, *agent.agents),
-            limits=agent.limits,
-            finish_tool=agent.finish_tool,
-            tier=agent.tier or root.tier.name,
-            script=agent.script,
-        )
+        task = sub_task(root.task, agent, text, root.tier.name)
         child = Runner(
             task,
             self.client,
@@ -399,7 +336,7 @@ class Runner:
             ending = self._over_limit()
             if ending is None and resp.tool_calls:
                 cut = resp.finish_reason == "length"  # the call may end mid-arguments
-                results, conv.after = await self._tool_calls(step, resp.tool_calls, model_id, cut)
+                results, conv.after = await self.turn.run(step, resp.tool_calls, model_id, cut)
                 conv.messages += [
                     Message("tool", res.output, tool_call_id=call.id, name=call.name)
                     for call, res in zip(resp.tool_calls, results, strict=True)
@@ -461,8 +398,8 @@ class Runner:
         ) as span:
             self.emit.emit("model_start", span.id, step=step)
             if fit is not None:
-                self._record_fit(span, fit)
-            answer = await self._complete(request, span, client, tier)
+                record_fit(self.tracer, span, fit)
+            answer = await complete(request, span, client, tier, self.tracer, self.emit)
         if isinstance(answer, ModelError):
             self.emit.model_end(span, step, answer)
             return Ending.failed(answer.message)
@@ -476,26 +413,6 @@ class Runner:
         name = self.routing.tier_for(self.agent_name, invocation, step, self.tier.name)
         tier = self.tiers.get(name, self.tier)
         return self.clients.get((self.agent_name, tier.name), self.client), tier
-
-    async def _complete(
-        self, request: ModelRequest, span: Span, client: ModelClient, tier: Tier
-    ) -> ModelResponse | ModelError:
-        """The client's answer (or its final failure), set on the open model span; live token
-        progress as ``model_progress`` events for a sink that wants them."""
-        step = request.step
-
-        def progress(tokens: int, elapsed_s: float) -> None:
-            self.emit.model_progress(span, step, tokens, elapsed_s)
-
-        try:
-            async with call_progress(progress if self.emit.wants("model_progress") else None):
-                resp = await client.complete(request)
-        except ModelError as exc:
-            span.set(**failed_model_attrs(exc, self.tracer, tier, step))
-            span.status = "error"
-            return exc
-        span.set(**model_attrs(resp, self.tracer, tier, step))
-        return resp
 
     def _took(self, resp: ModelResponse, span: Span, conv: Conversation, step: int) -> None:
         """An answer joins the conversation and the run's counts (tokens, cost, final text)."""
@@ -515,61 +432,4 @@ class Runner:
             call_s=span.attrs.get(A.CALL_S),
             output_tokens=resp.usage.output_tokens,
             tool_calls=len(resp.tool_calls),
-        )
-
-    def _record_fit(self, span: Span, fit: Fit) -> None:
-        """Each trim as a ``context.trim`` event of the model span, and the fit in its attrs."""
-        trims = [t.as_dict() for t in fit.trims]
-        for trim in trims:
-            self.tracer.event(span, A.EVENT_CONTEXT_TRIM, **trim)
-        span.set(**{A.CONTEXT_ESTIMATED_TOKENS: fit.estimated, A.CONTEXT_TRIMMED: trims})
-
-    async def _tool_calls(
-        self, step: int, calls: tuple[ToolCall, ...], model_id: str, cut: bool = False
-    ) -> tuple[list[ToolResult], list[str]]:
-        """Run a turn's calls concurrently (bounded); results and span ids in call order.
-        ``cut``: the turn ended at the output-token limit (said in a bad-arguments error)."""
-
-        async def one(call: ToolCall) -> tuple[ToolResult, str]:
-            t_q = time.perf_counter_ns()
-            async with self._sem:
-                queued = time.perf_counter_ns() - t_q
-                async with self.tracer.span(
-                    "tool",
-                    f"execute_tool {call.name}",
-                    after=[model_id],
-                    step=step,
-                    **self.span_attrs,
-                ) as span:
-                    self.emit.tool_start(span, step, call)
-                    res = await self._execute(call, cut)
-                    span.set(**tool_attrs(call, res, queued))
-                    # a tool may name more of itself for its spans (an MCP tool: mcp.server)
-                    span.set(**getattr(self.tools.get(call.name), "span_attrs", None) or {})
-                    if not res.ok:
-                        span.status = "error"
-            self.emit.tool_end(span, step, call, res)
-            return res, span.id
-
-        async with asyncio.TaskGroup() as tg:
-            jobs = [tg.create_task(one(call)) for call in calls]
-        done = [job.result() for job in jobs]
-        return [res for res, _ in done], [span_id for _, span_id in done]
-
-    async def _execute(self, call: ToolCall, cut: bool = False) -> ToolResult:
-        """Run one tool call (:func:`agentloop.loop.tool_call.run_call`): every failure is a
-        result the model sees."""
-        sub = self.tools.get(call.name)
-        timeout_s = self.task.limits.tool_timeout_s
-        if isinstance(sub, AgentTool):  # a sub-run keeps time by its own limit, not a tool's
-            timeout_s = max(timeout_s, sub.agent.limits.timeout_s + 5.0)
-        return await run_call(
-            call,
-            self.tools,
-            self.specs,
-            self.ctx,
-            timeout_s=timeout_s,
-            finish_tool=self.task.finish_tool,
-            log=self.log,
-            cut=cut,
         )

@@ -10,16 +10,17 @@ an error result, and the run goes on.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentloop.config.tasks import Agent
+from agentloop.config.tasks import Agent, Task
 from agentloop.loop.ending import Ending
 from agentloop.trace import attrs as A
 from agentloop.types import ToolResult, ToolSpec
 
 if TYPE_CHECKING:
-    from agentloop.protocols import ToolContext
+    from agentloop.protocols import Tool, ToolContext
 
 
 class Caller(Protocol):
@@ -88,3 +89,30 @@ def sub_result(name: str, ending: Ending, final_text: str) -> ToolResult:
         ok=False,
         output=f"Error: sub-agent '{name}' did not finish ({ending.status}): {ending.reason}",
     )
+
+
+def sub_task(root: Task, agent: Agent, text: str, default_tier: str) -> Task:
+    """The task a sub-run of ``agent`` runs on ``text``: the root task with the agent's system,
+    prompt, tools, limits, tier (default: the main agent's) and script."""
+    return replace(
+        root,
+        name=agent.name,
+        system=agent.system,
+        prompt=agent.render(text),
+        tools=(*agent.tools, *agent.agents),
+        limits=agent.limits,
+        finish_tool=agent.finish_tool,
+        tier=agent.tier or default_tier,
+        script=agent.script,
+    )
+
+
+def run_tools(task: Task, registry: Mapping[str, Tool], caller: Caller) -> dict[str, Tool]:
+    """The tools a run offers, in the task's order: the registry's it lists, then its sub-agents
+    (each an :class:`AgentTool` that ``caller`` runs)."""
+    out: dict[str, Tool] = {name: registry[name] for name in task.tools if name in registry}
+    for name in task.tools:
+        agent = task.agent(name)
+        if agent is not None and name not in registry:
+            out[name] = AgentTool(caller, agent)
+    return out
