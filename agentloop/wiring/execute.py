@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from agentloop.errors import AgentloopError, ConfigError
-from agentloop.loop.loadgate import Pass, RunGate, gate_for_loop
 from agentloop.loop.ending import RunResult
+from agentloop.loop.loadgate import Pass, RunGate, gate_for_loop
 from agentloop.loop.runner import Runner, header_fields, offered_specs
 from agentloop.protocols import Tool
 from agentloop.sandbox import taskenv
