@@ -301,8 +301,7 @@ async def test_a_streamable_http_server_with_headers_from_variables(
 
 async def test_git_server_writes_a_commit_in_the_workspace(tmp_path: Path) -> None:
     """mcp-server-git also writes: git_add and git_commit from inside the jail make a commit in
-    the run's repository, which the task's success check reads back. (mcp-server-sqlite, the
-    other writing reference server, still speaks the SDK's v1 API and fails to start on mcp 2.)"""
+    the run's repository, which the task's success check reads back."""
     task = tmp_path / "commit.yaml"
     repo = '{repo_path: "{workspace}"'
     task.write_text(
@@ -323,6 +322,50 @@ async def test_git_server_writes_a_commit_in_the_workspace(tmp_path: Path) -> No
     assert "ok" == result.status and result.success is True, result.success_detail
     [commit] = tool_spans(result.trace_path)["git_commit"]
     assert commit.attrs[A.OK] and "Changes committed" in commit.attrs[A.OUTPUT]
+
+
+@pytest.mark.slow
+async def test_sqlite_server_from_the_task_venv_writes_a_table(tmp_path: Path) -> None:
+    """mcp-server-sqlite (the reference server that writes a database) is built on the SDK's v1
+    server API and exits at start beside mcp 2; the task installs it in its own venv with the
+    mcp 1 it needs (requirements:), so the server is its own program, and agentloop's mcp 2
+    client drives it: a table created and a row written in the workspace, read back by the
+    task's success check."""
+    row = "('payments', '2026-12-02T09:12Z')"
+    task = tmp_path / "sqlite.yaml"
+    task.write_text(
+        f"""name: sqlite
+prompt: p
+workspace: {GIT_TASK.parent / "mcp_git"}
+requirements: [mcp-server-sqlite==2025.4.25, "mcp<2"]
+mcp_servers:
+  db: {{command: mcp-server-sqlite, args: [--db-path, incidents.db]}}
+tools: ["mcp:db"]
+success:
+  command: >-
+    python -c "import sqlite3, sys; sys.exit(sqlite3.connect('incidents.db')
+    .execute('SELECT service, opened FROM pages').fetchall() != [{row}])"
+script:
+  - tool_calls:
+      - name: create_table
+        arguments: {{query: "CREATE TABLE pages (id INTEGER PRIMARY KEY, service TEXT, opened TEXT)"}}
+  - tool_calls:
+      - {{name: write_query, arguments: {{query: "INSERT INTO pages (service, opened) VALUES {row}"}}}}
+  - tool_calls:
+      - {{name: read_query, arguments: {{query: "SELECT service, opened FROM pages"}}}}
+  - tool_calls:
+      - {{name: finish, arguments: {{summary: done}}}}
+"""
+    )
+    result = await run_task(task, trace_dir=tmp_path)
+    assert "ok" == result.status and result.success is True, result.success_detail
+    spans = tool_spans(result.trace_path)
+    [write], [read] = spans["write_query"], spans["read_query"]
+    assert write.attrs[A.OK] and "'affected_rows': 1" in write.attrs[A.OUTPUT]
+    assert "'service': 'payments'" in read.attrs[A.OUTPUT]
+    assert {"db"} == {
+        s.attrs[A.MCP_SERVER] for v in spans.values() for s in v if A.MCP_SERVER in s.attrs
+    }
 
 
 @pytest.mark.slow
