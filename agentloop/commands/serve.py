@@ -58,6 +58,14 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--tiers", type=Path, metavar="FILE", help="tiers file layered on the built-in one"
     )
+    _state_args(p)
+    _bound_args(p)
+    _reach_args(p)
+    p.set_defaults(func=main)
+
+
+def _state_args(p: Any) -> None:
+    """Where the run store lives, and what a restart or a stop does with its runs."""
     p.add_argument(
         "--state-dir",
         type=Path,
@@ -78,6 +86,10 @@ def register(sub: Any) -> None:
         help="on SIGTERM, seconds runs in flight may still finish before they are cancelled "
         "(default 0); queued runs stay queued for the next start",
     )
+
+
+def _bound_args(p: Any) -> None:
+    """The bounds on what the server holds: queued runs, ended runs, the store, event streams."""
     p.add_argument(
         "--max-queue",
         "--max-queued",
@@ -135,6 +147,10 @@ def register(sub: Any) -> None:
         help="seconds of silence on an event stream before a comment line keeps it open "
         "(default 5)",
     )
+
+
+def _reach_args(p: Any) -> None:
+    """Where runs run (a Ray cluster) and which names may reach the server."""
     p.add_argument(
         "--ray",
         metavar="ADDRESS",
@@ -151,7 +167,6 @@ def register(sub: Any) -> None:
         help="another name clients may give in the Host header (a reverse proxy's); by default "
         "only loopback's names and the --host value",
     )
-    p.set_defaults(func=main)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -168,19 +183,9 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def main(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from agentloop import api, start_run
-    from agentloop.log import configure
-    from agentloop.loopback import registered
-    from agentloop.service.app import Service, build_app
-    from agentloop.service.guard import HostNames
-    from agentloop.service.metrics import Metrics
-    from agentloop.service.runs import RunBook, prune_forever
-    from agentloop.service.store import RunStore
-
-    configure()
+def _checked(args: argparse.Namespace) -> str | None:
+    """The flags' bounds checked (exit 2 naming the flag), and the bearer token, which a
+    non-loopback address requires."""
     for flag, value, least in (
         ("--concurrency", args.concurrency, 1),
         ("--max-queue", args.max_queued, 0),
@@ -206,13 +211,17 @@ async def main(args: argparse.Namespace) -> int:
             "(clients then send 'Authorization: Bearer <token>'), or listen on "
             "127.0.0.1"
         )
-    backend = None
-    if args.ray is not None:  # before the store opens: a cluster that cannot be reached is exit 2
-        from agentloop.suite.ray_backend import RayBackend
+    return token
 
-        backend = RayBackend(args.ray)
-    store = RunStore(args.state_dir)
-    await store.open()
+
+def _service(args: argparse.Namespace, store: Any, backend: Any) -> tuple[Any, Any]:
+    """The run book over ``store`` (runs started here, or on ``backend``'s Ray cluster) and the
+    request handlers over it, with the metrics watching both."""
+    from agentloop import api, start_run
+    from agentloop.service.app import Service
+    from agentloop.service.metrics import Metrics
+    from agentloop.service.runs import RunBook
+
     metrics = Metrics()
     book = RunBook(
         backend.start_run if backend is not None else start_run,
@@ -234,6 +243,48 @@ async def main(args: argparse.Namespace) -> int:
         heartbeat_s=args.heartbeat_s,
         max_followers=args.max_followers,
     )
+    return book, service
+
+
+def _listening(
+    args: argparse.Namespace,
+    host: str,
+    port: int,
+    token: str | None,
+    picked: dict[str, int],
+    pruned: int,
+) -> str:
+    """The line saying the server listens, and what it picked up from the store."""
+    return (
+        f"agentloop serve: listening on http://{host}:{port} ({args.concurrency} runs at "
+        f"once, tasks from {args.tasks_dir}, traces to {args.trace_dir}, run store in "
+        f"{args.state_dir}, {'bearer token required' if token else 'no token: loopback only'}"
+        f"{f', runs on the Ray cluster at {args.ray}' if args.ray is not None else ''}"
+        f"; {picked['queued']} queued run(s) picked up, {picked['resumed']} resumed, "
+        f"{pruned} ended run(s) past --keep-days/--keep-runs pruned from the store)"
+    )
+
+
+async def main(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from agentloop.log import configure
+    from agentloop.loopback import registered
+    from agentloop.service.app import build_app
+    from agentloop.service.guard import HostNames
+    from agentloop.service.runs import prune_forever
+    from agentloop.service.store import RunStore
+
+    configure()
+    token = _checked(args)
+    backend = None
+    if args.ray is not None:  # before the store opens: a cluster that cannot be reached is exit 2
+        from agentloop.suite.ray_backend import RayBackend
+
+        backend = RayBackend(args.ray)
+    store = RunStore(args.state_dir)
+    await store.open()
+    book, service = _service(args, store, backend)
     sock = _bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
     hosts = HostNames(args.host, extra=tuple(args.allow_host))
@@ -250,15 +301,7 @@ async def main(args: argparse.Namespace) -> int:
             pruning = asyncio.create_task(
                 prune_forever(book, args.keep_days, args.keep_runs, args.prune_every_s)
             )
-            print(
-                f"agentloop serve: listening on http://{host}:{port} ({args.concurrency} runs at "
-                f"once, tasks from {args.tasks_dir}, traces to {args.trace_dir}, run store in "
-                f"{args.state_dir}, {'bearer token required' if token else 'no token: loopback only'}"
-                f"{f', runs on the Ray cluster at {args.ray}' if backend is not None else ''}"
-                f"; {picked['queued']} queued run(s) picked up, {picked['resumed']} resumed, "
-                f"{pruned} ended run(s) past --keep-days/--keep-runs pruned from the store)",
-                flush=True,
-            )
+            print(_listening(args, host, port, token, picked, pruned), flush=True)
             try:
                 await server.serve(sockets=[sock])
             finally:

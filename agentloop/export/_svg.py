@@ -8,13 +8,8 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from html import escape
-
-from agentloop.analysis.report import trim_line
-from agentloop.export._layout import Bar, Timeline
-from agentloop.trace import attrs as A
-from agentloop.trace.schema import SpanEvent
 
 PHASE_COLOURS = {
     "base": "#8da0cb",
@@ -40,7 +35,6 @@ CRITICAL = "#c0392b"
 MODEL_OTHER = "#cfd8e3"
 TRIM_COLOUR = "#d62728"  # a context-trim tick on a model bar
 TIER_PALETTE = ("#2c7fb8", "#f03b20", "#31a354", "#756bb1")  # model bars' tier strip (issue 23)
-MAX_BARS = 4000  # a bigger trace draws its first bars and says how many it left out
 
 
 def tool_colour(name: str, names: list[str] | None = None) -> str:
@@ -59,7 +53,7 @@ def category_colour(cat: str, tools: list[str] | None = None) -> str:
     return "#999999"
 
 
-def _ticks(span_s: float, n: int = 8) -> list[float]:
+def ticks(span_s: float, n: int = 8) -> list[float]:
     if span_s <= 0:
         return [0.0]
     raw = span_s / n
@@ -68,171 +62,8 @@ def _ticks(span_s: float, n: int = 8) -> list[float]:
     return [i * step for i in range(int(span_s / step) + 1)]
 
 
-def _fmt_s(s: float) -> str:
+def fmt_s(s: float) -> str:
     return f"{s:.3f} s" if s < 10 else f"{s:.2f} s"
-
-
-def _bar_title(b: Bar) -> str:
-    a = b.span.attrs
-    bits = [b.name, f"{_fmt_s((b.t1 - b.t0) / 1e9)}", f"status {b.status}"]
-    if b.in_flight:
-        bits.append("IN FLIGHT when the trace stopped")
-    if b.critical:
-        bits.append("on the critical path")
-    for k, label in (
-        (A.GEN_AI_USAGE_INPUT_TOKENS, "in"),
-        (A.GEN_AI_USAGE_OUTPUT_TOKENS, "out"),
-        (A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, "reasoning"),
-    ):
-        if isinstance(a.get(k), int):
-            bits.append(f"{label} {a[k]} tok")
-    return " | ".join(bits)
-
-
-MIN_TOOL_W = 4.0  # a tool of a millisecond stays a bar one can see and click, not a sliver
-MODEL_GAP = 1.5  # the white between a model call's bar and the next one's
-
-
-def waterfall(
-    tl: Timeline,
-    *,
-    width: int = 1100,
-    total_ns: int | None = None,
-    element_id: str = "waterfall",
-    caption: str = "",
-    tools: list[str] | None = None,
-    link: str | None = None,
-) -> str:
-    """The run on its lanes: steps as bands, model calls split into phases, tools by name,
-    critical-path spans outlined; ``link``: each model and tool bar links to ``#{link}{span id}``
-    (its message in the page's transcript); ``total_ns`` fixes the time axis (to share it in compare),
-    ``tools`` the tool names whose order picks their colours (as in :func:`legend`)."""
-    total = max(1, total_ns if total_ns is not None else tl.end_ns)
-    left, row_h, top = 90, 32, 34
-    plot_w = width - left - 20
-    lanes = len(tl.lanes)
-    height = top + lanes * row_h + 30
-
-    def x(t: int) -> float:
-        return left + plot_w * min(t, total) / total
-
-    out = [
-        # the viewBox scales to the page's width (CSS: width 100%), the drawing's units stay
-        f'<svg id="{element_id}" class="waterfall" xmlns="http://www.w3.org/2000/svg" '
-        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        'preserveAspectRatio="xMinYMin meet" role="img">'
-    ]
-    if caption:
-        out.append(f'<text x="{left}" y="14" class="cap">{escape(caption)}</text>')
-    for t in _ticks(total / 1e9):
-        xt = x(round(t * 1e9))
-        out.append(
-            f'<line x1="{xt:.1f}" y1="{top - 6}" x2="{xt:.1f}" y2="{height - 24}" '
-            f'class="grid"/><text x="{xt:.1f}" y="{height - 10}" class="tick">'
-            f"{t:g} s</text>"
-        )
-    for k, lane in enumerate(tl.lanes):
-        out.append(f'<text x="4" y="{top + k * row_h + 17}" class="lane">{escape(lane)}</text>')
-    bars = tl.bars[:MAX_BARS]
-    tier_col = tier_colours(tl)
-    trims: dict[str, list[SpanEvent]] = {}
-    for ev in tl.trace.events:
-        if ev.name == A.EVENT_CONTEXT_TRIM:
-            trims.setdefault(ev.span, []).append(ev)
-    for b in bars:
-        if b.kind == "step":
-            x0, x1 = x(b.t0), x(b.t1)
-            out.append(
-                f'<rect class="step" x="{x0:.1f}" y="{top - 8}" width="{max(0.5, x1 - x0):.1f}" '
-                f'height="{lanes * row_h + 4}"><title>{escape(b.name)}: '
-                f"{_fmt_s((b.t1 - b.t0) / 1e9)}</title></rect>"
-            )
-            label = b.span.start_attrs.get(A.STEP, b.name)
-            out.append(
-                f'<text x="{x0 + 2:.1f}" y="{top - 10}" class="steplabel">{escape(str(label))}</text>'
-            )
-    for b in bars:
-        if b.kind not in ("model", "tool"):
-            continue
-        y = top + b.lane * row_h + 3
-        x0, x1 = x(b.t0), x(b.t1)
-        if b.kind == "model" and x1 - x0 > 4 * MODEL_GAP:  # consecutive calls do not touch
-            x1 -= MODEL_GAP
-        if b.kind == "tool" and x1 - x0 < MIN_TOOL_W:  # widened, but inside the axis
-            x0 = min(x0, left + plot_w - MIN_TOOL_W)
-        cls = "span crit" if b.critical else "span"
-        if b.in_flight:
-            cls += " inflight"
-        title = escape(_bar_title(b))
-        if link is not None:
-            out.append(f'<a href="#{escape(link + b.id)}">')
-        if b.kind == "model":
-            out.append(
-                f'<g class="model" data-span="{escape(b.id)}"><title>{title}</title>'
-                f'<rect class="{cls}" x="{x0:.1f}" y="{y}" width="{max(0.5, x1 - x0):.1f}" '
-                f'height="{row_h - 6}" fill="{MODEL_OTHER}"/>'
-            )
-            for p in b.phases:
-                px0, px1 = min(x(p.t0), x1), min(x(p.t1), x1)
-                out.append(
-                    f'<rect class="phase phase-{p.name}" x="{px0:.1f}" y="{y + 2}" '
-                    f'width="{max(0.3, px1 - px0):.1f}" height="{row_h - 10}" '
-                    f'fill="{PHASE_COLOURS[p.name]}"><title>{p.name}: '
-                    f"{_fmt_s((p.t1 - p.t0) / 1e9)}</title></rect>"
-                )
-            if tier_col:  # several tiers: a strip under the bar in its tier's colour
-                from agentloop.analysis.agents import call_tier, recorded_tiers
-
-                tier = call_tier(tl.trace, b.span.attrs, recorded_tiers(tl.trace))
-                out.append(
-                    f'<rect class="tier" data-tier="{escape(tier)}" x="{x0:.1f}" '
-                    f'y="{y + row_h - 9}" width="{max(0.5, x1 - x0):.1f}" height="3" '
-                    f'fill="{tier_col.get(tier, MODEL_OTHER)}"><title>tier {escape(tier)}'
-                    "</title></rect>"
-                )
-            for ev in trims.get(b.id, ()):  # a context trim: a tick where it was made
-                xt = x(max(0, ev.t - tl.start_ns))
-                what = escape(trim_line({A.STEP: b.span.step, **ev.attrs}))
-                out.append(
-                    f'<rect class="trim" x="{xt - 1:.1f}" y="{y - 3}" width="2" '
-                    f'height="{row_h}" fill="{TRIM_COLOUR}"><title>context trim: {what}'
-                    "</title></rect>"
-                )
-            out.append("</g>")
-        else:
-            colour = tool_colour(b.label, tools)
-            out.append(
-                f'<g class="tool" data-span="{escape(b.id)}"><title>{title}</title>'
-                f'<rect class="{cls}" x="{x0:.1f}" y="{y}" width="{max(MIN_TOOL_W, x1 - x0):.1f}" '
-                f'height="{row_h - 6}" fill="{colour}"/>'
-            )
-            if x1 - x0 > 8 * len(b.label):
-                out.append(
-                    f'<text x="{x0 + 3:.1f}" y="{y + 14}" class="barlabel">{escape(b.label)}</text>'
-                )
-            out.append("</g>")
-        if link is not None:
-            out.append("</a>")
-    for k, (name, col) in enumerate(tier_col.items()):  # the tiers' key, top right
-        xk = width - 20 - 150 * (len(tier_col) - k)
-        out.append(
-            f'<rect x="{xk}" y="4" width="12" height="8" fill="{col}"/>'
-            f'<text x="{xk + 16}" y="12" class="cap">tier {escape(name)}</text>'
-        )
-    out.append("</svg>")
-    if len(tl.bars) > MAX_BARS:
-        out.append(f'<p class="note">{len(tl.bars) - MAX_BARS} later spans not drawn.</p>')
-    return "".join(out)
-
-
-def tier_colours(tl: Timeline) -> dict[str, str]:
-    """Each tier of a run that used several (header ``tiers``) its colour; {} for one tier."""
-    from agentloop.analysis.agents import recorded_tiers
-
-    names = list(recorded_tiers(tl.trace))
-    if len(names) < 2:
-        return {}
-    return {n: TIER_PALETTE[k % len(TIER_PALETTE)] for k, n in enumerate(names)}
 
 
 def legend(tools: list[str], phases: Iterable[str] | None = None) -> str:
@@ -278,22 +109,7 @@ def curve(
         f'<svg id="{element_id}" class="curve" xmlns="http://www.w3.org/2000/svg" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">'
     ]
-    for s in _ticks(ymax, 5):
-        out.append(
-            f'<line x1="{left}" y1="{y(s):.1f}" x2="{left + pw}" y2="{y(s):.1f}" '
-            f'class="grid"/><text x="{left - 6}" y="{y(s) + 4:.1f}" class="tick" '
-            f'text-anchor="end">{s:g}x</text>'
-        )
-    for tick in (1, 2, 5, 10, 20, 50, 100):
-        if tick <= kmax:
-            out.append(
-                f'<text x="{x(tick):.1f}" y="{top + ph + 16}" class="tick" '
-                f'text-anchor="middle">{tick}</text>'
-            )
-    out.append(
-        f'<text x="{left + pw / 2}" y="{height - 4}" class="axis" text-anchor="middle">'
-        f"output speed × K (log scale)</text>"
-    )
+    out += _curve_axes(x, y, ymax, kmax, left, pw, top, ph, height)
     out.append(
         f'<line id="{element_id}-ceiling" class="ceiling" x1="{left}" y1="{y(ceil_y):.1f}" '
         f'x2="{left + pw}" y2="{y(ceil_y):.1f}"><title>Amdahl ceiling {ceil_y:.2f}x'
@@ -317,6 +133,38 @@ def curve(
         )
     out.append("</svg>")
     return "".join(out)
+
+
+def _curve_axes(
+    x: Callable[[float], float],
+    y: Callable[[float], float],
+    ymax: float,
+    kmax: float,
+    left: int,
+    pw: int,
+    top: int,
+    ph: int,
+    height: int,
+) -> list[str]:
+    """The speedup curve's grid lines and ticks: speedup up the side, K along the bottom."""
+    out = []
+    for s in ticks(ymax, 5):
+        out.append(
+            f'<line x1="{left}" y1="{y(s):.1f}" x2="{left + pw}" y2="{y(s):.1f}" '
+            f'class="grid"/><text x="{left - 6}" y="{y(s) + 4:.1f}" class="tick" '
+            f'text-anchor="end">{s:g}x</text>'
+        )
+    for tick in (1, 2, 5, 10, 20, 50, 100):
+        if tick <= kmax:
+            out.append(
+                f'<text x="{x(tick):.1f}" y="{top + ph + 16}" class="tick" '
+                f'text-anchor="middle">{tick}</text>'
+            )
+    out.append(
+        f'<text x="{left + pw / 2}" y="{height - 4}" class="axis" text-anchor="middle">'
+        f"output speed × K (log scale)</text>"
+    )
+    return out
 
 
 def hbars(

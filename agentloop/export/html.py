@@ -10,7 +10,7 @@ of :mod:`agentloop.export._layout`, drawn by :mod:`agentloop.export._svg`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from agentloop.analysis.report import Report, build_report, wall_line
 from agentloop.analysis.whatif import Scenario, WhatIf, ratio_of, whatif, widening_line
 from agentloop.config.tiers import Tier, faster_tier
 from agentloop.errors import ConfigError
-from agentloop.export import _svg, _transcript_html
+from agentloop.export import _svg, _transcript_html, _waterfall
 from agentloop.export._layout import Timeline, layout
 from agentloop.export.transcript import transcript
 from agentloop.trace.reader import Trace
@@ -202,7 +202,7 @@ def report_html(
         *([f'<p class="warn">{escape(late)}.{escape(widen or "")}</p>'] if late else []),
         "<h2>Waterfall</h2>",
         _svg.legend(tools, _phases(tl)),
-        _svg.waterfall(tl, tools=tools, link="msg-"),
+        _waterfall.waterfall(tl, tools=tools, link="msg-"),
         "<h2>Transcript</h2>",
         _transcript_html.transcript_html(transcript(trace), prefix="msg-"),
         "<h2>Time by category (critical path)</h2>",
@@ -238,20 +238,12 @@ def compare_html(a: Trace, b: Trace) -> str:
     tools = sorted(set(_tools(tla)) | set(_tools(tlb)))
     curve_w = whatif(ga, Scenario.multipliers(CURVE_SPEEDUP))
     k_b = _tps(b) / _tps(a) if _tps(a) and _tps(b) else CURVE_SPEEDUP  # B's K on A's curve
-    rows = "".join(
-        f"<tr><td>{escape(x.name)}</td><td>{_s(x.a_ns)}</td><td>{_s(x.predicted_ns)}"
-        f"</td><td>{_s(x.b_ns)}</td><td>{(x.predicted_ns - x.b_ns) / 1e9:+.3f}</td>"
-        f"</tr>"
+    rows = _error_rows(
+        x
         for x in c.steps
         if round(x.a_ns / 1e6) or round(x.b_ns / 1e6) or round(x.predicted_ns / 1e6)
     )
-    cats = "".join(
-        f"<tr><td>{escape(x.name)}</td><td>{_s(x.a_ns)}</td><td>{_s(x.predicted_ns)}"
-        f"</td><td>{_s(x.b_ns)}</td><td>{(x.predicted_ns - x.b_ns) / 1e9:+.3f}</td>"
-        f"</tr>"
-        for x in c.categories
-        if x.a_ns or x.b_ns or x.predicted_ns
-    )
+    cats = _error_rows(x for x in c.categories if x.a_ns or x.b_ns or x.predicted_ns)
     speed = _svg.hbars(
         [
             ("measured", c.measured_speedup, "#2ca02c"),
@@ -271,22 +263,7 @@ def compare_html(a: Trace, b: Trace) -> str:
         *_header_notes(b),
         "<h2>Both runs on one time axis</h2>",
         _svg.legend(tools, _phases(tla, tlb)),
-        _svg.waterfall(
-            tla,
-            total_ns=axis,
-            element_id="waterfall-a",
-            tools=tools,
-            caption=f"A: {c.tier_a}, {c.a_ns / 1e9:.3f} s",
-            link="a-",
-        ),
-        _svg.waterfall(
-            tlb,
-            total_ns=axis,
-            element_id="waterfall-b",
-            tools=tools,
-            caption=f"B: {c.tier_b}, {c.b_ns / 1e9:.3f} s",
-            link="b-",
-        ),
+        *_waterfalls(c, (tla, tlb), axis, tools),
         "<h2>Speedup: measured vs predicted</h2>",
         speed,
         "<h2>Run A's speedup curve, with B's measured and predicted speedups</h2>",
@@ -304,6 +281,41 @@ def compare_html(a: Trace, b: Trace) -> str:
         "<h2>Per category (critical path)</h2>",
         '<table id="compare-categories"><tr><th>category</th><th>A s</th>'
         f"<th>predicted B s</th><th>B s</th><th>error s</th></tr>{cats}</table>",
+        *_transcripts(c, a, b),
+    ]
+    return _page(f"agentloop compare {c.task}", body)
+
+
+def _error_rows(xs: Iterable[Any]) -> str:
+    """Table rows of A, predicted B, B and the prediction's error, one per step or category."""
+    return "".join(
+        f"<tr><td>{escape(x.name)}</td><td>{_s(x.a_ns)}</td><td>{_s(x.predicted_ns)}"
+        f"</td><td>{_s(x.b_ns)}</td><td>{(x.predicted_ns - x.b_ns) / 1e9:+.3f}</td>"
+        f"</tr>"
+        for x in xs
+    )
+
+
+def _waterfalls(
+    c: Comparison, tls: tuple[Timeline, Timeline], axis: int, tools: list[str]
+) -> list[str]:
+    """Both runs' waterfalls on one time axis, each bar linked to its run's transcript."""
+    return [
+        _waterfall.waterfall(
+            tl,
+            total_ns=axis,
+            element_id=f"waterfall-{side}",
+            tools=tools,
+            caption=f"{side.upper()}: {tier}, {ns / 1e9:.3f} s",
+            link=f"{side}-",
+        )
+        for tl, side, tier, ns in ((tls[0], "a", c.tier_a, c.a_ns), (tls[1], "b", c.tier_b, c.b_ns))
+    ]
+
+
+def _transcripts(c: Comparison, a: Trace, b: Trace) -> list[str]:
+    """Both runs' transcripts side by side, each message linked back to its waterfall."""
+    return [
         "<h2>Transcripts</h2>",
         '<div class="cols">',
         f"<div><h3>A: {escape(c.tier_a)}</h3>"
@@ -314,7 +326,6 @@ def compare_html(a: Trace, b: Trace) -> str:
         + "</div>",
         "</div>",
     ]
-    return _page(f"agentloop compare {c.task}", body)
 
 
 def write_html(path: Path, render: Callable[..., str], *traces: Trace) -> None:

@@ -32,6 +32,14 @@ def build(trace_dir: Path) -> MCPServer[Any]:
         ),
     )
 
+    _run_tools(server, trace_dir)
+    _analysis_tools(server)
+    return server
+
+
+def _run_tools(server: MCPServer[Any], trace_dir: Path) -> None:
+    """The tools that find and run tasks (their traces written to ``trace_dir``)."""
+
     @server.tool()
     async def list_tasks() -> list[dict[str, str]]:
         """The task files shipped with agentloop (run one by name with run_task)."""
@@ -63,6 +71,10 @@ def build(trace_dir: Path) -> MCPServer[Any]:
             "trace": r.trace_path,
         }
 
+
+def _analysis_tools(server: MCPServer[Any]) -> None:
+    """The tools that explain recorded runs: report, whatif, route, compare."""
+
     @server.tool()
     async def report(trace: str) -> dict[str, Any]:
         """Where a recorded run's time went: per category, step and critical path (the JSON of
@@ -93,8 +105,6 @@ def build(trace_dir: Path) -> MCPServer[Any]:
         candidate's tier against the candidate as measured (the JSON of `agentloop compare A B
         --json`: predicted and measured speedup, the prediction's error)."""
         return await asyncio.to_thread(_compare, Path(baseline), Path(candidate))
-
-    return server
 
 
 def _compare(a: Path, b: Path) -> dict[str, Any]:
