@@ -4,9 +4,11 @@ and keeps its cancelled runs with their closed traces."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -16,6 +18,7 @@ from agentloop.suite.records import load_suite
 from agentloop.trace.reader import load_trace
 from tests.conftest import ROOT, reap
 from tests.test_e2e import DEMO, wait_for_records
+from tests.test_suite import task_file
 
 BAD_DEPLOY = ROOT / "tasks" / "incident" / "bad-deploy.yaml"
 
@@ -78,3 +81,48 @@ def test_ctrl_c_of_a_suite_keeps_its_cancelled_runs(tmp_path: Path) -> None:
         trace = load_trace(out / r.trace)
         assert trace.complete and "cancelled" == trace.end["status"]
     assert f"{len(cancelled)} cancelled (their traces kept)" in lines[-1]
+
+
+def _all_setting_up(folder: Path, runs: int, within_s: float = 120) -> None:
+    """Wait (bounded) until ``runs`` traces in ``folder`` each have their setup commands going."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        going = [p for p in folder.glob("*.jsonl") if b'"setup commands"' in p.read_bytes()]
+        if len(going) == runs:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{runs} runs in {folder} did not all reach their setup commands")
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_a_suite_in_its_set_ups_prints_no_stray_jail_error(tmp_path: Path) -> None:
+    """Ctrl-C as a terminal sends it (SIGINT to the whole process group: the jails' bwrap and
+    init get it too) while every run's setup command runs: one line, no "Future exception was
+    never retrieved ... JailError", exit 130; each run's trace ends cancelled during set-up."""
+    runs = 4
+    sleep = "python -c 'import time; time.sleep(60)'"
+    task = task_file(tmp_path, "slow", extra=f'setup: ["{sleep}"]\n')
+    out = tmp_path / "suite"
+    args = ["suite", str(task), "--repeat", str(runs), "--concurrency", str(runs)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentloop", *args, "--tier", "sim-ultrafast", "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # its own group, as a terminal's foreground job
+    )
+    try:
+        _all_setting_up(out / "traces", runs)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err_bytes = proc.communicate(timeout=60)
+    finally:
+        reap(proc)
+    err = err_bytes.decode()
+    assert 130 == proc.returncode
+    assert "never retrieved" not in err and "JailError" not in err and "Traceback" not in err
+    assert 1 == sum("agentloop:" in line for line in err.splitlines())
+    suite = load_suite(out)
+    assert runs == len(suite.runs) and all("cancelled" == r.status for r in suite.runs)
+    for r in suite.runs:
+        assert r.trace is not None
+        end = load_trace(out / r.trace).end
+        assert end is not None and "cancelled during set-up" == end["reason"]

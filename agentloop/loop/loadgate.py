@@ -8,7 +8,8 @@ a loop busy setting the others up (measured: -17% mean output tok/s, -40% at wor
 the simulator's pacing: ``tests/benchmarks/bench_load.py``). So a run *arrives* here before its
 set-up (:meth:`RunGate.arrive`) and, set up, waits (:meth:`RunGate.start`) until no run of
 the loop is still setting up, or for ``max_hold_s`` at most, then goes through one every
-``spacing_s``; only then do its trace and its clock start. A lone run passes at once.
+``spacing_s``; only then does its run span (the agent's clock) start. A lone run passes at
+once.
 
 One gate per event loop (its asyncio primitives belong to one loop), made on first use:
 :func:`gate_for_loop`. ``AGENTLOOP_LOAD_GATE=off`` in the environment turns it off (the

@@ -172,13 +172,18 @@ class BwrapJail(Jail):
             raise JailError(f"the run's jail is gone ({self._dead or 'not started'})")
         if "id" not in msg:
             msg = {**msg, "id": self._new_id()}
+        data = json.dumps(msg).encode()
+        try:
+            if fds:
+                socket.send_fds(self.sock, [data], list(fds))
+            else:
+                self.sock.send(data)
+        except OSError as exc:  # the init is gone (Ctrl-C reaches it too): no answer will come
+            raise JailError(f"the run's jail is gone (its init's socket: {exc})") from None
+        # waited for once sent (the answer is read on this loop, so it cannot come sooner): a
+        # failed send leaves no waiter behind for the init's death to fail unread
         fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiters[(reply, msg["id"])] = fut
-        data = json.dumps(msg).encode()
-        if fds:
-            socket.send_fds(self.sock, [data], list(fds))
-        else:
-            self.sock.send(data)
         try:
             async with asyncio.timeout(READY_TIMEOUT_S if reply == "started" else ANSWER_TIMEOUT_S):
                 return await fut
@@ -188,6 +193,12 @@ class BwrapJail(Jail):
             why = "the jail's init stopped answering (stopped or traced by a command?)"
             await self._kill_namespace(why)
             raise JailError(f"the run's jail was killed: {why}") from None
+        finally:
+            # Ctrl-C reaches the init too: it can die (failing this answer) in the same loop turn
+            # as this task is cancelled, which then never reads the failure; read here, so no
+            # "Future exception was never retrieved" is printed at exit
+            if fut.done() and not fut.cancelled():
+                fut.exception()
 
     async def spawn(
         self, argv: Sequence[str], cwd: Path, env: dict[str, str], fds: tuple[int, int, int]

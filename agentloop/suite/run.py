@@ -365,6 +365,9 @@ async def run_suite(
             shared_simulator([j.tier for j in jobs] if shared else [], gate) as sim,
         ):
             await runs.go(closer, sim, progress, progress_interval_s)
+    except asyncio.CancelledError:  # also before any run began (the simulator starting)
+        runs.interrupted = True
+        raise
     finally:
         if gate is not None:
             gate.close()

@@ -1,6 +1,6 @@
-"""Executing a planned run: task env, start gate, trace, set-up, the loop and the clean-up.
+"""Executing a planned run: its trace, opened at the run's first moment, set-up, loop, end.
 
-The trace opens at the run's first moment; the set-up is its root ``setup`` span.
+A run that never gets past its set-up still ends its trace (cancelled or failed in set-up).
 """
 
 from __future__ import annotations
@@ -13,13 +13,10 @@ from dataclasses import replace
 
 from agentloop.errors import AgentloopError, ConfigError
 from agentloop.loop.ending import RunResult
-from agentloop.loop.loadgate import Pass, RunGate, gate_for_loop
 from agentloop.loop.runner import Runner, header_fields, offered_specs
 from agentloop.protocols import Tool
-from agentloop.sandbox import taskenv
-from agentloop.sandbox import workspace as ws
 from agentloop.trace.tracer import Tracer
-from agentloop.wiring.config import RunConfig, RunPlan, SuiteScope, tool_registry
+from agentloop.wiring.config import RunConfig, RunPlan, tool_registry
 from agentloop.wiring.setup import Ready, check, open_sink, set_up
 
 CANCELLED_IN_SETUP = "cancelled during set-up"  # the end record's reason: no step ran
@@ -40,30 +37,28 @@ def refuse_unscripted(plan: RunPlan, config: RunConfig) -> None:
 
 
 async def execute(plan: RunPlan, config: RunConfig | None = None) -> RunResult:
-    """Run a planned task in its own Python environment (:mod:`agentloop.sandbox.taskenv`).
+    """Run a planned task: its trace, its set-up, the loop and the clean-up.
 
     ``config``'s planning fields were read by :func:`agentloop.api.plan_run` already; its
-    running fields (client, tools, events, script, ...) are read here. Every task command of
-    the run (setup, tools, success check) gets the task's venv.
+    running fields (client, tools, events, script, ...) are read here. The set-up is a root
+    span of kind ``setup`` (the reader keeps it out of the analysis); every task command of
+    the run (setup, tools, success check) gets the task's venv
+    (:mod:`agentloop.sandbox.taskenv`); whatever happens, the jail closes and the copy goes
+    unless kept.
     """
     config = config or RunConfig()
     refuse_unscripted(plan, config)
-    task_env = await taskenv.ensure(plan.task, setup=ws.build_setup)
-    with taskenv.activate(task_env):
-        return await _execute_in_env(plan, config)
-
-
-async def _execute_in_env(plan: RunPlan, config: RunConfig) -> RunResult:
-    """The run held at the process's start gate (the task env is active)."""
-    # outside a suite (which has its own start gate), the process's: the clock starts once the
-    # runs setting up beside this one are set up (agentloop.loop.loadgate)
-    gate = gate_for_loop() if config.suite is None else None
-    ticket = gate.arrive() if gate is not None else None
-    try:
-        return await _execute_gated(plan, config, gate, ticket)
-    finally:
-        if gate is not None and ticket is not None:
-            gate.leave(ticket)
+    registry = tool_registry() if config.tools is None else config.tools
+    tracer = _open_trace(plan, config, registry)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.callback(tracer.sink.close)
+        with _ended_if_unready(tracer):
+            async with tracer.span("setup", "set-up") as span:
+                ready, learnt = await set_up(plan, config, tracer, stack, registry)
+                span.set(**learnt)
+        result = await _runner(plan, config, ready, tracer).run()
+    kept = str(ready.place.path) if config.keep_workspace else None
+    return replace(result, trace_path=str(plan.trace_path), workspace=kept)
 
 
 def _open_trace(plan: RunPlan, config: RunConfig, registry: dict[str, Tool]) -> Tracer:
@@ -75,32 +70,6 @@ def _open_trace(plan: RunPlan, config: RunConfig, registry: dict[str, Tool]) -> 
     tiers = plan.tiers or None
     tracer.header(**header_fields(plan.run_id, plan.task, specs, plan.tier, tiers, plan.routing))
     return tracer
-
-
-async def _execute_gated(
-    plan: RunPlan, config: RunConfig, gate: RunGate | None, ticket: Pass | None
-) -> RunResult:
-    """The trace, the set-up (a root span of kind ``setup``: the reader keeps it out of the
-    analysis), the loop; the jail closed and the copy removed whatever happens."""
-    registry = tool_registry() if config.tools is None else config.tools
-    tracer = _open_trace(plan, config, registry)
-    places: list[ws.Place] = []
-    try:
-        async with contextlib.AsyncExitStack() as stack:
-            stack.callback(tracer.sink.close)
-            with _ended_if_unready(tracer):
-                async with tracer.span("setup", "set-up") as span:
-                    ready, learnt = await set_up(plan, config, tracer, stack, registry, places)
-                    span.set(**learnt)
-                    if gate is not None and ticket is not None:
-                        await gate.start(ticket)
-            result = await _runner(plan, config, ready, tracer).run()
-    finally:  # the jail closes (nothing the run started survives), the copy goes unless kept
-        scope = config.suite or SuiteScope()
-        for place in places:
-            await asyncio.shield(place.close(keep=config.keep_workspace, closer=scope.closer))
-    kept = str(places[0].path) if config.keep_workspace else None
-    return replace(result, trace_path=str(plan.trace_path), workspace=kept)
 
 
 @contextlib.contextmanager

@@ -1,11 +1,13 @@
 """A run's set-up, timed as the root ``setup`` span and its parts; what the run starts from.
 
-The parts, in order: ``copy`` (the working copy), ``jail``, ``setup commands``, ``model
-client``, then ``mcp NAME`` for each MCP server (started together: its start and tool listing).
+The parts, in order: ``venv`` (the task's environment), ``copy`` (the working copy), ``jail``,
+``setup commands``, ``model client``, then ``mcp NAME`` for each MCP server (started together:
+its start and tool listing).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 from dataclasses import dataclass, replace
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentloop.config.tasks import Task
 from agentloop.export import live_sinks
+from agentloop.loop.loadgate import Pass, RunGate, gate_for_loop
 from agentloop.loop.runner import header_fields, offered_specs
 from agentloop.protocols import ModelClient, Tool
 from agentloop.redact import redactor, secret_values, truncator
@@ -123,16 +126,18 @@ async def set_up(
     tracer: Tracer,
     stack: contextlib.AsyncExitStack,
     registry: dict[str, Tool],
-    places: list[ws.Place],
 ) -> tuple[Ready, dict[str, Any]]:
-    """The parts of the set-up, in order, each resource closed by ``stack``; the place is
-    appended to ``places`` as soon as it exists (the caller closes it whatever happens). With
-    what it made, what it learnt for the header (workspace, sandbox; with MCP servers their
-    records and the tools as offered), which the setup span's end carries."""
+    """The parts of the set-up, in order, each resource closed by ``stack`` (the place too,
+    whatever happens, once it exists): the task's venv, active for the rest of the run; the
+    working copy, jail and setup commands; the model clients; the MCP servers; then the start
+    gate. With what it made, what it learnt for the header (workspace, sandbox; with MCP
+    servers their records and the tools as offered), which the setup span's end carries."""
     task, scope = plan.task, config.suite or SuiteScope()
-    script = tuple(config.script) if config.script is not None else task.script
+    async with part(tracer, "venv"):  # built on first use; every task command of the run gets it
+        stack.enter_context(taskenv.activate(await taskenv.ensure(task, setup=ws.build_setup)))
+    gate = _gate_pass(config, stack)
     place, ctx = await prepare(plan, config, tracer)
-    places.append(place)
+    stack.push_async_callback(_closing, place, config.keep_workspace, scope)
     stack.push_async_callback(ctx.aclose)
     learnt: dict[str, Any] = {
         "workspace": str(place.path),
@@ -142,6 +147,7 @@ async def set_up(
     async with part(tracer, "model client"):
         client = config.client
         if client is None:
+            script = tuple(config.script) if config.script is not None else task.script
             turns = substitute(script, place.path)
             client = await stack.enter_async_context(open_model(plan.tier, turns))
         clients = await tree_clients(stack, plan, config, open_model, place.path)
@@ -149,4 +155,22 @@ async def set_up(
         registry, task, learnt["mcp_servers"] = await open_mcp(task, registry, ctx, stack, tracer)
         specs = offered_specs(task, registry)  # the header's tools, with the servers' listed
         learnt["tools"] = header_fields(plan.run_id, task, specs, plan.tier)["tools"]
+    if gate is not None:
+        await gate[0].start(gate[1])
     return Ready(place, ctx, client, clients, registry, task), learnt
+
+
+def _gate_pass(config: RunConfig, stack: contextlib.AsyncExitStack) -> tuple[RunGate, Pass] | None:
+    """Outside a suite (which has its own start gate), the process's: the run's clock starts
+    once the runs setting up beside it are set up (:mod:`agentloop.loop.loadgate`); left at the end."""
+    gate = gate_for_loop() if config.suite is None else None
+    if gate is None:
+        return None
+    ticket = gate.arrive()
+    stack.callback(gate.leave, ticket)
+    return gate, ticket
+
+
+async def _closing(place: ws.Place, keep: bool, scope: SuiteScope) -> None:
+    """The run's end: its jail closes (nothing it started survives), the copy goes unless kept."""
+    await asyncio.shield(place.close(keep=keep, closer=scope.closer))
