@@ -33,18 +33,12 @@ _TS = struct.Struct("qq")  # struct timespec: seconds, nanoseconds (CLOCK_REALTI
 _ANC = socket.CMSG_SPACE(_TS.size)
 
 
-def _wall_to_perf() -> int:
-    """What to subtract from a CLOCK_REALTIME ns reading to put it on ``perf_counter_ns``."""
-    return time.time_ns() - time.perf_counter_ns()
-
-
 class StampedStream(httpcore2.AsyncNetworkStream):
     """One TCP connection, read with ``recvmsg``; ``rx_ns`` is the last read's kernel stamp."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.rx_ns: int | None = None  # perf_counter_ns of the last read's last packet
-        self.offset = _wall_to_perf()
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         loop = asyncio.get_running_loop()
@@ -68,7 +62,9 @@ class StampedStream(httpcore2.AsyncNetworkStream):
         for level, kind, raw in anc:
             if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS and len(raw) >= _TS.size:
                 sec, nsec = _TS.unpack_from(raw)
-                self.rx_ns = min(now, sec * 1_000_000_000 + nsec - self.offset)
+                # the offset read now, not once: a step of the wall clock moves it
+                offset = time.time_ns() - now
+                self.rx_ns = min(now, sec * 1_000_000_000 + nsec - offset)
                 return
         self.rx_ns = now  # no stamp came with it: the loop's own time
 
