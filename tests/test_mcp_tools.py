@@ -324,6 +324,66 @@ async def test_git_server_writes_a_commit_in_the_workspace(tmp_path: Path) -> No
     assert commit.attrs[A.OK] and "Changes committed" in commit.attrs[A.OUTPUT]
 
 
+async def test_a_sub_agent_uses_the_runs_mcp_server(tmp_path: Path) -> None:
+    """A sub-agent's tools: take mcp: entries: the historian reads the log through the run's git
+    server (one server per run, shared), its call a tool span of the historian's sub-run naming
+    the server; the main agent, which lists no git tool, is not offered one."""
+    task = tmp_path / "historian.yaml"
+    repo = '{repo_path: "{workspace}", max_count: 3}'
+    task.write_text(
+        f"""name: historian-run
+prompt: What was the last commit?
+workspace: {GIT_TASK.parent / "mcp_git"}
+setup:
+  - git init -q -b main . && git add -A && git -c user.name=t -c user.email=t@t commit -qm first
+mcp_servers:
+  git: {{command: mcp-server-git}}
+tools: [historian]
+agents:
+  - name: historian
+    description: Reads the repository's history.
+    system: You read git history.
+    prompt: "{{input}}"
+    tools: ["mcp:git/git_log"]
+    script:
+      - tool_calls:
+          - {{name: git_log, arguments: {repo}}}
+      - text: The last commit is 'first'.
+script:
+  - tool_calls:
+      - {{name: historian, arguments: {{input: the last commit}}}}
+  - tool_calls:
+      - {{name: finish, arguments: {{summary: "first"}}}}
+"""
+    )
+    result = await run_task(task, trace_dir=tmp_path)
+    assert "ok" == result.status
+    trace = load_trace(result.trace_path)
+    [log] = tool_spans(result.trace_path)["git_log"]
+    assert log.attrs[A.OK] and "first" in log.attrs[A.OUTPUT]
+    assert ("historian", "git") == (log.start_attrs[A.GEN_AI_AGENT_NAME], log.attrs[A.MCP_SERVER])
+    [historian] = tool_spans(result.trace_path)["historian"]
+    assert "The last commit is 'first'." == historian.attrs[A.OUTPUT]
+    assert "git_log" not in {t["name"] for t in trace.header["tools"]}
+    [server] = trace.header["mcp_servers"]  # started once, for the run
+    assert ("git", None) == (server["name"], server["error"])
+
+
+def test_a_sub_agents_mcp_entry_names_a_defined_server(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A sub-agent's mcp: entry naming no server of mcp_servers is exit 2 with its line."""
+    task = tmp_path / "bad.yaml"
+    task.write_text(
+        "name: bad\nprompt: p\nmcp_servers:\n  git: {command: mcp-server-git}\n"
+        "tools: [helper]\nagents:\n  - name: helper\n    description: d\n"
+        "    system: s\n    prompt: p\n    tools: ['mcp:gti']\n"
+    )
+    assert 2 == main(["run", str(task), "--trace-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert "'mcp:gti' names MCP server 'gti'" in err and "line 11" in err
+
+
 @pytest.mark.slow
 async def test_sqlite_server_from_the_task_venv_writes_a_table(tmp_path: Path) -> None:
     """mcp-server-sqlite (the reference server that writes a database) is built on the SDK's v1

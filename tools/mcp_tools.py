@@ -404,3 +404,20 @@ async def open_servers(
         for h in hosts.values()
     ]
     return registry, tuple(names), records
+
+
+def expand(entries: tuple[str, ...], opened: dict[str, Tool]) -> tuple[str, ...]:
+    """``entries`` (a task's or a sub-agent's ``tools:``) with each ``mcp:`` entry replaced by
+    the names of the tools :func:`open_servers` opened for it (``opened``: its registry)."""
+    out: list[str] = []
+    for entry in entries:
+        ref = mcp_config.parse_ref(entry)
+        if ref is None:
+            out.append(entry)
+            continue
+        out += [
+            name
+            for name, tool in opened.items()
+            if isinstance(tool, McpTool) and tool.host.name == ref[0] and ref[1] in (None, name)
+        ]
+    return tuple(dict.fromkeys(out))

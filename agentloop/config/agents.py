@@ -16,6 +16,7 @@ import yaml
 
 from agentloop.config._task_schema import _TaskModel
 from agentloop.config.limits import Limits
+from agentloop.config.mcp import parse_ref
 from agentloop.config.where import field_name, key_line
 from agentloop.errors import TaskFileError
 from agentloop.script import ScriptTurn
@@ -26,7 +27,7 @@ from agentloop.trace.attrs import MAIN_AGENT
 class Agent:
     """A sub-agent: the caller sees a tool ``name`` (one ``input`` string argument); calling it
     runs a loop of its own with ``system``, ``prompt`` (``{input}`` filled in), ``tools``
-    (built-in tools), the sub-agents it may call (``agents``) and its own ``limits``."""
+    (built-in tools and ``mcp:`` entries), the sub-agents it may call (``agents``) and its own ``limits``."""
 
     name: str
     description: str
@@ -88,7 +89,13 @@ def _check_names(
         if names.index(a.name) != i:
             raise fail(("agents", i, "name"), f"a second agent named '{a.name}'")
         for j, t in enumerate(a.tools):
-            if known_tools is not None and t not in known_tools and t not in names:
+            ref = parse_ref(t)  # an MCP server's tools: the run's servers, shared by its agents
+            if ref is not None and ref[0] not in m.mcp_servers:
+                raise fail(
+                    ("agents", i, "tools", j),
+                    f"'{t}' names MCP server '{ref[0]}', which mcp_servers does not define",
+                )
+            if ref is None and known_tools is not None and t not in known_tools | set(names):
                 raise fail(("agents", i, "tools", j), f"unknown tool '{t}'")
         for j, sub in enumerate(a.agents):
             if sub not in names:

@@ -103,16 +103,24 @@ async def open_mcp(
     stack: contextlib.AsyncExitStack,
     tracer: Tracer,
 ) -> tuple[dict[str, Tool], Task, list[dict[str, Any]]]:
-    """The task's MCP servers started in the run's jail, their tools added to the registry and
-    the task's ``mcp:`` entries expanded to their names; one record per server for the header."""
-    from agentloop_tools.mcp_tools import open_servers
+    """The MCP servers the task's and its sub-agents' ``tools:`` name, started in the run's jail
+    (one set per run, shared by its agents), their tools added to the registry and each ``mcp:``
+    entry expanded to their names; one record per server for the header."""
+    from agentloop_tools.mcp_tools import expand, open_servers
 
-    offered = {n for n in task.tools if n in registry} | ({"finish"} if task.finish_tool else set())
+    wanted = (*task.tools, *(t for a in task.agents for t in a.tools))
+    offered = {n for n in wanted if n in registry} | {a.name for a in task.agents}
+    offered |= {"finish"} if task.finish_tool else set()
     start = functools.partial(_timed_start, tracer)
-    found, names, record = await open_servers(
-        task.mcp_servers, task.tools, ctx, offered, stack, start=start
+    found, _, record = await open_servers(
+        task.mcp_servers, wanted, ctx, offered, stack, start=start
     )
-    return {**registry, **found}, replace(task, tools=names), record
+    agents = tuple(replace(a, tools=expand(a.tools, found)) for a in task.agents)
+    return (
+        {**registry, **found},
+        replace(task, tools=expand(task.tools, found), agents=agents),
+        record,
+    )
 
 
 async def check(task: Task, place: ws.Place, final_text: str) -> dict[str, Any]:
