@@ -39,6 +39,7 @@ from agentloop.trace import attrs as A
 from agentloop.types import ToolResult, ToolSpec
 
 STDERR_KEEP = 4000  # bytes of a server's stderr kept for the error that names its end
+START_MIN_S = 15.0  # the least a server is given to start and list its tools
 STOP_S = 2.0  # a server's grace to leave after its stdin closes, before it is killed
 
 
@@ -357,7 +358,9 @@ async def open_servers(
     hosts = {name: ServerHost(by_name[name], ctx) for name in used}
     for host in hosts.values():
         stack.push_async_callback(host.aclose)
-    timeout = float(ctx.settings.tool_timeout_s)
+    # a start is an interpreter starting in the jail, not a tool call: a short tool timeout
+    # (a test's 2 s) is not its bound on a loaded machine
+    timeout = max(float(ctx.settings.tool_timeout_s), START_MIN_S)
     starting = start or ServerHost.start
     await asyncio.gather(*(starting(h, timeout) for h in hosts.values()))
     registry: dict[str, Tool] = {}
