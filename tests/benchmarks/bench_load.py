@@ -77,26 +77,31 @@ def protection_off_in_this_process() -> None:
     kw["background"] = False
 
 
-async def _runs(n: int, task: Path, traces: Path, sim: str) -> tuple[list[str], float]:
-    from dataclasses import replace
-
-    from agentloop import run_task
+async def child_route(stack: contextlib.AsyncExitStack, task: Path) -> tuple[Any, str]:
+    """sim-standard served by a simulator in its own process for ``task``'s script, held by
+    ``stack``: the tier and the route's base URL (the simulator's writes off the runs' loop)."""
     from agentloop.config.tasks import load_task
     from agentloop.config.tiers import get_tier, load_tiers
     from agentloop.sim import server
     from agentloop.sim.child import SimProcess
 
+    std = get_tier(load_tiers(), "sim-standard")
+    assert std.profile is not None
+    child = await stack.enter_async_context(SimProcess(std.profile, server.SUITE_WRITE_BUDGET))
+    route = await stack.enter_async_context(child.route(std.profile, load_task(task, None).script))
+    return std, route.base_url
+
+
+async def _runs(n: int, task: Path, traces: Path, sim: str) -> tuple[list[str], float]:
+    from dataclasses import replace
+
+    from agentloop import run_task
+
     tier: Any = "sim-standard"
     async with contextlib.AsyncExitStack() as stack:
         if sim == "child":
-            std = get_tier(load_tiers(), "sim-standard")
-            assert std.profile is not None
-            child = await stack.enter_async_context(
-                SimProcess(std.profile, server.SUITE_WRITE_BUDGET)
-            )
-            script = load_task(task, None).script
-            route = await stack.enter_async_context(child.route(std.profile, script))
-            tier = replace(std, base_url=route.base_url)
+            std, base_url = await child_route(stack, task)
+            tier = replace(std, base_url=base_url)
         t0 = time.perf_counter()
         results = await asyncio.gather(
             *(run_task(task, tier=tier, trace_dir=traces, unconfined=True) for _ in range(n)),
@@ -242,6 +247,15 @@ def row(gate: str, sim: str, r: dict[str, Any]) -> str:
     )
 
 
+def print_rows(rows: list[tuple[str, str, dict[str, Any]]]) -> None:
+    """The table: a row per (protection, simulator) run, with its first errors if any."""
+    print(HEAD)
+    for gate, sim, r in rows:
+        print(row(gate, sim, r))
+        if r["first_errors"]:
+            print(f"  first errors: {r['first_errors']}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=200)
@@ -260,11 +274,7 @@ def main() -> None:
             r = run_config(args.runs, gate, sim)
             rows.append((gate, sim, r))
             print(f"  ({gate}, sim {sim} done, load average {os.getloadavg()[0]:.2f})", flush=True)
-    print(HEAD)
-    for gate, sim, r in rows:
-        print(row(gate, sim, r))
-        if r["first_errors"]:
-            print(f"  first errors: {r['first_errors']}")
+    print_rows(rows)
 
 
 if __name__ == "__main__":

@@ -30,13 +30,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_load import (
-    HEAD,
     ON_LOOP_ENV,
     PROTECTIONS,
+    child_route,
     measure,
+    print_rows,
     protection_env,
     protection_off_in_this_process,
-    row,
     write_task,
 )
 
@@ -90,11 +90,6 @@ async def _submit_all(port: int, n: int, tier: str) -> list[str]:
 
 
 async def _config(n: int, concurrency: int, gate: str, sim: str, tmp: Path) -> dict[str, Any]:
-    from agentloop.config.tasks import load_task
-    from agentloop.config.tiers import get_tier, load_tiers
-    from agentloop.sim import server
-    from agentloop.sim.child import SimProcess
-
     tasks, traces = tmp / "tasks", tmp / "traces"
     tasks.mkdir()
     task = write_task(tasks)
@@ -102,15 +97,8 @@ async def _config(n: int, concurrency: int, gate: str, sim: str, tmp: Path) -> d
     env = protection_env(gate)
     async with contextlib.AsyncExitStack() as stack:
         if sim == "child":
-            std = get_tier(load_tiers(), "sim-standard")
-            assert std.profile is not None
-            child = await stack.enter_async_context(
-                SimProcess(std.profile, server.SUITE_WRITE_BUDGET)
-            )
-            route = await stack.enter_async_context(
-                child.route(std.profile, load_task(task, None).script)
-            )
-            (tmp / "tiers.toml").write_text(CHILD_TIER.format(url=route.base_url))
+            _, base_url = await child_route(stack, task)
+            (tmp / "tiers.toml").write_text(CHILD_TIER.format(url=base_url))
             tier, extra = "bench-child", ["--tiers", str(tmp / "tiers.toml")]
         argv = [
             *("serve", "--port", str(port), "--concurrency", str(concurrency)),
@@ -161,11 +149,7 @@ def main() -> None:
             rows.append((gate, sim, r))
             print(f"  ({gate}, sim {sim} done, load average {os.getloadavg()[0]:.2f})", flush=True)
     print(f"service, --concurrency {args.concurrency}")
-    print(HEAD)
-    for gate, sim, r in rows:
-        print(row(gate, sim, r))
-        if r["first_errors"]:
-            print(f"  first errors: {r['first_errors']}")
+    print_rows(rows)
 
 
 if __name__ == "__main__":
