@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -355,3 +357,18 @@ def test_long_runs_print_first_and_last_steps_only():
     assert "\n     1 " in text and "\n   100 " in text and "\n    50 " not in text
     assert 100 == len(report_json(build_report(g))["steps"])
     assert "more rows" in render_whatif(whatif(g, Scenario.multipliers(3)))
+
+
+def test_the_package_names_stay_the_functions_after_their_submodules_are_imported() -> None:
+    """``from agentloop.analysis import whatif`` is the function even when the submodule of the
+    same name was imported first (a fresh interpreter, so the import order is this test's)."""
+    code = (
+        "import agentloop.analysis.whatif, agentloop.analysis.compare\n"
+        "from agentloop.analysis import compare, whatif\n"
+        "from agentloop.analysis.whatif import render_whatif\n"
+        "print(whatif.__module__, compare.__module__, callable(render_whatif))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.split() == ["agentloop.analysis.whatif", "agentloop.analysis.compare", "True"]
