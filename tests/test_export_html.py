@@ -168,7 +168,7 @@ async def test_waterfall_fits_the_window_and_tools_stay_visible(tmp_path: Path) 
     import itertools
     import os
 
-    from agentloop.export._svg import MIN_TOOL_W
+    from agentloop.export._waterfall import MIN_TOOL_W
 
     page_file = tmp_path / "report.html"
     assert 0 == (await agentloop("report", str(STANDARD), "--html", str(page_file))).returncode

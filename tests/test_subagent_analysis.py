@@ -127,7 +127,7 @@ def test_the_waterfall_colours_each_model_bar_by_its_tier():
     import re
 
     from agentloop.export._layout import layout
-    from agentloop.export._svg import waterfall
+    from agentloop.export._waterfall import waterfall
 
     svg = waterfall(layout(fanout_run([2, 1], tiers=TIERS, sub_tier="fast").trace()))
     tiers = re.findall(r'class="tier" data-tier="([^"]+)"', svg)
