@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +20,7 @@ import pytest
 from agentloop.suite.records import load_suite
 from agentloop.suite.run import run_suite
 from agentloop.trace.reader import load_trace
+from tests.conftest import alive
 
 pytestmark = pytest.mark.external
 
@@ -27,6 +31,46 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def cluster_pids(temp: str) -> set[int]:
+    """The processes of the Ray cluster whose temp folder is ``temp``: those that name it on
+    their command line (gcs_server, raylet, the monitors, workers) and all their descendants (a
+    worker renamed ``ray::IDLE`` no longer shows its arguments)."""
+    parents: dict[int, int] = {}
+    found: set[int] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{name}/cmdline").read_bytes()
+            stat = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        parents[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
+        if temp.encode() in cmd and int(name) != os.getpid():
+            found.add(int(name))
+    grew = True
+    while grew:
+        more = {pid for pid, ppid in parents.items() if ppid in found} - found
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def stop_cluster(temp: str, within_s: float = 30.0) -> None:
+    """Stop this test's Ray cluster alone: SIGTERM to its processes, SIGKILL to what is left
+    after ``within_s`` (a bound about hangs). Not ``ray stop --force``, which ends every Ray
+    process of the user, a cluster of another xdist worker or another suite beside this one."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in cluster_pids(temp):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline and any(alive(p) for p in cluster_pids(temp)):
+            time.sleep(0.1)
+        if not any(alive(p) for p in cluster_pids(temp)):
+            return
 
 
 @pytest.fixture(scope="module")
@@ -43,27 +87,27 @@ def ray_head() -> Iterator[str]:
     saved = {k: os.environ.get(k) for k in auth}
     os.environ.update(auth)
     env = dict(os.environ)
-    subprocess.run(
-        [
-            RAY,
-            "start",
-            "--head",
-            "--node-ip-address=127.0.0.1",
-            f"--port={port}",
-            "--num-cpus=2",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-            f"--temp-dir={temp}",
-        ],
-        check=True,
-        env=env,
-        capture_output=True,
-        timeout=180,
-    )
-    try:
+    try:  # a start that fails half way (a busy machine) leaves processes too
+        subprocess.run(
+            [
+                RAY,
+                "start",
+                "--head",
+                "--node-ip-address=127.0.0.1",
+                f"--port={port}",
+                "--num-cpus=2",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+                f"--temp-dir={temp}",
+            ],
+            check=True,
+            env=env,
+            capture_output=True,
+            timeout=180,
+        )
         yield f"127.0.0.1:{port}"
     finally:
-        subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        stop_cluster(temp)
         shutil.rmtree(temp, ignore_errors=True)
         for k, v in saved.items():
             if v is None:
