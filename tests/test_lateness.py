@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 
 import pytest
@@ -76,13 +77,27 @@ async def test_a_call_beside_a_busy_loop_is_marked_under_load() -> None:
     assert typed.under_load and typed.timing_error_s == a[A.TIMING_ERROR_S]
 
 
+def run_queue_wait_s() -> float:
+    """How long this thread has waited for a CPU so far, by the kernel's own account
+    (``/proc/self/task/TID/schedstat``, its second field): lateness no client can avoid."""
+    with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
+        return int(f.read().split()[1]) / 1e9
+
+
 @pytest.mark.pacing
 async def test_a_quiet_call_is_not_marked() -> None:
-    """Generous: a 1 s decode tolerates 20 ms of lag (another core's CPU job does not add it)."""
+    """Nothing on the loop: the call's bound is the sampler's own granularity plus at most
+    what the kernel made this thread wait for a CPU (a busy machine's share, which the bound
+    rightly counts). So it holds beside any CPU-bound job; on an idle machine the call is not
+    marked, and it is marked only if the kernel really held the thread."""
+    waited = run_queue_wait_s()
     resp = await one_call(chunk_ms=None)
+    waited = run_queue_wait_s() - waited
     a = span_attrs(resp)
-    assert a[A.TIMING_UNDER_LOAD] is False, a
-    assert a[A.TIMING_ERROR_S] < 0.02  # type: ignore[operator]
+    bound = a[A.TIMING_ERROR_S]
+    assert isinstance(bound, float)
+    assert bound < 0.02 + waited, (a, waited)
+    assert a[A.TIMING_UNDER_LOAD] is False or waited > 0.01, (a, waited)
 
 
 def test_a_call_the_client_did_not_measure_has_no_lateness_keys() -> None:
