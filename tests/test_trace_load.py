@@ -18,7 +18,7 @@ from agentloop.analysis.synthetic import (
     sequential_run,
 )
 from agentloop.errors import TraceFileError
-from agentloop.trace import schema, span_attrs
+from agentloop.trace import _span_checks, schema
 from agentloop.trace.fields import Where
 from agentloop.trace.reader import Trace, load_trace, parse_lines
 from agentloop.trace.schema import SpanEnd, SpanStart, end_record, end_span_record, start_record
@@ -44,9 +44,11 @@ def _detailed(lines: list[bytes]) -> dict[str, tuple[Any, ...]]:
             out[rec.id] = (*rec[:6], None, "in_flight", {}, rec.attrs, None, None)
         elif type(rec) is SpanEnd:
             st = starts[rec.id]
-            model = span_attrs._model_attrs_checked(rec.attrs, w) if st.kind == "model" else None
+            model = _span_checks.model_attrs_checked(rec.attrs, w) if st.kind == "model" else None
             tool = (
-                span_attrs._tool_attrs_checked(rec.attrs, st.name, w) if st.kind == "tool" else None
+                _span_checks.tool_attrs_checked(rec.attrs, st.name, w)
+                if st.kind == "tool"
+                else None
             )
             out[rec.id] = (*st[:6], rec.t, rec.status, rec.attrs, st.attrs, model, tool)
     return out

@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 from agentloop.analysis.flat import Graph
 from agentloop.config.routing import CallKey
 from agentloop.trace import attrs as A
-from agentloop.trace.header import TierInfo
 from agentloop.trace.reader import Trace
+from agentloop.trace.run_header import TierInfo
 
 
 class Who(NamedTuple):

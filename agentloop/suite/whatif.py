@@ -113,7 +113,7 @@ _Got = tuple[int, int, Prices | None, Callable[[Prices | None], float | None]] |
 
 def _on_columns(path: Path, sc: Scenario) -> _Got:
     from agentloop.analysis import store, vector, vwhatif
-    from agentloop.trace.header import parse_header
+    from agentloop.trace.run_header import parse_header
 
     c = store.load_columns(path)
     if not c.complete:

@@ -20,8 +20,9 @@ discriminated by class (``isinstance``), each class standing for one value of th
 Records are built as dicts for the sinks by :func:`header_record`, :func:`start_record`,
 :func:`end_span_record` and :func:`end_record`, so their shape is written down once; the header's
 and the end record's fields are typed (:class:`~agentloop.trace.header.HeaderFields`,
-:class:`EndFields`), so a writer cannot drop or misname one. The header, typed both ways, lives
-in :mod:`agentloop.trace.header` and is re-exported here.
+:class:`EndFields`), so a writer cannot drop or misname one. The header lives in
+:mod:`agentloop.trace.header` (as written) and :mod:`agentloop.trace.run_header` (as read), and
+is re-exported here.
 """
 
 from __future__ import annotations
@@ -31,10 +32,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, NamedTuple, TypedDict, Unpack
 
 from agentloop.trace.fields import Where, instant, int_, json_kind, obj, str_
-from agentloop.trace.header import (
-    READABLE_SCHEMAS,
-    SCHEMA_VERSION,
-    HeaderFields,
+from agentloop.trace.header import READABLE_SCHEMAS, SCHEMA_VERSION, HeaderFields, header_record
+from agentloop.trace.run_header import (
     LimitsInfo,
     Profile,
     RunHeader,
@@ -42,7 +41,6 @@ from agentloop.trace.header import (
     TaskInfo,
     TierInfo,
     ToolInfo,
-    header_record,
     parse_header,
 )
 

@@ -1,33 +1,31 @@
-"""The end attributes of model and tool spans, typed: :class:`ModelAttrs` and :class:`ToolAttrs`.
+"""Types a model or tool span's end attributes (:func:`model_attrs`, :func:`tool_attrs`), fast.
 
-Attribute names come from :mod:`agentloop.trace.attrs`; every field is checked with the checks
-of :mod:`agentloop.trace.fields`, a damaged one naming ``attrs.<key>``.
+The types are :mod:`agentloop.trace.span_types` (re-exported here). Attribute names come from
+:mod:`agentloop.trace.attrs`; every field is checked with the checks of
+:mod:`agentloop.trace.fields`, a damaged one naming ``attrs.<key>``.
 
 Speed: the millions of records take fast paths, one combined check of the shape the writer
 writes (span records in the reader's loop, :func:`model_attrs` and :func:`tool_attrs` here);
-whatever a fast path does not pass, damaged or only unusual, goes to the detailed checks, which
-accept a superset with the same values and name the field at fault. A damaged file costs the
-detailed checks once, at the line that stops the load.
+whatever a fast path does not pass, damaged or only unusual, goes to the detailed checks
+(:mod:`agentloop.trace._span_checks`), which accept a superset with the same values and name the
+field at fault. A damaged file costs the detailed checks once, at the line that stops the load.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from agentloop.trace import attrs as A
-from agentloop.trace.fields import (
-    MAX_INSTANT_NS,
-    Where,
-    int_,
-    json_kind,
-    num,
-    obj,
-    opt_instant,
-    opt_int,
-    opt_str,
-    str_,
+from agentloop.trace._span_checks import model_attrs_checked, tool_attrs_checked
+from agentloop.trace.fields import MAX_INSTANT_NS, Where
+from agentloop.trace.span_types import (
+    Attempt,
+    ModelAttrs,
+    ModelOutput,
+    OutputToolCall,
+    Timing,
+    ToolAttrs,
 )
 
 __all__ = [
@@ -40,142 +38,6 @@ __all__ = [
     "model_attrs",
     "tool_attrs",
 ]
-
-
-class Timing(NamedTuple):
-    """Run-clock ns of a model call's successful attempt (``attrs.timing``)."""
-
-    t_send: int
-    t_hdr: int | None
-    t_first: int | None
-    t_first_visible: int | None
-    t_last: int | None
-    t_end: int | None
-    chunks: int
-    build_ns: int
-
-
-class Attempt(NamedTuple):
-    """One try of a model call, run-clock ns (``attrs.attempts[i]``)."""
-
-    t_start: int | None
-    t_end: int | None
-    error: str | None
-    status: int | None
-    wait_ns: int
-
-
-class OutputToolCall(NamedTuple):
-    id: str
-    name: str
-    arguments: str  # JSON text
-
-
-class ModelOutput(NamedTuple):
-    """What the model said (``attrs.output``): enough to replay the turn."""
-
-    text: str
-    reasoning_tokens: int
-    tool_calls: tuple[OutputToolCall, ...]
-
-
-class ModelAttrs(NamedTuple):
-    """A finished model span's end attributes, typed."""
-
-    step: int | None
-    input_tokens: int
-    output_tokens: int  # includes reasoning
-    reasoning_tokens: int
-    cached_input_tokens: int
-    timing: Timing | None  # None: no attempt succeeded (or a cut-short trace)
-    attempts: tuple[Attempt, ...]
-    wait_ns: int
-    output: ModelOutput | None
-    # the client's own lateness (issue 28): None / False in a trace that did not measure it
-    timing_error_s: float | None = None
-    under_load: bool = False
-
-    @property
-    def visible_tokens(self) -> int:
-        return max(0, self.output_tokens - self.reasoning_tokens)
-
-
-def _timing(w: Where, v: object) -> Timing | None:
-    if v is None:
-        return None
-    if type(v) is not dict:
-        w.fail(f"attrs.{A.TIMING}", f"must be an object, not {json_kind(v)}")
-    f = f"attrs.{A.TIMING}."
-    t_send = opt_instant(w, v, "t_send", f + "t_send")
-    if t_send is None:
-        return None
-    return Timing(
-        t_send,
-        opt_instant(w, v, "t_hdr", f + "t_hdr"),
-        opt_instant(w, v, "t_first", f + "t_first"),
-        opt_instant(w, v, "t_first_visible", f + "t_first_visible"),
-        opt_instant(w, v, "t_last", f + "t_last"),
-        opt_instant(w, v, "t_end", f + "t_end"),
-        int_(w, v, "chunks", f + "chunks"),
-        int_(w, v, "build_ns", f + "build_ns"),
-    )
-
-
-def _attempts(w: Where, v: object) -> tuple[Attempt, ...]:
-    if not v:
-        return ()
-    if type(v) is not list:
-        w.fail(f"attrs.{A.ATTEMPTS}", f"must be an array, not {json_kind(v)}")
-    out = []
-    for k, a in enumerate(v):
-        f = f"attrs.{A.ATTEMPTS}[{k}]"
-        if type(a) is not dict:
-            w.fail(f, f"must be an object, not {json_kind(a)}")
-        t0, t1 = (
-            opt_instant(w, a, "t_start", f + ".t_start"),
-            opt_instant(w, a, "t_end", f + ".t_end"),
-        )
-        if t0 is not None and t1 is not None and t1 < t0:
-            w.fail(f + ".t_end", f"ends ({t1}) before it starts ({t0})")
-        out.append(
-            Attempt(
-                t0,
-                t1,
-                opt_str(w, a, "error", f + ".error"),
-                opt_int(w, a, "status", f + ".status"),
-                int_(w, a, "wait_ns", f + ".wait_ns"),
-            )
-        )
-    return tuple(out)
-
-
-def _output(w: Where, v: object) -> ModelOutput | None:
-    if v is None:
-        return None
-    f = f"attrs.{A.OUTPUT}"
-    if type(v) is not dict:
-        w.fail(f, f"must be an object, not {json_kind(v)}")
-    calls = v.get("tool_calls") or []
-    if type(calls) is not list:
-        w.fail(f + ".tool_calls", f"must be an array, not {json_kind(calls)}")
-    out = []
-    for k, c in enumerate(calls):
-        fc = f"{f}.tool_calls[{k}]"
-        if type(c) is not dict:
-            w.fail(fc, f"must be an object, not {json_kind(c)}")
-        args = c.get("arguments", "")
-        if type(args) is not str:
-            w.fail(fc + ".arguments", f"must be JSON text (a string), not {json_kind(args)}")
-        out.append(
-            OutputToolCall(
-                str_(w, c, "id", fc + ".id"), str_(w, c, "name", fc + ".name", None), args
-            )
-        )
-    return ModelOutput(
-        str_(w, v, "text", f + ".text"),
-        int_(w, v, "reasoning_tokens", f + ".reasoning_tokens"),
-        tuple(out),
-    )
 
 
 _new = tuple.__new__  # a NamedTuple built from a tuple in C: its generated __new__ costs 2x
@@ -211,7 +73,7 @@ def model_attrs(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
         typed = _model_attrs_fast(attrs)
     except (KeyError, TypeError):  # a key missing, or a non-object where an object belongs
         typed = None
-    return _model_attrs_checked(attrs, w) if typed is None else typed
+    return model_attrs_checked(attrs, w) if typed is None else typed
 
 
 def _model_attrs_fast(attrs: Mapping[str, Any]) -> ModelAttrs | None:
@@ -315,74 +177,6 @@ def _lateness_fast(attrs: Mapping[str, Any]) -> tuple[float | None, bool]:
     return float(bound), late
 
 
-def _lateness_checked(attrs: Mapping[str, Any], w: Where) -> tuple[float | None, bool]:
-    bound = None
-    if attrs.get(A.TIMING_ERROR_S) is not None:
-        bound = num(w, attrs, A.TIMING_ERROR_S, f"attrs.{A.TIMING_ERROR_S}")
-    late = attrs.get(A.TIMING_UNDER_LOAD, False)
-    if late is not None and type(late) is not bool:
-        w.fail(f"attrs.{A.TIMING_UNDER_LOAD}", f"must be true or false, not {json_kind(late)}")
-    return bound, late is True
-
-
-def _model_attrs_checked(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
-    step = attrs.get(A.STEP)
-    if step is not None and type(step) is not int:
-        w.fail(f"attrs.{A.STEP}", f"must be an integer, not {json_kind(step)}")
-    n_out = int_(w, attrs, A.GEN_AI_USAGE_OUTPUT_TOKENS, f"attrs.{A.GEN_AI_USAGE_OUTPUT_TOKENS}")
-    n_r = int_(
-        w,
-        attrs,
-        A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS,
-        f"attrs.{A.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS}",
-    )
-    timing = _timing(w, attrs.get(A.TIMING))
-    if timing is not None:
-        # one clock: send <= first payload <= first visible <= last <= terminal event
-        t = timing
-        if not (
-            t.t_send
-            <= (t.t_first or t.t_send)
-            <= (t.t_first_visible or t.t_send)
-            <= (t.t_last or t.t_send)
-            <= (t.t_end or t.t_send)
-        ):
-            seq = [(k, getattr(t, k)) for k in A.TIMING_KEYS[:6] if k != "t_hdr"]
-            known = [(k, v) for k, v in seq if v is not None]
-            for (k0, a), (k1, b) in itertools.pairwise(known):
-                if b < a:
-                    w.fail(f"attrs.{A.TIMING}.{k1}", f"({b}) is before {k0} ({a})")
-    return ModelAttrs(
-        step,
-        int_(w, attrs, A.GEN_AI_USAGE_INPUT_TOKENS, f"attrs.{A.GEN_AI_USAGE_INPUT_TOKENS}"),
-        n_out,
-        n_r,
-        int_(
-            w,
-            attrs,
-            A.GEN_AI_USAGE_CACHED_INPUT_TOKENS,
-            f"attrs.{A.GEN_AI_USAGE_CACHED_INPUT_TOKENS}",
-        ),
-        timing,
-        _attempts(w, attrs.get(A.ATTEMPTS)),
-        int_(w, attrs, A.WAIT_NS, f"attrs.{A.WAIT_NS}"),
-        _output(w, attrs.get(A.OUTPUT)),
-        *_lateness_checked(attrs, w),
-    )
-
-
-class ToolAttrs(NamedTuple):
-    """A finished tool span's end attributes, typed."""
-
-    name: str
-    call_id: str
-    arguments: str
-    ok: bool
-    output: str
-    data: dict[str, Any]
-    queued_ns: int  # waited for the max_parallel_tools bound before the span opened
-
-
 def tool_attrs(attrs: Mapping[str, Any], span_name: str, w: Where) -> ToolAttrs:
     """Type a tool span's end attributes; the tool's name falls back to the span's name."""
     g = attrs.get
@@ -405,25 +199,4 @@ def tool_attrs(attrs: Mapping[str, Any], span_name: str, w: Where) -> ToolAttrs:
         and queued >= 0
     ):
         return _new(ToolAttrs, (name, cid, args, ok, out, {} if data is None else data, queued))
-    return _tool_attrs_checked(attrs, span_name, w)
-
-
-def _tool_attrs_checked(attrs: Mapping[str, Any], span_name: str, w: Where) -> ToolAttrs:
-    name = attrs.get(A.GEN_AI_TOOL_NAME) or span_name.removeprefix("execute_tool ").strip() or "?"
-    if type(name) is not str:
-        w.fail(f"attrs.{A.GEN_AI_TOOL_NAME}", f"must be a string, not {json_kind(name)}")
-    ok = attrs.get(A.OK, False)
-    if type(ok) is not bool:
-        w.fail(f"attrs.{A.OK}", f"must be true or false, not {json_kind(ok)}")
-    args = attrs.get(A.ARGUMENTS, "")
-    if type(args) is not str:
-        w.fail(f"attrs.{A.ARGUMENTS}", f"must be JSON text (a string), not {json_kind(args)}")
-    return ToolAttrs(
-        name,
-        str_(w, attrs, A.GEN_AI_TOOL_CALL_ID, f"attrs.{A.GEN_AI_TOOL_CALL_ID}"),
-        args,
-        ok,
-        str_(w, attrs, A.OUTPUT, f"attrs.{A.OUTPUT}"),
-        obj(w, attrs, A.DATA, f"attrs.{A.DATA}"),
-        int_(w, attrs, A.QUEUED_NS, f"attrs.{A.QUEUED_NS}"),
-    )
+    return tool_attrs_checked(attrs, span_name, w)
