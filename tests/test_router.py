@@ -10,7 +10,7 @@ import pytest
 
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.mix import TierModel, choice_of, options, predict
-from agentloop.analysis.router import _greedy, fastest, lower_bound, route
+from agentloop.analysis.router import _greedy, fastest, lower_bound, plan_document, route
 from agentloop.analysis.synthetic import fanout_run, tier_record
 from agentloop.config.routing import Routing, load_plan
 from agentloop.model.prices import Prices
@@ -68,6 +68,19 @@ def test_slack_calls_go_slow_and_the_critical_path_stays_fast():
     }
     assert all(tier[("w0", s)] == "fast" for s in range(1, 8))
     assert tier[("w1", 2)] == "std"  # a short worker's answer has room to stream slowly
+
+
+@pytest.mark.parametrize(("within", "budget"), [(10.0, None), (1000.0, None), (None, 0.02)])
+def test_a_slower_tier_on_the_critical_path_says_what_allows_it(within, budget):
+    """A call with no slack on the fast tier is "on the critical path"; one on the cheap tier is
+    there because the limit (or the budget) allows it, and its reason says so."""
+    g = build_graph(fanout_run([3, 1, 1], visible=40, tiers=TIERS).trace())
+    doc = plan_document(options(g, [STD, FAST]), within, budget)
+    tight = [c for c in doc["calls"] if not c["reason"].startswith("slack")]
+    assert "std" in {c["tier"] for c in tight}  # the case this is about
+    allowed = "the time limit allows it" if within is not None else "no faster tier fits the budget"
+    for c in tight:
+        assert ("on the critical path" if c["tier"] == "fast" else allowed) == c["reason"], c
 
 
 def test_the_greedy_search_is_within_the_limit_on_a_big_trace():

@@ -331,9 +331,15 @@ def plan_document(o: Options, within: float | None, budget: float | None) -> dic
     names = [t.name for t in o.tiers]
     # slack against the plan's own end: 0 is the critical path
     sl = slacks(o, list(sol.choice), g.start_ns + sol.predicted_ns)
+    # a slower tier on the plan's critical path is there because the limit (or the budget)
+    # allows it, not because of where it is: say which
+    slower = "the time limit allows it" if within is not None else "no faster tier fits the budget"
     calls = []
-    for c, t, s, d in zip(o.calls, sol.choice, sl, o.dur, strict=True):
-        why = "on the critical path" if s <= 0 else f"slack {s / 1e9:.3f} s"
+    for c, t, s, d, f in zip(o.calls, sol.choice, sl, o.dur, fast, strict=True):
+        if s > 0:
+            why = f"slack {s / 1e9:.3f} s"
+        else:
+            why = "on the critical path" if t == f or d[t] <= d[f] else slower
         calls.append(
             {
                 "agent": c.key.agent,
