@@ -196,7 +196,8 @@ async def test_cancel_stops_the_server(tmp_path: Path) -> None:
 def test_name_clash_is_exit_2_naming_both(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Two servers offering one tool name, or a server's tool named like a listed built-in."""
+    """Two servers offering one tool name, or a server's tool named like a listed built-in or
+    a sub-agent: each error names both, as what they are."""
     two = (
         "  a: {command: python, args: [fault_server.py]}\n"
         "  b: {command: python, args: [fault_server.py]}"
@@ -216,6 +217,13 @@ def test_name_clash_is_exit_2_naming_both(
     assert (
         "'read_file' of MCP server 'a' and the built-in tool 'read_file'" in capsys.readouterr().err
     )
+    agent = fault_task(tmp_path, [], servers=builtin, tools='"mcp:a", echo')
+    agent.write_text(
+        agent.read_text()
+        + "agents:\n  - {name: echo, description: d, system: s, prompt: '{input}'}\n"
+    )
+    assert 2 == main(["run", str(agent), "--trace-dir", str(tmp_path)])
+    assert "'echo' of MCP server 'a' and the sub-agent 'echo'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ import shutil
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -342,14 +342,15 @@ async def open_servers(
     servers: tuple[McpServer, ...],
     wanted: tuple[str, ...],
     ctx: ToolContext[Any],
-    offered: set[str],
+    offered: Mapping[str, str],
     stack: contextlib.AsyncExitStack,
     start: Callable[[ServerHost, float], Awaitable[None]] | None = None,
 ) -> tuple[dict[str, Tool], tuple[str, ...], list[dict[str, Any]]]:
     """Start the servers ``wanted`` (a task's ``tools:``) names, in parallel, each stopped by
     ``stack``; (their tools by name, ``wanted`` with each ``mcp:`` entry expanded to its
     tools' names, one record per server for the trace header). ``offered``: the run's other
-    tool names; a clash with one, or between servers, is a :class:`ConfigError`. ``start``
+    tool names, each with what it is ("the built-in tool", "the sub-agent"); a clash with one,
+    or between servers, is a :class:`ConfigError` naming both. ``start``
     starts one server within a timeout (default :meth:`ServerHost.start`; a run's set-up
     times each as a part of its own)."""
     by_name = {s.name: s for s in servers}
@@ -389,8 +390,8 @@ async def open_servers(
                 )
             if name in offered:
                 raise ConfigError(
-                    f"tool name clash: '{name}' of MCP server '{host.name}' and the built-in "
-                    f"tool '{name}'; drop one of them from tools:"
+                    f"tool name clash: '{name}' of MCP server '{host.name}' and "
+                    f"{offered[name]} '{name}'; drop one of them from tools:"
                 )
             if name not in owner:
                 owner[name] = host.name

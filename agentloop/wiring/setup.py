@@ -109,8 +109,9 @@ async def open_mcp(
     from agentloop_tools.mcp_tools import expand, open_servers
 
     wanted = (*task.tools, *(t for a in task.agents for t in a.tools))
-    offered = {n for n in wanted if n in registry} | {a.name for a in task.agents}
-    offered |= {"finish"} if task.finish_tool else set()
+    offered = {n: "the built-in tool" for n in wanted if n in registry}
+    offered |= {a.name: "the sub-agent" for a in task.agents}
+    offered |= {"finish": "the built-in tool"} if task.finish_tool else {}
     start = functools.partial(_timed_start, tracer)
     found, _, record = await open_servers(
         task.mcp_servers, wanted, ctx, offered, stack, start=start
