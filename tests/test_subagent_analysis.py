@@ -134,3 +134,27 @@ def test_the_waterfall_colours_each_model_bar_by_its_tier():
     assert sorted(tiers) == ["fast"] * 5 + ["std"] * 2
     assert "tier std</text>" in svg and "tier fast</text>" in svg
     assert 'class="tier"' not in waterfall(layout(fanout_run([2, 1]).trace()))
+
+
+@pytest.mark.parametrize("sub_tier", [None, "fast"])
+def test_cost_by_step_keeps_each_agents_steps_apart(sub_tier):
+    """The cost by step names each sub-run's steps as the steps table does (w0#1:2), so the
+    main agent's steps sum to its own cost and each sub-agent's to its, on one tier or two."""
+    from agentloop.analysis.agents import usage
+    from agentloop.analysis.cost import of_trace, render
+
+    trace = fanout_run([3, 1], tiers=TIERS, sub_tier=sub_tier).trace()
+    by_step = of_trace(trace).by_step
+    assert ["1", "2", "w0#1:1", "w0#1:2", "w0#1:3", "w0#1:4", "w1#1:1", "w1#1:2"] == list(by_step)
+    per_agent = {r["agent"]: r["cost_usd"] for r in usage(build_graph(trace), "agent")}
+
+    def agent(label: str) -> str:
+        return "main" if label.isdigit() else label.rpartition("#")[0]
+
+    for name, cost in per_agent.items():
+        mine = sum(v for k, v in by_step.items() if agent(k) == name)
+        assert cost == pytest.approx(mine, rel=1e-12), name
+    lines = render(of_trace(trace)).splitlines()
+    assert lines[2].startswith("  by step:     1: $") and lines[3].startswith(
+        "  by step of w0#1: 1:"
+    )

@@ -1,12 +1,14 @@
 """A recorded run's cost: its model spans at the recorded tier's prices, by category and step.
 
 The formula is :mod:`agentloop.model.prices`; this is its tally over a trace, and how a report
-prints it.
+prints it. A step is named as the report's steps table names it
+(:func:`agentloop.analysis.agents.step_text`): "3" for the main agent's third, "logs#2:1" for
+the first step of sub-agent logs' second invocation, so each agent's calls are its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,19 +23,26 @@ class CostBreakdown:
 
     total_usd: float
     by_category: dict[str, float]
-    by_step: dict[int, float]
+    by_step: dict[str, float]  # step label (module docstring) -> USD, in step_order
     priced: bool
     placeholder: bool
 
 
-def breakdown(model_attrs: Iterable[ModelAttrs | None], prices: Prices | None) -> CostBreakdown:
+def breakdown(
+    model_attrs: Iterable[ModelAttrs | None],
+    prices: Prices | None,
+    labels: Iterable[str] | None = None,
+) -> CostBreakdown:
     """Cost of a run's model spans (their typed end attributes, ``SpanRecord.model``; None for
-    a span still in flight) at ``prices``, by category and step."""
+    a span still in flight) at ``prices``, by category and step; ``labels``: each span's step
+    label (:func:`step_label`), else its step number (one agent's run)."""
     cats = dict.fromkeys(CATEGORIES, 0.0)
-    steps: dict[int, float] = {}
+    steps: dict[str, float] = {}
     if prices is None:
         return CostBreakdown(0.0, cats, steps, False, False)
-    for a in model_attrs:
+    attrs = list(model_attrs)
+    names = list(labels) if labels is not None else [str(a.step or 0) if a else "" for a in attrs]
+    for a, step in zip(attrs, names, strict=True):
         if a is None:
             continue
         parts = cost_parts(
@@ -41,9 +50,31 @@ def breakdown(model_attrs: Iterable[ModelAttrs | None], prices: Prices | None) -
         )
         for k, v in parts.items():
             cats[k] += v
-        step = a.step or 0
         steps[step] = steps.get(step, 0.0) + sum(parts.values())
-    return CostBreakdown(sum(cats.values()), cats, steps, True, prices.placeholder)
+    return CostBreakdown(sum(cats.values()), cats, _ordered(steps), True, prices.placeholder)
+
+
+def step_label(start_attrs: Mapping[str, Any]) -> str:
+    """A model span's step as the report names it, from its start attributes ("0": none)."""
+    from agentloop.analysis.agents import step_text
+
+    return step_text(start_attrs, "0")
+
+
+def step_order(label: str) -> tuple[int, str, int, int]:
+    """Sort key of step labels: the main agent's steps by number, then each sub-agent's
+    invocations and steps by name, invocation and number."""
+    if label.isdigit():
+        return (0, "", 0, int(label))
+    agent, _, rest = label.rpartition("#")
+    inv, _, step = rest.partition(":")
+    if not (agent and inv.isdigit() and step.isdigit()):
+        return (2, label, 0, 0)
+    return (1, agent, int(inv), int(step))
+
+
+def _ordered(steps: Mapping[str, float]) -> dict[str, float]:
+    return dict(sorted(steps.items(), key=lambda kv: step_order(kv[0])))
 
 
 def total_of_columns(usage: Any, prices: Prices) -> float:
@@ -73,17 +104,20 @@ def of_trace(trace: Trace) -> CostBreakdown:
     tiers = recorded_tiers(trace)
     spans = trace.of_kind("model")
     if len(tiers) <= 1:
-        return breakdown((s.model for s in spans), trace.run.tier.prices)
-    by_tier: dict[str, list[ModelAttrs | None]] = {}
+        labels = [step_label(s.start_attrs) for s in spans]
+        return breakdown((s.model for s in spans), trace.run.tier.prices, labels)
+    by_tier: dict[str, tuple[list[ModelAttrs | None], list[str]]] = {}
     for s in spans:
-        by_tier.setdefault(call_tier(trace, s.attrs, tiers), []).append(s.model)
-    return merge([breakdown(ms, tiers[name].prices) for name, ms in by_tier.items()])
+        ms, names = by_tier.setdefault(call_tier(trace, s.attrs, tiers), ([], []))
+        ms.append(s.model)
+        names.append(step_label(s.start_attrs))
+    return merge([breakdown(ms, tiers[t].prices, names) for t, (ms, names) in by_tier.items()])
 
 
 def merge(parts: list[CostBreakdown]) -> CostBreakdown:
     """Several breakdowns (one per tier) as one."""
     cats = dict.fromkeys(CATEGORIES, 0.0)
-    steps: dict[int, float] = {}
+    steps: dict[str, float] = {}
     for b in parts:
         for k, v in b.by_category.items():
             cats[k] += v
@@ -92,7 +126,7 @@ def merge(parts: list[CostBreakdown]) -> CostBreakdown:
     return CostBreakdown(
         sum(b.total_usd for b in parts),
         cats,
-        steps,
+        _ordered(steps),
         any(b.priced for b in parts),
         any(b.placeholder for b in parts),
     )
@@ -103,13 +137,18 @@ def render(b: CostBreakdown) -> str:
     if not b.priced:
         return ""
     label = " (placeholder prices: not a real price list)" if b.placeholder else ""
-    return "\n".join(
-        [
-            f"Cost at the tier's prices: ${b.total_usd:.6f}{label}",
-            "  by category: " + ", ".join(f"{k} ${v:.6f}" for k, v in b.by_category.items()),
-            "  by step:     " + ", ".join(f"{k}: ${v:.6f}" for k, v in sorted(b.by_step.items())),
-        ]
-    )
+    # the main agent's steps on one line, each sub-agent invocation's on its own
+    runs: dict[str, list[str]] = {}
+    for k, v in b.by_step.items():
+        who, _, step = k.rpartition(":") if not k.isdigit() else ("", "", k)
+        runs.setdefault(who, []).append(f"{step}: ${v:.6f}")
+    lines = [
+        f"Cost at the tier's prices: ${b.total_usd:.6f}{label}",
+        "  by category: " + ", ".join(f"{k} ${v:.6f}" for k, v in b.by_category.items()),
+    ]
+    for who, items in runs.items():
+        lines.append(f"  by step{' of ' + who if who else ''}: ".ljust(15) + ", ".join(items))
+    return "\n".join(lines)
 
 
 def as_json(b: CostBreakdown) -> dict[str, Any]:
@@ -119,5 +158,5 @@ def as_json(b: CostBreakdown) -> dict[str, Any]:
         "placeholder": b.placeholder,
         "total_usd": b.total_usd,
         "by_category": b.by_category,
-        "by_step": {str(k): v for k, v in sorted(b.by_step.items())},
+        "by_step": dict(b.by_step),
     }

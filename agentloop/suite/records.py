@@ -49,7 +49,7 @@ class RunRecord:
     reasoning_tokens: int = 0
     cost_usd: float | None = None  # None: the tier has no prices
     cost_by_category: dict[str, float] | None = None  # agentloop.model.prices.CATEGORIES
-    cost_by_step: dict[str, float] | None = None  # step number (as text) -> USD
+    cost_by_step: dict[str, float] | None = None  # step label (analysis.cost) -> USD
     # the client's own lateness (issue 28, agentloop.analysis.lateness): 0 in older suite files
     calls_measured: int = 0  # model calls whose client measured it
     calls_under_load: int = 0  # of them, with a timing error bound past 2% of their decode
@@ -77,9 +77,7 @@ def trace_figures(trace: Trace) -> dict[str, Any]:
         "reasoning_tokens": sum(m.reasoning_tokens for m in calls),
         "cost_usd": split.total_usd if split.priced else None,
         "cost_by_category": split.by_category if split.priced else None,
-        "cost_by_step": {str(k): v for k, v in sorted(split.by_step.items())}
-        if split.priced
-        else None,
+        "cost_by_step": dict(split.by_step) if split.priced else None,
     }
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentloop.analysis._table import table
+from agentloop.analysis.cost import step_order
 from agentloop.model.prices import CATEGORIES
 from agentloop.model.timing import LATE_FRACTION
 from agentloop.suite.records import RunRecord, Suite, finish
@@ -21,7 +22,8 @@ def _usd(v: float | None) -> str:
 
 
 def cost_split(runs: Sequence[RunRecord]) -> tuple[dict[str, float], dict[str, float]]:
-    """Suite cost by category and by step number, summed over the runs that were priced."""
+    """Suite cost by category and by step (its label, :mod:`agentloop.analysis.cost`), summed
+    over the runs that were priced."""
     cats = dict.fromkeys(CATEGORIES, 0.0)
     steps: dict[str, float] = {}
     for r in runs:
@@ -29,7 +31,7 @@ def cost_split(runs: Sequence[RunRecord]) -> tuple[dict[str, float], dict[str, f
             cats[k] = cats.get(k, 0.0) + v
         for k, v in (r.cost_by_step or {}).items():
             steps[k] = steps.get(k, 0.0) + v
-    return cats, dict(sorted(steps.items(), key=lambda kv: int(kv[0])))
+    return cats, dict(sorted(steps.items(), key=lambda kv: step_order(kv[0])))
 
 
 def render_suite(suite: Suite) -> str:
