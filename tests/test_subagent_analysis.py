@@ -158,3 +158,14 @@ def test_cost_by_step_keeps_each_agents_steps_apart(sub_tier):
     assert lines[2].startswith("  by step:     1: $") and lines[3].startswith(
         "  by step of w0#1: 1:"
     )
+
+
+def test_the_html_report_counts_the_lead_s_steps_and_the_sub_runs_apart(tmp_path):
+    """A fan-out's page says "2 steps (+6 in sub-agents)", as the trace's end counts the lead's
+    steps, not 8 steps."""
+    from agentloop.cli import main
+
+    trace = fanout_run([3, 1], tiers=TIERS).write(tmp_path / "run.jsonl")
+    assert 0 == main(["report", str(trace), "--html", str(tmp_path / "r.html")])
+    page = (tmp_path / "r.html").read_text()
+    assert "status ok, 2 steps (+6 in sub-agents)." in page

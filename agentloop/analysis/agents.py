@@ -9,7 +9,7 @@ end attribute when the header lists that tier, else the header's ``tier`` (the m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from agentloop.analysis.flat import Graph
@@ -51,6 +51,19 @@ def step_text(start_attrs: Mapping[str, Any], name: str) -> str:
         return name
     w = who(start_attrs)
     return str(n) if w.agent == A.MAIN_AGENT else f"{w.agent}#{w.invocation}:{n}"
+
+
+def steps_text(labels: Iterable[str]) -> str:
+    """A run's step count from its steps' labels (:func:`step_text`): the main agent's steps,
+    its sub-runs' apart ("6 steps (+16 in sub-agents)"), as the trace's end counts them."""
+    main = sub = 0
+    for label in labels:
+        agent, _, rest = label.rpartition("#")
+        if agent and ":" in rest:
+            sub += 1
+        else:
+            main += 1
+    return f"{main} steps" + (f" (+{sub} in sub-agents)" if sub else "")
 
 
 def recorded_tiers(trace: Trace) -> dict[str, TierInfo]:

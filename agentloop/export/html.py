@@ -15,6 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from agentloop.analysis.agents import steps_text
 from agentloop.analysis.compare import Comparison, compare
 from agentloop.analysis.flat import Graph
 from agentloop.analysis.graph import build_graph
@@ -164,7 +165,7 @@ def _headline(g: Graph, r: Report, w: WhatIf, tiers: dict[str, Tier] | None) -> 
     out = (
         f"agent time {r.measured_ns / 1e9:.3f} s (the run span: model calls, tools, framework; "
         f"what the what-if re-times; set-up and the success check are not in it); "
-        f"{escape(wall_line(r))}; status {escape(r.status)}, {len(r.steps)} steps."
+        f"{escape(wall_line(r))}; status {escape(r.status)}, {steps_text(s.step for s in r.steps)}."
     )
     target = faster_tier(g.trace, tiers)
     if target is not None and target.profile is not None:
