@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentloop.analysis._table import elide, pct, secs, table
+from agentloop.analysis.agents import steps_text
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, TOOL_QUEUE, tool_category
 from agentloop.analysis.breakdown import MODEL_CATS, category_order, path_breakdown, step_label
 from agentloop.analysis.flat import Graph
@@ -277,7 +278,7 @@ def render_report(r: Report) -> str:
     """The report as plain aligned text."""
     out = [
         f"task {r.task} on tier {r.tier}: agent time {secs(r.measured_ns)} s (the run span, "
-        f"what the what-if re-times), status {r.status}, {len(r.steps)} steps",
+        f"what the what-if re-times), status {r.status}, {steps_text(s.step for s in r.steps)}",
         f"  {wall_line(r)}",
     ]
     if not r.complete:
