@@ -59,5 +59,11 @@ function(_agentloop_server_only)
       list(APPEND dropped "${t}")
     endif()
   endforeach()
+  # -DCMAKE_UNITY_BUILD=ON (by .ci/install) compiles each target's sources as a few large files,
+  # about half the CPU time; mtmd's helper refuses to share a file with mtmd's internal headers
+  # (#error "mtmd-helper is a public library outside of mtmd"), so mtmd alone builds file by file
+  if(TARGET mtmd)
+    set_target_properties(mtmd PROPERTIES UNITY_BUILD OFF)
+  endif()
   message(STATUS "agentloop: building llama-server and ${kept}; not building ${dropped}")
 endfunction()
