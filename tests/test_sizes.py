@@ -43,7 +43,6 @@ NOT_YET_SPLIT = {
     "agentloop/config/tiers.py",
     "agentloop/export/_layout.py:layout",
     "agentloop/export/otlp.py:span",
-    "agentloop/loop/runner.py",
     "agentloop/service/metrics.py:__init__",
     "agentloop/suite/compare.py:compare_suites",
     "agentloop/suite/report.py:render_suite",
