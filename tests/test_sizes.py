@@ -48,7 +48,6 @@ NOT_YET_SPLIT = {
     "agentloop/suite/report.py:render_suite",
     "agentloop/suite/route.py:route_suite",
     "agentloop/suite/run.py:run_suite",
-    "tools/browser.py",
     "tools/files.py:read_file",
     "tools/patch.py:parse_patch",
     "tools/patch.py:apply_patch",
