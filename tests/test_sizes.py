@@ -40,7 +40,6 @@ NOT_YET_SPLIT = {
     "agentloop/analysis/vector.py:build",
     "agentloop/analysis/whatif.py",
     "agentloop/analysis/whatif.py:render_whatif",
-    "agentloop/config/tiers.py",
     "agentloop/export/_layout.py:layout",
     "agentloop/export/otlp.py:span",
     "agentloop/service/metrics.py:__init__",
