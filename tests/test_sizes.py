@@ -47,8 +47,6 @@ NOT_YET_SPLIT = {
     "agentloop/suite/route.py:route_suite",
     "agentloop/suite/run.py:run_suite",
     "tools/files.py:read_file",
-    "tools/patch.py:parse_patch",
-    "tools/patch.py:apply_patch",
 }
 
 
