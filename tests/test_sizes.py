@@ -46,7 +46,6 @@ NOT_YET_SPLIT = {
     "agentloop/suite/report.py:render_suite",
     "agentloop/suite/route.py:route_suite",
     "agentloop/suite/run.py:run_suite",
-    "tools/files.py:read_file",
 }
 
 
