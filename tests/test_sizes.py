@@ -33,8 +33,6 @@ NOT_YET_SPLIT = {
     "agentloop/analysis/report.py:render_report",
     "agentloop/analysis/router.py:plan_document",
     "agentloop/analysis/store.py:from_table",
-    "agentloop/analysis/synthetic.py:agent_lines",
-    "agentloop/analysis/synthetic_runs.py:steps",
     "agentloop/analysis/tables.py:trace_tables",
     "agentloop/analysis/vector.py:build",
     "agentloop/analysis/whatif.py",

@@ -9,7 +9,7 @@ knows the answer in advance. Runs shaped like the runner's, built from these, ar
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -175,62 +175,87 @@ def agent_lines(
     Spans: 1 run + ``steps * (2 + tools_per_step)``. Durations vary deterministically.
     """
     yield orjson.dumps(header(task=task, output_tps=tps))
-    dumps = orjson.dumps
     ids = itertools.count(1)
     t = 1000
     run = f"s{next(ids)}"
-    yield dumps(start_record(run, None, "run", f"invoke_agent {task}", t, (), {}))
+    yield orjson.dumps(start_record(run, None, "run", f"invoke_agent {task}", t, (), {}))
     prev_step: list[str] = []
     prev_tools: list[str] = []
     for k in range(1, steps + 1):
-        t += 20_000
-        st = f"s{next(ids)}"
-        yield dumps(start_record(st, run, "step", f"step {k}", t, prev_step, {A.STEP: k}))
-        t += 50_000
-        m = f"s{next(ids)}"
-        yield dumps(start_record(m, st, "model", "chat synthetic", t, prev_tools, {A.STEP: k}))
-        r, v = (k * 37) % 200, 20 + (k * 13) % 100
-        attrs = model_attrs(
-            t + 2_000_000,
-            300_000_000,
-            r,
-            v,
-            tps,
-            input_tokens=2000 + 10 * (k % 1000),
-            tail_ns=1_000_000,
-            step=k,
+        t, prev_step, prev_tools = yield from _agent_step(
+            k, t, ids, run, prev_step, prev_tools, tools_per_step, tps
         )
-        t = attrs[A.TIMING][A.T_END] + 500_000
-        yield dumps(end_span_record(m, t, "ok", attrs))
-        tools = []
-        ends = []
-        for j in range(tools_per_step):
-            tid = f"s{next(ids)}"
-            tools.append(tid)
-            yield dumps(
-                start_record(
-                    tid, st, "tool", "execute_tool shell", t + 30_000 * (j + 1), [m], {A.STEP: k}
-                )
-            )
-            ends.append((t + 30_000 * (j + 1) + 5_000_000 * (1 + (k + j) % 7), tid))
-        for te, tid in sorted(ends):
-            yield dumps(
-                end_span_record(
-                    tid,
-                    te,
-                    "ok",
-                    {
-                        A.GEN_AI_TOOL_NAME: "shell",
-                        A.OK: True,
-                        A.OUTPUT: "",
-                        A.DATA: {},
-                        A.QUEUED_NS: 0,
-                    },
-                )
-            )
-        t = max(ends)[0] + 40_000
-        yield dumps(end_span_record(st, t, "ok", {}))
-        prev_step, prev_tools = [st], tools
     t += 10_000
-    yield dumps(end_span_record(run, t, "ok", {}))
-    yield dumps(end_record("ok", t + 5_000, reason="done", steps=steps, totals={}, success=None))
+    yield orjson.dumps(end_span_record(run, t, "ok", {}))
+    yield orjson.dumps(
+        end_record("ok", t + 5_000, reason="done", steps=steps, totals={}, success=None)
+    )
+
+
+def _agent_step(
+    k: int,
+    t: int,
+    ids: Iterator[int],
+    run: str,
+    prev_step: list[str],
+    prev_tools: list[str],
+    tools_per_step: int,
+    tps: float,
+) -> Generator[bytes, None, tuple[int, list[str], list[str]]]:
+    """Step ``k`` of :func:`agent_lines` from ``t``: the step's and its model call's lines, then
+    its tools'. Returns the end instant, the step span, and the tools the next call waits for."""
+    dumps = orjson.dumps
+    t += 20_000
+    st = f"s{next(ids)}"
+    yield dumps(start_record(st, run, "step", f"step {k}", t, prev_step, {A.STEP: k}))
+    t += 50_000
+    m = f"s{next(ids)}"
+    yield dumps(start_record(m, st, "model", "chat synthetic", t, prev_tools, {A.STEP: k}))
+    r, v = (k * 37) % 200, 20 + (k * 13) % 100
+    attrs = model_attrs(
+        t + 2_000_000,
+        300_000_000,
+        r,
+        v,
+        tps,
+        input_tokens=2000 + 10 * (k % 1000),
+        tail_ns=1_000_000,
+        step=k,
+    )
+    t = attrs[A.TIMING][A.T_END] + 500_000
+    yield dumps(end_span_record(m, t, "ok", attrs))
+    t, tools = yield from _tool_lines(k, t, ids, st, m, tools_per_step)
+    yield dumps(end_span_record(st, t, "ok", {}))
+    return t, [st], tools
+
+
+def _tool_lines(
+    k: int, t: int, ids: Iterator[int], st: str, m: str, tools_per_step: int
+) -> Generator[bytes, None, tuple[int, list[str]]]:
+    """Step ``k``'s parallel tool calls after model span ``m`` ends at ``t``: their lines, in
+    start order then end order. Returns the step's end instant and the tool spans."""
+    dumps = orjson.dumps
+    tools = []
+    ends = []
+    for j in range(tools_per_step):
+        tid = f"s{next(ids)}"
+        tools.append(tid)
+        t0 = t + 30_000 * (j + 1)
+        yield dumps(start_record(tid, st, "tool", "execute_tool shell", t0, [m], {A.STEP: k}))
+        ends.append((t0 + 5_000_000 * (1 + (k + j) % 7), tid))
+    for te, tid in sorted(ends):
+        yield dumps(
+            end_span_record(
+                tid,
+                te,
+                "ok",
+                {
+                    A.GEN_AI_TOOL_NAME: "shell",
+                    A.OK: True,
+                    A.OUTPUT: "",
+                    A.DATA: {},
+                    A.QUEUED_NS: 0,
+                },
+            )
+        )
+    return max(ends)[0] + 40_000, tools

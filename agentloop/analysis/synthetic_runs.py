@@ -97,7 +97,6 @@ class _Emitter:
     ) -> tuple[int, list[str]]:
         """Steps in sequence under ``parent`` from ``t``; ``who``: (agent, invocation, depth)
         of a sub-run, None for the main agent. Returns the end instant and the last spans."""
-        b, gap_ns = self.b, self.gap_ns
         tag: dict[str, Any] = {}
         if who is not None:
             tag = dict(
@@ -105,64 +104,104 @@ class _Emitter:
             )
         prof = self.tiers.get(tier, {}).get("profile")
         tps = self.tps if who is None or not prof else float(prof["output_tps"])
-        depth = 0 if who is None else who[2]
+        agent = _Agent(tag, tps, 0 if who is None else who[2], tier)
         prev_step: list[str] = []
         prev: list[str] = []
         for k, sp in enumerate(steps, start=1):
-            t += gap_ns
-            st = b.start("step", f"step {k}", t, parent, prev_step, step=k, **tag)
-            t += gap_ns
-            m = b.start("model", "chat demo", t, st, prev, step=k, **tag)
-            t += gap_ns
-            failed = []
-            for service, wait in sp.attempts:
-                failed.append(
-                    dict(
-                        zip(A.ATTEMPT_KEYS, (t, t + service, "status 503", 503, wait), strict=True)
-                    )
-                )
-                t += service + wait
-            attrs = model_attrs(
-                t,
-                sp.base_ns,
-                sp.reasoning,
-                sp.visible,
-                tps,
-                input_tokens=sp.input_tokens,
-                tail_ns=sp.tail_ns,
-                step=k,
-                attempts=failed,
-                tier=tier,
-            )
-            t = attrs[A.TIMING][A.T_END] + gap_ns
-            b.end(m, t, **attrs)
-            ends = []
-            for j, (name, d) in enumerate(sp.tools):
-                tid = b.start("tool", f"execute_tool {name}", t + gap_ns, st, [m], step=k, **tag)
-                ends.append((t + gap_ns + d, j, tid, name))
-            for j, sub in enumerate(sp.agents, start=len(sp.tools)):
-                self.nested = True
-                t0 = t + gap_ns
-                tid = b.start("tool", f"execute_tool {sub.name}", t0, st, [m], step=k, **tag)
-                inv = self.invocations[sub.name] = self.invocations.get(sub.name, 0) + 1
-                sub_tier = sub.tier or tier
-                agent_attrs: dict[str, Any] = {
-                    A.GEN_AI_AGENT_NAME: sub.name,
-                    A.AGENT_INVOCATION: inv,
-                    A.AGENT_DEPTH: depth + 1,
-                    A.TIER: sub_tier,
-                }
-                ag = b.start("agent", f"invoke_agent {sub.name}", t0 + gap_ns, tid, **agent_attrs)
-                te, _ = self.steps(sub.steps, ag, t0 + gap_ns, (sub.name, inv, depth + 1), sub_tier)
-                b.end(ag, te + gap_ns)
-                ends.append((te + 2 * gap_ns, j, tid, sub.name))
-            for te, _, tid, name in sorted(ends):
-                tool_attrs: dict[str, Any] = {A.GEN_AI_TOOL_NAME: name, A.OK: True, A.OUTPUT: ""}
-                b.end(tid, te, **tool_attrs)
-            t = max((e[0] for e in ends), default=t) + gap_ns
-            b.end(st, t)
-            prev_step, prev = [st], ([e[2] for e in ends] or [m])
+            t, prev_step, prev = self._step(k, sp, parent, t, prev_step, prev, agent)
         return t, prev_step
+
+    def _step(
+        self,
+        k: int,
+        sp: StepSpec,
+        parent: str,
+        t: int,
+        prev_step: list[str],
+        prev: list[str],
+        agent: _Agent,
+    ) -> tuple[int, list[str], list[str]]:
+        """Step ``k`` from ``t``: its model call, then its tools and sub-agents side by side.
+        Returns the end instant, the step span, and the spans the next model call waits for."""
+        b, gap_ns = self.b, self.gap_ns
+        t += gap_ns
+        st = b.start("step", f"step {k}", t, parent, prev_step, step=k, **agent.tag)
+        m, t = self._model(k, sp, st, t + gap_ns, prev, agent)
+        ends = []
+        for j, (name, d) in enumerate(sp.tools):
+            tid = b.start("tool", f"execute_tool {name}", t + gap_ns, st, [m], step=k, **agent.tag)
+            ends.append((t + gap_ns + d, j, tid, name))
+        for j, sub in enumerate(sp.agents, start=len(sp.tools)):
+            ends.append(self._sub_run(k, j, sub, st, m, t, agent))
+        for te, _, tid, name in sorted(ends):
+            tool_attrs: dict[str, Any] = {A.GEN_AI_TOOL_NAME: name, A.OK: True, A.OUTPUT: ""}
+            b.end(tid, te, **tool_attrs)
+        t = max((e[0] for e in ends), default=t) + gap_ns
+        b.end(st, t)
+        return t, [st], ([e[2] for e in ends] or [m])
+
+    def _model(
+        self, k: int, sp: StepSpec, st: str, t: int, prev: list[str], agent: _Agent
+    ) -> tuple[str, int]:
+        """Step ``k``'s model span from ``t``, its failed attempts first: the span and the
+        instant after it."""
+        b, gap_ns = self.b, self.gap_ns
+        m = b.start("model", "chat demo", t, st, prev, step=k, **agent.tag)
+        t += gap_ns
+        failed = []
+        for service, wait in sp.attempts:
+            failed.append(
+                dict(zip(A.ATTEMPT_KEYS, (t, t + service, "status 503", 503, wait), strict=True))
+            )
+            t += service + wait
+        attrs = model_attrs(
+            t,
+            sp.base_ns,
+            sp.reasoning,
+            sp.visible,
+            agent.tps,
+            input_tokens=sp.input_tokens,
+            tail_ns=sp.tail_ns,
+            step=k,
+            attempts=failed,
+            tier=agent.tier,
+        )
+        t = attrs[A.TIMING][A.T_END] + gap_ns
+        b.end(m, t, **attrs)
+        return m, t
+
+    def _sub_run(
+        self, k: int, j: int, sub: SubRun, st: str, m: str, t: int, agent: _Agent
+    ) -> tuple[int, int, str, str]:
+        """Sub-agent ``sub`` called as step ``k``'s ``j``-th tool after model span ``m``: its
+        tool span holding an agent span holding its steps. Returns (end, j, tool span, name)."""
+        b, gap_ns = self.b, self.gap_ns
+        self.nested = True
+        t0 = t + gap_ns
+        tid = b.start("tool", f"execute_tool {sub.name}", t0, st, [m], step=k, **agent.tag)
+        inv = self.invocations[sub.name] = self.invocations.get(sub.name, 0) + 1
+        sub_tier = sub.tier or agent.tier
+        agent_attrs: dict[str, Any] = {
+            A.GEN_AI_AGENT_NAME: sub.name,
+            A.AGENT_INVOCATION: inv,
+            A.AGENT_DEPTH: agent.depth + 1,
+            A.TIER: sub_tier,
+        }
+        ag = b.start("agent", f"invoke_agent {sub.name}", t0 + gap_ns, tid, **agent_attrs)
+        te, _ = self.steps(sub.steps, ag, t0 + gap_ns, (sub.name, inv, agent.depth + 1), sub_tier)
+        b.end(ag, te + gap_ns)
+        return te + 2 * gap_ns, j, tid, sub.name
+
+
+@dataclass(frozen=True, slots=True)
+class _Agent:
+    """Whose steps an :class:`_Emitter` writes: the tags on its spans, its speed, its depth
+    (0: the main agent) and its tier."""
+
+    tag: dict[str, Any]
+    tps: float
+    depth: int
+    tier: str
 
 
 def fanout_run(
