@@ -41,7 +41,6 @@ NOT_YET_SPLIT = {
     "agentloop/export/otlp.py:span",
     "agentloop/service/metrics.py:__init__",
     "agentloop/suite/report.py:render_suite",
-    "agentloop/suite/route.py:route_suite",
     "agentloop/suite/run.py:run_suite",
 }
 
