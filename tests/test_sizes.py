@@ -40,7 +40,6 @@ NOT_YET_SPLIT = {
     "agentloop/export/_layout.py:layout",
     "agentloop/export/otlp.py:span",
     "agentloop/service/metrics.py:__init__",
-    "agentloop/suite/report.py:render_suite",
     "agentloop/suite/run.py:run_suite",
 }
 
