@@ -31,7 +31,6 @@ NOT_YET_SPLIT = {
     "agentloop/analysis/passes.py:retime_with_pair",
     "agentloop/analysis/report.py",
     "agentloop/analysis/report.py:render_report",
-    "agentloop/analysis/router.py:plan_document",
     "agentloop/analysis/store.py:from_table",
     "agentloop/analysis/tables.py:trace_tables",
     "agentloop/analysis/vector.py:build",
