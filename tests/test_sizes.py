@@ -35,7 +35,6 @@ NOT_YET_SPLIT = {
     "agentloop/analysis/vector.py:build",
     "agentloop/analysis/whatif.py",
     "agentloop/analysis/whatif.py:render_whatif",
-    "agentloop/service/metrics.py:__init__",
     "agentloop/suite/run.py:run_suite",
 }
 
