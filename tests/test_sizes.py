@@ -31,7 +31,6 @@ NOT_YET_SPLIT = {
     "agentloop/analysis/report.py",
     "agentloop/analysis/report.py:render_report",
     "agentloop/analysis/store.py:from_table",
-    "agentloop/analysis/tables.py:trace_tables",
     "agentloop/analysis/vector.py:build",
     "agentloop/analysis/whatif.py",
     "agentloop/analysis/whatif.py:render_whatif",
