@@ -10,13 +10,8 @@ import pytest
 
 from agentloop.analysis.graph import Graph, build_graph, critical_path, retime, retime_pair
 from agentloop.analysis.report import build_report, render_report, report_json
-from agentloop.analysis.synthetic import (
-    StepSpec,
-    TraceBuilder,
-    agent_lines,
-    model_attrs,
-    sequential_run,
-)
+from agentloop.analysis.synthetic import TraceBuilder, agent_lines, model_attrs
+from agentloop.analysis.synthetic_runs import StepSpec, sequential_run
 from agentloop.analysis.whatif import (
     Scenario,
     durations,

@@ -9,7 +9,7 @@ import pytest
 
 from agentloop.analysis.compare import compare
 from agentloop.analysis.graph import build_graph
-from agentloop.analysis.synthetic import StepSpec, sequential_run
+from agentloop.analysis.synthetic_runs import StepSpec, sequential_run
 from agentloop.cli import main
 from agentloop.trace.reader import load_trace
 

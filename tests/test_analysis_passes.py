@@ -7,13 +7,8 @@ import math
 import pytest
 
 from agentloop.analysis.graph import Graph, build_graph, critical_path, retime, retime_pair
-from agentloop.analysis.synthetic import (
-    StepSpec,
-    TraceBuilder,
-    agent_lines,
-    model_attrs,
-    sequential_run,
-)
+from agentloop.analysis.synthetic import TraceBuilder, agent_lines, model_attrs
+from agentloop.analysis.synthetic_runs import StepSpec, sequential_run
 from agentloop.analysis.whatif import Scenario, durations, new_parts, path_breakdown, whatif
 from agentloop.config.tiers import SpeedProfile
 from agentloop.trace.reader import parse_lines

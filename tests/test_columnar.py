@@ -17,15 +17,8 @@ from agentloop.analysis.flat import Graph, interleave
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.lateness import of_trace
 from agentloop.analysis.report import unsplit_calls, unsplit_fields, unsplit_json
-from agentloop.analysis.synthetic import (
-    StepSpec,
-    TraceBuilder,
-    agent_lines,
-    fanout_run,
-    model_attrs,
-    sequential_run,
-    tier_record,
-)
+from agentloop.analysis.synthetic import TraceBuilder, agent_lines, model_attrs, tier_record
+from agentloop.analysis.synthetic_runs import StepSpec, fanout_run, sequential_run
 from agentloop.analysis.whatif import Scenario, whatif
 from agentloop.config.tiers import SpeedProfile
 from agentloop.trace.reader import Trace, load_trace, parse_lines

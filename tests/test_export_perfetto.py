@@ -185,7 +185,7 @@ def test_cli_writes_the_file_and_refuses_a_non_trace(tmp_path: Path) -> None:
 def test_concurrent_sub_agents_get_a_track_each() -> None:
     """Five sub-agents of one turn: each sub-run's agent, step and model slices on a track of
     its own (they overlap in time), the lead's on the agent track; the export stays valid."""
-    from agentloop.analysis.synthetic import fanout_run
+    from agentloop.analysis.synthetic_runs import fanout_run
 
     trace = fanout_run([3, 1, 2, 1, 1]).trace()
     doc = to_perfetto(trace)

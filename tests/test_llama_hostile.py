@@ -26,7 +26,7 @@ import pytest_asyncio
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.report import build_report, render_report
 from agentloop.config.tiers import Tier
-from agentloop.loop.runner import CUT_SHORT
+from agentloop.loop.tool_call import CUT_SHORT
 from agentloop.model.local import LocalServer, LocalSpec, serve
 from agentloop.model.speed import SpeedProfile
 from agentloop.script import ScriptToolCall, ScriptTurn

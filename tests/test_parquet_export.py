@@ -9,7 +9,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 
-from agentloop.analysis.synthetic import StepSpec, sequential_run
+from agentloop.analysis.synthetic_runs import StepSpec, sequential_run
 from agentloop.cli import main
 from agentloop.suite.records import RunRecord, Suite, write_suite
 

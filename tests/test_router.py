@@ -10,8 +10,10 @@ import pytest
 
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.mix import TierModel, choice_of, options, predict
-from agentloop.analysis.router import _greedy, fastest, lower_bound, plan_document, route
-from agentloop.analysis.synthetic import fanout_run, tier_record
+from agentloop.analysis.route_plan import plan_document
+from agentloop.analysis.router import _greedy, fastest, lower_bound, route
+from agentloop.analysis.synthetic import tier_record
+from agentloop.analysis.synthetic_runs import fanout_run
 from agentloop.config.routing import Routing, load_plan
 from agentloop.model.prices import Prices
 from agentloop.model.speed import SpeedProfile

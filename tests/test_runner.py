@@ -12,7 +12,8 @@ import pytest
 from agentloop.clients.scripted import ScriptedClient
 from agentloop.config.tasks import Limits, Task
 from agentloop.config.tiers import SpeedProfile, Tier
-from agentloop.loop.runner import Runner, RunResult
+from agentloop.loop.ending import RunResult
+from agentloop.loop.runner import Runner
 from agentloop.sandbox.context import RunContext
 from agentloop.script import ScriptToolCall, ScriptTurn
 from agentloop.trace.tracer import Tracer

@@ -7,7 +7,8 @@ import time
 import httpx
 import pytest
 
-from agentloop.config.tiers import load_tiers, parse_tiers, profile_line, write_profile
+from agentloop.config.tier_write import profile_line, write_profile
+from agentloop.config.tiers import load_tiers, parse_tiers
 from agentloop.model.speed import SpeedProfile, fit_decode, fit_prefill
 from agentloop.sim import SimServer
 from agentloop.sim.cache import PrefixCache

@@ -7,7 +7,8 @@ import pytest
 from agentloop.analysis.agents import calls
 from agentloop.analysis.graph import build_graph, critical_path, retime
 from agentloop.analysis.report import build_report
-from agentloop.analysis.synthetic import fanout_run, tier_record
+from agentloop.analysis.synthetic import tier_record
+from agentloop.analysis.synthetic_runs import fanout_run
 from agentloop.analysis.whatif import Scenario, durations, new_parts
 from agentloop.config.tiers import SpeedProfile
 from agentloop.trace import attrs as A
@@ -81,7 +82,7 @@ def test_sub_run_steps_are_labelled_by_their_agent():
 
 def test_an_old_single_tier_trace_keys_every_call_as_the_main_agent():
     """A trace without agent attributes or a tier list: every call is main's, on header.tier."""
-    from agentloop.analysis.synthetic import StepSpec, sequential_run
+    from agentloop.analysis.synthetic_runs import StepSpec, sequential_run
 
     g = build_graph(sequential_run([StepSpec(10**8), StepSpec(10**8)]).trace())
     assert [(c.key.agent, c.key.invocation, c.key.step, c.tier) for c in calls(g)] == [

@@ -391,7 +391,8 @@ def test_one_run_a_task_prints_no_interval(suite_pair: tuple[Path, Path]) -> Non
     no p10-p90 spread of one run."""
     from dataclasses import replace
 
-    from agentloop.suite.compare import compare_suites, render_suite_compare
+    from agentloop.suite.compare import compare_suites
+    from agentloop.suite.compare_view import render_suite_compare
     from agentloop.suite.records import load_suite
     from agentloop.suite.report import render_suite
 

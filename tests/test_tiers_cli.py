@@ -14,7 +14,8 @@ import structlog
 from agentloop.cli import main as cli
 from agentloop.commands.probe import measured_profile
 from agentloop.commands.tiers import check_tier
-from agentloop.config.tiers import BUILTIN_TIERS, SpeedProfile, Tier, load_tiers, write_profile
+from agentloop.config.tier_write import write_profile
+from agentloop.config.tiers import BUILTIN_TIERS, SpeedProfile, Tier, load_tiers
 from agentloop.errors import ModelError
 from agentloop.model.local import LocalSpec, serve, start_check
 from agentloop.sim import SimServer

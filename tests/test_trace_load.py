@@ -9,14 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from agentloop.analysis.synthetic import (
-    StepSpec,
-    TraceBuilder,
-    agent_lines,
-    header,
-    model_attrs,
-    sequential_run,
-)
+from agentloop.analysis.synthetic import TraceBuilder, agent_lines, header, model_attrs
+from agentloop.analysis.synthetic_runs import StepSpec, sequential_run
 from agentloop.errors import TraceFileError
 from agentloop.trace import _span_checks, schema
 from agentloop.trace.fields import Where

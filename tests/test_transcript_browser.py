@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentloop_tools.browser import CHROMIUM_ARGS, SYSTEM_CHROMIUM
+from agentloop_tools._chromium import CHROMIUM_ARGS, SYSTEM_CHROMIUM
 from playwright.async_api import async_playwright
 
 from agentloop.trace.reader import load_trace

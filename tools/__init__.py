@@ -18,7 +18,8 @@ from agentloop_tools.browser import (
     browser_text,
     browser_wait_for_text,
 )
-from agentloop_tools.files import edit_file, list_files, read_file, search, write_file
+from agentloop_tools.files import edit_file, read_file, write_file
+from agentloop_tools.find import list_files, search
 from agentloop_tools.patch import apply_patch
 from agentloop_tools.shell import run, run_tests
 from agentloop_tools.think import think

@@ -61,6 +61,18 @@ def _strip_prefix(name: str) -> str:
     return name
 
 
+_GIT_HEADERS = (
+    "diff ",
+    "index ",
+    "new file mode",
+    "deleted file mode",
+    "similarity",
+    "rename ",
+    "old mode",
+    "new mode",
+)
+
+
 def parse_patch(text: str) -> list[FilePatch]:
     """The file patches in a unified diff; raises ToolError naming the line that is wrong."""
     lines = text.splitlines()
@@ -84,36 +96,42 @@ def parse_patch(text: str) -> list[FilePatch]:
                 )
             hunk = Hunk(old_start=int(m.group(1)), header=line)
             current.hunks.append(hunk)
-        elif hunk is not None and line.startswith("\\"):
-            if hunk.lines:
-                op = hunk.lines[-1][0]
-                if op in " -":
-                    hunk.old_no_eol = True
-                if op in " +":
-                    hunk.new_no_eol = True
-        elif hunk is not None and (line == "" or line[0] in " +-"):
-            hunk.lines.append((line[0], line[1:]) if line else (" ", ""))
-        elif line.startswith(
-            (
-                "diff ",
-                "index ",
-                "new file mode",
-                "deleted file mode",
-                "similarity",
-                "rename ",
-                "old mode",
-                "new mode",
-            )
-        ) or (hunk is None and current is None):
-            hunk = None  # git's extended headers and any preamble are not ours to check
-        elif hunk is None:
-            pass  # text between a file header and its first hunk
         else:
-            raise ToolError(
-                f"patch line {i + 1}: {line[:80]!r} is not part of a hunk (hunk lines "
-                f"start with ' ', '+' or '-')"
-            )
+            hunk = _body_line(line, i, hunk, current)
         i += 1
+    return _checked(patches)
+
+
+def _body_line(line: str, i: int, hunk: Hunk | None, current: FilePatch | None) -> Hunk | None:
+    """Line ``i`` (0-based), neither a file header nor a hunk's ``@@``: into ``hunk`` when it is
+    one of its lines; the hunk the next line belongs to (None after git's extended headers)."""
+    if hunk is not None and line.startswith("\\"):
+        _no_eol(hunk)
+    elif hunk is not None and (line == "" or line[0] in " +-"):
+        hunk.lines.append((line[0], line[1:]) if line else (" ", ""))
+    elif line.startswith(_GIT_HEADERS) or (hunk is None and current is None):
+        return None  # git's extended headers and any preamble are not ours to check
+    elif hunk is not None:  # (no hunk yet: text between a file header and its first hunk)
+        raise ToolError(
+            f"patch line {i + 1}: {line[:80]!r} is not part of a hunk (hunk lines "
+            f"start with ' ', '+' or '-')"
+        )
+    return hunk
+
+
+def _no_eol(hunk: Hunk) -> None:
+    """A ``\\ No newline at end of file`` marks the side(s) of the hunk's last line."""
+    if hunk.lines:
+        op = hunk.lines[-1][0]
+        if op in " -":
+            hunk.old_no_eol = True
+        if op in " +":
+            hunk.new_no_eol = True
+
+
+def _checked(patches: list[FilePatch]) -> list[FilePatch]:
+    """The parsed patches, trailing blank context dropped; none, or a file without hunks, is a
+    ToolError."""
     for p in patches:
         for h in p.hunks:
             while h.lines and h.lines[-1] == (" ", ""):
@@ -223,64 +241,77 @@ async def apply_patch(ctx: ToolContext, patch: str) -> ToolResult:
     writes: dict[Path, str | None] = {}  # None: delete
     report = []
     for fp in patches:
-        creating, deleting = fp.old == DEV_NULL, fp.new == DEV_NULL
-        src = None if creating else resolve_path(ctx, fp.old, argument="patch")
-        dst = None if deleting else resolve_path(ctx, fp.new, argument="patch")
-        if dst is not None and dst.is_dir():
-            raise ToolError(f"cannot write {fp.new}: it is a folder")
-        if src is not None:
-            if src in writes:
-                current = writes[src]
-                if current is None:
-                    raise ToolError(f"{fp.old} is deleted earlier in the same patch")
-            elif not src.is_file():
-                raise ToolError(f"cannot patch {fp.old}: no such file")
-            else:
-                current = await asyncio.to_thread(read_utf8, workspace(ctx), src)
-        else:
-            if dst is not None and dst.exists() and dst not in writes:
-                raise ToolError(f"cannot create {fp.new}: it exists already")
-            current = ""
-        updated = apply_hunks(current, fp.hunks, fp.old if src is not None else fp.new)
-        plus = sum(op == "+" for h in fp.hunks for op, _ in h.lines)
-        minus = sum(op == "-" for h in fp.hunks for op, _ in h.lines)
-        if deleting:
-            if updated.strip():
-                raise ToolError(f"the patch deletes {fp.old} but does not remove all of its lines")
-            assert src is not None
-            writes[src] = None
-            report.append(f"deleted {relative(ctx, src)}")
-            continue
-        assert dst is not None
-        writes[dst] = updated
-        if src is not None and src != dst:
-            writes[src] = None
-        verb = (
-            "created"
-            if creating
-            else (
-                "renamed " + relative(ctx, src) + " ->"
-                if src is not None and src != dst
-                else "patched"
-            )
-        )
-        report.append(
-            f"{verb} {relative(ctx, dst)} ({len(fp.hunks)} hunk"
-            f"{'s' if len(fp.hunks) > 1 else ''}, +{plus} -{minus})"
-        )
-
-    ws = workspace(ctx)
-
-    def commit() -> None:
-        for path, text in writes.items():
-            if text is None:
-                _fs.unlink(ws, path)
-            else:
-                write_utf8(ws, path, text)
-
-    await asyncio.to_thread(commit)
+        report.append(await _stage(ctx, fp, writes))
+    await asyncio.to_thread(_commit, workspace(ctx), writes)
     return ToolResult(
         ok=True,
         output="Applied the patch: " + "; ".join(report) + ".",
         data={"files": [relative(ctx, p) for p in writes]},
     )
+
+
+async def _stage(ctx: ToolContext, fp: FilePatch, writes: dict[Path, str | None]) -> str:
+    """One file's patch applied in memory, its outcome put in ``writes`` (the new text, or None:
+    delete); the report's words for it."""
+    creating, deleting = fp.old == DEV_NULL, fp.new == DEV_NULL
+    src = None if creating else resolve_path(ctx, fp.old, argument="patch")
+    dst = None if deleting else resolve_path(ctx, fp.new, argument="patch")
+    if dst is not None and dst.is_dir():
+        raise ToolError(f"cannot write {fp.new}: it is a folder")
+    current = _text_before(fp, src, dst, writes)
+    if current is None:
+        assert src is not None
+        current = await asyncio.to_thread(read_utf8, workspace(ctx), src)
+    updated = apply_hunks(current, fp.hunks, fp.old if src is not None else fp.new)
+    plus = sum(op == "+" for h in fp.hunks for op, _ in h.lines)
+    minus = sum(op == "-" for h in fp.hunks for op, _ in h.lines)
+    if deleting:
+        if updated.strip():
+            raise ToolError(f"the patch deletes {fp.old} but does not remove all of its lines")
+        assert src is not None
+        writes[src] = None
+        return f"deleted {relative(ctx, src)}"
+    assert dst is not None
+    writes[dst] = updated
+    if src is not None and src != dst:
+        writes[src] = None
+    verb = (
+        "created"
+        if creating
+        else (
+            "renamed " + relative(ctx, src) + " ->" if src is not None and src != dst else "patched"
+        )
+    )
+    return (
+        f"{verb} {relative(ctx, dst)} ({len(fp.hunks)} hunk"
+        f"{'s' if len(fp.hunks) > 1 else ''}, +{plus} -{minus})"
+    )
+
+
+def _text_before(
+    fp: FilePatch, src: Path | None, dst: Path | None, writes: dict[Path, str | None]
+) -> str | None:
+    """The text ``fp``'s hunks apply to when it is known without reading: the source as an
+    earlier file of the patch left it, "" for a file the patch creates (which must not exist
+    yet); None: the source as it is on disk."""
+    if src is None:
+        if dst is not None and dst.exists() and dst not in writes:
+            raise ToolError(f"cannot create {fp.new}: it exists already")
+        return ""
+    if src in writes:
+        current = writes[src]
+        if current is None:
+            raise ToolError(f"{fp.old} is deleted earlier in the same patch")
+        return current
+    if not src.is_file():
+        raise ToolError(f"cannot patch {fp.old}: no such file")
+    return None
+
+
+def _commit(ws: Path, writes: dict[Path, str | None]) -> None:
+    """Every staged write (in a thread): the new texts written, the deleted files unlinked."""
+    for path, text in writes.items():
+        if text is None:
+            _fs.unlink(ws, path)
+        else:
+            write_utf8(ws, path, text)

@@ -103,7 +103,24 @@ def _tally(
 ) -> tuple[dict[str, int], dict[int, int]]:
     """Categories and steps from (step, ns) pairs, the leaves on the path with their ns, and
     the framework time of the path's other segments."""
-    owned = list(owned)
+    steps = _steps_of(list(owned))
+    is_model = list(map(g.models.__contains__, leaves))
+    on_path = list(itertools.compress(leaves, is_model))
+    others = list(itertools.compress(leaves, map(not_, is_model)))
+    other_ns = list(itertools.compress(leaf_ns, map(not_, is_model)))
+    cats = _other_cats(g, others, other_ns)
+    if on_path:
+        _model_cats(g, on_path, parts, cats)
+    # every leaf's start gap is on the path with it: the queued part of a tool's is its own
+    queued = sum(map(g.queue.__getitem__, leaves))
+    if queued:
+        cats[TOOL_QUEUE] = queued
+    cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + gap_ns - queued
+    return cats, steps
+
+
+def _steps_of(owned: list[tuple[int, int]]) -> dict[int, int]:
+    """The path's ns per step from its (step, ns) segments in path order."""
     if len(owned) > 1 and owned[0][0] == owned[-1][0]:  # run level at both ends of the path
         owned = [(owned[0][0], owned[0][1] + owned[-1][1]), *owned[1:-1]]
     steps = dict(owned)
@@ -111,12 +128,13 @@ def _tally(
         steps = {}
         for st, ns in owned:
             steps[st] = steps.get(st, 0) + ns
+    return steps
+
+
+def _other_cats(g: Graph, others: list[int], other_ns: list[int]) -> dict[str, int]:
+    """The categories of the path's leaves that are not model calls: tools by their category,
+    spans still in flight, the rest framework."""
     cats: dict[str, int] = {}
-    models = g.models
-    is_model = list(map(models.__contains__, leaves))
-    on_path = list(itertools.compress(leaves, is_model))
-    others = list(itertools.compress(leaves, map(not_, is_model)))
-    other_ns = list(itertools.compress(leaf_ns, map(not_, is_model)))
     in_flight, kinds, names = g.in_flight, g.kinds, g.names
     if not any(map(in_flight.__getitem__, others)) and set(map(kinds.__getitem__, others)) <= {
         "tool"
@@ -132,36 +150,40 @@ def _tally(
                 else sum(other_ns)
             )
             cats[cat] = cats.get(cat, 0) + ns
-    else:
-        cache: dict[str, str] = {}
-        for i, ns in zip(others, other_ns, strict=True):
-            if in_flight[i]:
-                cat = IN_FLIGHT
-            elif kinds[i] == "tool":
-                cat = cache.get(names[i]) or cache.setdefault(
-                    names[i], tool_category(names[i], g.spans[i].tool)
-                )
-            else:  # a finished model span that had children, or a childless step: bookkeeping
-                cat = FRAMEWORK
-            cats[cat] = cats.get(cat, 0) + ns
-    if on_path:
-        ms = list(map(models.__getitem__, on_path))
-        new = (
-            [(m.base, m.reasoning, m.decode) for m in ms]
-            if parts is None
-            else list(map(parts.__getitem__, on_path))
-        )
-        for name, col in zip(("base", "reasoning", "decode"), zip(*new, strict=True), strict=True):
-            cats[name] = sum(col)
-        cols = list(zip(*ms, strict=True))
-        for k, name in ((3, "tail"), (4, "wait"), (5, "retry"), (6, "overhead")):
-            cats[name] = sum(cols[k])
-    # every leaf's start gap is on the path with it: the queued part of a tool's is its own
-    queued = sum(map(g.queue.__getitem__, leaves))
-    if queued:
-        cats[TOOL_QUEUE] = queued
-    cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + gap_ns - queued
-    return cats, steps
+        return cats
+    cache: dict[str, str] = {}
+    for i, ns in zip(others, other_ns, strict=True):
+        if in_flight[i]:
+            cat = IN_FLIGHT
+        elif kinds[i] == "tool":
+            cat = cache.get(names[i]) or cache.setdefault(
+                names[i], tool_category(names[i], g.spans[i].tool)
+            )
+        else:  # a finished model span that had children, or a childless step: bookkeeping
+            cat = FRAMEWORK
+        cats[cat] = cats.get(cat, 0) + ns
+    return cats
+
+
+def _model_cats(
+    g: Graph,
+    on_path: list[int],
+    parts: dict[int, tuple[int, int, int]] | None,
+    cats: dict[str, int],
+) -> None:
+    """The model calls on the path into ``cats``: base, reasoning and decode (``parts``: as
+    re-timed), then tail, wait, retry and overhead."""
+    ms = list(map(g.models.__getitem__, on_path))
+    new = (
+        [(m.base, m.reasoning, m.decode) for m in ms]
+        if parts is None
+        else list(map(parts.__getitem__, on_path))
+    )
+    for name, col in zip(("base", "reasoning", "decode"), zip(*new, strict=True), strict=True):
+        cats[name] = sum(col)
+    cols = list(zip(*ms, strict=True))
+    for k, name in ((3, "tail"), (4, "wait"), (5, "retry"), (6, "overhead")):
+        cats[name] = sum(cols[k])
 
 
 def category_order(names: set[str]) -> list[str]:

@@ -2,14 +2,14 @@
 
 Records have exactly the shape :class:`agentloop.trace.tracer.Tracer` writes (and the model
 span end attributes the runner writes), but every instant is given by the caller, so a test
-knows the answer in advance.
+knows the answer in advance. Runs shaped like the runner's, built from these, are
+:mod:`agentloop.analysis.synthetic_runs`'.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -167,157 +167,6 @@ class TraceBuilder:
         return path
 
 
-@dataclass(frozen=True, slots=True)
-class StepSpec:
-    """One step of :func:`sequential_run`: a model call, then its tools in parallel.
-
-    ``attempts`` are failed attempts before the successful one, as ``(service_ns, wait_ns)``.
-    """
-
-    base_ns: int
-    reasoning: int = 0
-    visible: int = 2
-    input_tokens: int = 1000
-    tools: tuple[tuple[str, int], ...] = ()
-    attempts: tuple[tuple[int, int], ...] = ()
-    tail_ns: int = 0
-    agents: tuple[SubRun, ...] = ()  # sub-agents called as tools, beside ``tools``
-
-
-@dataclass(frozen=True, slots=True)
-class SubRun:
-    """A sub-agent invoked as a tool by a :class:`StepSpec` (:func:`fanout_run`): its steps."""
-
-    name: str
-    steps: tuple[StepSpec, ...]
-    tier: str | None = None  # the tier its calls used; None: the run's tier
-
-
-def sequential_run(
-    steps: list[StepSpec],
-    *,
-    gap_ns: int = 1_000_000,
-    tps: float = 60.0,
-    finish: bool = True,
-    **header_fields: Any,
-) -> TraceBuilder:
-    """A run shaped like the runner's: steps in sequence, each a model call then its tools.
-
-    Every framework gap (step start, model start, request build before ``t_send``, after
-    ``t_end``, tool dispatch, step end, run end, end record) is ``gap_ns``; the model streams at
-    ``tps``. ``finish=False`` leaves out the run's end and the end record (a killed run).
-
-    A step's ``agents`` are sub-agents called as tools beside its ``tools`` (issue 23): a tool
-    span ``execute_tool NAME`` holding an ``agent`` span ``invoke_agent NAME`` holding the
-    sub-run's steps, every span of the sub-run carrying the agent's name, invocation and
-    depth; the sub-runs of one step overlap in time. Records are then written in time order,
-    as the tracer writes them.
-    """
-    b = TraceBuilder(output_tps=tps, **header_fields)
-    tiers = header_fields.get("tiers")
-    main_tier = tiers[0]["name"] if tiers else "synthetic"
-    t = 0
-    run = b.start("run", "invoke_agent demo", t)
-    em = _Emitter(b, gap_ns, tps, {}, {t["name"]: t for t in tiers or []})
-    t, _ = em.steps(steps, run, t, None, main_tier)
-    if finish:
-        t += gap_ns
-        b.end(run, t)
-        b.finish(t + gap_ns, steps=len(steps))
-    if em.nested:  # a sub-run's records were made in one go: put them in time order
-        b.records[1:] = sorted(b.records[1:], key=lambda r: int(r["t"]))
-    return b
-
-
-@dataclass
-class _Emitter:
-    """Writes the steps of one agent (the main one or a sub-run) into a TraceBuilder."""
-
-    b: TraceBuilder
-    gap_ns: int
-    tps: float
-    invocations: dict[str, int]
-    tiers: dict[str, dict[str, Any]]
-    nested: bool = False
-
-    def steps(
-        self,
-        steps: list[StepSpec] | tuple[StepSpec, ...],
-        parent: str,
-        t: int,
-        who: tuple[str, int, int] | None,
-        tier: str,
-    ) -> tuple[int, list[str]]:
-        """Steps in sequence under ``parent`` from ``t``; ``who``: (agent, invocation, depth)
-        of a sub-run, None for the main agent. Returns the end instant and the last spans."""
-        b, gap_ns = self.b, self.gap_ns
-        tag: dict[str, Any] = {}
-        if who is not None:
-            tag = dict(
-                zip((A.GEN_AI_AGENT_NAME, A.AGENT_INVOCATION, A.AGENT_DEPTH), who, strict=True)
-            )
-        prof = self.tiers.get(tier, {}).get("profile")
-        tps = self.tps if who is None or not prof else float(prof["output_tps"])
-        depth = 0 if who is None else who[2]
-        prev_step: list[str] = []
-        prev: list[str] = []
-        for k, sp in enumerate(steps, start=1):
-            t += gap_ns
-            st = b.start("step", f"step {k}", t, parent, prev_step, step=k, **tag)
-            t += gap_ns
-            m = b.start("model", "chat demo", t, st, prev, step=k, **tag)
-            t += gap_ns
-            failed = []
-            for service, wait in sp.attempts:
-                failed.append(
-                    dict(
-                        zip(A.ATTEMPT_KEYS, (t, t + service, "status 503", 503, wait), strict=True)
-                    )
-                )
-                t += service + wait
-            attrs = model_attrs(
-                t,
-                sp.base_ns,
-                sp.reasoning,
-                sp.visible,
-                tps,
-                input_tokens=sp.input_tokens,
-                tail_ns=sp.tail_ns,
-                step=k,
-                attempts=failed,
-                tier=tier,
-            )
-            t = attrs[A.TIMING][A.T_END] + gap_ns
-            b.end(m, t, **attrs)
-            ends = []
-            for j, (name, d) in enumerate(sp.tools):
-                tid = b.start("tool", f"execute_tool {name}", t + gap_ns, st, [m], step=k, **tag)
-                ends.append((t + gap_ns + d, j, tid, name))
-            for j, sub in enumerate(sp.agents, start=len(sp.tools)):
-                self.nested = True
-                t0 = t + gap_ns
-                tid = b.start("tool", f"execute_tool {sub.name}", t0, st, [m], step=k, **tag)
-                inv = self.invocations[sub.name] = self.invocations.get(sub.name, 0) + 1
-                sub_tier = sub.tier or tier
-                agent_attrs: dict[str, Any] = {
-                    A.GEN_AI_AGENT_NAME: sub.name,
-                    A.AGENT_INVOCATION: inv,
-                    A.AGENT_DEPTH: depth + 1,
-                    A.TIER: sub_tier,
-                }
-                ag = b.start("agent", f"invoke_agent {sub.name}", t0 + gap_ns, tid, **agent_attrs)
-                te, _ = self.steps(sub.steps, ag, t0 + gap_ns, (sub.name, inv, depth + 1), sub_tier)
-                b.end(ag, te + gap_ns)
-                ends.append((te + 2 * gap_ns, j, tid, sub.name))
-            for te, _, tid, name in sorted(ends):
-                tool_attrs: dict[str, Any] = {A.GEN_AI_TOOL_NAME: name, A.OK: True, A.OUTPUT: ""}
-                b.end(tid, te, **tool_attrs)
-            t = max((e[0] for e in ends), default=t) + gap_ns
-            b.end(st, t)
-            prev_step, prev = [st], ([e[2] for e in ends] or [m])
-        return t, prev_step
-
-
 def agent_lines(
     steps: int, tools_per_step: int = 3, tps: float = 60.0, task: str = "synthetic"
 ) -> Iterator[bytes]:
@@ -326,99 +175,87 @@ def agent_lines(
     Spans: 1 run + ``steps * (2 + tools_per_step)``. Durations vary deterministically.
     """
     yield orjson.dumps(header(task=task, output_tps=tps))
-    dumps = orjson.dumps
     ids = itertools.count(1)
     t = 1000
     run = f"s{next(ids)}"
-    yield dumps(start_record(run, None, "run", f"invoke_agent {task}", t, (), {}))
+    yield orjson.dumps(start_record(run, None, "run", f"invoke_agent {task}", t, (), {}))
     prev_step: list[str] = []
     prev_tools: list[str] = []
     for k in range(1, steps + 1):
-        t += 20_000
-        st = f"s{next(ids)}"
-        yield dumps(start_record(st, run, "step", f"step {k}", t, prev_step, {A.STEP: k}))
-        t += 50_000
-        m = f"s{next(ids)}"
-        yield dumps(start_record(m, st, "model", "chat synthetic", t, prev_tools, {A.STEP: k}))
-        r, v = (k * 37) % 200, 20 + (k * 13) % 100
-        attrs = model_attrs(
-            t + 2_000_000,
-            300_000_000,
-            r,
-            v,
-            tps,
-            input_tokens=2000 + 10 * (k % 1000),
-            tail_ns=1_000_000,
-            step=k,
+        t, prev_step, prev_tools = yield from _agent_step(
+            k, t, ids, run, prev_step, prev_tools, tools_per_step, tps
         )
-        t = attrs[A.TIMING][A.T_END] + 500_000
-        yield dumps(end_span_record(m, t, "ok", attrs))
-        tools = []
-        ends = []
-        for j in range(tools_per_step):
-            tid = f"s{next(ids)}"
-            tools.append(tid)
-            yield dumps(
-                start_record(
-                    tid, st, "tool", "execute_tool shell", t + 30_000 * (j + 1), [m], {A.STEP: k}
-                )
-            )
-            ends.append((t + 30_000 * (j + 1) + 5_000_000 * (1 + (k + j) % 7), tid))
-        for te, tid in sorted(ends):
-            yield dumps(
-                end_span_record(
-                    tid,
-                    te,
-                    "ok",
-                    {
-                        A.GEN_AI_TOOL_NAME: "shell",
-                        A.OK: True,
-                        A.OUTPUT: "",
-                        A.DATA: {},
-                        A.QUEUED_NS: 0,
-                    },
-                )
-            )
-        t = max(ends)[0] + 40_000
-        yield dumps(end_span_record(st, t, "ok", {}))
-        prev_step, prev_tools = [st], tools
     t += 10_000
-    yield dumps(end_span_record(run, t, "ok", {}))
-    yield dumps(end_record("ok", t + 5_000, reason="done", steps=steps, totals={}, success=None))
+    yield orjson.dumps(end_span_record(run, t, "ok", {}))
+    yield orjson.dumps(
+        end_record("ok", t + 5_000, reason="done", steps=steps, totals={}, success=None)
+    )
 
 
-def fanout_run(
-    sizes: list[int] | tuple[int, ...],
-    *,
-    rounds: int = 1,
-    visible: int = 60,
-    tiers: list[dict[str, Any]] | None = None,
-    sub_tier: str | None = None,
-    tool_ns: int = 50_000_000,
-) -> TraceBuilder:
-    """A lead agent that, ``rounds`` times, sends one sub-agent per entry of ``sizes`` in
-    parallel (agent ``w<j>`` runs ``sizes[j]`` steps of a model call and a read, then answers),
-    reads their findings, and ends with a closing step: the fan-out of issue 23.
+def _agent_step(
+    k: int,
+    t: int,
+    ids: Iterator[int],
+    run: str,
+    prev_step: list[str],
+    prev_tools: list[str],
+    tools_per_step: int,
+    tps: float,
+) -> Generator[bytes, None, tuple[int, list[str], list[str]]]:
+    """Step ``k`` of :func:`agent_lines` from ``t``: the step's and its model call's lines, then
+    its tools'. Returns the end instant, the step span, and the tools the next call waits for."""
+    dumps = orjson.dumps
+    t += 20_000
+    st = f"s{next(ids)}"
+    yield dumps(start_record(st, run, "step", f"step {k}", t, prev_step, {A.STEP: k}))
+    t += 50_000
+    m = f"s{next(ids)}"
+    yield dumps(start_record(m, st, "model", "chat synthetic", t, prev_tools, {A.STEP: k}))
+    r, v = (k * 37) % 200, 20 + (k * 13) % 100
+    attrs = model_attrs(
+        t + 2_000_000,
+        300_000_000,
+        r,
+        v,
+        tps,
+        input_tokens=2000 + 10 * (k % 1000),
+        tail_ns=1_000_000,
+        step=k,
+    )
+    t = attrs[A.TIMING][A.T_END] + 500_000
+    yield dumps(end_span_record(m, t, "ok", attrs))
+    t, tools = yield from _tool_lines(k, t, ids, st, m, tools_per_step)
+    yield dumps(end_span_record(st, t, "ok", {}))
+    return t, [st], tools
 
-    Answers' lengths vary deterministically with the step, so calls differ. ``tiers``: the
-    header's tier list (main's first); ``sub_tier``: the tier the sub-agents' calls used.
-    """
 
-    def sub(j: int, n: int, r: int) -> SubRun:
-        steps = tuple(
-            StepSpec(
-                200_000_000, visible=visible + 7 * ((j + k + r) % 5), tools=(("read", tool_ns),)
+def _tool_lines(
+    k: int, t: int, ids: Iterator[int], st: str, m: str, tools_per_step: int
+) -> Generator[bytes, None, tuple[int, list[str]]]:
+    """Step ``k``'s parallel tool calls after model span ``m`` ends at ``t``: their lines, in
+    start order then end order. Returns the step's end instant and the tool spans."""
+    dumps = orjson.dumps
+    tools = []
+    ends = []
+    for j in range(tools_per_step):
+        tid = f"s{next(ids)}"
+        tools.append(tid)
+        t0 = t + 30_000 * (j + 1)
+        yield dumps(start_record(tid, st, "tool", "execute_tool shell", t0, [m], {A.STEP: k}))
+        ends.append((t0 + 5_000_000 * (1 + (k + j) % 7), tid))
+    for te, tid in sorted(ends):
+        yield dumps(
+            end_span_record(
+                tid,
+                te,
+                "ok",
+                {
+                    A.GEN_AI_TOOL_NAME: "shell",
+                    A.OK: True,
+                    A.OUTPUT: "",
+                    A.DATA: {},
+                    A.QUEUED_NS: 0,
+                },
             )
-            for k in range(n)
         )
-        return SubRun(f"w{j}", (*steps, StepSpec(200_000_000, visible=visible // 2)), sub_tier)
-
-    lead = [
-        StepSpec(
-            300_000_000,
-            visible=visible // 2,
-            agents=tuple(sub(j, n, r) for j, n in enumerate(sizes)),
-        )
-        for r in range(rounds)
-    ]
-    return sequential_run([*lead, StepSpec(300_000_000, visible=visible)], tiers=tiers)
+    return max(ends)[0] + 40_000, tools

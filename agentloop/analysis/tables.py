@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from agentloop.analysis.columnar import Columns
-from agentloop.analysis.vector import build, kind_is, on_path, tally
+from agentloop.analysis.vector import VGraph, build, kind_is, on_path, tally
 
 TABLES = ("runs", "spans", "model_calls", "tool_calls", "critical_path")
 
@@ -46,69 +46,12 @@ def trace_tables(run: str, c: Columns, extra: dict[str, Any] | None = None) -> d
         pa.scalar(None, pa.string()),
     )
     t0, t1 = c.t0 - vg.start_ns, c.t1 - vg.start_ns
-    spans = pa.table(
-        {
-            "run": pa.array(runs, pa.string()),
-            "span_id": c.ids,
-            "parent_id": pc.if_else(
-                pa.array(c.parent >= 0),
-                c.ids.take(pa.array(np.maximum(c.parent, 0))),
-                pa.scalar(None, pa.string()),
-            ),
-            "kind": c.kinds.cast(pa.string()),
-            "name": c.names,
-            "status": c.statuses.cast(pa.string()),
-            "step": step,
-            "start_ns": t0,
-            "end_ns": t1,
-            "duration_ns": t1 - t0,
-            "in_flight": c.in_flight,
-            "on_critical_path": on,
-        }
-    )
+    spans = _spans(c, runs, step, t0, t1, on)
     m = vg.models
     p = c.parts
-    model_calls = pa.table(
-        {
-            "run": pa.array(runs[m], pa.string()),
-            "span_id": c.ids.take(pa.array(m, pa.int64())),
-            "step": step.take(pa.array(m, pa.int64())),
-            "tier": pa.array([tier] * len(m), pa.string()),
-            "start_ns": t0[m],
-            "duration_ns": (t1 - t0)[m],
-            **{f"{k}_ns": p[:, j] for j, k in enumerate(("base", "reasoning", "decode", "tail"))},
-            **{f"{k}_ns": p[:, j + 4] for j, k in enumerate(("wait", "retry", "overhead"))},
-            "input_tokens": p[:, 7],
-            "cached_input_tokens": c.cached_tokens,
-            "reasoning_tokens": p[:, 8],
-            "visible_tokens": p[:, 9],
-            "output_tokens": p[:, 8] + p[:, 9],
-            "output_tps": c.output_tps,
-            "timed": c.timed,
-            "on_critical_path": on[m],
-        }
-    )
+    model_calls = _model_calls(c, vg, runs, step, tier, t0, t1, on)
     tools = np.flatnonzero(kind_is(c, "tool"))
-    tool_calls = pa.table(
-        {
-            "run": pa.array(runs[tools], pa.string()),
-            "span_id": c.ids.take(pa.array(tools, pa.int64())),
-            "step": step.take(pa.array(tools, pa.int64())),
-            "tool": pa.array(
-                [
-                    None if x is None else x.removeprefix("tool:")
-                    for x in c.tool_category.take(pa.array(tools, pa.int64())).to_pylist()
-                ],
-                pa.string(),
-            ),
-            "status": c.statuses.take(pa.array(tools, pa.int64())).cast(pa.string()),
-            "start_ns": t0[tools],
-            "duration_ns": (t1 - t0)[tools],
-            "queued_ns": vg.queue[tools],
-            "in_flight": c.in_flight[tools],
-            "on_critical_path": on[tools],
-        }
-    )
+    tool_calls = _tool_calls(c, vg, runs, step, t0, t1, on, tools)
     critical = pa.table(
         {
             "run": pa.array([run] * len(cats), pa.string()),
@@ -140,6 +83,84 @@ def trace_tables(run: str, c: Columns, extra: dict[str, Any] | None = None) -> d
         "tool_calls": tool_calls,
         "critical_path": critical,
     }
+
+
+def _spans(c: Columns, runs: Any, step: Any, t0: Any, t1: Any, on: Any) -> pa.Table:
+    """The ``spans`` table: every span with its parent, step, instants and critical-path mark."""
+    return pa.table(
+        {
+            "run": pa.array(runs, pa.string()),
+            "span_id": c.ids,
+            "parent_id": pc.if_else(
+                pa.array(c.parent >= 0),
+                c.ids.take(pa.array(np.maximum(c.parent, 0))),
+                pa.scalar(None, pa.string()),
+            ),
+            "kind": c.kinds.cast(pa.string()),
+            "name": c.names,
+            "status": c.statuses.cast(pa.string()),
+            "step": step,
+            "start_ns": t0,
+            "end_ns": t1,
+            "duration_ns": t1 - t0,
+            "in_flight": c.in_flight,
+            "on_critical_path": on,
+        }
+    )
+
+
+def _model_calls(
+    c: Columns, vg: VGraph, runs: Any, step: Any, tier: Any, t0: Any, t1: Any, on: Any
+) -> pa.Table:
+    """The ``model_calls`` table: each model span's phases, tokens and speed."""
+    m = vg.models
+    p = c.parts
+    return pa.table(
+        {
+            "run": pa.array(runs[m], pa.string()),
+            "span_id": c.ids.take(pa.array(m, pa.int64())),
+            "step": step.take(pa.array(m, pa.int64())),
+            "tier": pa.array([tier] * len(m), pa.string()),
+            "start_ns": t0[m],
+            "duration_ns": (t1 - t0)[m],
+            **{f"{k}_ns": p[:, j] for j, k in enumerate(("base", "reasoning", "decode", "tail"))},
+            **{f"{k}_ns": p[:, j + 4] for j, k in enumerate(("wait", "retry", "overhead"))},
+            "input_tokens": p[:, 7],
+            "cached_input_tokens": c.cached_tokens,
+            "reasoning_tokens": p[:, 8],
+            "visible_tokens": p[:, 9],
+            "output_tokens": p[:, 8] + p[:, 9],
+            "output_tps": c.output_tps,
+            "timed": c.timed,
+            "on_critical_path": on[m],
+        }
+    )
+
+
+def _tool_calls(
+    c: Columns, vg: VGraph, runs: Any, step: Any, t0: Any, t1: Any, on: Any, tools: Any
+) -> pa.Table:
+    """The ``tool_calls`` table: each tool span's tool, status, instants and queueing."""
+    return pa.table(
+        {
+            "run": pa.array(runs[tools], pa.string()),
+            "span_id": c.ids.take(pa.array(tools, pa.int64())),
+            "step": step.take(pa.array(tools, pa.int64())),
+            "tool": pa.array(
+                [
+                    None if x is None else x.removeprefix("tool:")
+                    for x in c.tool_category.take(pa.array(tools, pa.int64())).to_pylist()
+                ],
+                pa.string(),
+            ),
+            "status": c.statuses.take(pa.array(tools, pa.int64())).cast(pa.string()),
+            "start_ns": t0[tools],
+            "duration_ns": (t1 - t0)[tools],
+            "queued_ns": vg.queue[tools],
+            "in_flight": c.in_flight[tools],
+            "on_critical_path": on[tools],
+        }
+    )
 
 
 def write_tables(folder: Path, parts: list[dict[str, pa.Table]]) -> dict[str, int]:

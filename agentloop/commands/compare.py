@@ -43,7 +43,8 @@ async def main(args: argparse.Namespace) -> int:
                 "--html draws two traces; for suite folders use --json or the "
                 "tables (or give --html two of their traces)"
             )
-        from agentloop.suite.compare import compare_suites, render_suite_compare, suite_compare_json
+        from agentloop.suite.compare import compare_suites
+        from agentloop.suite.compare_view import render_suite_compare, suite_compare_json
 
         sc = await asyncio.to_thread(compare_suites, args.a, args.b)
         if args.json:

@@ -176,7 +176,7 @@ async def main(args: argparse.Namespace) -> int:
     else:
         _print(res)
     if args.write:
-        from agentloop.config.tiers import write_profile
+        from agentloop.config.tier_write import write_profile
 
         profile = measured_profile(res, tier.profile.prefill_tps if tier.profile else 0.0)
         write_profile(path, tier.name, profile)

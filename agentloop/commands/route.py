@@ -11,7 +11,7 @@ from typing import Any
 from agentloop.analysis._table import table
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.mix import TierModel, options
-from agentloop.analysis.router import candidate_tiers, plan_document
+from agentloop.analysis.route_plan import candidate_tiers, plan_document
 from agentloop.commands.report import emit_json, load_for_analysis
 from agentloop.errors import ConfigError
 

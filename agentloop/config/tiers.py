@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from agentloop.config._tier_schema import RESERVED_BODY_KEYS as RESERVED_BODY_KEYS
 from agentloop.config._tier_schema import SIM as SIM
 from agentloop.config._tier_schema import TierModel
+from agentloop.config.tier_text import line_of, read_text, written_twice
 from agentloop.errors import ConfigError, TierFileError
 from agentloop.model.local import LocalSpec
 from agentloop.model.prices import Prices
@@ -83,23 +84,6 @@ def public_options(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _line_of(text: str, tier: str, key: str | None) -> int | None:
-    """Best-effort line of ``[tiers.tier]`` (and of ``key`` inside it) for error messages."""
-    lines = text.splitlines()
-    header = re.compile(r"^\s*\[\s*tiers\.\"?" + re.escape(tier) + r"\"?\s*\]")
-    for i, line in enumerate(lines):
-        if header.match(line):
-            if key is None:
-                return i + 1
-            for j in range(i + 1, len(lines)):
-                if lines[j].lstrip().startswith("["):
-                    break
-                if re.match(r"^\s*" + re.escape(key) + r"\s*=", lines[j]):
-                    return j + 1
-            return i + 1
-    return None
-
-
 def parse_tiers(data: dict[str, Any], source: str | Path, text: str = "") -> dict[str, Tier]:
     """Validate the ``tiers`` table of a parsed TOML (or task-file) mapping."""
     table = data.get("tiers", {})
@@ -116,7 +100,7 @@ def parse_tiers(data: dict[str, Any], source: str | Path, text: str = "") -> dic
             raise TierFileError(
                 source,
                 f"tier '{name}': {err['msg']}",
-                line=_line_of(text, name, top) if text else None,
+                line=line_of(text, name, top) if text else None,
                 field=".".join(["tiers", name, *loc]),
             ) from None
         out[name] = Tier(
@@ -153,25 +137,6 @@ def parse_tiers(data: dict[str, Any], source: str | Path, text: str = "") -> dic
     return out
 
 
-def read_text(path: Path) -> str:
-    """A tiers file's text; unreadable or not UTF-8 is a TierFileError naming file and line."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TierFileError(path, f"cannot read: {exc.strerror}") from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        col = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise TierFileError(
-            path,
-            f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at column "
-            f"{col}); save the file as UTF-8",
-            line=line,
-        ) from None
-
-
 def load_tiers_file(path: Path) -> dict[str, Tier]:
     """Read one tiers TOML file."""
     text = read_text(path)
@@ -180,7 +145,7 @@ def load_tiers_file(path: Path) -> dict[str, Tier]:
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+)", str(exc))
         line = int(m.group(1)) if m else None
-        twice = _written_twice(text, line) if line is not None else None
+        twice = written_twice(text, line) if line is not None else None
         if twice is not None:
             key, first = twice
             raise TierFileError(
@@ -188,30 +153,6 @@ def load_tiers_file(path: Path) -> dict[str, Tier]:
             ) from None
         raise TierFileError(path, f"not valid TOML: {exc}", line=line) from None
     return parse_tiers(data, path, text)
-
-
-def _written_twice(text: str, line: int) -> tuple[str, int] | None:
-    """When ``line`` repeats a key or a table header written earlier in its table (tomllib
-    refuses both, naming only the second line): that key and the line of its first writing."""
-    lines = text.splitlines()
-    if not 0 < line <= len(lines):
-        return None
-    here = lines[line - 1].strip()
-    if here.startswith("["):
-        for i in range(line - 1):
-            if lines[i].strip().split("#")[0].strip() == here.split("#")[0].strip():
-                return here.split("#")[0].strip(), i + 1
-        return None
-    m = re.match(r"^\s*([A-Za-z0-9_.\"'-]+?)\s*=", lines[line - 1])
-    if m is None:
-        return None
-    key = m.group(1)
-    for i in range(line - 2, -1, -1):  # back to this table's header
-        if lines[i].lstrip().startswith("["):
-            break
-        if re.match(r"^\s*" + re.escape(key) + r"\s*=", lines[i]):
-            return key, i + 1
-    return None
 
 
 # the built-in tiers: package data, so a wheel install has them (their one and only copy)
@@ -339,13 +280,6 @@ def faster_tier(trace: Any, tiers: dict[str, Tier] | None) -> Tier | None:
     )
 
 
-def _fmt_number(x: float) -> str:
-    """Short, TOML-valid: integers without a fraction, others to 4 significant digits."""
-    if x == int(x) and abs(x) >= 1:
-        return str(int(x))
-    return f"{x:.4g}" if "e" not in f"{x:.4g}" else f"{x:.6f}"
-
-
 def profile_dict(profile: SpeedProfile) -> ProfileRecord:
     """The profile as a trace header / JSON writes it; the optional speed-model fields only
     when set, so old readers see the three fields they know."""
@@ -361,59 +295,3 @@ def profile_dict(profile: SpeedProfile) -> ProfileRecord:
     if profile.prefill_ms_per_1k:
         out["prefill_ms_per_1k"] = profile.prefill_ms_per_1k
     return out
-
-
-def _profile_values(profile: SpeedProfile) -> list[tuple[str, str]]:
-    """The profile's fields as a tiers file writes them (rounded, optional ones when set)."""
-    digits = {"base_latency_s": 3, "output_tps": 1, "tpot_ms_per_1k": 3, "prefill_ms_per_1k": 3}
-    return [
-        (k, _fmt_number(round(v, digits.get(k, 0))))
-        for k, v in profile_dict(profile).items()
-        if isinstance(v, int | float)  # every value is one (a TypedDict types its items object)
-    ]
-
-
-def profile_line(profile: SpeedProfile) -> str:
-    """The inline ``profile = {...}`` line of a tiers file for ``profile``."""
-    return "profile = { " + ", ".join(f"{k} = {v}" for k, v in _profile_values(profile)) + " }"
-
-
-def write_profile(path: Path, name: str, profile: SpeedProfile) -> None:
-    """Rewrite tier ``name``'s profile in the tiers file at ``path``, keeping everything else.
-
-    Handles the inline form (``profile = { ... }`` inside ``[tiers.NAME]``) and the sub-table
-    form (``[tiers.NAME.profile]``); the result is validated before the file is replaced.
-    """
-    text = read_text(path)
-    lines = text.splitlines(keepends=True)
-    start = _line_of(text, name, None)
-    if start is None:
-        raise TierFileError(
-            path, f"no [tiers.{name}] table to write a profile into", field=f"tiers.{name}"
-        )
-    sub = re.compile(r"^\s*\[\s*tiers\.\"?" + re.escape(name) + r"\"?\.profile\s*\]")
-    end = next(
-        (j for j in range(start, len(lines)) if lines[j].lstrip().startswith("[")), len(lines)
-    )
-    new = profile_line(profile) + "\n"
-    for j in range(start, end):
-        if re.match(r"^\s*profile\s*=", lines[j]):
-            lines[j] = new
-            break
-    else:
-        k = next((j for j, line in enumerate(lines) if sub.match(line)), None)
-        if k is None:
-            lines.insert(end, new)
-        else:  # sub-table: its keys replaced by the profile's, other lines kept
-            stop = next(
-                (j for j in range(k + 1, len(lines)) if lines[j].lstrip().startswith("[")),
-                len(lines),
-            )
-            key = re.compile(r"^\s*(" + "|".join(SpeedProfile.__slots__) + r")\s*=")
-            body = [line for line in lines[k + 1 : stop] if not key.match(line)]
-            lines[k + 1 : stop] = [f"{n} = {v}\n" for n, v in _profile_values(profile)] + body
-    out = "".join(lines)
-    parse_tiers(tomllib.loads(out), path, out)  # never write a file we could not read back
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(out, encoding="utf-8")
-    tmp.replace(path)

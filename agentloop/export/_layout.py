@@ -135,11 +135,28 @@ def layout(trace: Trace) -> Timeline:
         g.ids[i] for i, _, gap in critical_path(g, g.t0, g.t1, g.end_ns) if not gap and i >= 0
     }
     tps = fallback_tps(trace)
+    placed, n_sub, n_tool = _lanes(trace)
+    bars: list[Bar] = []
+    edges: list[tuple[str, str]] = []
+    for s, lane in placed:
+        bars.append(_bar(s, lane, start, last, s.id in on_path, tps))
+        edges += [(a, s.id) for a in s.after if a in trace.spans]
+    lanes = (
+        AGENT_LANE,
+        *(f"sub-agent {k + 1}" for k in range(n_sub)),
+        *(f"tools {k + 1}" for k in range(n_tool)),
+    )
+    return Timeline(trace, tuple(bars), lanes, tuple(edges), start, max(0, last - start))
+
+
+def _lanes(trace: Trace) -> tuple[list[tuple[SpanRecord, int]], int, int]:
+    """Each span with its lane: the main agent's on lane 0, then a lane per overlapping
+    sub-run (one sub-run keeps its lane), then a lane per overlapping tool call. Returns the
+    spans with their lanes and the number of sub-agent and tool lanes."""
+    last = trace.end_ns
     lane_free: list[int] = []  # per tool lane: when its last tool ends
     sub_free: list[int] = []  # per sub-agent lane: when its last sub-run ends
     sub_lane: dict[tuple[str, int], int] = {}  # (agent, invocation) -> its sub-agent lane
-    bars: list[Bar] = []
-    edges: list[tuple[str, str]] = []
     placed: list[tuple[SpanRecord, int, str]] = []  # (span, lane, kind of lane)
     for s in trace.spans.values():
         t1 = last if s.t1 is None else s.t1
@@ -154,37 +171,39 @@ def layout(trace: Trace) -> Timeline:
         else:
             placed.append((s, 0, "main"))
     n_sub = len(sub_free)
-    for s, k, where in placed:
-        t1 = last if s.t1 is None else s.t1
-        lane = 0 if where == "main" else 1 + k if where == "sub" else 1 + n_sub + k
-        phases = (
-            tuple(Phase(p.name, p.t0 - start, p.t1 - start) for p in model_phases(s, t1, tps))
-            if s.kind == "model"
-            else ()
-        )
-        cat = tool_category(s.name, s.attrs) if s.kind == "tool" else s.kind
-        bars.append(
-            Bar(
-                s.id,
-                s.parent,
-                s.kind,
-                s.name,
-                _label(s),
-                cat,
-                lane,
-                max(0, s.t0 - start),
-                max(0, t1 - start),
-                s.status,
-                s.t1 is None,
-                s.id in on_path,
-                phases,
-                s,
-            )
-        )
-        edges += [(a, s.id) for a in s.after if a in trace.spans]
-    lanes = (
-        AGENT_LANE,
-        *(f"sub-agent {k + 1}" for k in range(n_sub)),
-        *(f"tools {k + 1}" for k in range(len(lane_free))),
+    return (
+        [
+            (s, 0 if where == "main" else 1 + k if where == "sub" else 1 + n_sub + k)
+            for s, k, where in placed
+        ],
+        n_sub,
+        len(lane_free),
     )
-    return Timeline(trace, tuple(bars), lanes, tuple(edges), start, max(0, last - start))
+
+
+def _bar(s: SpanRecord, lane: int, start: int, last: int, critical: bool, tps: float) -> Bar:
+    """Span ``s`` as a bar on ``lane``, its instants from the trace's ``start`` (an open span
+    ends at ``last``), a model call with its phases."""
+    t1 = last if s.t1 is None else s.t1
+    phases = (
+        tuple(Phase(p.name, p.t0 - start, p.t1 - start) for p in model_phases(s, t1, tps))
+        if s.kind == "model"
+        else ()
+    )
+    cat = tool_category(s.name, s.attrs) if s.kind == "tool" else s.kind
+    return Bar(
+        s.id,
+        s.parent,
+        s.kind,
+        s.name,
+        _label(s),
+        cat,
+        lane,
+        max(0, s.t0 - start),
+        max(0, t1 - start),
+        s.status,
+        s.t1 is None,
+        critical,
+        phases,
+        s,
+    )

@@ -161,26 +161,7 @@ class SpanMapper:
         ``ToolAttrs``) read from the redacted ones; what goes out under another name without
         being read is copied by the tables above."""
         a = self.scrub(dict(s.attrs))
-        attrs: dict[str, Any] = {
-            "agentloop.span.id": s.id,
-            "agentloop.span.kind": s.kind,
-            "agentloop.status": s.status,
-        }
-        if s.kind in OPERATION:
-            attrs[GA.GEN_AI_OPERATION_NAME] = OPERATION[s.kind]
-        step = s.step if s.step is not None else a.get(A.STEP)
-        if isinstance(step, int):
-            attrs["agentloop.step"] = step
-        if s.t1 is None:
-            attrs["agentloop.in_flight"] = True
-        if s.kind == "run":
-            attrs[GA.GEN_AI_AGENT_NAME] = s.name.removeprefix("invoke_agent ").strip()
-        for k, out_name in _COPY.get(s.kind, _COPY[""]):
-            if a.get(k) is not None:
-                attrs[out_name] = _scalar(a[k])
-        for k in _SECONDS:
-            if isinstance(a.get(k), int | float):
-                attrs[f"agentloop.{k}"] = float(a[k])
+        attrs = _common_attributes(s, a)
         sdk_events: list[Event] = []
         if s.kind == "model":
             attrs[GA.GEN_AI_PROVIDER_NAME] = "openai"
@@ -245,6 +226,33 @@ class SpanMapper:
                 ev["agentloop.attempt.wait_s"] = att.wait_ns / 1e9
             out.append(Event("agentloop.attempt", ev, self.epoch + att.t_start))
         return out
+
+
+def _common_attributes(s: SpanRecord, a: dict[str, Any]) -> dict[str, Any]:
+    """The OTLP attributes every span has, from its record and its redacted attributes ``a``:
+    ids, kind, status, operation, step, in flight, the run's agent, the copied and the seconds
+    fields."""
+    attrs: dict[str, Any] = {
+        "agentloop.span.id": s.id,
+        "agentloop.span.kind": s.kind,
+        "agentloop.status": s.status,
+    }
+    if s.kind in OPERATION:
+        attrs[GA.GEN_AI_OPERATION_NAME] = OPERATION[s.kind]
+    step = s.step if s.step is not None else a.get(A.STEP)
+    if isinstance(step, int):
+        attrs["agentloop.step"] = step
+    if s.t1 is None:
+        attrs["agentloop.in_flight"] = True
+    if s.kind == "run":
+        attrs[GA.GEN_AI_AGENT_NAME] = s.name.removeprefix("invoke_agent ").strip()
+    for k, out_name in _COPY.get(s.kind, _COPY[""]):
+        if a.get(k) is not None:
+            attrs[out_name] = _scalar(a[k])
+    for k in _SECONDS:
+        if isinstance(a.get(k), int | float):
+            attrs[f"agentloop.{k}"] = float(a[k])
+    return attrs
 
 
 def _tool_attributes(t: ToolAttrs) -> dict[str, Any]:

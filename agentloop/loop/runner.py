@@ -18,7 +18,7 @@ model span's attributes (:mod:`~agentloop.loop.model_span`) and the call inside 
 (:mod:`~agentloop.loop.model_call`), a turn's tool calls (:mod:`~agentloop.loop.tool_turn`) and
 one call's span attributes (:mod:`~agentloop.loop.tool_call`), the live events
 (:mod:`~agentloop.loop.run_events`), the header (:mod:`~agentloop.loop.header`), the success
-check (:mod:`~agentloop.loop.check`). ``Conversation.messages`` is what the next call is sent.
+check (:mod:`~agentloop.loop.check`), a step's carry and verdicts (:mod:`~agentloop.loop.step`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from agentloop.config.routing import Routing
@@ -40,55 +39,23 @@ from agentloop.events import EventSink, Observer, fan_out, observer_sink
 from agentloop.log import get_logger
 from agentloop.loop.check import Check, run_check
 from agentloop.loop.context_window import Window
-from agentloop.loop.ending import (
-    CANCELLED,
-    Ending,
-    RunResult,
-    context_limit,
-    cost_limit,
-    output_token_limit,
-)
+from agentloop.loop.ending import CANCELLED, Ending, RunResult, context_limit
 from agentloop.loop.header import header_fields, offered_specs
 from agentloop.loop.model_call import complete, record_fit
-from agentloop.loop.model_span import model_attrs, replayable
+from agentloop.loop.model_span import replayable
 from agentloop.loop.run_events import RunEvents
+from agentloop.loop.step import Conversation, finished, over_limit
 from agentloop.loop.subagent import AgentScope, run_tools, sub_result, sub_task
-from agentloop.loop.tool_call import CUT_SHORT, FINISH, finish_summary
+from agentloop.loop.tool_call import FINISH
 from agentloop.loop.tool_turn import ToolTurn
 from agentloop.protocols import ModelClient, Tool
 from agentloop.sandbox.context import RunContext
 from agentloop.trace import attrs as A
 from agentloop.trace.tracer import Span, Tracer
-from agentloop.types import (
-    Message,
-    ModelRequest,
-    ModelResponse,
-    ToolResult,
-)
+from agentloop.types import Message, ModelRequest, ModelResponse, ToolResult
 
-# FINISH, CUT_SHORT, RunResult and the header live in tool_call.py, ending.py and header.py;
-# named here as before
-__all__ = [
-    "CUT_SHORT",
-    "FINISH",
-    "Observer",
-    "RunResult",
-    "Runner",
-    "header_fields",
-    "model_attrs",
-    "offered_specs",
-    "replayable",
-]
-
-
-@dataclass
-class Conversation:
-    """What the loop carries from step to step: the messages, and the spans the next step and
-    the next model call wait for."""
-
-    messages: list[Message]
-    after: list[str] = field(default_factory=list)  # what the next model call waits for
-    prev_step: list[str] = field(default_factory=list)
+# the header is header.py's; the composition root (agentloop/wiring/) imports it from here
+__all__ = ["Runner", "header_fields", "offered_specs"]
 
 
 class Runner:
@@ -345,29 +312,24 @@ class Runner:
             return ending or self._finished(resp)
 
     def _over_limit(self) -> Ending | None:
-        """Limits checked after every model call (output tokens, cost): this agent's own, then
-        the run's across every agent."""
-        limits, run, root = self.task.limits, self.root.task.limits, self.root
-        return (
-            output_token_limit(limits.max_output_tokens, self.output_tokens)
-            or cost_limit(limits.max_cost_usd, self.cost_usd)
-            or output_token_limit(run.max_output_tokens, root.all_output_tokens)
-            or cost_limit(run.max_cost_usd, root.all_cost_usd)
+        """This agent's limits and the run's, after a model call (:func:`over_limit`)."""
+        root = self.root
+        return over_limit(
+            self.task.limits,
+            root.task.limits,
+            self.output_tokens,
+            self.cost_usd,
+            root.all_output_tokens,
+            root.all_cost_usd,
         )
 
     def _finished(self, resp: ModelResponse) -> Ending | None:
-        """The one place a finished task is recognised: a turn without tool calls, or a call of
-        the ``finish`` tool (whose summary becomes the final answer)."""
-        if not resp.tool_calls:
-            cut = ", cut at the output-token limit" if resp.finish_reason == "length" else ""
-            return Ending.finished(f"the model ended the task (a turn without tool calls{cut})")
-        finish = next((c for c in resp.tool_calls if c.name == "finish"), None)
-        if finish is None or not self.task.finish_tool:
-            return None
-        summary = finish_summary(finish)
+        """Whether ``resp`` finished the task (:func:`finished`); a ``finish`` call's summary
+        becomes the final answer."""
+        ending, summary = finished(resp, self.task.finish_tool)
         if summary:
             self.final_text = summary
-        return Ending.finished("the model called finish")
+        return ending
 
     @contextlib.asynccontextmanager
     async def _step_span(self, step: int, after: list[str]) -> AsyncIterator[Span]:

@@ -8,7 +8,7 @@ from typing import Any
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.mix import options
 from agentloop.analysis.report import report_document, unsplit_json
-from agentloop.analysis.router import candidate_tiers, plan_document
+from agentloop.analysis.route_plan import candidate_tiers, plan_document
 from agentloop.analysis.whatif import Scenario, whatif, whatif_json, with_lateness
 from agentloop.config.tiers import get_tier, load_tiers, require_profile
 from agentloop.errors import ConfigError, RequestError

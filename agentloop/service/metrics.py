@@ -11,6 +11,7 @@ two services in one process do not share counts.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -60,46 +61,47 @@ class _BookCollector:
         )
 
 
+def _histogram(
+    r: CollectorRegistry,
+    name: str,
+    doc: str,
+    labels: list[str],
+    buckets: Sequence[float] = _SECONDS,
+) -> Histogram:
+    """A histogram in ``r`` (seconds buckets unless told)."""
+    return Histogram(name, doc, labels, buckets=buckets, registry=r)
+
+
 class Metrics:
     """The service's registry and its metrics."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.run_s = Histogram(
+        self.run_s = _histogram(
+            r,
             "agentloop_run_duration_seconds",
             "A run's elapsed seconds, start to end",
             ["tier", "status"],
-            buckets=_SECONDS,
-            registry=r,
         )
-        self.model_s = Histogram(
+        self.model_s = _histogram(
+            r,
             "agentloop_model_call_duration_seconds",
             "A model call's seconds, request to last token",
             ["tier"],
-            buckets=_SECONDS,
-            registry=r,
         )
-        self.ttft_s = Histogram(
-            "agentloop_model_ttft_seconds",
-            "A model call's time to its first token",
-            ["tier"],
-            buckets=_SECONDS,
-            registry=r,
+        self.ttft_s = _histogram(
+            r, "agentloop_model_ttft_seconds", "A model call's time to its first token", ["tier"]
         )
-        self.tps = Histogram(
+        self.tps = _histogram(
+            r,
             "agentloop_model_output_tokens_per_second",
             "A model call's output tokens per second while it streamed",
             ["tier"],
-            buckets=_TPS,
-            registry=r,
+            _TPS,
         )
-        self.tool_s = Histogram(
-            "agentloop_tool_call_duration_seconds",
-            "A tool call's seconds",
-            ["tool"],
-            buckets=_SECONDS,
-            registry=r,
+        self.tool_s = _histogram(
+            r, "agentloop_tool_call_duration_seconds", "A tool call's seconds", ["tool"]
         )
         # the client's own lateness while it timed the call (issue 28)
         self.late = Counter(
@@ -109,12 +111,12 @@ class Metrics:
             ["tier", "under_load"],
             registry=r,
         )
-        self.timing_error_s = Histogram(
+        self.timing_error_s = _histogram(
+            r,
             "agentloop_model_timing_error_seconds",
             "A model call's timing error bound: the client's event-loop lag while it streamed",
             ["tier"],
-            buckets=_LAG,
-            registry=r,
+            _LAG,
         )
         self.cost = Counter(
             "agentloop_cost_usd", "Model cost at the tier's prices, USD", ["tier"], registry=r

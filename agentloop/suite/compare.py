@@ -18,7 +18,8 @@ Compare (folders A and B, the same tasks on two tiers). Per task, from the repea
 The suite figure is the same over all runs (sums of run times: the speedup of the work, whatever
 the concurrency), its interval from resampling runs within each task.
 
-The suite-level what-if (one folder, another tier) is :mod:`agentloop.suite.whatif`.
+Its table and JSON are :mod:`agentloop.suite.compare_view`'s; the suite-level what-if (one
+folder, another tier) is :mod:`agentloop.suite.whatif`.
 """
 
 from __future__ import annotations
@@ -27,9 +28,7 @@ import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from agentloop.analysis._table import table
 from agentloop.analysis.compare import _profile
 from agentloop.analysis.graph import Graph, build_graph, critical_path, retime
 from agentloop.analysis.whatif import Scenario, durations, new_parts, path_breakdown, predict_ns
@@ -218,15 +217,35 @@ def compare_suites(a_dir: Path, b_dir: Path) -> SuiteCompare:
     sc = Scenario.tier(tier_b, prof_b)
     k = prof_b.output_tps / prof_a.output_tps
     notes = [*(f"A: {s}" for s in A.skipped), *(f"B: {s}" for s in B.skipped)]
-    b_by: dict[tuple[str, int], int] = {}
-    b_tasks: dict[str, list[int]] = {}
-    for j, r in enumerate(B.runs):
-        b_by[(r.task, r.repeat)] = j
-        b_tasks.setdefault(r.task, []).append(j)
+    b_tasks = _by_task(B.runs)
     a_s = [g.measured_ns / 1e9 for g in A.graphs]
     b_s = [g.measured_ns / 1e9 for g in B.graphs]
     pred = [predict_ns(g, sc) / 1e9 for g in A.graphs]
     share = [output_share(g) for g in A.graphs]
+    ret = _retimed(A, B, b_tasks, sc)
+    pairs = _common_tasks(_by_task(A.runs), b_tasks, notes)
+    if not pairs:
+        raise ConfigError(f"{a_dir} and {b_dir} have no task in common")
+    rows = [_task_row(name, ai, bi, a_s, b_s, pred, ret, share, k) for name, ai, bi in pairs]
+    groups = [(ai, bi) for _, ai, bi in pairs]
+    suite = _suite_row(groups, a_s, b_s, pred, ret, share, k)
+    return SuiteCompare(
+        A.suite.tier, B.suite.tier, k, rows, suite, A.suite.wall_s, B.suite.wall_s, notes
+    )
+
+
+def _by_task(runs: list[RunRecord]) -> dict[str, list[int]]:
+    """Each task's runs, as their indices in ``runs``, tasks in order of their first run."""
+    out: dict[str, list[int]] = {}
+    for i, r in enumerate(runs):
+        out.setdefault(r.task, []).append(i)
+    return out
+
+
+def _retimed(A: Loaded, B: Loaded, b_tasks: dict[str, list[int]], sc: Scenario) -> list[float]:
+    """Each A run re-timed (s) with the tool times of its B pair (the same task and repeat, else
+    the task's first B run); a run whose task B lacks is predicted."""
+    b_by = {(r.task, r.repeat): j for j, r in enumerate(B.runs)}
     ret = []
     for r, g in zip(A.runs, A.graphs, strict=True):
         pair = b_by.get((r.task, r.repeat))
@@ -237,28 +256,43 @@ def compare_suites(a_dir: Path, b_dir: Path) -> SuiteCompare:
             if pair is not None
             else predict_ns(g, sc) / 1e9
         )
-    a_tasks: dict[str, list[int]] = {}
-    for i, r in enumerate(A.runs):
-        a_tasks.setdefault(r.task, []).append(i)
-    rows, groups = [], []
+    return ret
+
+
+def _common_tasks(
+    a_tasks: dict[str, list[int]], b_tasks: dict[str, list[int]], notes: list[str]
+) -> list[tuple[str, list[int], list[int]]]:
+    """The tasks both sides ran, with their runs on each side; one a side lacks is named in
+    ``notes`` and left out."""
+    pairs = []
     for name, ai in a_tasks.items():
         bi = b_tasks.get(name)
         if not bi:
             notes.append(f"task '{name}' has no finished run in B: left out")
             continue
-        rows.append(_task_row(name, ai, bi, a_s, b_s, pred, ret, share, k))
-        groups.append((ai, bi))
+        pairs.append((name, ai, bi))
     for name in b_tasks:
         if name not in a_tasks:
             notes.append(f"task '{name}' has no finished run in A: left out")
-    if not rows:
-        raise ConfigError(f"{a_dir} and {b_dir} have no task in common")
+    return pairs
+
+
+def _suite_row(
+    groups: list[tuple[list[int], list[int]]],
+    a_s: list[float],
+    b_s: list[float],
+    pred: list[float],
+    ret: list[float],
+    share: list[float],
+    k: float,
+) -> TaskCompare:
+    """The suite's row: sums of run times over the common tasks, each task weighted by its runs
+    (equal repeats: plain sums)."""
     all_a = [i for ai, _ in groups for i in ai]
     all_b = [j for _, bi in groups for j in bi]
-    # suite: sums of run times, each task weighted by its runs (equal repeats: plain sums)
     measured = _ratio_ci(a_s, b_s, groups, paired=False)
     predicted = _ratio_ci(a_s, pred, [(ai, ai) for ai, _ in groups], paired=True)
-    suite = TaskCompare(
+    return TaskCompare(
         "suite",
         len(all_a),
         len(all_b),
@@ -271,101 +305,3 @@ def compare_suites(a_dir: Path, b_dir: Path) -> SuiteCompare:
         sum(share[i] * a_s[i] for i in all_a) / sum(a_s[i] for i in all_a),
         implied_share(measured[0], k),
     )
-    return SuiteCompare(
-        A.suite.tier, B.suite.tier, k, rows, suite, A.suite.wall_s, B.suite.wall_s, notes
-    )
-
-
-def _x(t: tuple[float, float, float], samples: int = 2) -> str:
-    """A speedup and its interval; from one run a side no interval (a bootstrap of one sample
-    resamples the same value: [6.40-6.40] would claim a certainty it has not)."""
-    if samples < 2:
-        return f"{t[0]:.2f}x"
-    return f"{t[0]:.2f}x [{t[1]:.2f}-{t[2]:.2f}]"
-
-
-def render_suite_compare(c: SuiteCompare) -> str:
-    # the suite's bootstrap resamples within each task: one run of a task is no spread
-    reps = [min(t.runs_a, t.runs_b) for t in c.tasks]
-    reps.append(min(reps, default=1))
-    rows = [
-        [
-            t.task,
-            f"{t.runs_a}/{t.runs_b}",
-            f"{t.a_s:.2f}",
-            f"{t.b_s:.2f}",
-            _x(t.measured, n),
-            _x(t.predicted, n),
-            f"{t.error_pct:+.1f}%",
-            f"{t.model_error_pct:+.1f}%",
-            f"{t.tool_noise_pct:+.1f}%",
-            f"{t.output_share_a:.3f}",
-            "-" if t.implied_share is None else f"{t.implied_share:.3f}",
-        ]
-        for t, n in zip([*c.tasks, c.suite], reps, strict=True)
-    ]
-    out = [
-        f"suite compare  A {c.tier_a}  ->  B {c.tier_b}  (per-token speedup {c.k:.2f}x; "
-        + (
-            "speedups with 95% bootstrap intervals over the repeats)"
-            if max(reps) > 1
-            else "one run a task, so no intervals)"
-        ),
-        table(
-            [
-                "task",
-                "runs A/B",
-                "A s",
-                "B s",
-                "measured",
-                "predicted from A",
-                "error",
-                "model-side",
-                "tool noise",
-                "output share A",
-                "implied share",
-            ],
-            rows,
-        ),
-        f"wall time   A {c.wall_a_s:.2f} s, B {c.wall_b_s:.2f} s "
-        f"({c.wall_a_s / c.wall_b_s:.2f}x at the suites' concurrency)"
-        if c.wall_b_s
-        else "",
-        "A s / B s: mean run time per task (the suite row: sums); error = (predicted - B) / B "
-        "= model-side (A re-timed with B's measured tool times) + tool noise; implied share "
-        "= (1 - 1/S) / (1 - 1/K), the output share that speedup S means at K per token.",
-    ]
-    out += [f"note: {n}" for n in c.notes]
-    return "\n".join(x for x in out if x)
-
-
-def _tc_json(t: TaskCompare) -> dict[str, Any]:
-    return {
-        "task": t.task,
-        "runs_a": t.runs_a,
-        "runs_b": t.runs_b,
-        "a_s": t.a_s,
-        "b_s": t.b_s,
-        "predicted_s": t.predicted_s,
-        "retimed_with_b_tools_s": t.retimed_s,
-        "measured_speedup": {"value": t.measured[0], "ci95": list(t.measured[1:])},
-        "predicted_speedup": {"value": t.predicted[0], "ci95": list(t.predicted[1:])},
-        "error_pct": t.error_pct,
-        "model_error_pct": t.model_error_pct,
-        "tool_noise_pct": t.tool_noise_pct,
-        "output_share_a": t.output_share_a,
-        "implied_share": t.implied_share,
-    }
-
-
-def suite_compare_json(c: SuiteCompare) -> dict[str, Any]:
-    return {
-        "tier_a": c.tier_a,
-        "tier_b": c.tier_b,
-        "per_token_speedup": c.k,
-        "tasks": [_tc_json(t) for t in c.tasks],
-        "suite": _tc_json(c.suite),
-        "wall_a_s": c.wall_a_s,
-        "wall_b_s": c.wall_b_s,
-        "notes": c.notes,
-    }

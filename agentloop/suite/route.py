@@ -14,7 +14,7 @@ same per-task lower bound as the call router: each task's cheapest tier that fit
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +92,10 @@ def _task_rows(o: SuiteOptions) -> list[tuple[list[float], list[float]]]:
     ]
 
 
+Test = Callable[[Sequence[int]], bool]  # a choice of tier per task -> yes / no
+Better = Callable[[Sequence[int], Sequence[int]], bool]  # is the first choice better?
+
+
 def route_suite(
     o: SuiteOptions, within_pct: float | None, budget_usd: float | None
 ) -> dict[str, Any]:
@@ -101,53 +105,13 @@ def route_suite(
     n = len(o.tiers)
     fast = [min(range(n), key=lambda t: (ts[t], cs[t])) for ts, cs in rows]
     cheap = [min(range(n), key=lambda t: (cs[t], ts[t])) for ts, cs in rows]
-    w_fast, w_cheap = o.wall(fast), o.wall(cheap)
-    if within_pct is not None:
-        limit = w_fast * (1 + within_pct / 100)
-
-        def fits(ch: Sequence[int]) -> bool:
-            return o.wall(ch) <= limit + 1e-9
-
-        def better(a: Sequence[int], b: Sequence[int]) -> bool:
-            return o.total_cost(a) < o.total_cost(b) - 1e-12
-    else:
-        assert budget_usd is not None
-        if o.total_cost(cheap) > budget_usd + 1e-12:
-            raise ConfigError(
-                f"--budget-usd {budget_usd:g}: even the all-cheapest suite costs "
-                f"${o.total_cost(cheap):.6f}"
-            )
-        limit = budget_usd
-
-        def fits(ch: Sequence[int]) -> bool:
-            return o.total_cost(ch) <= budget_usd + 1e-12
-
-        def better(a: Sequence[int], b: Sequence[int]) -> bool:
-            return o.wall(a) < o.wall(b) - 1e-9
-
+    limit, fits, better = _goal(o, within_pct, budget_usd, fast, cheap)
     method = "exhaustive" if n ** len(rows) <= EXHAUSTIVE else "greedy"
     if method == "exhaustive":
-        best: list[int] | None = None
-        for tup in itertools.product(range(n), repeat=len(rows)):
-            if fits(tup) and (best is None or better(tup, best)):
-                best = list(tup)
-        assert best is not None  # all-fastest fits a time limit, all-cheapest a budget
-        choice: list[int] = best
+        choice = _exhaustive(n, len(rows), fits, better)
     else:
-        choice = list(fast if within_pct is not None else cheap)
-        while True:
-            moves = []
-            for k in range(len(rows)):
-                for t in range(n):
-                    if t == choice[k]:
-                        continue
-                    ch = list(choice)
-                    ch[k] = t
-                    if fits(ch) and better(ch, choice):
-                        moves.append((o.total_cost(ch), o.wall(ch), ch))
-            if not moves:
-                break
-            choice = min(moves)[2] if within_pct is not None else min(moves, key=lambda m: m[1])[2]
+        by_cost = within_pct is not None
+        choice = _greedy(o, n, list(fast if by_cost else cheap), fits, better, by_cost)
     names = [t.name for t in o.tiers]
     return {
         "concurrency": o.concurrency,
@@ -156,9 +120,9 @@ def route_suite(
         "limit": limit,
         "predicted_wall_s": o.wall(choice),
         "predicted_cost_usd": o.total_cost(choice),
-        "fastest_wall_s": w_fast,
+        "fastest_wall_s": o.wall(fast),
         "fastest_cost_usd": o.total_cost(fast),
-        "cheapest_wall_s": w_cheap,
+        "cheapest_wall_s": o.wall(cheap),
         "cheapest_cost_usd": o.total_cost(cheap),
         "tasks": [
             {
@@ -171,6 +135,72 @@ def route_suite(
             for k, (task, rs, t) in enumerate(zip(o.tasks, o.runs_of, choice, strict=True))
         ],
     }
+
+
+def _goal(
+    o: SuiteOptions,
+    within_pct: float | None,
+    budget_usd: float | None,
+    fast: Sequence[int],
+    cheap: Sequence[int],
+) -> tuple[float, Test, Better]:
+    """The limit, what fits it and what is better: the cheapest within ``within_pct`` of the
+    all-fastest wall time, else the fastest within ``budget_usd`` (one the all-cheapest
+    suite already passes is a ConfigError)."""
+    if within_pct is not None:
+        limit = o.wall(fast) * (1 + within_pct / 100)
+
+        def fits(ch: Sequence[int]) -> bool:
+            return o.wall(ch) <= limit + 1e-9
+
+        def better(a: Sequence[int], b: Sequence[int]) -> bool:
+            return o.total_cost(a) < o.total_cost(b) - 1e-12
+
+        return limit, fits, better
+    assert budget_usd is not None
+    if o.total_cost(cheap) > budget_usd + 1e-12:
+        raise ConfigError(
+            f"--budget-usd {budget_usd:g}: even the all-cheapest suite costs "
+            f"${o.total_cost(cheap):.6f}"
+        )
+
+    def fits_budget(ch: Sequence[int]) -> bool:
+        return o.total_cost(ch) <= budget_usd + 1e-12
+
+    def faster(a: Sequence[int], b: Sequence[int]) -> bool:
+        return o.wall(a) < o.wall(b) - 1e-9
+
+    return budget_usd, fits_budget, faster
+
+
+def _exhaustive(n: int, tasks: int, fits: Test, better: Better) -> list[int]:
+    """The best of every choice of ``n`` tiers for each of ``tasks`` tasks that fits."""
+    best: list[int] | None = None
+    for tup in itertools.product(range(n), repeat=tasks):
+        if fits(tup) and (best is None or better(tup, best)):
+            best = list(tup)
+    assert best is not None  # all-fastest fits a time limit, all-cheapest a budget
+    return best
+
+
+def _greedy(
+    o: SuiteOptions, n: int, choice: list[int], fits: Test, better: Better, by_cost: bool
+) -> list[int]:
+    """From ``choice`` (an end that fits), one task's tier moved at a time while a move that
+    fits is better: the cheapest such move when ``by_cost`` (a time limit), else the fastest."""
+    while True:
+        moves = []
+        for k in range(len(choice)):
+            for t in range(n):
+                if t == choice[k]:
+                    continue
+                ch = list(choice)
+                ch[k] = t
+                if fits(ch) and better(ch, choice):
+                    moves.append((o.total_cost(ch), o.wall(ch), ch))
+        if not moves:
+            return choice
+        choice = min(moves)[2] if by_cost else min(moves, key=lambda m: m[1])[2]
 
 
 def render_suite_route(doc: dict[str, Any]) -> str:

@@ -12,7 +12,8 @@ import time
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.mix import TierModel, options
 from agentloop.analysis.router import fastest, frontier, route
-from agentloop.analysis.synthetic import fanout_run, tier_record
+from agentloop.analysis.synthetic import tier_record
+from agentloop.analysis.synthetic_runs import fanout_run
 from agentloop.model.prices import Prices
 from agentloop.model.speed import SpeedProfile
 
