@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from agentloop.analysis.graph import Graph, build_graph, critical_path, retime, retime_pair
-from agentloop.analysis.report import build_report, render_report, report_json
+from agentloop.analysis.report import build_report, report_json
+from agentloop.analysis.report_text import render_report
 from agentloop.analysis.synthetic import TraceBuilder, agent_lines, model_attrs
 from agentloop.analysis.synthetic_runs import StepSpec, sequential_run
 from agentloop.analysis.whatif import (

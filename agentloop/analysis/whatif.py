@@ -62,7 +62,7 @@ from agentloop.analysis.flat import Graph, interleave
 from agentloop.analysis.graph import gc_paused
 from agentloop.analysis.lateness import Lateness, of_trace
 from agentloop.analysis.passes import retime, retime_with_pair
-from agentloop.analysis.report import cache_line
+from agentloop.analysis.report_text import cache_line
 from agentloop.config.tiers import no_profile
 from agentloop.errors import ConfigError
 from agentloop.model.speed import SpeedProfile
