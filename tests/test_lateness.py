@@ -134,7 +134,8 @@ async def test_a_run_beside_a_busy_loop_says_so_in_its_report_and_what_if(tmp_pa
     from agentloop.analysis.graph import build_graph
     from agentloop.analysis.report import build_report, report_json
     from agentloop.analysis.report_text import render_report
-    from agentloop.analysis.whatif import Scenario, render_whatif, whatif, with_lateness
+    from agentloop.analysis.whatif import Scenario, whatif, with_lateness
+    from agentloop.analysis.whatif_text import render_whatif
     from agentloop.api import run_task
     from agentloop.trace.reader import load_trace
 
