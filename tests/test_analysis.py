@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from agentloop.analysis.graph import Graph, build_graph, critical_path, retime, retime_pair
-from agentloop.analysis.report import build_report, render_report, report_json
+from agentloop.analysis.report import build_report, report_json
+from agentloop.analysis.report_text import render_report
 from agentloop.analysis.synthetic import TraceBuilder, agent_lines, model_attrs
 from agentloop.analysis.synthetic_runs import StepSpec, sequential_run
 from agentloop.analysis.whatif import (
@@ -17,10 +18,10 @@ from agentloop.analysis.whatif import (
     durations,
     new_parts,
     predict_ns,
-    render_whatif,
     whatif,
     whatif_json,
 )
+from agentloop.analysis.whatif_text import render_whatif
 from agentloop.config.tiers import SpeedProfile
 from agentloop.trace.reader import parse_lines
 
@@ -360,8 +361,8 @@ def test_the_package_names_stay_the_functions_after_their_submodules_are_importe
     code = (
         "import agentloop.analysis.whatif, agentloop.analysis.compare\n"
         "from agentloop.analysis import compare, whatif\n"
-        "from agentloop.analysis.whatif import render_whatif\n"
-        "print(whatif.__module__, compare.__module__, callable(render_whatif))\n"
+        "from agentloop.analysis.whatif import whatif_json\n"
+        "print(whatif.__module__, compare.__module__, callable(whatif_json))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120

@@ -9,7 +9,8 @@ import orjson
 import pytest
 
 from agentloop.analysis.graph import build_graph
-from agentloop.analysis.report import build_report, render_report, report_json
+from agentloop.analysis.report import build_report, report_json
+from agentloop.analysis.report_text import render_report
 from agentloop.cli import main as cli
 from agentloop.clients.scripted import ScriptedClient
 from agentloop.config.tasks import Limits, Task

@@ -132,8 +132,10 @@ async def test_a_run_beside_a_busy_loop_says_so_in_its_report_and_what_if(tmp_pa
     """End to end: run_task beside a CPU-bound task; the report and the what-if say how many
     calls were measured under load, and by how much."""
     from agentloop.analysis.graph import build_graph
-    from agentloop.analysis.report import build_report, render_report, report_json
-    from agentloop.analysis.whatif import Scenario, render_whatif, whatif, with_lateness
+    from agentloop.analysis.report import build_report, report_json
+    from agentloop.analysis.report_text import render_report
+    from agentloop.analysis.whatif import Scenario, whatif, with_lateness
+    from agentloop.analysis.whatif_text import render_whatif
     from agentloop.api import run_task
     from agentloop.trace.reader import load_trace
 

@@ -24,7 +24,8 @@ import pytest
 import pytest_asyncio
 
 from agentloop.analysis.graph import build_graph
-from agentloop.analysis.report import build_report, render_report
+from agentloop.analysis.report import build_report
+from agentloop.analysis.report_text import render_report
 from agentloop.config.tiers import Tier
 from agentloop.loop.tool_call import CUT_SHORT
 from agentloop.model.local import LocalServer, LocalSpec, serve

@@ -15,8 +15,10 @@ import structlog
 
 from agentloop import run_task
 from agentloop.analysis.graph import build_graph
-from agentloop.analysis.report import build_report, render_report
-from agentloop.analysis.whatif import Scenario, render_whatif, whatif
+from agentloop.analysis.report import build_report
+from agentloop.analysis.report_text import render_report
+from agentloop.analysis.whatif import Scenario, whatif
+from agentloop.analysis.whatif_text import render_whatif
 from agentloop.cli import main as cli
 from agentloop.clients.openai_client import OpenAIClient
 from agentloop.commands.probe import probe

@@ -74,7 +74,7 @@ async def test_a_run_killed_in_its_setup_leaves_a_trace(tmp_path: Path) -> None:
     assert {"set-up", "setup commands"} == open_parts
     assert not trace.spans
     from agentloop.analysis import build_graph, build_report
-    from agentloop.analysis.report import render_report
+    from agentloop.analysis.report_text import render_report
 
     assert "wall time: not known (the run was stopped in its set-up" in render_report(
         build_report(build_graph(trace))
@@ -85,7 +85,8 @@ async def test_report_shows_both_times_labelled(tmp_path: Path) -> None:
     """Agent time (the run span) and wall time (set-up + agent + check), in text, JSON and
     HTML; a trace without the setup and check spans says its wall time was not recorded."""
     from agentloop.analysis import build_graph, build_report
-    from agentloop.analysis.report import render_report, report_document
+    from agentloop.analysis.report import report_document
+    from agentloop.analysis.report_text import render_report
     from agentloop.export.html import report_html
     from agentloop.trace.reader import parse_lines
 
@@ -156,7 +157,7 @@ async def test_ctrl_c_in_the_setup_ends_its_trace_cancelled_in_the_set_up(tmp_pa
     [commands] = [s for s in trace.outside.values() if s.name == "setup commands"]
     assert "cancelled" == commands.status and commands.t1 is not None
     from agentloop.analysis import build_graph, build_report
-    from agentloop.analysis.report import render_report
+    from agentloop.analysis.report_text import render_report
 
     r = build_report(build_graph(trace))
     assert 0 == r.measured_ns and r.setup_ns == setup.t1 - setup.t0  # no agent time: set-up

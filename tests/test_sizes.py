@@ -28,12 +28,8 @@ NOT_YET_SPLIT = {
     "agentloop/analysis/columnar.py:columns_of",
     "agentloop/analysis/graph.py:_build",
     "agentloop/analysis/passes.py:retime_with_pair",
-    "agentloop/analysis/report.py",
-    "agentloop/analysis/report.py:render_report",
     "agentloop/analysis/store.py:from_table",
     "agentloop/analysis/vector.py:build",
-    "agentloop/analysis/whatif.py",
-    "agentloop/analysis/whatif.py:render_whatif",
     "agentloop/suite/run.py:run_suite",
 }
 

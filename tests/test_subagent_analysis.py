@@ -174,7 +174,8 @@ def test_the_html_report_counts_the_lead_s_steps_and_the_sub_runs_apart(tmp_path
 
 def test_the_text_report_counts_the_lead_s_steps_and_the_sub_runs_apart():
     """The text report's headline counts as the HTML page does: "2 steps (+6 in sub-agents)"."""
-    from agentloop.analysis.report import build_report, render_report
+    from agentloop.analysis.report import build_report
+    from agentloop.analysis.report_text import render_report
 
     text = render_report(build_report(build_graph(fanout_run([3, 1], tiers=TIERS).trace())))
     assert "status ok, 2 steps (+6 in sub-agents)" in text.splitlines()[0]

@@ -3,7 +3,8 @@
 The critical path is walked back over the recorded ``after`` edges and parent/child nesting
 (:func:`agentloop.analysis.graph.critical_path`), so of parallel tool calls only the longest
 branch counts; its segments add up exactly to the run's end-to-end time. ``busy`` time per
-category adds every span, parallel ones included, and so can exceed the run's time.
+category adds every span, parallel ones included, and so can exceed the run's time. The report
+as text is :mod:`agentloop.analysis.report_text`.
 """
 
 from __future__ import annotations
@@ -11,16 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentloop.analysis._table import elide, pct, secs, table
-from agentloop.analysis.agents import steps_text
+from agentloop.analysis._table import secs
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, TOOL_QUEUE, tool_category
 from agentloop.analysis.breakdown import MODEL_CATS, category_order, path_breakdown, step_label
 from agentloop.analysis.flat import Graph
 from agentloop.analysis.lateness import Lateness, of_trace
 from agentloop.analysis.passes import critical_path
 from agentloop.loop.context_window import recorded_trims
-
-MAX_PATH_ROWS = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,23 +98,6 @@ def _two_times(g: Graph) -> dict[str, Any]:
         "wall_ns": t1 - t0,
         "outside_open": left,
     }
-
-
-def wall_line(r: Report) -> str:
-    """The wall time, labelled, with its parts (or why only the agent's time is known)."""
-    if r.wall_ns is None and "setup" in r.outside_open:
-        return "wall time: not known (the run was stopped in its set-up: the setup span is open)"
-    if r.wall_ns is None:
-        return (
-            "wall time: not recorded (a trace from before set-up and the success check were "
-            "spans: the agent time only)"
-        )
-    parts = [f"agent {secs(r.measured_ns)} s"]
-    if r.setup_ns is not None:
-        parts.insert(0, f"set-up {secs(r.setup_ns)} s")
-    if r.check_ns is not None:
-        parts.append(f"success check {secs(r.check_ns)} s")
-    return f"wall time {secs(r.wall_ns)} s ({' + '.join(parts)})"
 
 
 def build_report(g: Graph) -> Report:
@@ -254,121 +235,6 @@ def report_json(r: Report) -> dict[str, Any]:
         "context_trims": list(r.trims),
         "lateness": r.lateness.as_json(),
     }
-
-
-def trim_line(t: dict[str, Any]) -> str:
-    """One context trim as a sentence (its fields come from a trace: shown, never trusted)."""
-    return (
-        f"step {t.get('step')}: {t.get('tool') or 'tool'} output (call {t.get('call_id')}, "
-        f"message {t.get('index')}) dropped before the model call, {t.get('tokens')} tokens"
-    )
-
-
-def cache_line(input_tokens: int, cached_tokens: int) -> str:
-    """How much of the run's input the server's prompt cache served (prefill is paid only for
-    the rest: agentloop.model.speed)."""
-    share = f" ({100 * cached_tokens / input_tokens:.0f}%)" if input_tokens else ""
-    return (
-        f"input tokens {input_tokens:,}, cached by the server {cached_tokens:,}{share}: "
-        f"prefill paid for {input_tokens - cached_tokens:,}"
-    )
-
-
-def render_report(r: Report) -> str:
-    """The report as plain aligned text."""
-    out = [
-        f"task {r.task} on tier {r.tier}: agent time {secs(r.measured_ns)} s (the run span, "
-        f"what the what-if re-times), status {r.status}, {steps_text(s.step for s in r.steps)}",
-        f"  {wall_line(r)}",
-    ]
-    if not r.complete:
-        out.append(
-            "INCOMPLETE trace: the run did not finish (killed or still running); "
-            "analysing what was recorded."
-        )
-        out += [f"  in flight: {s}" for s in r.in_flight]
-    out += [f"  note: {p}" for p in r.problems if r.complete or "no end record" not in p]
-    out.append("")
-    out.append(
-        "Time by category (critical path sums to the end-to-end time; busy adds parallel spans):"
-    )
-    cats = category_order(set(r.critical) | set(r.busy))
-    out.append(
-        table(
-            ["category", "critical s", "share", "busy s"],
-            [
-                [
-                    c,
-                    secs(r.critical.get(c, 0)),
-                    pct(r.critical.get(c, 0), r.measured_ns),
-                    secs(r.busy.get(c, 0)),
-                ]
-                for c in cats
-            ],
-        )
-    )
-    out.append(f"  model share of the critical path: {100 * r.model_share:.1f}%")
-    out.append(f"  {cache_line(r.input_tokens, r.cached_tokens)}")
-    late = r.lateness.line()
-    if late:
-        out.append(f"  {late}")
-    out.append("")
-    out.append("Steps (cumulative = run time at the step's end: how the steps compound):")
-    rows: list[list[str] | str] = []
-    for s in elide(r.steps):
-        if isinstance(s, str):
-            rows.append(s)
-            continue
-        tools = ", ".join(f"{n} {secs(v, 2)}" for n, v in s.tools) or "-"
-        rows.append(
-            [
-                s.step + (" (in flight)" if s.in_flight else ""),
-                secs(s.duration_ns),
-                secs(s.model["base"]),
-                secs(s.model["reasoning"]),
-                secs(s.model["decode"]),
-                secs(s.model["other"]),
-                tools,
-                f"{s.input_tokens}/{s.output_tokens}/{s.reasoning_tokens}",
-                secs(s.cumulative_ns),
-            ]
-        )
-    out.append(
-        table(
-            [
-                "step",
-                "step s",
-                "base",
-                "reason",
-                "decode",
-                "m.other",
-                "tools (s)",
-                "tok in/out/reas",
-                "cumul s",
-            ],
-            rows,
-        )
-    )
-    if r.trims:
-        out.append("")
-        dropped = sum(t["tokens"] for t in r.trims if type(t.get("tokens")) is int)
-        out.append(
-            f"Context window: {len(r.trims)} tool output(s) dropped to fit ({dropped:,} tokens):"
-        )
-        out += [f"  {trim_line(t)}" for t in r.trims]
-    out.append("")
-    out.append(f"Critical path ({len(r.path)} segments, chronological; gaps < 1 ms not listed):")
-    # framework gaps under a millisecond are counted above but not listed one by one
-    listed = [p for p in r.path if p[1] != "gap" or p[3] >= 1_000_000]
-    out.append(
-        table(
-            ["step", "kind", "span", "s"],
-            [[s, k, n, secs(v)] for s, k, n, v in listed[:MAX_PATH_ROWS]],
-        )
-    )
-    if len(listed) > MAX_PATH_ROWS:
-        out.append(f"  ... {len(listed) - MAX_PATH_ROWS} more segments (--json lists all)")
-    return "\n".join(out)
 
 
 UNSPLIT = "timing.t_first_visible"  # under an imported model span's unknown: phases not split

@@ -37,7 +37,8 @@ K = 1 and K = infinity, so one lockstep pass over both ends gives the whole curv
 Where the saved time comes from is read off the critical paths: the measured run's path and the
 re-timed run's path each sum exactly to their end-to-end time, so per category (and per step)
 ``measured on path - predicted on path`` sums exactly to the time saved, even when the critical
-path moves from one parallel branch to another.
+path moves from one parallel branch to another. The result as text is
+:mod:`agentloop.analysis.whatif_text`.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from agentloop.analysis._table import elide, pct, ratio, secs, table
 from agentloop.analysis.breakdown import (  # category_order ... re-exported for callers
     MODEL_CATS,
     category_order,
@@ -62,7 +62,6 @@ from agentloop.analysis.flat import Graph, interleave
 from agentloop.analysis.graph import gc_paused
 from agentloop.analysis.lateness import Lateness, of_trace
 from agentloop.analysis.passes import retime, retime_with_pair
-from agentloop.analysis.report import cache_line
 from agentloop.config.tiers import no_profile
 from agentloop.errors import ConfigError
 from agentloop.model.speed import SpeedProfile
@@ -82,7 +81,6 @@ __all__ = [
     "path_breakdown",
     "predict_ns",
     "ratio_of",
-    "render_whatif",
     "step_label",
     "step_labels",
     "whatif",
@@ -286,17 +284,6 @@ def _whatif(g: Graph, sc: Scenario, curve: tuple[float, ...]) -> WhatIf:
     )
 
 
-def widening_line(late: Lateness | None) -> str | None:
-    """How far the client's own lateness widens a what-if's answer (None: not under load)."""
-    if late is None or not late.under_load:
-        return None
-    return (
-        f"  measured under load: {late.under_load} of {late.measured} model calls; the measured "
-        f"model time is uncertain by up to +/-{late.sum_bound_s:.2f} s (every call's timing "
-        "error bound added), and the time saved by as much"
-    )
-
-
 def whatif_json(w: WhatIf) -> dict[str, Any]:
     """The result as plain JSON-able data; times in seconds."""
     return {
@@ -333,83 +320,6 @@ def whatif_json(w: WhatIf) -> dict[str, Any]:
         ],
         **({"lateness": w.lateness.as_json()} if w.lateness is not None else {}),
     }
-
-
-def _cache_rule(sc: Scenario) -> str:
-    if sc.profile is None:
-        return " (measured prefill, cache hits included, scaled)"
-    rate = sc.profile.cached_prefill_tps
-    if rate:
-        return f" (the tier charges cached input at {rate:g} tok/s)"
-    if sc.profile.prefill_ms_per_1k:
-        return " (cached input costs only the longer context the fresh input is prefilled behind)"
-    return " (the tier charges nothing for cached input)"
-
-
-def render_whatif(w: WhatIf) -> str:
-    """The result as plain aligned text."""
-    saved = w.measured_ns - w.predicted_ns
-    out = [f"what-if: {w.scenario.label}"]
-    if not w.complete:
-        out.append("INCOMPLETE trace: re-timing only what was recorded before the run stopped.")
-    out += [
-        f"  measured   {secs(w.measured_ns)} s",
-        f"  predicted  {secs(w.predicted_ns)} s   speedup {ratio(w.speedup)}",
-        f"  ceiling    {secs(w.ceiling_ns)} s   speedup {ratio(w.ceiling)} "
-        f"(output speed -> infinity: reasoning and decode -> 0)",
-        f"  {cache_line(w.input_tokens, w.cached_tokens)}{_cache_rule(w.scenario)}",
-        *filter(None, [widening_line(w.lateness)]),
-        "",
-    ]
-    out.append("Where the time saved comes from (critical path, measured vs predicted):")
-    out.append(
-        table(
-            ["category", "measured s", "predicted s", "saved s", "of saved"],
-            [
-                [
-                    c.name,
-                    secs(c.measured_ns),
-                    secs(c.predicted_ns),
-                    secs(c.saved_ns),
-                    pct(c.saved_ns, saved),
-                ]
-                for c in w.categories
-            ],
-        )
-    )
-    out.append("")
-    out.append("Per step:")
-    out.append(
-        table(
-            ["step", "measured s", "predicted s", "saved s", "of saved"],
-            [
-                c
-                if isinstance(c, str)
-                else [
-                    c.name,
-                    secs(c.measured_ns),
-                    secs(c.predicted_ns),
-                    secs(c.saved_ns),
-                    pct(c.saved_ns, saved),
-                ]
-                for c in elide(w.steps)
-            ],
-        )
-    )
-    out.append("")
-    base = (
-        "measured prefill"
-        if w.scenario.prefill_speedup == 1 or w.scenario.profile
-        else f"prefill x{w.scenario.prefill_speedup:g}"
-    )
-    out.append(f"Speedup curve (output speed x K of the measured, {base}):")
-    out.append(
-        table(
-            ["K", "predicted s", "speedup"],
-            [[f"{k:g}", secs(ns), ratio(ratio_of(w.measured_ns, ns))] for k, ns in w.curve],
-        )
-    )
-    return "\n".join(out)
 
 
 # without a faster tier to name, the what-if line uses the per-token speedup the mission quotes

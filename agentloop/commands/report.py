@@ -17,11 +17,11 @@ from agentloop.analysis import cost
 from agentloop.analysis.graph import build_graph, load_quickly
 from agentloop.analysis.report import (
     build_report,
-    render_report,
     report_document,
     unsplit_calls,
     unsplit_note,
 )
+from agentloop.analysis.report_text import render_report
 from agentloop.config.tiers import load_tiers
 from agentloop.trace.reader import Trace
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from agentloop.analysis.graph import gc_paused
 from agentloop.analysis.report import unsplit_fields, unsplit_note
-from agentloop.analysis.whatif import Scenario, WhatIf, render_whatif, whatif_json
+from agentloop.analysis.whatif import Scenario, WhatIf, whatif_json
+from agentloop.analysis.whatif_text import render_whatif
 from agentloop.commands.report import analysis_status, emit_json
 from agentloop.config.tiers import get_tier, load_tiers, require_profile
 from agentloop.errors import ConfigError

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
-from agentloop.analysis.report import trim_line
+from agentloop.analysis.report_text import trim_line
 from agentloop.export._layout import Bar, Timeline
 from agentloop.export._svg import (
     MODEL_OTHER,

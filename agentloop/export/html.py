@@ -19,8 +19,10 @@ from agentloop.analysis.agents import steps_text
 from agentloop.analysis.compare import Comparison, compare
 from agentloop.analysis.flat import Graph
 from agentloop.analysis.graph import build_graph
-from agentloop.analysis.report import Report, build_report, wall_line
-from agentloop.analysis.whatif import Scenario, WhatIf, ratio_of, whatif, widening_line
+from agentloop.analysis.report import Report, build_report
+from agentloop.analysis.report_text import wall_line
+from agentloop.analysis.whatif import Scenario, WhatIf, ratio_of, whatif
+from agentloop.analysis.whatif_text import widening_line
 from agentloop.config.tiers import Tier, faster_tier
 from agentloop.errors import ConfigError
 from agentloop.export import _svg, _transcript_html, _waterfall
