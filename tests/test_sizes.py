@@ -30,7 +30,6 @@ NOT_YET_SPLIT = {
     "agentloop/analysis/passes.py:retime_with_pair",
     "agentloop/analysis/store.py:from_table",
     "agentloop/analysis/vector.py:build",
-    "agentloop/suite/run.py:run_suite",
 }
 
 

@@ -317,6 +317,19 @@ def _first_wave_gate(jobs: list[Job], concurrency: int, freeze_gc: bool) -> Star
     return StartGate(first, freeze_gc=freeze_gc) if first > 1 else None
 
 
+async def _prepare(
+    paths: Sequence[str | Path], out: str | Path, base: RunConfig, repeat: int
+) -> tuple[RunConfig, list[Job], Path]:
+    """The suite's jobs, its folder made (``out/traces``) and the runs' shared configuration
+    (the tool registry built once: it derives every tool's schema, ~30 ms a run)."""
+    jobs = plan_jobs(paths, tier=base.tier, tiers_file=base.tiers_file, repeat=repeat)
+    folder = await asyncio.to_thread(Path(out).resolve)
+    await asyncio.to_thread((folder / TRACES).mkdir, parents=True, exist_ok=True)
+    if base.tools is None:
+        base = replace(base, tools=await asyncio.to_thread(tool_registry))
+    return base, jobs, folder
+
+
 async def run_suite(
     paths: Sequence[str | Path],
     out: str | Path,
@@ -345,11 +358,7 @@ async def run_suite(
     base = configure(config, **options)
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be at least 1 (got {concurrency})")
-    jobs = plan_jobs(paths, tier=base.tier, tiers_file=base.tiers_file, repeat=repeat)
-    folder = await asyncio.to_thread(Path(out).resolve)
-    await asyncio.to_thread((folder / TRACES).mkdir, parents=True, exist_ok=True)
-    if base.tools is None:  # built once: the registry derives every tool's schema (~30 ms a run)
-        base = replace(base, tools=await asyncio.to_thread(tool_registry))
+    base, jobs, folder = await _prepare(paths, out, base, repeat)
     remote = None
     if ray is not None:
         from agentloop.suite.ray_backend import RayBackend
