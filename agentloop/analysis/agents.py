@@ -53,16 +53,25 @@ def step_text(start_attrs: Mapping[str, Any], name: str) -> str:
     return str(n) if w.agent == A.MAIN_AGENT else f"{w.agent}#{w.invocation}:{n}"
 
 
+def sub_run_step(label: str) -> tuple[str, int, int] | None:
+    """A sub-run's step label (:func:`step_text`, "logs#2:3") as its agent, invocation and step;
+    None for the main agent's ("3") or a span's name."""
+    agent, _, rest = label.rpartition("#")
+    inv, sep, step = rest.partition(":")
+    if agent and sep and inv.isdigit() and step.isdigit():
+        return agent, int(inv), int(step)
+    return None
+
+
 def steps_text(labels: Iterable[str]) -> str:
     """A run's step count from its steps' labels (:func:`step_text`): the main agent's steps,
     its sub-runs' apart ("6 steps (+16 in sub-agents)"), as the trace's end counts them."""
     main = sub = 0
     for label in labels:
-        agent, _, rest = label.rpartition("#")
-        if agent and ":" in rest:
-            sub += 1
-        else:
+        if sub_run_step(label) is None:
             main += 1
+        else:
+            sub += 1
     return f"{main} steps" + (f" (+{sub} in sub-agents)" if sub else "")
 
 

@@ -64,13 +64,12 @@ def step_label(start_attrs: Mapping[str, Any]) -> str:
 def step_order(label: str) -> tuple[int, str, int, int]:
     """Sort key of step labels: the main agent's steps by number, then each sub-agent's
     invocations and steps by name, invocation and number."""
+    from agentloop.analysis.agents import sub_run_step
+
     if label.isdigit():
         return (0, "", 0, int(label))
-    agent, _, rest = label.rpartition("#")
-    inv, _, step = rest.partition(":")
-    if not (agent and inv.isdigit() and step.isdigit()):
-        return (2, label, 0, 0)
-    return (1, agent, int(inv), int(step))
+    sub = sub_run_step(label)
+    return (2, label, 0, 0) if sub is None else (1, *sub)
 
 
 def _ordered(steps: Mapping[str, float]) -> dict[str, float]:
@@ -134,13 +133,16 @@ def merge(parts: list[CostBreakdown]) -> CostBreakdown:
 
 def render(b: CostBreakdown) -> str:
     """The cost lines of a report ("" when the run's tier had no prices)."""
+    from agentloop.analysis.agents import sub_run_step
+
     if not b.priced:
         return ""
     label = " (placeholder prices: not a real price list)" if b.placeholder else ""
     # the main agent's steps on one line, each sub-agent invocation's on its own
     runs: dict[str, list[str]] = {}
     for k, v in b.by_step.items():
-        who, _, step = k.rpartition(":") if not k.isdigit() else ("", "", k)
+        sub = sub_run_step(k)
+        who, step = ("", k) if sub is None else (f"{sub[0]}#{sub[1]}", str(sub[2]))
         runs.setdefault(who, []).append(f"{step}: ${v:.6f}")
     lines = [
         f"Cost at the tier's prices: ${b.total_usd:.6f}{label}",
