@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from agentloop.clients import _rx
 from agentloop.clients.openai_client import OpenAIClient
 from agentloop.config.tiers import SpeedProfile, Tier
 from agentloop.loop.model_span import lateness_attrs
@@ -68,7 +69,14 @@ def span_attrs(resp: ModelResponse) -> dict[str, object]:
     return lateness_attrs(resp, call_metrics(resp.timing, resp.usage))
 
 
-async def test_a_call_beside_a_busy_loop_is_marked_under_load() -> None:
+@pytest.mark.parametrize("stamps", ["off", "loop"])
+async def test_a_call_read_by_a_busy_loop_is_marked_under_load(
+    stamps: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream the event loop reads itself (an https endpoint's; here forced with
+    ``AGENTLOOP_KERNEL_STAMPS``: the loop's own instants, or kernel stamps the loop takes) is
+    marked when the loop was busy while it streamed."""
+    monkeypatch.setenv(_rx.OFF_ENV, stamps)
     resp = await one_call(chunk_ms=60)  # each chunk blocks every read due in it by up to 60 ms
     a = span_attrs(resp)
     assert a[A.TIMING_UNDER_LOAD] is True
@@ -131,9 +139,13 @@ script:
 """
 
 
-async def test_a_run_beside_a_busy_loop_says_so_in_its_report_and_what_if(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """End to end: run_task beside a CPU-bound task; the report and the what-if say how many
-    calls were measured under load, and by how much."""
+async def test_a_run_beside_a_busy_loop_says_so_in_its_report_and_what_if(
+    tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """End to end: run_task beside a CPU-bound task, its stream read by the loop (as an https
+    endpoint's is); the report and the what-if say how many calls were measured under load, and
+    by how much."""
+    monkeypatch.setenv(_rx.OFF_ENV, "off")
     from agentloop.analysis.graph import build_graph
     from agentloop.analysis.report import build_report, report_json
     from agentloop.analysis.report_text import render_report
@@ -205,11 +217,12 @@ async def test_a_read_after_a_blocked_loop_is_stamped_when_its_bytes_arrived() -
         sent = time.perf_counter_ns()
         os.write(writer.transport.get_extra_info("socket").fileno(), b"data: 1\n\n")  # sent now
         # wait until the kernel has queued the bytes on the client's socket (its receive stamp
-        # taken): on a busy machine loopback delivery can wait for the softirq thread
+        # taken), or the stream's reader thread has taken them: on a busy machine loopback
+        # delivery can wait for the softirq thread
         waiting = array.array("i", [0])
         for _ in range(10_000):
             fcntl.ioctl(stream.sock.fileno(), termios.FIONREAD, waiting)
-            if waiting[0]:
+            if waiting[0] or stream._chunks:
                 break
             await asyncio.sleep(0.001)
         arrived = time.perf_counter_ns()
@@ -238,3 +251,72 @@ async def test_a_call_on_the_simulator_is_read_with_kernel_stamps() -> None:
         assert isinstance(pool._network_backend, _rx.StampedBackend)
     finally:
         await http.aclose()
+
+
+PACED = """\
+import socket, sys, time
+srv = socket.create_server(("127.0.0.1", 0))
+print(srv.getsockname()[1], flush=True)
+c, _ = srv.accept()
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+c.recv(16)
+for i in range(40):  # 40 events 15 ms apart, each with the instant it was sent
+    c.sendall(b"data: %d %d\\n\\n" % (i, time.perf_counter_ns()))
+    time.sleep(0.015)
+c.sendall(b"data: [DONE]\\n\\n")
+c.recv(16)
+"""
+
+
+async def test_a_stream_read_by_its_own_thread_keeps_arrival_instants_beside_a_busy_loop() -> None:
+    """The reader thread: beside a loop held in 50 ms slices, every event keeps the instant it
+    arrived to within its read's own error bound (plus what the kernel made the reader wait for
+    a CPU), never earlier than it was sent; the loop itself got to the bytes late. The server is
+    another process, so its pacing owes nothing to this loop; perf_counter is CLOCK_MONOTONIC,
+    one clock for both processes."""
+    import sys
+
+    from agentloop.clients._rx import SLACK_NS, StampedBackend, StampedStream
+
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PACED, stdout=asyncio.subprocess.PIPE
+    )
+    assert server.stdout is not None
+    stream = None
+    try:
+        port = int(await asyncio.wait_for(server.stdout.readline(), 30))
+        stream = await StampedBackend().connect_tcp("127.0.0.1", port, timeout=10)
+        assert isinstance(stream, StampedStream) and stream._thread is not None
+        stop = asyncio.Event()
+        load = asyncio.create_task(hog(stop, 50))
+        waited0 = stream.run_wait_ns()
+        await stream.write(b"go")
+        seen: list[tuple[int, int, int, int]] = []  # (sent, stamp, its bound, loop's read)
+        buf, done = b"", False
+        try:
+            while not done:
+                buf += await stream.read(65536, timeout=30)
+                read_at, stamp = time.perf_counter_ns(), stream.rx_ns
+                bound = stream.error_of(stamp)
+                assert stamp is not None and bound is not None
+                *events, buf = buf.split(b"\n\n")
+                for ev in events:
+                    done = done or ev == b"data: [DONE]"
+                    if not done:
+                        seen.append((int(ev.split()[2]), stamp, bound, read_at))
+        finally:
+            stop.set()
+            await asyncio.wait_for(load, 5)
+        starved = stream.run_wait_ns() - waited0
+        await stream.write(b"bye")
+    finally:
+        if stream is not None:
+            await stream.aclose()
+        if server.returncode is None:
+            server.kill()
+        await server.wait()
+    assert len(seen) == 40
+    for sent, stamp, bound, _ in seen:
+        assert sent - 100_000 <= stamp, "a stamp before its send"  # the clocks' mapping: 100 us
+        assert stamp - sent <= bound + starved + SLACK_NS, (stamp - sent, bound, starved)
+    assert max(read_at - stamp for _, stamp, _, read_at in seen) >= 40_000_000  # loop was late

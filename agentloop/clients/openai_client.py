@@ -29,7 +29,7 @@ from agentloop.clients._errors import (
     server_message,
 )
 from agentloop.clients._lag import loop_lag
-from agentloop.clients._rx import rx_clock
+from agentloop.clients._rx import rx_clock, stamped_bound
 from agentloop.clients._silence import Bounds, Watch, first_token_timeout, reasons
 from agentloop.clients._stream import (
     DEFAULT_MAX_CHARS,
@@ -241,7 +241,8 @@ class OpenAIClient:
         t_send = perf_counter_ns()
         try:
             resp = await self._send(body, limits, options)
-            t_hdr = perf_counter_ns()
+            rx = rx_clock(resp)  # receive stamps, where the stream has them
+            t_hdr = (rx.rx_ns if rx is not None else None) or perf_counter_ns()
             turn = Turn(self.tier.api, self.max_response_chars)
             watch_stream(turn)  # live token progress for the run's events (read by a ticker)
             try:
@@ -257,9 +258,12 @@ class OpenAIClient:
             raise
         finally:
             lag.done(watch)  # (once: a second call changes nothing)
-        attempts.append(Attempt(t_send, turn.t_end or perf_counter_ns(), None, resp.status_code))
+        # a stamped stream's instants are the socket's: the request went out at its write
+        sent, bound = stamped_bound(
+            rx, (t_hdr, turn.t_first, turn.t_first_visible, turn.t_last, turn.t_end)
+        )
         timing = CallTiming(
-            t_send=t_send,
+            t_send=sent or t_send,
             t_hdr=t_hdr,
             t_first=turn.t_first,
             t_first_visible=turn.t_first_visible,
@@ -268,8 +272,10 @@ class OpenAIClient:
             chunks=turn.chunks,
             build_ns=build_ns,
             lag_max_ns=watch.max_ns,
-            error_bound_ns=watch.bound_ns,
+            error_bound_ns=watch.bound_ns if bound is None else bound,
         )
+        end = turn.t_end or perf_counter_ns()
+        attempts.append(Attempt(timing.t_send, end, None, resp.status_code))
         text, calls, thought = "".join(turn.text), turn.tool_calls(), "".join(turn.reasoning_text)
         return ModelResponse(
             text=text,

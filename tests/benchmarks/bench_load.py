@@ -7,8 +7,10 @@ more per configuration). Each configuration runs in its own fresh process: RUNS 
 embedding service would call the library. Side by side: the load protection off
 (``AGENTLOOP_LOAD_GATE=off``, the trace pipeline run on the loop as before issue 28, and the
 loop's own instants: ``AGENTLOOP_KERNEL_STAMPS=off``), ``no-stamps`` (the gate and the trace
-writer thread, the loop's instants) and on (the defaults: :mod:`agentloop.loop.loadgate`, the trace
-writer thread, kernel receive stamps, :mod:`agentloop.clients._rx`); and where the simulator runs:
+writer thread, the loop's instants), ``loop-stamps`` (kernel receive stamps read by the loop:
+``AGENTLOOP_KERNEL_STAMPS=loop``) and on (the defaults: :mod:`agentloop.loop.loadgate`, the trace
+writer thread, kernel receive stamps taken by each connection's reader thread,
+:mod:`agentloop.clients._rx`); and where the simulator runs:
 ``in`` the runs' process (as ``run_task`` on a ``sim-*`` tier starts it: its writes slip on the
 loop that reads them, an error of the simulator, not of the client's clock) or in a ``child``
 process of its own (:class:`agentloop.sim.child.SimProcess`, one route playing the task's
@@ -200,17 +202,21 @@ def worker(n: int, sim: str) -> None:
     print(json.dumps(out))
 
 
-PROTECTIONS = ("off", "no-stamps", "on")
+PROTECTIONS = ("off", "no-stamps", "loop-stamps", "on")
 
 
 def protection_env(level: str) -> dict[str, str]:
     """The environment of one protection level: ``off`` (no gate, trace on the loop, the loop's
-    instants), ``no-stamps`` (gate and trace thread, the loop's instants), ``on`` (all)."""
+    instants), ``no-stamps`` (gate and trace thread, the loop's instants), ``loop-stamps`` (gate,
+    trace thread, kernel stamps taken by the loop's own reads, as before the reader threads),
+    ``on`` (all: each connection's reader thread takes the kernel stamps)."""
     env = {**os.environ, "AGENTLOOP_LOAD_GATE": "off" if level == "off" else "on"}
     if level == "off":
         env[ON_LOOP_ENV] = "1"
-    if level != "on":
+    if level in ("off", "no-stamps"):
         env["AGENTLOOP_KERNEL_STAMPS"] = "off"
+    elif level == "loop-stamps":
+        env["AGENTLOOP_KERNEL_STAMPS"] = "loop"
     return env
 
 

@@ -9,7 +9,8 @@ trace, task and state folders), submits every run at once (``POST /v1/runs``, a 
 in flight), waits for every trace to end (read from the folder, so the service is not polled),
 then stops it. Side by side: the load protection off (``AGENTLOOP_LOAD_GATE=off``, the trace
 pipeline on the loop, the loop's instants) and on (the defaults: gate, trace thread, kernel
-receive stamps; ``--only no-stamps`` runs the middle level of ``bench_load.py``); the simulator ``in`` the service's process (a
+receive stamps by reader threads; ``loop-stamps``: kernel stamps read by the loop, as before;
+``--only no-stamps`` runs that level of ``bench_load.py``); the simulator ``in`` the service's process (a
 ``sim-*`` tier: each run starts its own) or in a ``child`` process of the benchmark's (one route
 with the task's script, a tier ``bench-child`` pointed at it in a tiers file).
 """
@@ -143,7 +144,7 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f} (1 min), {os.cpu_count()} cores")
     rows = []
     for sim in ("in", "child") if args.sim == "both" else (args.sim,):
-        for gate in ("off", "on") if args.only is None else (args.only,):  # 2 of the 3: time
+        for gate in ("off", "loop-stamps", "on") if args.only is None else (args.only,):
             with tempfile.TemporaryDirectory() as tmp:
                 r = asyncio.run(_config(args.runs, args.concurrency, gate, sim, Path(tmp)))
             rows.append((gate, sim, r))
