@@ -1,7 +1,9 @@
-"""From an assembled stream turn to what a ModelResponse carries: its usage and reasoning items.
+"""From an assembled stream turn to what a ModelResponse carries: its usage, reasoning, timing.
 
 Usage is the server's, completed by agentloop's tokenizer (:mod:`agentloop.model.tokens`) where
-the server said nothing; reasoning items are kept verbatim for the next requests.
+the server said nothing; reasoning items are kept verbatim for the next requests; the timing is
+the stream's own instants with their error bound (:mod:`agentloop.clients._rx` where the stream
+was stamped by its reader thread, else the loop's lag, :mod:`agentloop.clients._lag`).
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from typing import Any
 
 import orjson
 
+from agentloop.clients._lag import Watch
+from agentloop.clients._rx import StampedStream, stamped_bound
 from agentloop.clients._stream import Turn
 from agentloop.model.tokens import chat_input_tokens, count_tokens, responses_input_tokens
-from agentloop.types import ReasoningItem, Usage
+from agentloop.types import CallTiming, ReasoningItem, Usage
 
 
 def reasoning_items(raw: list[dict[str, Any]]) -> tuple[ReasoningItem, ...]:
@@ -57,4 +61,27 @@ def usage_of(turn: Turn, body: bytes, text: str, calls: tuple[Any, ...], thought
         output_tokens=reasoning + visible,
         reasoning_tokens=reasoning,
         estimated=True,
+    )
+
+
+def timing_of(
+    turn: Turn, t_send: int, t_hdr: int, build_ns: int, watch: Watch, rx: StampedStream | None
+) -> CallTiming:
+    """The call's instants and their error bound. A stream stamped by its reader thread gives
+    its own: the request went out at the socket write, and the bound is its instants'; else the
+    loop's lag while the call ran bounds them all."""
+    sent, bound = stamped_bound(
+        rx, (t_hdr, turn.t_first, turn.t_first_visible, turn.t_last, turn.t_end)
+    )
+    return CallTiming(
+        t_send=sent or t_send,
+        t_hdr=t_hdr,
+        t_first=turn.t_first,
+        t_first_visible=turn.t_first_visible,
+        t_last=turn.t_last,
+        t_end=turn.t_end,
+        chunks=turn.chunks,
+        build_ns=build_ns,
+        lag_max_ns=watch.max_ns,
+        error_bound_ns=watch.bound_ns if bound is None else bound,
     )

@@ -29,7 +29,7 @@ from agentloop.clients._errors import (
     server_message,
 )
 from agentloop.clients._lag import loop_lag
-from agentloop.clients._rx import rx_clock, stamped_bound
+from agentloop.clients._rx import rx_clock
 from agentloop.clients._silence import Bounds, Watch, first_token_timeout, reasons
 from agentloop.clients._stream import (
     DEFAULT_MAX_CHARS,
@@ -40,14 +40,14 @@ from agentloop.clients._stream import (
     read_sse,
 )
 from agentloop.clients._tls import http_client
-from agentloop.clients._turn import reasoning_items, usage_of
+from agentloop.clients._turn import reasoning_items, timing_of, usage_of
 from agentloop.clients._wire import BodyBuilder
 from agentloop.config.tiers import Tier
 from agentloop.errors import ConfigError, ModelAPIError, ModelRetryError
 from agentloop.events import watch_stream
 from agentloop.log import get_logger
 from agentloop.redact import Redactor, looks_like_key
-from agentloop.types import Attempt, CallTiming, ModelRequest, ModelResponse
+from agentloop.types import Attempt, ModelRequest, ModelResponse
 
 SIM_PLACEHOLDER_KEY = "sim-no-key"  # the simulator and key-less local servers need no secret
 # after a stream's terminal event, the body's end is read (see _drain) up to this much, this long
@@ -258,22 +258,7 @@ class OpenAIClient:
             raise
         finally:
             lag.done(watch)  # (once: a second call changes nothing)
-        # a stamped stream's instants are the socket's: the request went out at its write
-        sent, bound = stamped_bound(
-            rx, (t_hdr, turn.t_first, turn.t_first_visible, turn.t_last, turn.t_end)
-        )
-        timing = CallTiming(
-            t_send=sent or t_send,
-            t_hdr=t_hdr,
-            t_first=turn.t_first,
-            t_first_visible=turn.t_first_visible,
-            t_last=turn.t_last,
-            t_end=turn.t_end,
-            chunks=turn.chunks,
-            build_ns=build_ns,
-            lag_max_ns=watch.max_ns,
-            error_bound_ns=watch.bound_ns if bound is None else bound,
-        )
+        timing = timing_of(turn, t_send, t_hdr, build_ns, watch, rx)
         end = turn.t_end or perf_counter_ns()
         attempts.append(Attempt(timing.t_send, end, None, resp.status_code))
         text, calls, thought = "".join(turn.text), turn.tool_calls(), "".join(turn.reasoning_text)

@@ -91,6 +91,10 @@ async def child_route(stack: contextlib.AsyncExitStack, task: Path) -> tuple[Any
     assert std.profile is not None
     child = await stack.enter_async_context(SimProcess(std.profile, server.SUITE_WRITE_BUDGET))
     route = await stack.enter_async_context(child.route(std.profile, load_task(task, None).script))
+    # the simulator is the reference clock the client is measured against: on a busy machine
+    # its own writes slip unless the kernel runs it first (as root; else it keeps its niceness)
+    with contextlib.suppress(PermissionError):
+        os.setpriority(os.PRIO_PROCESS, child.pid, -10)
     return std, route.base_url
 
 
