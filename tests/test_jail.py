@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -226,6 +228,49 @@ async def test_commands_leave_no_descriptor_open(tmp_path: Path) -> None:
         assert before == len(os.listdir("/proc/self/fd"))
     finally:
         await jail.aclose()
+
+
+_POPENS: list[tuple[str, int]] = []  # (executable, thread) of each Popen while one is recorded
+_RECORDING = threading.Event()
+
+
+def _on_audit(event: str, args: tuple[object, ...]) -> None:
+    if event == "subprocess.Popen" and _RECORDING.is_set():
+        _POPENS.append((str(args[0]), threading.get_ident()))
+
+
+async def test_a_jail_starts_its_bwrap_off_the_event_loop(tmp_path: Path) -> None:
+    """Opening a jail execs bwrap (and reads the host's view for its command line) on a thread:
+    ``Popen`` blocks its caller until the child has exec'd, which on the loop delays every
+    stream it times (issue 28). Five jails opened and closed leave no descriptor behind."""
+    sys.addaudithook(_on_audit)  # stays for the process; records only while the event is set
+    loop_thread = threading.get_ident()
+    before = len(os.listdir("/proc/self/fd"))
+    _POPENS.clear()
+    _RECORDING.set()
+    try:
+        for _ in range(5):
+            jail = await open_jail(JailSpec(workspace=tmp_path))
+            assert jail.confined
+            await jail.aclose()
+    finally:
+        _RECORDING.clear()
+    assert len(_POPENS) == 5, _POPENS
+    assert [t for _, t in _POPENS if t == loop_thread] == []
+    assert before == len(os.listdir("/proc/self/fd"))
+
+
+async def test_a_bwrap_that_fails_to_start_says_why(tmp_path: Path) -> None:
+    """A bwrap that exits at once: the run falls back to unconfined with what it wrote on
+    stderr as the reason (read without blocking the loop)."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: Creating new namespace failed: nope' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    jail = await open_jail(JailSpec(workspace=work), bwrap=str(fake))
+    assert isinstance(jail, HostJail)
+    assert jail.why == "bubblewrap failed to start: bwrap: Creating new namespace failed: nope"
 
 
 async def test_a_suite_run_s_jail_is_emptied_at_its_end_and_torn_down_behind_it(

@@ -163,9 +163,8 @@ async def open_jail(spec: JailSpec, *, bwrap: str | None = None) -> Jail:
         await jail.start(exe)
     except (OSError, JailError, TimeoutError) as exc:
         err = b""
-        if jail.proc is not None and jail.proc.stderr is not None:
-            with contextlib.suppress(Exception):
-                err = await asyncio.wait_for(jail.proc.stderr.read(2000), 1.0)
+        with contextlib.suppress(OSError):
+            err = await jail.stderr_head()
         await jail.aclose()
         why = err.decode("utf-8", "replace").strip() or str(exc) or type(exc).__name__
         return HostJail(spec, f"bubblewrap failed to start: {why}")
