@@ -18,9 +18,9 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agentloop.log import get_logger
 from agentloop.sandbox import bwrap, cgroups
@@ -32,6 +32,26 @@ NPROC_MARGIN = 16  # processes of the run outside the command (setup services, t
 READY_TIMEOUT_S = 10.0
 EXIT_POLL_S = 0.005  # how often a closing jail's bwrap is checked for its end
 ANSWER_TIMEOUT_S = 10.0  # an init that does not answer a kill or a question by then is killed
+
+T = TypeVar("T")
+
+
+async def _whole(work: Awaitable[T]) -> T:
+    """Await ``work`` (a thread's) to its end: a cancel that lands meanwhile is raised once it
+    has ended. A thread cannot be stopped; what it makes (a cgroup, a started bwrap) it keeps
+    on the jail, whose close then undoes it, where a cancel raised at once would leave it behind."""
+    fut = asyncio.ensure_future(work)
+    cancelled: asyncio.CancelledError | None = None
+    while not fut.done():
+        try:
+            await asyncio.wait([fut])
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+    if cancelled is not None:
+        if not fut.cancelled():
+            fut.exception()  # retrieved: the cancel is what is raised
+        raise cancelled
+    return fut.result()
 
 
 def _child_of(pid: int) -> int | None:
@@ -72,9 +92,7 @@ class BwrapJail(Jail):
         self.exe = exe
         name = f"r-{os.getpid()}-{self.run_mark}"
         if self.spec.use_cgroups:
-            self.cgroups, self.holds = await asyncio.to_thread(
-                cgroups.make_cgroups, name, self.spec.limits
-            )
+            await _whole(asyncio.to_thread(self._make_cgroups, name))
         if "pids" not in self.holds:  # RLIMIT_NPROC binds only a uid other than 0
             self.run_uid = cgroups.run_uid()
             await asyncio.to_thread(
@@ -82,7 +100,8 @@ class BwrapJail(Jail):
                 self.run_uid,
                 (self.spec.workspace_src or self.spec.workspace, *self.spec.writable),
             )
-        self.proc = await self._launch(exe)
+        await self._launch(exe)
+        assert self.proc is not None
         probe = await self._request(
             {"op": "spawn", "argv": ["true"], "cwd": "/", "env": {"PATH": os.defpath}},
             "started",
@@ -96,16 +115,22 @@ class BwrapJail(Jail):
             self.netns_fd = os.open(f"/proc/{self.init_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
             self._own_netns = True
 
-    async def _launch(self, exe: str) -> subprocess.Popen[bytes]:
+    def _make_cgroups(self, name: str) -> None:
+        """The run's cgroups, kept on the jail as soon as made (blocking: run on a thread)."""
+        self.cgroups, self.holds = cgroups.make_cgroups(name, self.spec.limits)
+
+    async def _launch(self, exe: str) -> None:
         """Exec bwrap (behind its launcher) with one end of the init's socket; keep the other.
 
         The command line and the exec run on a thread (issue 28): the host's view is read from
         the filesystem (``/etc`` walked once, the interpreter's folders resolved each time) and
         ``Popen`` blocks its caller until the child has exec'd, which under load waits for the
-        child to be scheduled; on the loop, every stream it times would read late."""
+        child to be scheduled; on the loop, every stream it times would read late. A cancel
+        meanwhile waits for the thread (:func:`_whole`), so the bwrap it started is in ``proc``
+        for the close to end and reap, and the socket's other end stays open while it is passed."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            proc = await asyncio.to_thread(self._exec, exe, child.fileno())
+            await _whole(asyncio.to_thread(self._exec, exe, child.fileno()))
         except BaseException:
             parent.close()
             raise
@@ -114,10 +139,10 @@ class BwrapJail(Jail):
         self.sock = parent
         parent.setblocking(False)
         asyncio.get_running_loop().add_reader(parent.fileno(), self._on_readable)
-        return proc
 
-    def _exec(self, exe: str, fd: int) -> subprocess.Popen[bytes]:
-        """bwrap's command line, and bwrap started with it (blocking: run on a thread)."""
+    def _exec(self, exe: str, fd: int) -> None:
+        """bwrap's command line, and bwrap started with it, kept in ``proc`` (blocking: run on a
+        thread)."""
         args = bwrap.argv(
             self.spec,
             exe,
@@ -126,7 +151,7 @@ class BwrapJail(Jail):
             joins_netns=self.netns_fd is not None,
         )
         argv, keep = bwrap.launcher(args, fd, netns_fd=self.netns_fd, cgroups=self.cgroups)
-        proc = subprocess.Popen(
+        self.proc = subprocess.Popen(
             argv,
             pass_fds=keep,
             stdin=subprocess.DEVNULL,
@@ -134,9 +159,8 @@ class BwrapJail(Jail):
             stderr=subprocess.PIPE,
             env={"PATH": os.defpath},
         )
-        assert proc.stderr is not None
-        os.set_blocking(proc.stderr.fileno(), False)  # read by stderr_head, never waited on
-        return proc
+        assert self.proc.stderr is not None
+        os.set_blocking(self.proc.stderr.fileno(), False)  # read by stderr_head, never waited on
 
     async def stderr_head(self, limit: int = 2000, wait_s: float = 1.0) -> bytes:
         """What a failed bwrap wrote on stderr (up to ``limit`` bytes), waiting ``wait_s`` at

@@ -168,5 +168,8 @@ async def open_jail(spec: JailSpec, *, bwrap: str | None = None) -> Jail:
         await jail.aclose()
         why = err.decode("utf-8", "replace").strip() or str(exc) or type(exc).__name__
         return HostJail(spec, f"bubblewrap failed to start: {why}")
+    except asyncio.CancelledError:  # what the start made (cgroups, bwrap and its init) is undone
+        await jail.close_now()
+        raise
     jail.confinement = bwrap_args.describe(spec, jail.holds, jail.run_uid)
     return jail
