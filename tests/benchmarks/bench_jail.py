@@ -161,7 +161,7 @@ async def trust_boundary() -> None:
         rows["allow-listed"].append(await open_close(ws))
         # as before: the whole host read-only, the init run from where it lies
         jail_view.host_args = lambda: ["--ro-bind", "/", "/"]  # type: ignore[assignment]
-        jail_view.INIT_AT = str(Path(jail_view._jail_init.__file__).resolve())
+        jail_view.INIT_AT = str(Path(jail_view._init.__file__).resolve())
         rows["whole host"].append(await open_close(ws))
         jail_view.host_args, jail_view.INIT_AT = allow_listed, init_at  # type: ignore[assignment]
     a, b = (statistics.median(v) for v in rows.values())
