@@ -111,17 +111,30 @@ async def terminate(
 
 
 def reap(proc: subprocess.Popen[Any], within_s: float = 30.0) -> int:
-    """:func:`terminate` for a ``subprocess.Popen`` child, in ``finally``: its exit code."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(within_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise
+    """:func:`terminate` for a ``subprocess.Popen`` child, in ``finally``: its exit code. Its
+    pipes are closed too: left to the garbage collector, one warns in whichever test runs then."""
+    try:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(within_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise
+    finally:
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
     return proc.returncode
+
+
+def sigint_default() -> None:
+    """A child's ``preexec_fn`` for a test that sends it SIGINT: SIGINT at its default, as in a
+    terminal's foreground job, whatever this process inherited (a shell's background job, and
+    so a suite started with ``&``, has SIGINT ignored, which a child keeps across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @dataclass(frozen=True)

@@ -16,15 +16,11 @@ import pytest
 
 from agentloop.suite.records import load_suite
 from agentloop.trace.reader import load_trace
-from tests.conftest import ROOT, reap
+from tests.conftest import ROOT, reap, sigint_default
 from tests.test_e2e import DEMO, wait_for_records
 from tests.test_suite import task_file
 
 BAD_DEPLOY = ROOT / "tasks" / "incident" / "bad-deploy.yaml"
-
-
-def _sigint_default() -> None:  # in the child before exec: undo an inherited "SIGINT ignored"
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _interrupt(args: list[str], ready: Path, files: int = 1) -> tuple[int, str]:
@@ -34,7 +30,7 @@ def _interrupt(args: list[str], ready: Path, files: int = 1) -> tuple[int, str]:
         [sys.executable, "-m", "agentloop", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        preexec_fn=_sigint_default,
+        preexec_fn=sigint_default,
     )
     try:
         for _ in range(files):
@@ -83,6 +79,15 @@ def test_ctrl_c_of_a_suite_keeps_its_cancelled_runs(tmp_path: Path) -> None:
     assert f"{len(cancelled)} cancelled (their traces kept)" in lines[-1]
 
 
+def test_reap_closes_the_pipes_of_the_child_it_stops() -> None:
+    """A test that fails while its child runs (a timed-out ``communicate``) leaves no pipe to the
+    garbage collector, which would warn (an error here) in whichever test runs next."""
+    proc = subprocess.Popen(["sleep", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert -signal.SIGTERM == reap(proc)
+    assert proc.stdout is not None and proc.stdout.closed
+    assert proc.stderr is not None and proc.stderr.closed
+
+
 def _all_setting_up(folder: Path, runs: int, within_s: float = 120) -> None:
     """Wait (bounded) until ``runs`` traces in ``folder`` each have their setup commands going."""
     deadline = time.monotonic() + within_s
@@ -109,6 +114,7 @@ def test_ctrl_c_of_a_suite_in_its_set_ups_prints_no_stray_jail_error(tmp_path: P
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own group, as a terminal's foreground job
+        preexec_fn=sigint_default,
     )
     try:
         _all_setting_up(out / "traces", runs)

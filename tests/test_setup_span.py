@@ -16,6 +16,7 @@ import pytest
 
 from agentloop.api import run_task
 from agentloop.trace.reader import load_trace
+from tests.conftest import sigint_default
 from tests.test_check_span import figures
 from tests.test_suite import task_file
 
@@ -130,7 +131,7 @@ async def test_ctrl_c_in_the_setup_ends_its_trace_cancelled_in_the_set_up(tmp_pa
         sys.executable, "-m", "agentloop", "run", str(task), "--tier", "sim-ultrafast",
         "--trace-dir", str(traces), "-q",
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        env=os.environ, start_new_session=True,
+        env=os.environ, start_new_session=True, preexec_fn=sigint_default,
     )  # fmt: skip
     try:
         async with asyncio.timeout(60):

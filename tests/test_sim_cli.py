@@ -11,7 +11,7 @@ import httpx
 
 from agentloop.trace.tracer import Tracer
 from agentloop.trace.writer import JsonlSink
-from tests.conftest import terminate
+from tests.conftest import sigint_default, terminate
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = """\
@@ -21,10 +21,6 @@ script:
   - text: "Hello from the script."
     reasoning_tokens: 3
 """
-
-
-def _sigint_default() -> None:  # in the child before exec: undo an inherited "SIGINT ignored"
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 async def start(*args: str, sigint: bool = False) -> asyncio.subprocess.Process:
@@ -38,7 +34,7 @@ async def start(*args: str, sigint: bool = False) -> asyncio.subprocess.Process:
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        preexec_fn=_sigint_default if sigint else None,
+        preexec_fn=sigint_default if sigint else None,
     )
 
 

@@ -16,9 +16,11 @@ import contextlib
 import json
 import os
 import socket
-from collections.abc import Sequence
+import subprocess
+import time
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agentloop.log import get_logger
 from agentloop.sandbox import bwrap, cgroups
@@ -28,7 +30,28 @@ from agentloop.sandbox.interface import Command, Jail, JailError, JailSpec
 FORK_REFUSED = "fork: retry: Resource temporarily unavailable"  # bash, on EAGAIN from fork
 NPROC_MARGIN = 16  # processes of the run outside the command (setup services, the init)
 READY_TIMEOUT_S = 10.0
+EXIT_POLL_S = 0.005  # how often a closing jail's bwrap is checked for its end
 ANSWER_TIMEOUT_S = 10.0  # an init that does not answer a kill or a question by then is killed
+
+T = TypeVar("T")
+
+
+async def _whole(work: Awaitable[T]) -> T:
+    """Await ``work`` (a thread's) to its end: a cancel that lands meanwhile is raised once it
+    has ended. A thread cannot be stopped; what it makes (a cgroup, a started bwrap) it keeps
+    on the jail, whose close then undoes it, where a cancel raised at once would leave it behind."""
+    fut = asyncio.ensure_future(work)
+    cancelled: asyncio.CancelledError | None = None
+    while not fut.done():
+        try:
+            await asyncio.wait([fut])
+        except asyncio.CancelledError as exc:
+            cancelled = cancelled or exc
+    if cancelled is not None:
+        if not fut.cancelled():
+            fut.exception()  # retrieved: the cancel is what is raised
+        raise cancelled
+    return fut.result()
 
 
 def _child_of(pid: int) -> int | None:
@@ -52,7 +75,7 @@ class BwrapJail(Jail):
         self.netns_fd = netns_fd
         self._own_netns = False
         self.exe: str | None = None  # the bwrap it was started with
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: subprocess.Popen[bytes] | None = None  # started off the loop (_launch)
         self.sock: socket.socket | None = None
         self.cgroups: list[Path] = []
         self.init_pid: int | None = None
@@ -69,9 +92,7 @@ class BwrapJail(Jail):
         self.exe = exe
         name = f"r-{os.getpid()}-{self.run_mark}"
         if self.spec.use_cgroups:
-            self.cgroups, self.holds = await asyncio.to_thread(
-                cgroups.make_cgroups, name, self.spec.limits
-            )
+            await _whole(asyncio.to_thread(self._make_cgroups, name))
         if "pids" not in self.holds:  # RLIMIT_NPROC binds only a uid other than 0
             self.run_uid = cgroups.run_uid()
             await asyncio.to_thread(
@@ -79,7 +100,8 @@ class BwrapJail(Jail):
                 self.run_uid,
                 (self.spec.workspace_src or self.spec.workspace, *self.spec.writable),
             )
-        self.proc = await self._launch(exe)
+        await self._launch(exe)
+        assert self.proc is not None
         probe = await self._request(
             {"op": "spawn", "argv": ["true"], "cwd": "/", "env": {"PATH": os.defpath}},
             "started",
@@ -93,34 +115,80 @@ class BwrapJail(Jail):
             self.netns_fd = os.open(f"/proc/{self.init_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
             self._own_netns = True
 
-    async def _launch(self, exe: str) -> asyncio.subprocess.Process:
-        """Exec bwrap (behind its launcher) with one end of the init's socket; keep the other."""
+    def _make_cgroups(self, name: str) -> None:
+        """The run's cgroups, kept on the jail as soon as made (blocking: run on a thread)."""
+        self.cgroups, self.holds = cgroups.make_cgroups(name, self.spec.limits)
+
+    async def _launch(self, exe: str) -> None:
+        """Exec bwrap (behind its launcher) with one end of the init's socket; keep the other.
+
+        The command line and the exec run on a thread (issue 28): the host's view is read from
+        the filesystem (``/etc`` walked once, the interpreter's folders resolved each time) and
+        ``Popen`` blocks its caller until the child has exec'd, which under load waits for the
+        child to be scheduled; on the loop, every stream it times would read late. A cancel
+        meanwhile waits for the thread (:func:`_whole`), so the bwrap it started is in ``proc``
+        for the close to end and reap, and the socket's other end stays open while it is passed."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        args = bwrap.argv(
-            self.spec,
-            exe,
-            child.fileno(),
-            drops_uid=self.run_uid is not None,
-            joins_netns=self.netns_fd is not None,
-        )
-        argv, keep = bwrap.launcher(
-            args, child.fileno(), netns_fd=self.netns_fd, cgroups=self.cgroups
-        )
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                pass_fds=keep,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
-                env={"PATH": os.defpath},
-            )
+            await _whole(asyncio.to_thread(self._exec, exe, child.fileno()))
+        except BaseException:
+            parent.close()
+            raise
         finally:
             child.close()
         self.sock = parent
         parent.setblocking(False)
         asyncio.get_running_loop().add_reader(parent.fileno(), self._on_readable)
-        return proc
+
+    def _exec(self, exe: str, fd: int) -> None:
+        """bwrap's command line, and bwrap started with it, kept in ``proc`` (blocking: run on a
+        thread)."""
+        args = bwrap.argv(
+            self.spec,
+            exe,
+            fd,
+            drops_uid=self.run_uid is not None,
+            joins_netns=self.netns_fd is not None,
+        )
+        argv, keep = bwrap.launcher(args, fd, netns_fd=self.netns_fd, cgroups=self.cgroups)
+        self.proc = subprocess.Popen(
+            argv,
+            pass_fds=keep,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={"PATH": os.defpath},
+        )
+        assert self.proc.stderr is not None
+        os.set_blocking(self.proc.stderr.fileno(), False)  # read by stderr_head, never waited on
+
+    async def stderr_head(self, limit: int = 2000, wait_s: float = 1.0) -> bytes:
+        """What a failed bwrap wrote on stderr (up to ``limit`` bytes), waiting ``wait_s`` at
+        most for its end: a failed start's reason."""
+        if self.proc is None or self.proc.stderr is None:
+            return b""
+        fd, got, end = self.proc.stderr.fileno(), b"", time.monotonic() + wait_s
+        while len(got) < limit and time.monotonic() < end:
+            try:
+                chunk = os.read(fd, limit - len(got))
+            except BlockingIOError:
+                await asyncio.sleep(EXIT_POLL_S)
+                continue
+            if not chunk:
+                break
+            got += chunk
+        return got
+
+    async def _wait_exit(self, timeout_s: float) -> bool:
+        """Wait for bwrap's end (reaped, never blocking the loop); False if it outlived
+        ``timeout_s``."""
+        assert self.proc is not None
+        end = time.monotonic() + timeout_s
+        while self.proc.poll() is None:
+            if time.monotonic() >= end:
+                return False
+            await asyncio.sleep(EXIT_POLL_S)
+        return True
 
     def _forget_exit(self, cid: int) -> None:
         cmd = Command(self, cid)
@@ -290,13 +358,12 @@ class BwrapJail(Jail):
             self._died("the run's jail was closed")
             self.sock.close()  # the init sees EOF and exits: the kernel kills the namespace
         if self.proc is not None:
-            try:
-                async with asyncio.timeout(5.0):
-                    await self.proc.wait()
-            except TimeoutError:
+            if not await self._wait_exit(5.0):
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.kill()
-                await self.proc.wait()
+                await self._wait_exit(5.0)
+            if self.proc.stderr is not None:
+                self.proc.stderr.close()
         for _ in range(50):  # the namespace's processes leave the cgroup as the kernel reaps them
             await asyncio.to_thread(cgroups.remove_cgroups, self.cgroups)
             if not any(p.exists() for p in self.cgroups):

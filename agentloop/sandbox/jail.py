@@ -163,11 +163,13 @@ async def open_jail(spec: JailSpec, *, bwrap: str | None = None) -> Jail:
         await jail.start(exe)
     except (OSError, JailError, TimeoutError) as exc:
         err = b""
-        if jail.proc is not None and jail.proc.stderr is not None:
-            with contextlib.suppress(Exception):
-                err = await asyncio.wait_for(jail.proc.stderr.read(2000), 1.0)
+        with contextlib.suppress(OSError):
+            err = await jail.stderr_head()
         await jail.aclose()
         why = err.decode("utf-8", "replace").strip() or str(exc) or type(exc).__name__
         return HostJail(spec, f"bubblewrap failed to start: {why}")
+    except asyncio.CancelledError:  # what the start made (cgroups, bwrap and its init) is undone
+        await jail.close_now()
+        raise
     jail.confinement = bwrap_args.describe(spec, jail.holds, jail.run_uid)
     return jail

@@ -21,7 +21,8 @@ relay (one Ray actor of the server's, :class:`_Relay`); the server drains the re
 handle's events and the trace file in its own trace folder, so a client follows a run on a
 worker as it would a local one and the trace grows on the server as the run goes. A cancel is
 ``ray.cancel``: the worker's run is cancelled as a local one is (trace closed ``cancelled``,
-its last bytes and ``run_end`` relayed before the task ends).
+its last bytes and ``run_end`` relayed before the task ends), also on a cluster started with
+SIGINT ignored (:func:`_interruptible`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import asyncio
 import contextlib
 import dataclasses
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
@@ -171,10 +173,28 @@ class _Streamer:
                 self._file.close()
 
 
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """On a Ray worker, for one task: SIGINT raises ``KeyboardInterrupt``, as in a fresh Python.
+
+    ``ray.cancel`` reaches a running task as a simulated SIGINT (``_thread.interrupt_main``),
+    which Python drops where SIGINT is ignored, and a worker inherits that from whoever started
+    the cluster: ``ray start`` run by a script or in the background by a shell. The cancel was
+    then lost and the run went on to its end (issue 30)."""
+    if signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.SIG_DFL):
+        yield  # Python's own handler (or one of Ray's): the interrupt is delivered
+        return
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def _stream_one(plan: RunPlan, config: RunConfig, relay: Any, key: str) -> dict[str, Any]:
     """On a Ray worker: one planned run, relayed as it goes; ``{"result": its fields}`` or
     ``{"error": what was raised, in words}``."""
-    with _scratch() as folder:
+    with _interruptible(), _scratch() as folder:
         here = replace(plan, trace_path=folder / plan.trace_path.name)
         return asyncio.run(_Streamer(relay, key, here.trace_path).run(here, config))
 
