@@ -212,3 +212,28 @@ def test_probe_write_puts_the_measured_profile_into_the_tiers_file(
     assert written is not None
     assert same_profile(measured, written)  # the slopes are written to 3 decimals
     assert path.read_text().startswith("# mine\n")
+
+
+def test_a_probe_whose_short_calls_measured_no_speed_writes_another_measured_one() -> None:
+    """Under load a fast server's short answers can come in one read each (no decode, NaN):
+    the written profile takes the long calls' speed, then the server's, and with none at all
+    the probe says so instead of writing NaN (which no tiers file can hold)."""
+    from agentloop.errors import ModelError
+
+    nan = float("nan")
+    res = {
+        "base_latency_s": 0.2,
+        "prefill_tps": 30000.0,
+        "prefill_ms_per_1k": 0.0,
+        "output_tps": nan,
+        "output_tps_long": 740.0,
+        "output_tps_at_0": nan,
+        "tpot_ms_per_1k": 0.0,
+        "server_output_tps": None,
+    }
+    assert measured_profile(res).output_tps == 740.0
+    res |= {"output_tps_long": nan, "server_output_tps": 750.0}
+    assert measured_profile(res).output_tps == 750.0
+    res |= {"server_output_tps": None}
+    with pytest.raises(ModelError, match="measured no output speed"):
+        measured_profile(res)

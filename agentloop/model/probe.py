@@ -186,11 +186,20 @@ def measured_profile(res: dict[str, Any], fallback_prefill: float = 0.0) -> Spee
     """The profile ``--write`` stores: decode at context 0 and its slope when one was
     measured, base latency, prefill rate and its slope behind a context."""
     slope = res["tpot_ms_per_1k"]
+    # a call whose visible tokens all came in one read measured no speed (NaN): under load a
+    # fast server's short answers can; then the long calls', then the server's own figure
+    speeds = (res["output_tps_at_0"] if slope else None, res["output_tps"], res["output_tps_long"])
+    tps = next((v for v in (*speeds, res["server_output_tps"]) if v and v == v), None)
+    if tps is None:
+        raise ModelError(
+            "the probe measured no output speed: every call's visible tokens arrived at once "
+            "(a fast server on a busy machine); probe again with more --tokens"
+        )
     return SpeedProfile(
         base_latency_s=res["base_latency_s"],
         prefill_tps=res["prefill_tps"] or fallback_prefill,
-        output_tps=res["output_tps_at_0"] if slope else res["output_tps"],
-        tpot_ms_per_1k=slope,
+        output_tps=tps,
+        tpot_ms_per_1k=slope if tps == speeds[0] else 0.0,
         prefill_ms_per_1k=res["prefill_ms_per_1k"],
     )
 
