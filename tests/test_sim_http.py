@@ -26,25 +26,33 @@ async def test_close_with_streams_in_flight_is_prompt_and_clean():
     sim = SimServer(profile=SLOW, filler_tokens=500)
     await sim.start()
     client = openai.AsyncOpenAI(base_url=sim.base_url, api_key="sim", max_retries=0)
-    started = asyncio.Event()
+    streaming: set[int] = set()
+    all_started = asyncio.Event()
 
-    async def consume() -> BaseException | None:
+    async def consume(i: int) -> BaseException | None:
         try:
             async for ev in await client.responses.create(model="sim", input="x", stream=True):
-                if ev.type == "response.output_text.delta":
-                    started.set()
+                if ev.type == "response.output_text.delta" and i not in streaming:
+                    streaming.add(i)
+                    if len(streaming) == 5:  # every stream is under way, not just the first
+                        all_started.set()
         except openai.APIConnectionError as exc:
             return exc
         return None
 
-    tasks = [asyncio.create_task(consume()) for _ in range(5)]
-    await started.wait()
-    assert sim.active_streams == 5
-    t0 = time.perf_counter()
-    await sim.close()
-    closed_in = time.perf_counter() - t0
-    results = await asyncio.gather(*tasks)
-    await client.close()
+    tasks = [asyncio.create_task(consume(i)) for i in range(5)]
+    try:
+        await asyncio.wait_for(all_started.wait(), 60)
+        assert sim.active_streams == 5
+        t0 = time.perf_counter()
+        await sim.close()
+        closed_in = time.perf_counter() - t0
+        results = await asyncio.wait_for(asyncio.gather(*tasks), 30)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await client.close()
+        await sim.close()
     assert closed_in < 3.0
     assert all(isinstance(r, openai.APIConnectionError) for r in results)
     assert sim.active_streams == 0
