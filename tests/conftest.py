@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from agentloop.config.tiers import Tier
 from agentloop.sandbox.context import RunContext
 from agentloop.testing import trace_of
 from agentloop.trace.reader import Trace
@@ -193,6 +194,27 @@ def within(measured: float, expected: float, rel: float, bound_s: float) -> bool
 
 
 STALL_SHARE, STALL_S = 0.5, 0.5  # what a machine with every core busy may add to a paced duration
+
+
+# A simulated tier for tests that are not about speed: a model call costs ~10 ms instead of
+# sim-ultrafast's 0.2 s plus 750 tok/s (an HLE question's 7,200 hidden tokens: 10 s). The text
+# is what a project's ./tiers.toml would say, so a subprocess test writes it beside its run.
+INSTANT_TOML = """\
+[tiers.sim-instant]
+base_url = "sim"
+model = "sim-instant"
+api = "responses"
+profile = { base_latency_s = 0.01, prefill_tps = 1000000, output_tps = 100000 }
+"""
+
+
+def instant_tier() -> Tier:
+    """:data:`INSTANT_TOML`'s tier, for ``run_task(..., tier=instant_tier())`` in this process."""
+    import tomllib
+
+    from agentloop.config.tiers import parse_tiers
+
+    return parse_tiers(tomllib.loads(INSTANT_TOML), "tests/conftest.py")["sim-instant"]
 
 
 def records_to_trace(records: list[dict[str, Any]]) -> Trace:

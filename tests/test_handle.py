@@ -216,19 +216,22 @@ async def test_a_sink_that_takes_no_progress_costs_no_progress_ticker(tmp_path: 
 
     ends: list[str] = []
     narrow = _AllKinds({"model_end", "run_end"})
-    await agentloop.run_task(
-        _task(tmp_path, LONG_TURN),
-        tier="sim-standard",
-        trace_dir=tmp_path,
-        events=fan_out(narrow, Only({"model_end"}, lambda e: ends.append(e.kind))),
+    wide: list[str] = []
+    task = _task(tmp_path, LONG_TURN)
+    await asyncio.gather(  # the two ~3 s calls at once: each run has its own sinks
+        agentloop.run_task(
+            task,
+            tier="sim-standard",
+            trace_dir=tmp_path,
+            events=fan_out(narrow, Only({"model_end"}, lambda e: ends.append(e.kind))),
+        ),
+        agentloop.run_task(
+            task,
+            tier="sim-standard",
+            trace_dir=tmp_path,
+            events=fan_out(_AllKinds({"model_end", "run_end"}), lambda e: wide.append(e.kind)),
+        ),
     )
     assert "model_progress" not in narrow.seen and "model_end" in narrow.seen
     assert ends == ["model_end"]
-    wide: list[str] = []
-    await agentloop.run_task(
-        _task(tmp_path, LONG_TURN),
-        tier="sim-standard",
-        trace_dir=tmp_path,
-        events=fan_out(narrow, lambda e: wide.append(e.kind)),
-    )
     assert wide.count("model_progress") >= 8

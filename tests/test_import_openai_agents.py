@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentloop.trace.reader import load_trace
-from tests.test_export_import import agent_spans, agentloop, as_json
+from tests.test_export_import import agent_spans, as_json, imported_runs
 
 
 def openai_agents_spans(tier: str, out: Path) -> Path:
@@ -22,14 +22,7 @@ def openai_agents_spans(tier: str, out: Path) -> Path:
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     """The agent's spans on sim-standard and sim-ultrafast, imported as agentloop traces."""
-    d = tmp_path_factory.mktemp("openai-agents")
-    out = {}
-    for tier in ("sim-standard", "sim-ultrafast"):
-        spans = openai_agents_spans(tier, d / f"{tier}.otlp.json")
-        r = agentloop("import", str(spans), "-o", str(d / f"{tier}.jsonl"), "--tier", tier)
-        assert 0 == r.returncode, r.stderr
-        out[tier] = d / f"{tier}.jsonl"
-    yield out
+    yield imported_runs(tmp_path_factory.mktemp("openai-agents"), openai_agents_spans)
 
 
 @pytest.mark.external
@@ -63,21 +56,18 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     """The team (triage -> latency as a tool, handoff to fixer) on sim-standard and
     sim-ultrafast, imported: one simulator for the triage agent's conversation (the handoff
     continues it), one for the latency agent's."""
-    d = tmp_path_factory.mktemp("openai-agents-team")
-    out = {}
-    for tier in ("sim-standard", "sim-ultrafast"):
-        spans = agent_spans(
+
+    def team_spans(tier: str, out: Path) -> Path:
+        return agent_spans(
             "openai-agents",
             "OPENAI_AGENTS_VERSION",
             "openai_agents_team.py",
             tier,
-            d / f"{tier}.otlp.json",
+            out,
             scripts=("team_main.yaml", "team_latency.yaml"),
         )
-        r = agentloop("import", str(spans), "-o", str(d / f"{tier}.jsonl"), "--tier", tier)
-        assert 0 == r.returncode, r.stderr
-        out[tier] = d / f"{tier}.jsonl"
-    yield out
+
+    yield imported_runs(tmp_path_factory.mktemp("openai-agents-team"), team_spans)
 
 
 def shape(trace, parent: str) -> list:

@@ -146,9 +146,14 @@ async def test_sigterm_leaves_the_queue_for_the_next_start(root: Path) -> None:
 async def test_submissions_are_refused_with_503_while_draining(root: Path) -> None:
     """With --drain-s, after SIGTERM a run in flight may finish; meanwhile a submission gets
     503 with Retry-After and /readyz says stopping; the run ends ok."""
+    # a ~3 s call, not slow.yaml's 10 s: the 503 and /readyz checks take well under a second
+    # after model_start, and then the test only waits for the run's end
+    (root / "tasks" / "drained.yaml").write_text(
+        SLOW.replace("reasoning_tokens: 600", "reasoning_tokens: 180")
+    )
     s = _start(root, "--concurrency", "1", "--drain-s", "60")
     try:
-        slow = await s.submit({"task": "tasks/slow.yaml"})
+        slow = await s.submit({"task": "tasks/drained.yaml"})
         await _wait_for(s, slow, "model_start")
         s.proc.send_signal(signal.SIGTERM)
         for _ in range(100):

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from agentloop.trace.reader import load_trace
-from tests.conftest import run_cli
+from tests.conftest import INSTANT_TOML, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 TASK = ROOT / "tasks/incident/checkout-timeouts.yaml"
@@ -19,9 +19,12 @@ SECRET = "sk-transcriptTEST0123456789abcdefghijkl"
 
 @pytest.fixture(scope="module")
 def real_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A shipped task run end to end on the simulator's ultrafast tier (real tools, real HTTP)."""
+    """A shipped task run end to end on the simulator (real tools, real HTTP), on sim-instant
+    from a ``--tiers`` file: what a transcript shows does not depend on the model's speed."""
     out = tmp_path_factory.mktemp("run")
-    r = run_cli("run", TASK, "--tier", "sim-ultrafast", "--trace-dir", out, "-q")
+    tiers = out.parent / "tiers.toml"
+    tiers.write_text(INSTANT_TOML)
+    r = run_cli("run", TASK, "--tiers", tiers, "--tier", "sim-instant", "--trace-dir", out, "-q")
     assert 0 == r.returncode, r.stderr
     (trace,) = out.glob("*.jsonl")
     return trace
