@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -107,6 +108,46 @@ def late_and_unsplit() -> TraceBuilder:
     return b
 
 
+def tangled(seed: int) -> Trace:
+    """A random run on a coarse clock (ties everywhere): steps after none, one or several
+    earlier spans, model calls and tools side by side, each after any earlier spans that ended
+    by its start, in this step or another."""
+    rng = random.Random(seed)
+    b = TraceBuilder()
+    run = b.start("run", "invoke_agent demo", 0)
+    ended: list[tuple[str, int]] = []
+    t = 0
+
+    def some(before: int) -> list[str]:
+        done = [i for i, e in ended if e <= before]
+        return rng.sample(done, min(len(done), rng.choice((0, 1, 1, 2, 3))))
+
+    for k in range(1, rng.randint(3, 9)):
+        st = b.start("step", f"step {k}", t, run, some(t), step=k)
+        kids = []
+        for _ in range(rng.randint(0, 4)):
+            t0 = t + rng.randint(0, 3) * 100 * MS
+            if rng.random() < 0.5:
+                base, vis = rng.randint(1, 3) * 100 * MS, rng.randint(1, 4) * 60
+                attrs = model_attrs(t0, base, rng.choice((0, 60)), vis, 60.0, step=k)
+                t1 = attrs["timing"]["t_end"]
+                sid = b.start("model", "chat demo", t0, st, some(t0), step=k)
+            else:
+                name = rng.choice("abc")
+                t1, attrs = t0 + rng.randint(0, 4) * 100 * MS, {"gen_ai.tool.name": name}
+                sid = b.start("tool", f"execute_tool {name}", t0, st, some(t0), step=k)
+            kids.append((t1, sid, attrs))
+        for t1, sid, attrs in sorted(kids):
+            b.end(sid, t1, **attrs)
+            ended.append((sid, t1))
+        t = max([t, *(t1 for t1, _, _ in kids)]) + rng.randint(0, 2) * 100 * MS
+        b.end(st, t)
+        ended.append((st, t))
+    b.end(run, t)
+    b.finish(t + MS)
+    return b.trace()
+
+
 SHAPES: dict[str, Callable[[], Trace]] = {
     "agent": lambda: parse_lines(list(agent_lines(40))),
     "agent, 5 tools": lambda: parse_lines(list(agent_lines(25, tools_per_step=5))),
@@ -133,6 +174,7 @@ SHAPES: dict[str, Callable[[], Trace]] = {
     "odd edges": odd_edges,
     "empty": lambda: TraceBuilder().trace(),
     "late and unsplit": lambda: late_and_unsplit().trace(),
+    **{f"tangled {k}": (lambda k=k: tangled(k)) for k in range(12)},
     **{f"reference {p.stem}": (lambda p=p: load_trace(p)) for p in REFERENCE},
 }
 SCENARIOS = [
