@@ -29,7 +29,6 @@ NOT_YET_SPLIT = {
     "agentloop/analysis/graph.py:_build",
     "agentloop/analysis/passes.py:retime_with_pair",
     "agentloop/analysis/store.py:from_table",
-    "agentloop/analysis/vector.py:build",
 }
 
 
