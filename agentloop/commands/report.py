@@ -67,28 +67,6 @@ def load_for_analysis(path: Path) -> Trace:
     return trace
 
 
-# glibc's mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
-
-
-def keep_freed_memory() -> None:
-    """Let this process reuse the memory of the big arrays it frees, not hand it back.
-
-    The CLI's decision, like ``gc.freeze``: glibc maps every array over 32 MB afresh and unmaps
-    it when freed, so each new one is page-faulted in again, and on a virtual machine a fault on
-    fresh memory is dear (a warm ``whatif`` of a million spans: 147,000 faults, 0.5-1.1 s of
-    system time against 1.5 s of its own work; served from the heap and kept: 66,000 faults,
-    0.3-0.4 s). Nothing where the C library is not glibc."""
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(_M_MMAP_MAX, 0)  # every block from the heap, which is reused ...
-    mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)  # ... and not given back as it shrinks
-
-
 @contextlib.contextmanager
 def analysis_status(path: Path, cached: bool = True) -> Iterator[None]:
     """While a big trace is read and checked (seconds to a minute), a live status line on a

@@ -12,7 +12,7 @@ from agentloop.analysis.graph import gc_paused
 from agentloop.analysis.report import unsplit_fields, unsplit_note
 from agentloop.analysis.whatif import Scenario, WhatIf, whatif_json
 from agentloop.analysis.whatif_text import render_whatif
-from agentloop.commands.report import analysis_status, emit_json, keep_freed_memory
+from agentloop.commands.report import analysis_status, emit_json
 from agentloop.config.tiers import get_tier, load_tiers, require_profile
 from agentloop.errors import ConfigError
 
@@ -65,7 +65,6 @@ def register(sub: Any) -> None:
 
 
 async def main(args: argparse.Namespace) -> int:
-    keep_freed_memory()
     if args.trace.is_dir():  # a suite folder (agentloop suite): predicted wall time and cost
         return await _suite(args)
     if args.route or args.routing is not None:

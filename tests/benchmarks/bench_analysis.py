@@ -206,11 +206,18 @@ def cli(args: list[str]) -> tuple[float, float]:
     return wall, peak
 
 
-def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, float]:
+def timed(
+    argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[float, float, float, float]:
     """Wall seconds, peak memory (MB), user and system CPU seconds of one command (stdout
     discarded) in a fresh process started by :data:`LAUNCH`."""
     out = subprocess.run(
-        [sys.executable, "-c", LAUNCH, *argv], capture_output=True, text=True, check=True, env=env
+        [sys.executable, "-c", LAUNCH, *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=cwd,
     ).stdout.split()
     if out[2] != "0":
         raise SystemExit(f"{' '.join(argv)} failed (status {out[2]})")
@@ -276,30 +283,47 @@ def versus(old: Path, target: Path, runs: int, extra: list[str]) -> None:
     ``extra`` is ``["report"]``) by the tree at ``old`` and by this one, taking turns ``runs``
     times, each a fresh ``python -m agentloop`` process with ``PYTHONPATH`` at its tree; checks
     that the two print the same bytes. A cache both can read is made first (unless the layout
-    changed, the two share it)."""
+    changed, the two share it). Each process starts in its tree's folder: ``python -m`` puts
+    the working folder first on ``sys.path``, ahead of ``PYTHONPATH``."""
     import os
 
+    target = target.resolve()
     cmd = extra[0] if extra else "whatif"
     args = [cmd, str(target), "--json"] + (["--tier", "sim-ultrafast"] if cmd == "whatif" else [])
     outs, seen = {}, {}
+    old = old.resolve()
     for name, root in (("before", old), ("after", ROOT)):
         env = {**os.environ, "PYTHONPATH": str(root)}
         outs[name] = subprocess.run(
-            [sys.executable, "-m", "agentloop", *args], capture_output=True, env=env, check=True
+            [sys.executable, "-m", "agentloop", *args],
+            capture_output=True,
+            env=env,
+            check=True,
+            cwd=root,
         ).stdout
         seen[name] = []
+        where = subprocess.run(
+            [sys.executable, "-c", "import agentloop; print(agentloop.__file__)"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+            cwd=root,
+        ).stdout.strip()
+        print(f"{name}: {where}")
     print(f"{' '.join(args)}: the same bytes before and after: {outs['before'] == outs['after']}")
     load0 = load_average()
     for _ in range(runs):
         for name, root in (("before", old), ("after", ROOT)):
             env = {**os.environ, "PYTHONPATH": str(root)}
-            seen[name].append(timed([sys.executable, "-m", "agentloop", *args], env))
+            seen[name].append(timed([sys.executable, "-m", "agentloop", *args], env, root))
     print(f"load average {load0:.2f} -> {load_average():.2f}; {runs} runs each, taking turns")
     for name, rows in seen.items():
         walls = sorted(r[0] for r in rows)
         print(
             f"  {name:6s} wall {walls[0]:.2f}-{walls[-1]:.2f} s (median {walls[len(walls) // 2]:.2f})"
-            f"  user {min(r[2] for r in rows):.2f}-{max(r[2] for r in rows):.2f} s"
+            f"  user {min(r[2] for r in rows):.2f}-{max(r[2] for r in rows):.2f} s (median "
+            f"{sorted(r[2] for r in rows)[len(rows) // 2]:.2f})"
             f"  sys {min(r[3] for r in rows):.2f}-{max(r[3] for r in rows):.2f} s"
             f"  peak {max(r[1] for r in rows):.0f} MB"
         )
