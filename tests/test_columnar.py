@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentloop.analysis import store, vector, vwhatif
+from agentloop.analysis import cands, store, vector, vwhatif
 from agentloop.analysis.breakdown import path_tally
 from agentloop.analysis.columnar import Columns, columns_of
 from agentloop.analysis.flat import Graph, interleave
@@ -271,6 +271,27 @@ def test_vectorised_forward_pass_equals_retime(name):
         V, end = retime_flat(g, dur)
         (VA,) = vector.solve(vg, [vector.np.array(dur, vector.np.int64)])
         assert (VA[:-1].tolist(), vector.run_end(vg, VA)) == (V[:-1], end)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_sums_along_any_links_in_any_order_are_a_walks_sums(seed):
+    """Weights summed along links (one-candidate hops, peeled layers, runs in the key's order)
+    are what walking each chain down to the run's start adds up, whichever candidate each
+    position links to and whatever order the key gives."""
+    vg = vector.build(columns_of(build_graph(tangled(seed))))
+    cd, sent = vg.cd, 2 * len(vg)
+    rng = np.random.default_rng(seed)
+    links = np.append(cd.idx[cd.off[:-1] + rng.integers(0, np.diff(cd.off))], sent)
+    w = rng.integers(-5, 50, (sent + 1, 2))
+    walked = []
+    for v in range(sent + 1):
+        total = np.zeros(2, np.int64)
+        while v != sent:
+            total, v = total + w[v], links[v]
+        walked.append(total.tolist())
+    rec = np.append(np.stack([vg.c.t0, vg.c.t1], axis=1).reshape(-1), 0)
+    for key in (rec, rng.permutation(sent + 1), np.zeros(sent + 1, np.int64)):
+        assert cands.sum_links(cd, links, w, key).tolist() == walked
 
 
 def _same(a: Columns, b: Columns) -> None:

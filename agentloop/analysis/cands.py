@@ -10,9 +10,10 @@ candidate slots that way.
 
 :func:`sum_links` sums weights along one chosen candidate per position down to the run's start.
 It first hops over every one-candidate position (its link never changes), then peels the
-positions no other position links to (a parallel tool's start and end, a model call's end),
-and sums only what is left, the chain of the recorded critical path, by pointer doubling over a
-compact numbering; the peeled ones take one gather each, last.
+positions no other position links to (a parallel tool's start and end, a model call's end).
+What is left is mostly the chain of the recorded critical path: in recorded-instant order each
+of its positions links to the one before, so a run of them is one cumulative sum, and only the
+runs' heads are summed by pointer doubling. The peeled ones take one gather each, last.
 """
 
 from __future__ import annotations
@@ -86,9 +87,11 @@ def latest(cd: Cands, V: I64) -> tuple[I64, I64]:
     return V[arg], arg
 
 
-def sum_links(cd: Cands, links: I64, w: np.ndarray) -> np.ndarray:
+def sum_links(cd: Cands, links: I64, w: np.ndarray, key: I64) -> np.ndarray:
     """Per position: the weights ``w`` (one column or several) summed along ``links`` (the last
-    position, the run's start, links to itself and counts 0) down to the run's start."""
+    position, the run's start, links to itself and counts 0) down to the run's start. ``key``:
+    an order in which most positions come right after the one they link to (the recorded
+    instants, for links near the recorded ones); any order gives the same sums."""
     sent = len(links) - 1
     hop = cd.single[links]  # V[v] = w[v] + w[u] + V[link[u]] for u = link[v]: u's link is fixed
     w = w.copy()
@@ -105,29 +108,52 @@ def sum_links(cd: Cands, links: I64, w: np.ndarray) -> np.ndarray:
             break
         layers.append(live[~keep])  # a live position links only to live ones: no one to these
         live = live[keep]
-    acc = _double(links, w, live)
+    acc = np.zeros_like(w)
+    if len(live):
+        order = live[np.argsort(key[live], kind="stable")]
+        acc[order] = _along_runs(links, w, order)
     for layer in reversed(layers):
         acc[layer] = w[layer] + acc[links[layer]]
     return acc
 
 
-def _double(links: I64, w: np.ndarray, live: I64) -> np.ndarray:
-    """:func:`sum_links` for the ``live`` positions (ascending; their links are live or the
-    run's start) by pointer doubling over them alone, numbered 0 .. len(live) - 1."""
-    sent = len(links) - 1
-    m = len(live)
-    itype = np.int32 if m < 2**31 else np.int64
-    loc = np.empty(sent + 1, itype)
-    loc[live] = np.arange(m, dtype=itype)
-    loc[sent] = m
-    anc = np.append(loc[links[live]], itype(m))
-    acc = np.concatenate([w[live], np.zeros((1, *w.shape[1:]), w.dtype)])
+def _along_runs(links: I64, w: np.ndarray, order: I64) -> np.ndarray:
+    """:func:`sum_links` for the positions ``order`` (their links are among them or the run's
+    start), in that order: a run of positions each linking to the one before it is one
+    cumulative sum; the runs' first positions are summed over the runs alone, by pointer
+    doubling (a recorded critical path in instant order is one run)."""
+    sent, m = len(links) - 1, len(order)
+    at = np.full(sent + 1, m, np.int64)  # a position's slot in order; the run's start: m
+    at[order] = np.arange(m)
+    head = np.empty(m, np.bool_)
+    head[0] = True
+    head[1:] = links[order[1:]] != order[:-1]
+    C = np.cumsum(w[order], axis=0)
+    run = np.cumsum(head) - 1  # each slot's run
+    starts = np.flatnonzero(head)
+    before = C[starts] - w[order[starts]]  # the sums before each run
+    u = at[links[order[starts]]]  # the slot each run's first position links to (m: the start)
+    inside = u < m
+    up = np.full(len(starts) + 1, len(starts), np.int64)  # the run linked to; the root: last
+    up[:-1][inside] = run[u[inside]]
+    X = np.zeros((len(starts) + 1, *w.shape[1:]), w.dtype)  # V of what each run's head links to
+    X[:-1][inside] = C[u[inside]] - before[run[u[inside]]]
+    X = _tree_sums(up, X)
+    out: np.ndarray = X[run] + C - before[run]
+    return out
+
+
+def _tree_sums(anc: I64, acc: np.ndarray) -> np.ndarray:
+    """``acc`` summed along ``anc`` down to the root (the last row, which counts 0), by pointer
+    doubling."""
+    root = len(anc) - 1
+    anc = anc.astype(np.int32) if root < 2**31 else anc.copy()
+    anc[root] = root
+    acc[root] = 0
     buf, nxt = np.empty_like(acc), np.empty_like(anc)
-    while anc.min() != m:  # every link reaches the run's start once all are done
+    while anc.min() != root:  # every chain reaches the root once all are done
         np.take(acc, anc, axis=0, out=buf)
         acc += buf
         np.take(anc, anc, out=nxt)
         anc, nxt = nxt, anc
-    out = np.zeros_like(w)
-    out[live] = acc[:m]
-    return out
+    return acc

@@ -174,16 +174,16 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
     todo = [d for d, s in zip(durs, same, strict=True) if not s]
     links = vg.back_link.copy()
     links[sent] = sent
+    rec = np.empty(sent + 1, np.int64)
+    rec[0:-1:2], rec[1::2], rec[sent] = vg.c.t0, vg.c.t1, 0
     if todo:
         W = np.stack([_weights(vg, d) for d in todo], axis=1)
-        Vs = sum_links(vg.cd, links, W)
+        Vs = sum_links(vg.cd, links, W, rec)
     out = []
     j = 0
     for s in same:
         if s:
-            rec = np.empty(sent + 1, np.int64)
-            rec[0:-1:2], rec[1::2], rec[sent] = vg.c.t0, vg.c.t1, 0
-            out.append(rec)
+            out.append(rec.copy())
             continue
         V, pol, w = Vs[:, j].copy(), links, W[:, j]
         j += 1
@@ -194,7 +194,7 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
                 break
             pol = pol.copy()
             pol[:-1][worse] = arg[worse]
-            V = sum_links(vg.cd, pol, w)
+            V = sum_links(vg.cd, pol, w, rec)
         out.append(V)
     return out
 
