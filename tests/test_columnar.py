@@ -291,7 +291,8 @@ def test_sums_along_any_links_in_any_order_are_a_walks_sums(seed):
         walked.append(total.tolist())
     rec = np.append(np.stack([vg.c.t0, vg.c.t1], axis=1).reshape(-1), 0)
     for key in (rec, rng.permutation(sent + 1), np.zeros(sent + 1, np.int64)):
-        assert cands.sum_links(cd, links, w, key).tolist() == walked
+        assert cands.sum_links(cd, links, w, key, direct_below=0).tolist() == walked
+    assert cands.sum_links(cd, links, w, rec).tolist() == walked  # small: doubling over all
 
 
 def _same(a: Columns, b: Columns) -> None:

@@ -25,6 +25,9 @@ import numpy as np
 from agentloop.analysis.columnar import I64, B
 
 _PEEL = 4  # rounds of peeling at most: a tool's start and end, a model call's end, ...
+# below this many positions, pointer doubling over all of them (a few whole-array operations a
+# round) costs less than preparing the hops, peels and runs (a suite's runs of 2,000 positions)
+DIRECT_BELOW = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +90,17 @@ def latest(cd: Cands, V: I64) -> tuple[I64, I64]:
     return V[arg], arg
 
 
-def sum_links(cd: Cands, links: I64, w: np.ndarray, key: I64) -> np.ndarray:
+def sum_links(
+    cd: Cands, links: I64, w: np.ndarray, key: I64, direct_below: int = DIRECT_BELOW
+) -> np.ndarray:
     """Per position: the weights ``w`` (one column or several) summed along ``links`` (the last
     position, the run's start, links to itself and counts 0) down to the run's start. ``key``:
     an order in which most positions come right after the one they link to (the recorded
-    instants, for links near the recorded ones); any order gives the same sums."""
+    instants, for links near the recorded ones); any order gives the same sums. Fewer than
+    ``direct_below`` positions are summed by pointer doubling over them all."""
     sent = len(links) - 1
+    if sent < direct_below:
+        return _tree_sums(links, w.copy())
     hop = cd.single[links]  # V[v] = w[v] + w[u] + V[link[u]] for u = link[v]: u's link is fixed
     w = w.copy()
     w[sent] = 0
