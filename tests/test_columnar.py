@@ -281,7 +281,11 @@ def test_sums_along_any_links_in_any_order_are_a_walks_sums(seed):
     vg = vector.build(columns_of(build_graph(tangled(seed))))
     cd, sent = vg.cd, 2 * len(vg)
     rng = np.random.default_rng(seed)
-    links = np.append(cd.idx[cd.off[:-1] + rng.integers(0, np.diff(cd.off))], sent)
+    links = np.append(cd.first, sent)  # a random candidate of each position's
+    pick = rng.random(len(cd.two)) < 0.5
+    links[cd.two[pick]] = cd.two_b[pick]
+    rank = rng.integers(0, np.diff(cd.wide_off)) if len(cd.wide) else 0
+    links[cd.wide] = cd.wide_idx[cd.wide_off[:-1] + rank]
     w = rng.integers(-5, 50, (sent + 1, 2))
     walked = []
     for v in range(sent + 1):

@@ -35,8 +35,6 @@ class Cands:
     """Candidate lists by width. Positions ``0 .. len(single) - 2``; the last is the run's
     start, which has none."""
 
-    off: I64  # every position's candidates: idx[off[v]:off[v + 1]] (recorded order)
-    idx: I64
     single: B  # per position (the run's start included, False): exactly one candidate
     first: I64  # per position: its first candidate (the parent's start for a start)
     two: I64  # positions with exactly two candidates ...
@@ -57,8 +55,6 @@ def cands_of(off: I64, idx: I64) -> Cands:
     np.cumsum(lens, out=wide_off[1:])
     at = np.repeat(off[wide] - wide_off[:-1], lens) + np.arange(int(wide_off[-1]))
     return Cands(
-        off=off,
-        idx=idx,
         single=np.append(cnt == 1, False),
         first=idx[off[:-1]],
         two=two,

@@ -60,10 +60,10 @@ class VGraph:
         return self.c.end_ns - self.start_ns
 
 
-def _candidates(c: Columns, is_leaf: B, n_kids: I64) -> Cands:
+def _candidates(c: Columns, is_leaf: B, n_kids: I64) -> tuple[I64, I64]:
     """Every position's candidates in the loops' order: a start's parent start (the run's start
     for a root) then its ``after`` spans' ends; a leaf's end its own start; a parent's end its
-    children's ends, in index order."""
+    children's ends, in index order: position v's are ``idx[off[v]:off[v + 1]]``, (off, idx)."""
     n = len(c)
     sent = 2 * n
     par = c.parent
@@ -90,7 +90,7 @@ def _candidates(c: Columns, is_leaf: B, n_kids: I64) -> Cands:
         first = np.zeros(n, np.int64)
         np.cumsum(n_kids[:-1], out=first[1:])
         cand[off[2 * kp + 1] + np.arange(len(kids)) - first[kp]] = 2 * kids + 1
-    return cands_of(off, cand)
+    return off, cand
 
 
 def _steps(c: Columns) -> I64:
@@ -115,7 +115,8 @@ def build(c: Columns) -> VGraph:
     idx = np.arange(n, dtype=np.int64)
     n_kids = np.bincount(c.parent[c.parent >= 0], minlength=n).astype(np.int64)
     is_leaf = n_kids == 0
-    cd = _candidates(c, is_leaf, n_kids)
+    off, cand = _candidates(c, is_leaf, n_kids)
+    cd = cands_of(off, cand)
     roots = idx[c.parent < 0]
     start_ns = int(c.t0[roots].min()) if len(roots) else 0
     V0 = np.empty(sent + 1, np.int64)
@@ -123,7 +124,7 @@ def build(c: Columns) -> VGraph:
     top, back = latest(cd, V0)
     if len(roots):  # the gaps see the run's start at 0: a root's start from its own instant
         V0[sent] = 0
-        top[2 * roots] = _root_tops(cd, V0, roots)
+        top[2 * roots] = _root_tops(off, cand, V0, roots)
     start_gap = c.t0 - top[0::2]
     tc = c.tool_category
     if not isinstance(tc, pa.DictionaryArray):
@@ -150,12 +151,12 @@ def build(c: Columns) -> VGraph:
     )
 
 
-def _root_tops(cd: Cands, V: I64, roots: I64) -> I64:
+def _root_tops(off: I64, idx: I64, V: I64, roots: I64) -> I64:
     """The latest candidate's instant in V at each root's start."""
-    starts, ends = cd.off[2 * roots], cd.off[2 * roots + 1]
+    starts, ends = off[2 * roots], off[2 * roots + 1]
     lens = ends - starts
     at = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
-    return np.maximum.reduceat(V[cd.idx[at]], np.cumsum(lens) - lens)
+    return np.maximum.reduceat(V[idx[at]], np.cumsum(lens) - lens)
 
 
 def _weights(vg: VGraph, dur: I64) -> I64:
