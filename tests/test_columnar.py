@@ -108,10 +108,10 @@ def late_and_unsplit() -> TraceBuilder:
     return b
 
 
-def tangled(seed: int) -> Trace:
+def tangled(seed: int, steps: int = 0) -> Trace:
     """A random run on a coarse clock (ties everywhere): steps after none, one or several
-    earlier spans, model calls and tools side by side, each after any earlier spans that ended
-    by its start, in this step or another."""
+    earlier spans, model calls and tools side by side, each after any of the last 30 spans
+    that ended by its start, in this step or another (``steps``: how many; 0: 2 to 8)."""
     rng = random.Random(seed)
     b = TraceBuilder()
     run = b.start("run", "invoke_agent demo", 0)
@@ -119,10 +119,10 @@ def tangled(seed: int) -> Trace:
     t = 0
 
     def some(before: int) -> list[str]:
-        done = [i for i, e in ended if e <= before]
+        done = [i for i, e in ended[-30:] if e <= before]
         return rng.sample(done, min(len(done), rng.choice((0, 1, 1, 2, 3))))
 
-    for k in range(1, rng.randint(3, 9)):
+    for k in range(1, (steps or rng.randint(2, 8)) + 1):
         st = b.start("step", f"step {k}", t, run, some(t), step=k)
         kids = []
         for _ in range(rng.randint(0, 4)):
@@ -198,6 +198,18 @@ def test_vectorised_whatif_equals_the_loops(name):
     g = build_graph(SHAPES[name]())
     vg = vector.build(columns_of(g))
     for sc in SCENARIOS:
+        assert whatif(g, sc) == vwhatif.whatif(vg, sc), sc.label
+
+
+@pytest.mark.slow  # 36,000 spans through the loops' what-if three times: ~6 s
+def test_a_long_tangled_run_on_the_arrays_equals_the_loops():
+    """A run long enough for the forward pass's hops, peels and runs (not the plain doubling of
+    small traces), whose winners change hands as the model calls shrink (the policy changes
+    about eight times a pass): the same WhatIfs."""
+    g = build_graph(tangled(7, steps=12_000))
+    vg = vector.build(columns_of(g))
+    assert 2 * len(vg) >= cands.DIRECT_BELOW
+    for sc in (SCENARIOS[0], SCENARIOS[2], SCENARIOS[5]):
         assert whatif(g, sc) == vwhatif.whatif(vg, sc), sc.label
 
 
