@@ -10,9 +10,11 @@ candidates: a start's are its parent's start and its ``after`` spans' ends (weig
 start gap), a leaf's end its own start (weight: its duration), a parent's end its children's
 ends (weight: the recorded close gap). Ties go to the last candidate in that order, as in the
 loops. The forward pass is a longest-path problem solved by policy iteration: take each
-position's recorded winner, sum the weights along those links by pointer doubling (log2 of the
-depth rounds over whole arrays), and where some candidate now ends later switch to it and sum
-again; a recorded run's winners are mostly still the winners, so one or two rounds do.
+position's recorded winner, sum the weights along those links (:func:`agentloop.analysis.cands.
+sum_links`), and where some candidate now ends later switch to it and sum again; a recorded
+run's winners are mostly still the winners, so one or two rounds do (a run whose branches
+trade places often takes more: eight in the tangled runs of the tests). The candidate lists
+are kept by width (:class:`agentloop.analysis.cands.Cands`).
 """
 
 from __future__ import annotations
