@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import os
+import random
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from agentloop.analysis import store, vector, vwhatif
+from agentloop.analysis import cands, store, vector, vwhatif
 from agentloop.analysis.breakdown import path_tally
 from agentloop.analysis.columnar import Columns, columns_of
 from agentloop.analysis.flat import Graph, interleave
@@ -107,6 +108,46 @@ def late_and_unsplit() -> TraceBuilder:
     return b
 
 
+def tangled(seed: int, steps: int = 0) -> Trace:
+    """A random run on a coarse clock (ties everywhere): steps after none, one or several
+    earlier spans, model calls and tools side by side, each after any of the last 30 spans
+    that ended by its start, in this step or another (``steps``: how many; 0: 2 to 8)."""
+    rng = random.Random(seed)
+    b = TraceBuilder()
+    run = b.start("run", "invoke_agent demo", 0)
+    ended: list[tuple[str, int]] = []
+    t = 0
+
+    def some(before: int) -> list[str]:
+        done = [i for i, e in ended[-30:] if e <= before]
+        return rng.sample(done, min(len(done), rng.choice((0, 1, 1, 2, 3))))
+
+    for k in range(1, (steps or rng.randint(2, 8)) + 1):
+        st = b.start("step", f"step {k}", t, run, some(t), step=k)
+        kids = []
+        for _ in range(rng.randint(0, 4)):
+            t0 = t + rng.randint(0, 3) * 100 * MS
+            if rng.random() < 0.5:
+                base, vis = rng.randint(1, 3) * 100 * MS, rng.randint(1, 4) * 60
+                attrs = model_attrs(t0, base, rng.choice((0, 60)), vis, 60.0, step=k)
+                t1 = attrs["timing"]["t_end"]
+                sid = b.start("model", "chat demo", t0, st, some(t0), step=k)
+            else:
+                name = rng.choice("abc")
+                t1, attrs = t0 + rng.randint(0, 4) * 100 * MS, {"gen_ai.tool.name": name}
+                sid = b.start("tool", f"execute_tool {name}", t0, st, some(t0), step=k)
+            kids.append((t1, sid, attrs))
+        for t1, sid, attrs in sorted(kids):
+            b.end(sid, t1, **attrs)
+            ended.append((sid, t1))
+        t = max([t, *(t1 for t1, _, _ in kids)]) + rng.randint(0, 2) * 100 * MS
+        b.end(st, t)
+        ended.append((st, t))
+    b.end(run, t)
+    b.finish(t + MS)
+    return b.trace()
+
+
 SHAPES: dict[str, Callable[[], Trace]] = {
     "agent": lambda: parse_lines(list(agent_lines(40))),
     "agent, 5 tools": lambda: parse_lines(list(agent_lines(25, tools_per_step=5))),
@@ -133,6 +174,7 @@ SHAPES: dict[str, Callable[[], Trace]] = {
     "odd edges": odd_edges,
     "empty": lambda: TraceBuilder().trace(),
     "late and unsplit": lambda: late_and_unsplit().trace(),
+    **{f"tangled {k}": (lambda k=k: tangled(k)) for k in range(12)},
     **{f"reference {p.stem}": (lambda p=p: load_trace(p)) for p in REFERENCE},
 }
 SCENARIOS = [
@@ -156,6 +198,18 @@ def test_vectorised_whatif_equals_the_loops(name):
     g = build_graph(SHAPES[name]())
     vg = vector.build(columns_of(g))
     for sc in SCENARIOS:
+        assert whatif(g, sc) == vwhatif.whatif(vg, sc), sc.label
+
+
+@pytest.mark.slow  # 36,000 spans through the loops' what-if three times: ~6 s
+def test_a_long_tangled_run_on_the_arrays_equals_the_loops():
+    """A run long enough for the forward pass's hops, peels and runs (not the plain doubling of
+    small traces), whose winners change hands as the model calls shrink (the policy changes
+    about eight times a pass): the same WhatIfs."""
+    g = build_graph(tangled(7, steps=12_000))
+    vg = vector.build(columns_of(g))
+    assert 2 * len(vg) >= cands.DIRECT_BELOW
+    for sc in (SCENARIOS[0], SCENARIOS[2], SCENARIOS[5]):
         assert whatif(g, sc) == vwhatif.whatif(vg, sc), sc.label
 
 
@@ -229,6 +283,32 @@ def test_vectorised_forward_pass_equals_retime(name):
         V, end = retime_flat(g, dur)
         (VA,) = vector.solve(vg, [vector.np.array(dur, vector.np.int64)])
         assert (VA[:-1].tolist(), vector.run_end(vg, VA)) == (V[:-1], end)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_sums_along_any_links_in_any_order_are_a_walks_sums(seed):
+    """Weights summed along links (one-candidate hops, peeled layers, runs in the key's order)
+    are what walking each chain down to the run's start adds up, whichever candidate each
+    position links to and whatever order the key gives."""
+    vg = vector.build(columns_of(build_graph(tangled(seed))))
+    cd, sent = vg.cd, 2 * len(vg)
+    rng = np.random.default_rng(seed)
+    links = np.append(cd.first, sent)  # a random candidate of each position's
+    pick = rng.random(len(cd.two)) < 0.5
+    links[cd.two[pick]] = cd.two_b[pick]
+    rank = rng.integers(0, np.diff(cd.wide_off)) if len(cd.wide) else 0
+    links[cd.wide] = cd.wide_idx[cd.wide_off[:-1] + rank]
+    w = rng.integers(-5, 50, (sent + 1, 2))
+    walked = []
+    for v in range(sent + 1):
+        total = np.zeros(2, np.int64)
+        while v != sent:
+            total, v = total + w[v], links[v]
+        walked.append(total.tolist())
+    rec = np.append(np.stack([vg.c.t0, vg.c.t1], axis=1).reshape(-1), 0)
+    for key in (rec, rng.permutation(sent + 1), np.zeros(sent + 1, np.int64)):
+        assert cands.sum_links(cd, links, w, key, direct_below=0).tolist() == walked
+    assert cands.sum_links(cd, links, w, rec).tolist() == walked  # small: doubling over all
 
 
 def _same(a: Columns, b: Columns) -> None:

@@ -24,6 +24,7 @@ import pyarrow as pa
 from agentloop.analysis.agents import step_text
 from agentloop.analysis.flat import Graph
 from agentloop.analysis.lateness import Lateness, of_trace
+from agentloop.trace.reader import Trace
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
@@ -96,32 +97,14 @@ class Columns:
 def columns_of(g: Graph) -> Columns:
     """The columns of a Graph built from a checked trace (:func:`agentloop.analysis.graph.
     build_graph`); in-flight spans keep the Graph's end instant."""
+    from agentloop.analysis.report import unsplit_calls
+
     trace, spans, n = g.trace, g.spans, len(g)
     after_len = np.fromiter(map(len, g.after), np.int64, n)
     after_off = np.zeros(n + 1, np.int64)
     np.cumsum(after_len, out=after_off[1:])
-    flat = [j for a in g.after for j in a]
-    is_model = np.zeros(n, np.bool_)
-    ms = list(g.models.values())  # in index order: the Graph adds them so
-    is_model[np.fromiter(g.models, np.int64, len(ms))] = True
-    parts = np.array([m[:10] for m in ms], np.int64).reshape(len(ms), len(PART_COLUMNS))
-    tps = np.array([m.output_tps for m in ms], np.float64)
-    timed = np.array([m.timed for m in ms], np.bool_)
-    cached = np.array([m.cached_tokens for m in ms], np.int64)
-    from agentloop.analysis.attribution import tool_category
-    from agentloop.analysis.report import unsplit_calls
-
+    cats, by_name = _tool_categories(g)
     kinds = g.kinds
-    cats = [
-        tool_category(s.name, s.tool) if k == "tool" and s.t1 is not None else None
-        for s, k in zip(spans, kinds, strict=True)
-    ]
-    by_name: dict[str, str] = {}
-    for nm, cat in zip(g.names, cats, strict=True):
-        if cat is not None and by_name.setdefault(nm, cat) != cat:
-            break
-    else:
-        by_name = {}
     return Columns(
         header=trace.header,
         end=trace.end,
@@ -140,32 +123,64 @@ def columns_of(g: Graph) -> Columns:
         tool_category=pa.array(cats, pa.string()).dictionary_encode(),
         parent=np.array(g.parent, np.int64),
         after_off=after_off,
-        after_idx=np.array(flat, np.int64),
+        after_idx=np.array([j for a in g.after for j in a], np.int64),
         t0=np.array(g.t0, np.int64),
         t1=np.array(g.t1, np.int64),
         in_flight=np.array(g.in_flight, np.bool_),
         queued_ns=np.array([0 if s.tool is None else s.tool.queued_ns for s in spans], np.int64),
-        is_model=is_model,
-        parts=parts,
-        output_tps=tps,
-        timed=timed,
-        cached_tokens=cached,
         end_ns=g.end_ns,
-        tools_by_name=not by_name,
-        usage=np.array(
-            [
-                (
-                    m.input_tokens,
-                    m.cached_input_tokens,
-                    m.reasoning_tokens,
-                    m.output_tokens,
-                    m.step or 0,
-                )
-                for m in (s.model for s in trace.of_kind("model"))
-                if m is not None
-            ],
-            np.int64,
-        ).reshape(-1, len(USAGE_COLUMNS)),
+        tools_by_name=by_name,
+        usage=_usage(trace),
         lateness=of_trace(trace),
         unsplit=tuple(unsplit_calls(trace)),
+        **_model_columns(g),
     )
+
+
+def _model_columns(g: Graph) -> dict[str, Any]:
+    """The re-timed model spans' columns: ``is_model`` per span, and a row each (index order)
+    of ``parts``, ``output_tps``, ``timed`` and ``cached_tokens``."""
+    is_model = np.zeros(len(g), np.bool_)
+    ms = list(g.models.values())  # in index order: the Graph adds them so
+    is_model[np.fromiter(g.models, np.int64, len(ms))] = True
+    return {
+        "is_model": is_model,
+        "parts": np.array([m[:10] for m in ms], np.int64).reshape(len(ms), len(PART_COLUMNS)),
+        "output_tps": np.array([m.output_tps for m in ms], np.float64),
+        "timed": np.array([m.timed for m in ms], np.bool_),
+        "cached_tokens": np.array([m.cached_tokens for m in ms], np.int64),
+    }
+
+
+def _tool_categories(g: Graph) -> tuple[list[str | None], bool]:
+    """Each finished tool span's category (None for other spans), and whether every tool span
+    name books one category (see vector.tally)."""
+    from agentloop.analysis.attribution import tool_category
+
+    cats = [
+        tool_category(s.name, s.tool) if k == "tool" and s.t1 is not None else None
+        for s, k in zip(g.spans, g.kinds, strict=True)
+    ]
+    by_name: dict[str, str] = {}
+    for nm, cat in zip(g.names, cats, strict=True):
+        if cat is not None and by_name.setdefault(nm, cat) != cat:
+            return cats, False
+    return cats, True
+
+
+def _usage(trace: Trace) -> I64:
+    """A row per model span with end attributes, in trace order: :data:`USAGE_COLUMNS`."""
+    return np.array(
+        [
+            (
+                m.input_tokens,
+                m.cached_input_tokens,
+                m.reasoning_tokens,
+                m.output_tokens,
+                m.step or 0,
+            )
+            for m in (s.model for s in trace.of_kind("model"))
+            if m is not None
+        ],
+        np.int64,
+    ).reshape(-1, len(USAGE_COLUMNS))

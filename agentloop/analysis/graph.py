@@ -17,10 +17,10 @@ from operator import sub
 from pathlib import Path
 
 from agentloop.analysis.agents import call_tier, recorded_tiers
-from agentloop.analysis.attribution import model_parts
+from agentloop.analysis.attribution import ModelParts, model_parts
 from agentloop.analysis.flat import Closing, Graph, interleave, link_roots
 from agentloop.analysis.passes import critical_path, retime, retime_pair
-from agentloop.trace.reader import Trace, load_trace
+from agentloop.trace.reader import SpanRecord, Trace, load_trace
 
 __all__ = [
     "Graph",
@@ -70,17 +70,93 @@ def build_graph(trace: Trace) -> Graph:
 
 
 def _build(trace: Trace) -> Graph:
-    # whole-list passes (comprehensions, map) rather than one loop doing everything
+    # whole-list passes (comprehensions, map) rather than one loop doing everything; each helper
+    # below is one or two such passes over every span
     end_ns = trace.end_ns
     spans = list(trace.spans.values())
     n = len(spans)
     ids = [s.id for s in spans]
-    idx = dict(zip(ids, range(n), strict=True))
     kinds = [s.kind for s in spans]
-    names = [s.name for s in spans]
     t0 = [s.t0 for s in spans]
     t1 = [end_ns if s.t1 is None else s.t1 for s in spans]
     in_flight = [s.t1 is None for s in spans]
+    par, aft, problems = _edges(spans, ids)
+    # positions in V (module docstring): a start's candidates are the parent's start (V[2n], 0
+    # while re-timing, for a root) and the ends of the after spans, in recorded order
+    sent = 2 * n
+    p0 = [2 * p if p >= 0 else sent for p in par]
+    af = [tuple([2 * j + 1 for j in a]) if a else () for a in aft]
+    V = interleave(t0, t1, 0)
+    # the recorded critical-path links (next position back); a leaf's end links to its start
+    back = list(range(-1, sent))
+    gap0 = _start_gaps(t0, p0, af, V, back)
+    kids, step_of = _children(par, kinds)
+    gap1, fin, ends, finl = _closings(kids, t1, V, back)
+    roots = [i for i, p in enumerate(par) if p < 0]
+    V[sent] = start_ns = min((t0[r] for r in roots), default=end_ns)  # no run span: no agent time
+    link_roots(roots, af, V, back)
+    sop, leaf_end = _position_marks(step_of, ends)
+    return Graph(
+        trace=trace,
+        ids=ids,
+        kinds=kinds,
+        names=[s.name for s in spans],
+        parent=par,
+        after=aft,
+        t0=t0,
+        t1=t1,
+        start_gap=gap0,
+        children=kids,
+        close_gap=gap1,
+        closes=fin,
+        roots=roots,
+        end_ns=end_ns,
+        start_ns=start_ns,
+        run_end_gap=end_ns - max((t1[r] for r in roots), default=end_ns),
+        in_flight=in_flight,
+        step_of=step_of,
+        models=_models(trace, spans, kinds, in_flight, kids, t0, t1),
+        queue=_queue(spans, gap0),
+        problems=problems,
+        spans=spans,
+        recorded_dur=list(map(sub, t1, t0)),
+        parent_start=p0,
+        after_ends=af,
+        child_ends=ends,
+        closes_at=finl,
+        step_at=sop,
+        back_link=back,
+        is_leaf_end=leaf_end,
+    )
+
+
+def _position_marks(
+    step_of: list[int], ends: list[tuple[int, ...] | None]
+) -> tuple[list[int], list[bool]]:
+    """Per position in V: the step owning it (-1 at run level), and whether it is a leaf's end."""
+    sop = [-1] * (2 * len(step_of) + 1)
+    sop[0:-1:2] = step_of
+    sop[1::2] = step_of
+    leaf_end = [False] * (2 * len(step_of) + 1)
+    leaf_end[1::2] = [e is None for e in ends]
+    return sop, leaf_end
+
+
+def _queue(spans: list[SpanRecord], gap0: list[int]) -> list[int]:
+    """A tool span opens once the max_parallel_tools bound lets it: that wait, in its start gap."""
+    return [
+        0 if s.tool is None else max(0, min(s.tool.queued_ns, g))
+        for s, g in zip(spans, gap0, strict=True)
+    ]
+
+
+def _edges(
+    spans: list[SpanRecord], ids: list[str]
+) -> tuple[list[int], list[tuple[int, ...]], list[str]]:
+    """Each span's parent index (-1 for a root) and ``after`` indices, a parent or after span
+    that did not start before it dropped with a note (the third list)."""
+    n = len(spans)
+    idx = dict(zip(ids, range(n), strict=True))
     # dict.get(parent, -1) mapped in C: a root's parent None maps to -1 too
     par: list[int] = list(
         map(
@@ -105,17 +181,16 @@ def _build(trace: Trace) -> Graph:
                     f"span {ids[i]}: 'after' names {a}, which did not start before it; edge ignored"
                 )
         aft[i] = tuple(j for j in aft[i] if j < i)
-    # positions in V (module docstring): a start's candidates are the parent's start (V[2n], 0
-    # while re-timing, for a root) and the ends of the after spans, in recorded order
-    sent = 2 * n
-    p0 = [2 * p if p >= 0 else sent for p in par]
-    af = [tuple([2 * j + 1 for j in a]) if a else () for a in aft]
-    V = interleave(t0, t1, 0)
-    vget = V.__getitem__
-    # the recorded critical-path links (next position back); a leaf's end links to its start
-    back = list(range(-1, sent))
-    gap0 = [0] * n
-    for i, t, w, deps in zip(range(n), t0, p0, af, strict=True):
+    return par, aft, problems
+
+
+def _start_gaps(
+    t0: list[int], p0: list[int], af: list[tuple[int, ...]], V: list[int], back: list[int]
+) -> list[int]:
+    """Each span's recorded start gap after its latest candidate; that candidate is its start's
+    link in ``back`` (set here)."""
+    gap0 = [0] * len(t0)
+    for i, t, w, deps in zip(range(len(t0)), t0, p0, af, strict=True):
         best = V[w]
         for x in deps:  # an after span wins a tie with the parent, a later listed one too
             e = V[x]
@@ -123,9 +198,14 @@ def _build(trace: Trace) -> Graph:
                 best, w = e, x
         gap0[i] = t - best
         back[2 * i] = w
+    return gap0
+
+
+def _children(par: list[int], kinds: list[str]) -> tuple[dict[int, list[int]], list[int]]:
+    """The children of each span that has any, and the step span owning each span."""
     kids: dict[int, list[int]] = {}
-    step_of = [-1] * n
-    for i, p, k in zip(range(n), par, kinds, strict=True):
+    step_of = [-1] * len(par)
+    for i, p, k in zip(range(len(par)), par, kinds, strict=True):
         if p >= 0:
             ks = kids.get(p)
             if ks is None:
@@ -135,7 +215,22 @@ def _build(trace: Trace) -> Graph:
             step_of[i] = i if k == "step" else step_of[p]
         elif k == "step":
             step_of[i] = i
-    roots = [i for i, p in enumerate(par) if p < 0]
+    return kids, step_of
+
+
+def _closings(
+    kids: dict[int, list[int]], t1: list[int], V: list[int], back: list[int]
+) -> tuple[
+    dict[int, int],
+    dict[int, list[int]],
+    list[tuple[int, ...] | None],
+    list[tuple[Closing, ...] | None],
+]:
+    """Per parent: its close gap, and the span whose placing closes it (``closes`` and
+    ``closes_at``); per span: its children's end positions (``child_ends``). A parent's end
+    links in ``back`` to its latest child's (set here)."""
+    n = len(t1)
+    vget = V.__getitem__
     gap1: dict[int, int] = {}
     last_desc: dict[int, int] = {}
     fin: dict[int, list[int]] = {}
@@ -149,14 +244,20 @@ def _build(trace: Trace) -> Graph:
         last_desc[p] = ld = max(last_desc.get(c, c) for c in ks)
         fin.setdefault(ld, []).append(p)
         finl[ld] = (*(finl[ld] or ()), (2 * p + 1, kend, g1))
-    sop = [-1] * (sent + 1)  # step owning each position, -1 for run level
-    sop[0:-1:2] = step_of
-    sop[1::2] = step_of
-    V[sent] = start_ns = min((t0[r] for r in roots), default=end_ns)  # no run span: no agent time
-    link_roots(roots, af, V, back)
-    leaf_end = [False] * (sent + 1)
-    leaf_end[1::2] = [e is None for e in ends]
-    end_gap = end_ns - max((t1[r] for r in roots), default=end_ns)
+    return gap1, fin, ends, finl
+
+
+def _models(
+    trace: Trace,
+    spans: list[SpanRecord],
+    kinds: list[str],
+    in_flight: list[bool],
+    kids: dict[int, list[int]],
+    t0: list[int],
+    t1: list[int],
+) -> dict[int, ModelParts]:
+    """The attribution of each finished model span without children, at its own tier's fallback
+    output speed (issue 23: a call's fallback speed is its own tier's)."""
     tps = fallback_tps(trace)
     models = {
         i: model_parts(spans[i].model, t1[i] - t0[i], tps, spans[i].status == "error")
@@ -164,50 +265,14 @@ def _build(trace: Trace) -> Graph:
         if k == "model" and not in_flight[i] and i not in kids
     }
     tiers = recorded_tiers(trace)
-    if len(tiers) > 1:  # issue 23: a call's fallback speed is its own tier's
+    if len(tiers) > 1:
         for i in models:
             prof = tiers[call_tier(trace, spans[i].attrs, tiers)].profile
             own = 0.0 if prof is None else prof.output_tps
             if own != tps:
                 s = spans[i]
                 models[i] = model_parts(s.model, t1[i] - t0[i], own, s.status == "error")
-    # a tool span opens once the max_parallel_tools bound lets it: that wait is in its start gap
-    queue = [
-        0 if s.tool is None else max(0, min(s.tool.queued_ns, g))
-        for s, g in zip(spans, gap0, strict=True)
-    ]
-    return Graph(
-        trace=trace,
-        ids=ids,
-        kinds=kinds,
-        names=names,
-        parent=par,
-        after=aft,
-        t0=t0,
-        t1=t1,
-        start_gap=gap0,
-        children=kids,
-        close_gap=gap1,
-        closes=fin,
-        roots=roots,
-        end_ns=end_ns,
-        start_ns=start_ns,
-        run_end_gap=end_gap,
-        in_flight=in_flight,
-        step_of=step_of,
-        models=models,
-        queue=queue,
-        problems=problems,
-        spans=spans,
-        recorded_dur=list(map(sub, t1, t0)),
-        parent_start=p0,
-        after_ends=af,
-        child_ends=ends,
-        closes_at=finl,
-        step_at=sop,
-        back_link=back,
-        is_leaf_end=leaf_end,
-    )
+    return models
 
 
 def fallback_tps(trace: Trace) -> float:

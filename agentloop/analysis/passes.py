@@ -64,17 +64,15 @@ def retime_with_pair(
 
     The ``x = 1`` pass runs first on its own (with the recorded durations it is the recording
     itself); the ``x = 0`` pass then checks each max against it. Up to the first max that
-    changes hands both are what a lockstep pass computes, so the verdict is the same.
+    changes hands both are what a lockstep pass computes, so the verdict is the same. A hot
+    loop, long on purpose: its body runs once per span, inline, with no call per span.
     """
     n = len(g.ids)
     V = [0] * (2 * n + 1)
     A = [0] * (2 * n + 1)
-    if dur0 is None or dur1 is None:
-        ok, B, end_b, dur0 = False, A, 0, dur
-    elif dur1 == g.recorded_dur:
-        ok, B, end_b = True, interleave(g.t0, g.t1, 0), g.end_ns
-    else:
-        ok, (B, end_b) = True, retime_flat(g, dur1)
+    ok, B, end_b = _x_one(g, dur0, dur1)
+    if not ok or dur0 is None:
+        B, dur0 = A, dur
     back = list(g.back_link)  # a leaf's end links to its own start already
     vget, aget = V.__getitem__, A.__getitem__
     for i2, p, af, gp, d, da, f in zip(
@@ -121,15 +119,30 @@ def retime_with_pair(
                     A[q] = ma + g1
     if not g.roots:
         return V, back, g.end_ns, ((g.end_ns, g.end_ns) if ok else None)
-    pair = None
-    if ok:
-        ends = [2 * r + 1 for r in g.roots]
-        ma, mb = max(map(aget, ends)), max(map(B.__getitem__, ends))
-        if (ma, mb) in zip(map(aget, ends), map(B.__getitem__, ends), strict=True):
-            pair = ma + g.run_end_gap, end_b
+    pair = _root_pair(g, A, B, end_b) if ok else None
     V[-1] = g.start_ns  # as the path sees the run's start
     link_roots(g.roots, g.after_ends, V, back)
     return V, back, max(V[2 * r + 1] for r in g.roots) + g.run_end_gap, pair
+
+
+def _x_one(g: Graph, dur0: list[int] | None, dur1: list[int] | None) -> tuple[bool, list[int], int]:
+    """For :func:`retime_with_pair`: whether the pair is wanted, and the ``x = 1`` pass's
+    instants and run end (the recording itself for the recorded durations)."""
+    if dur0 is None or dur1 is None:
+        return False, [], 0
+    if dur1 == g.recorded_dur:
+        return True, interleave(g.t0, g.t1, 0), g.end_ns
+    B, end_b = retime_flat(g, dur1)
+    return True, B, end_b
+
+
+def _root_pair(g: Graph, A: list[int], B: list[int], end_b: int) -> tuple[int, int] | None:
+    """The run's ends at ``x = 0`` and ``x = 1`` when one root ends last at both, else None."""
+    ends = [2 * r + 1 for r in g.roots]
+    ma, mb = max(map(A.__getitem__, ends)), max(map(B.__getitem__, ends))
+    if (ma, mb) in zip(map(A.__getitem__, ends), map(B.__getitem__, ends), strict=True):
+        return ma + g.run_end_gap, end_b
+    return None
 
 
 def chase(

@@ -147,43 +147,18 @@ def from_table(t: pa.Table, meta: dict[str, Any] | None = None) -> Columns:
     KeyError or TypeError when its arrays do not fit."""
     meta = _meta(t) if meta is None else meta
     n = t.num_rows
-
-    def ints(name: str) -> np.ndarray:
-        a = np.asarray(t.column(name).combine_chunks().to_numpy(), np.int64)
-        if len(a) != n:
-            raise ValueError(name)
-        return a
-
-    def bools(name: str) -> np.ndarray:
-        return np.asarray(t.column(name).combine_chunks().to_numpy(zero_copy_only=False), bool)
-
-    after = t.column("after").combine_chunks()
-    after_off = np.asarray(after.offsets, np.int64)
-    after_idx = np.asarray(after.values, np.int64)
-    parent = ints("parent")
-    idx = np.arange(n)
-    owner = np.repeat(idx, np.diff(after_off))
-    if (
-        after_off[0] != 0
-        or (np.diff(after_off) < 0).any()
-        or after_off[-1] != len(after_idx)
-        or ((parent < -1) | (parent >= idx)).any()
-        or ((after_idx < 0) | (after_idx >= owner)).any()
-    ):
-        raise ValueError("indices out of range")
-    t0, t1 = ints("t0"), ints("t1")
+    parent, after_off, after_idx = _links(t)
+    t0, t1 = _ints(t, "t0", n), _ints(t, "t1", n)
     if (t1 < t0).any():
         raise ValueError("a span ends before it starts")
-    is_model = bools("is_model")
-
+    is_model = _bools(t, "is_model")
     nums = _rows(t, "model", is_model, MODEL_WIDTH)
-    usage = _rows(t, "usage", idx == 0, -1)
+    usage = _rows(t, "usage", np.arange(n) == 0, -1)
     if ((nums[:, -1] != 0) & (nums[:, -1] != 1)).any():
         raise ValueError("model")
-    end = meta["end"]
     return Columns(
         header=meta["header"],
-        end=end,
+        end=meta["end"],
         problems=tuple(meta["problems"]),
         ids=t.column("id").combine_chunks(),
         kinds=t.column("kind").combine_chunks(),
@@ -196,8 +171,8 @@ def from_table(t: pa.Table, meta: dict[str, Any] | None = None) -> Columns:
         after_idx=after_idx,
         t0=t0,
         t1=t1,
-        in_flight=bools("in_flight"),
-        queued_ns=ints("queued_ns"),
+        in_flight=_bools(t, "in_flight"),
+        queued_ns=_ints(t, "queued_ns", n),
         is_model=is_model,
         parts=nums[:, : len(PART_COLUMNS)],
         output_tps=_rows(t, "output_tps", is_model, 1)[:, 0],
@@ -209,6 +184,38 @@ def from_table(t: pa.Table, meta: dict[str, Any] | None = None) -> Columns:
         lateness=Lateness(**meta["lateness"]),
         unsplit=tuple(meta["unsplit"]),
     )
+
+
+def _ints(t: pa.Table, name: str, n: int) -> np.ndarray:
+    a = np.asarray(t.column(name).combine_chunks().to_numpy(), np.int64)
+    if len(a) != n:
+        raise ValueError(name)
+    return a
+
+
+def _bools(t: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(t.column(name).combine_chunks().to_numpy(zero_copy_only=False), bool)
+
+
+def _links(t: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The parent index and the ``after`` lists (offsets, indices) of each span, every index
+    one of an earlier span (ValueError otherwise)."""
+    n = t.num_rows
+    after = t.column("after").combine_chunks()
+    after_off = np.asarray(after.offsets, np.int64)
+    after_idx = np.asarray(after.values, np.int64)
+    parent = _ints(t, "parent", n)
+    idx = np.arange(n)
+    owner = np.repeat(idx, np.diff(after_off))
+    if (
+        after_off[0] != 0
+        or (np.diff(after_off) < 0).any()
+        or after_off[-1] != len(after_idx)
+        or ((parent < -1) | (parent >= idx)).any()
+        or ((after_idx < 0) | (after_idx >= owner)).any()
+    ):
+        raise ValueError("indices out of range")
+    return parent, after_off, after_idx
 
 
 def _open(path: Path) -> pa.Table | None:

@@ -10,9 +10,11 @@ candidates: a start's are its parent's start and its ``after`` spans' ends (weig
 start gap), a leaf's end its own start (weight: its duration), a parent's end its children's
 ends (weight: the recorded close gap). Ties go to the last candidate in that order, as in the
 loops. The forward pass is a longest-path problem solved by policy iteration: take each
-position's recorded winner, sum the weights along those links by pointer doubling (log2 of the
-depth rounds over whole arrays), and where some candidate now ends later switch to it and sum
-again; a recorded run's winners are mostly still the winners, so one or two rounds do.
+position's recorded winner, sum the weights along those links (:func:`agentloop.analysis.cands.
+sum_links`), and where some candidate now ends later switch to it and sum again; a recorded
+run's winners are mostly still the winners, so one or two rounds do (a run whose branches
+trade places often takes more: eight in the tangled runs of the tests). The candidate lists
+are kept by width (:class:`agentloop.analysis.cands.Cands`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, TOOL_QUEUE
+from agentloop.analysis.cands import Cands, cands_of, latest, seg_max, sum_links
 from agentloop.analysis.columnar import I64, B, Columns
 
 
@@ -32,8 +35,7 @@ class VGraph:
     """Columns flattened for the passes: candidate lists per position, gaps, recorded links."""
 
     c: Columns
-    cand_off: I64  # position v's candidates are cand_idx[cand_off[v]:cand_off[v + 1]]
-    cand_idx: I64
+    cd: Cands  # each position's candidates, by width
     is_leaf: B
     start_gap: I64
     close_gap: I64  # 0 for a leaf
@@ -60,31 +62,15 @@ class VGraph:
         return self.c.end_ns - self.start_ns
 
 
-def _seg_max(vals: I64, off: I64) -> I64:
-    """Max of each non-empty segment ``vals[off[k]:off[k + 1]]``."""
-    return np.maximum.reduceat(vals, off[:-1]) if len(vals) else np.zeros(0, np.int64)
-
-
-def _last_argmax(V: I64, vg_off: I64, cand: I64) -> I64:
-    """Per position: the last candidate whose instant is the latest (ties to the later one)."""
-    ev = V[cand]
-    top = _seg_max(ev, vg_off)
-    cnt = np.diff(vg_off)
-    slot = np.where(ev == np.repeat(top, cnt), np.arange(len(cand)), -1)
-    return cand[np.maximum.reduceat(slot, vg_off[:-1])]
-
-
-def build(c: Columns) -> VGraph:
-    """Flatten columns for the passes (what :func:`agentloop.analysis.graph.build_graph` works
-    out per span, in whole-array operations)."""
+def _candidates(c: Columns, is_leaf: B, n_kids: I64) -> tuple[I64, I64]:
+    """Every position's candidates in the loops' order: a start's parent start (the run's start
+    for a root) then its ``after`` spans' ends; a leaf's end its own start; a parent's end its
+    children's ends, in index order: position v's are ``idx[off[v]:off[v + 1]]``, (off, idx)."""
     n = len(c)
     sent = 2 * n
     par = c.parent
     idx = np.arange(n, dtype=np.int64)
     has_par = par >= 0
-    kids_of = par[has_par]
-    n_kids = np.bincount(kids_of, minlength=n).astype(np.int64)
-    is_leaf = n_kids == 0
     alen = np.diff(c.after_off)
     cnt = np.empty(sent, np.int64)
     cnt[0::2] = 1 + alen
@@ -97,43 +83,63 @@ def build(c: Columns) -> VGraph:
         owner = np.repeat(idx, alen)
         rank = np.arange(len(c.after_idx)) - c.after_off[owner]
         cand[off[2 * owner] + 1 + rank] = 2 * c.after_idx + 1
-    leaf_ends = off[1::2][is_leaf]
-    cand[leaf_ends] = 2 * idx[is_leaf]
+    cand[off[1::2][is_leaf]] = 2 * idx[is_leaf]
     kids = idx[has_par]  # ascending, so each parent's children come in index order
     if len(kids):
-        order = np.argsort(kids_of, kind="stable")
-        kids, kp = kids[order], kids_of[order]
+        kp = par[has_par]
+        order = np.argsort(kp, kind="stable")
+        kids, kp = kids[order], kp[order]
         first = np.zeros(n, np.int64)
         np.cumsum(n_kids[:-1], out=first[1:])
         cand[off[2 * kp + 1] + np.arange(len(kids)) - first[kp]] = 2 * kids + 1
-    V0 = np.empty(sent + 1, np.int64)
-    V0[0:-1:2], V0[1::2], V0[sent] = c.t0, c.t1, 0
-    top = _seg_max(V0[cand], off)
-    start_gap = c.t0 - top[0::2]
-    close_gap = np.where(is_leaf, 0, c.t1 - top[1::2])
-    roots = idx[~has_par]
-    start_ns = int(c.t0[roots].min()) if len(roots) else 0
-    V0[sent] = start_ns  # the path sees the run's start
-    back = _last_argmax(V0, off, cand)
+    return off, cand
+
+
+def _steps(c: Columns) -> I64:
+    """Per span: the step span owning it (itself for a step), -1 outside steps."""
+    n = len(c)
+    idx = np.arange(n, dtype=np.int64)
+    par, has_par = c.parent, c.parent >= 0
     is_step = kind_is(c, "step")
     step_of = np.where(is_step, idx, -1)
     while True:  # a span's step is its own (a step) or its parent's: one round per tree level
         nxt = np.where(is_step, idx, np.where(has_par, step_of[np.maximum(par, 0)], -1))
         if np.array_equal(nxt, step_of):
-            break
+            return step_of
         step_of = nxt
+
+
+def build(c: Columns) -> VGraph:
+    """Flatten columns for the passes (what :func:`agentloop.analysis.graph.build_graph` works
+    out per span, in whole-array operations)."""
+    n = len(c)
+    sent = 2 * n
+    idx = np.arange(n, dtype=np.int64)
+    n_kids = np.bincount(c.parent[c.parent >= 0], minlength=n).astype(np.int64)
+    is_leaf = n_kids == 0
+    off, cand = _candidates(c, is_leaf, n_kids)
+    cd = cands_of(off, cand)
+    roots = idx[c.parent < 0]
+    start_ns = int(c.t0[roots].min()) if len(roots) else 0
+    V0 = np.empty(sent + 1, np.int64)
+    V0[0:-1:2], V0[1::2], V0[sent] = c.t0, c.t1, start_ns  # the path sees the run's start
+    top, back = latest(cd, V0)
+    if len(roots):  # the gaps see the run's start at 0: a root's start from its own instant
+        V0[sent] = 0
+        top[2 * roots] = _root_tops(off, cand, V0, roots)
+    start_gap = c.t0 - top[0::2]
     tc = c.tool_category
     if not isinstance(tc, pa.DictionaryArray):
         tc = tc.dictionary_encode()
+    step_of = _steps(c)
     sop = np.empty(sent + 1, np.int64)
     sop[0::2][:n], sop[1::2], sop[sent] = step_of, step_of, -1
     return VGraph(
         c=c,
-        cand_off=off,
-        cand_idx=cand,
+        cd=cd,
         is_leaf=is_leaf,
         start_gap=start_gap,
-        close_gap=close_gap,
+        close_gap=np.where(is_leaf, 0, c.t1 - top[1::2]),
         back_link=np.append(back, sent - 1),
         step_at=sop,
         roots=roots,
@@ -147,28 +153,19 @@ def build(c: Columns) -> VGraph:
     )
 
 
+def _root_tops(off: I64, idx: I64, V: I64, roots: I64) -> I64:
+    """The latest candidate's instant in V at each root's start."""
+    starts, ends = off[2 * roots], off[2 * roots + 1]
+    lens = ends - starts
+    at = np.repeat(starts - np.cumsum(lens) + lens, lens) + np.arange(int(lens.sum()))
+    return np.maximum.reduceat(V[idx[at]], np.cumsum(lens) - lens)
+
+
 def _weights(vg: VGraph, dur: I64) -> I64:
     w = np.zeros(2 * len(vg) + 1, np.int64)
     w[0:-1:2] = vg.start_gap
     w[1::2] = np.where(vg.is_leaf, dur, vg.close_gap)
     return w
-
-
-def _sum_links(links: I64, w: np.ndarray) -> np.ndarray:
-    """Per position: the weights summed along ``links`` down to the run's start (pointer
-    doubling; ``w`` may hold several weight columns)."""
-    sent = len(links) - 1
-    acc = w.copy()
-    acc[sent] = 0
-    anc = links.astype(np.int32) if sent < 2**31 else links.copy()
-    anc[sent] = sent
-    buf, nxt = np.empty_like(acc), np.empty_like(anc)
-    while anc.min() != sent:  # every link reaches the run's start once all are done
-        np.take(acc, anc, axis=0, out=buf)
-        acc += buf
-        np.take(anc, anc, out=nxt)
-        anc, nxt = nxt, anc
-    return acc
 
 
 def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
@@ -180,27 +177,27 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
     todo = [d for d, s in zip(durs, same, strict=True) if not s]
     links = vg.back_link.copy()
     links[sent] = sent
+    rec = np.empty(sent + 1, np.int64)
+    rec[0:-1:2], rec[1::2], rec[sent] = vg.c.t0, vg.c.t1, 0
     if todo:
         W = np.stack([_weights(vg, d) for d in todo], axis=1)
-        Vs = _sum_links(links, W)
+        Vs = sum_links(vg.cd, links, W, rec)
     out = []
     j = 0
     for s in same:
         if s:
-            rec = np.empty(sent + 1, np.int64)
-            rec[0:-1:2], rec[1::2], rec[sent] = vg.c.t0, vg.c.t1, 0
-            out.append(rec)
+            out.append(rec.copy())
             continue
         V, pol, w = Vs[:, j].copy(), links, W[:, j]
         j += 1
         while True:
-            top = _seg_max(V[vg.cand_idx], vg.cand_off)
+            top, arg = latest(vg.cd, V)
             worse = top > V[pol[:-1]]
             if not worse.any():
                 break
             pol = pol.copy()
-            pol[:-1][worse] = _last_argmax(V, vg.cand_off, vg.cand_idx)[worse]
-            V = _sum_links(pol, w)
+            pol[:-1][worse] = arg[worse]
+            V = sum_links(vg.cd, pol, w, rec)
         out.append(V)
     return out
 
@@ -217,7 +214,7 @@ def path_links(vg: VGraph, V: I64) -> I64:
     :func:`agentloop.analysis.passes.retime_path` links them."""
     Vp = V.copy()
     Vp[-1] = vg.start_ns
-    return np.append(_last_argmax(Vp, vg.cand_off, vg.cand_idx), len(V) - 2)
+    return np.append(latest(vg.cd, Vp)[1], len(V) - 2)
 
 
 def on_path(vg: VGraph, V: I64, links: I64) -> I64:
@@ -326,34 +323,44 @@ def kind_is(c: Columns, kind: str) -> B:
 def pair_ends(vg: VGraph, A: I64, Bv: I64) -> tuple[int, int] | None:
     """:func:`agentloop.analysis.passes.retime_pair`'s verdict from the two passes' instants:
     the run's ends at x = 0 and x = 1 when no max changed hands between them, else None."""
-    c = vg.c
-    n = len(vg)
-    sent = 2 * n
+    cd, sent = vg.cd, 2 * len(vg)
     A, Bv = A.copy(), Bv.copy()
     A[sent] = Bv[sent] = 0
-    alen = np.diff(c.after_off)
-    has = np.flatnonzero(alen > 0)
-    if len(has):  # candidates in order: each must compare at both ends with the max so far
-        first = vg.cand_off[2 * has]
-        sa, sb = A[vg.cand_idx[first]], Bv[vg.cand_idx[first]]
-        for k in range(1, int(alen.max()) + 1):
-            live = alen[has] >= k
-            x = vg.cand_idx[first[live] + k]
-            ea, eb, a0, b0 = A[x], Bv[x], sa[live], sb[live]
-            if ((ea > a0) & (eb < b0)).any() or ((ea < a0) & (eb > b0)).any():
-                return None
-            sa[live], sb[live] = np.maximum(a0, ea), np.maximum(b0, eb)
-    ends = np.flatnonzero(~vg.is_leaf)
-    if len(ends):  # some child must end last at both ends
-        ca, cb = A[vg.cand_idx], Bv[vg.cand_idx]
-        hit = (ca == np.repeat(_seg_max(ca, vg.cand_off), np.diff(vg.cand_off))) & (
-            cb == np.repeat(_seg_max(cb, vg.cand_off), np.diff(vg.cand_off))
-        )
-        if not np.logical_or.reduceat(hit, vg.cand_off[:-1])[2 * ends + 1].all():
-            return None
+    # two candidates (a start's parent and one after span, or two children): the later at one
+    # end must not be the earlier at the other
+    a, b = cd.two_a, cd.two_b
+    if (np.sign(A[a] - A[b]) * np.sign(Bv[a] - Bv[b]) < 0).any():
+        return None
+    if len(cd.wide) and not _wide_ok(cd, A, Bv):
+        return None
     if not len(vg.roots):
         return (vg.end_ns, vg.end_ns)
     ra, rb = A[2 * vg.roots + 1], Bv[2 * vg.roots + 1]
     if not ((ra == ra.max()) & (rb == rb.max())).any():
         return None
     return int(ra.max()) + vg.run_end_gap, int(rb.max()) + vg.run_end_gap
+
+
+def _wide_ok(cd: Cands, A: I64, Bv: I64) -> bool:
+    """:func:`pair_ends` for the positions of three or more candidates: a start's, in order,
+    must each compare at both ends with the max so far; of a parent's end's, some child must
+    end last at both ends."""
+    off, cand = cd.wide_off, cd.wide_idx
+    at_start = (cd.wide & 1) == 0
+    if at_start.any():  # rank by rank over the starts' lists, the max so far kept
+        first = off[:-1][at_start]
+        lens = np.diff(off)[at_start]
+        sa, sb = A[cand[first]], Bv[cand[first]]
+        for k in range(1, int(lens.max())):
+            live = lens > k
+            x = cand[first[live] + k]
+            ea, eb, a0, b0 = A[x], Bv[x], sa[live], sb[live]
+            if ((ea > a0) & (eb < b0)).any() or ((ea < a0) & (eb > b0)).any():
+                return False
+            sa[live], sb[live] = np.maximum(a0, ea), np.maximum(b0, eb)
+    if at_start.all():
+        return True
+    ca, cb = A[cand], Bv[cand]
+    cnt = np.diff(off)
+    hit = (ca == np.repeat(seg_max(ca, off), cnt)) & (cb == np.repeat(seg_max(cb, off), cnt))
+    return bool(np.logical_or.reduceat(hit, off[:-1])[~at_start].all())

@@ -1,6 +1,8 @@
 """Benchmark: load and re-time a one-million-span synthetic trace, cold and warm, and a suite.
 
-Run as ``python tests/benchmarks/bench_analysis.py [STEPS] [ROUNDS] [SUITE_RUNS]``. Writes a trace in the real
+Run as ``python tests/benchmarks/bench_analysis.py [STEPS] [ROUNDS] [SUITE_RUNS]``, or, to
+compare two trees' warm end-to-end times on a trace or suite folder that exists,
+``python tests/benchmarks/bench_analysis.py --versus OLD_TREE TARGET RUNS [report]``. Writes a trace in the real
 record format to a temporary file (200,000 steps of one model call and three parallel tool calls:
 one million spans, two million span records), then times separately: loading it, flattening it
 into the graph (attribution included), one what-if re-timing (new durations + forward pass), and
@@ -109,6 +111,9 @@ def main() -> None:
     if sys.argv[1:2] == ["--load"]:  # a child of compare_loads
         print(time_one_load(sys.argv[2], Path(sys.argv[3])))
         return
+    if sys.argv[1:2] == ["--versus"]:
+        versus(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), sys.argv[5:])
+        return
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     suite_runs = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
@@ -187,7 +192,8 @@ LAUNCH = (
     "    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)\n"
     "    os.execvp(sys.argv[1], sys.argv[1:])\n"
     "_, status, usage = os.wait4(pid, 0)\n"
-    "print(time.perf_counter() - t, usage.ru_maxrss / 1024, status)\n"
+    "print(time.perf_counter() - t, usage.ru_maxrss / 1024, status, usage.ru_utime, "
+    "usage.ru_stime)\n"
 )
 
 
@@ -196,12 +202,26 @@ def cli(args: list[str]) -> tuple[float, float]:
     by a small launcher: a child forked from this (big) process would inherit its high-water
     mark."""
     exe = shutil.which("agentloop") or "agentloop"
+    wall, peak, _, _ = timed([exe, *args])
+    return wall, peak
+
+
+def timed(
+    argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[float, float, float, float]:
+    """Wall seconds, peak memory (MB), user and system CPU seconds of one command (stdout
+    discarded) in a fresh process started by :data:`LAUNCH`."""
     out = subprocess.run(
-        [sys.executable, "-c", LAUNCH, exe, *args], capture_output=True, text=True, check=True
+        [sys.executable, "-c", LAUNCH, *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=cwd,
     ).stdout.split()
     if out[2] != "0":
-        raise SystemExit(f"agentloop {' '.join(args)} failed (status {out[2]})")
-    return float(out[0]), float(out[1])
+        raise SystemExit(f"{' '.join(argv)} failed (status {out[2]})")
+    return float(out[0]), float(out[1]), float(out[3]), float(out[4])
 
 
 def end_to_end(path: Path, rounds: int) -> dict[str, list[tuple[float, float]]]:
@@ -255,6 +275,57 @@ def print_end_to_end(ends: dict[str, list[tuple[float, float]]], plain: float) -
             f"  {key:11s} {best[0]:6.2f} s  {best[0] / plain:5.2f}x floor  peak {best[1]:6.0f} MB "
             f"({best[1] / cache_mb:.1f}x cache)  ({target}; runs "
             f"{', '.join(f'{s:.2f}' for s, _ in ends[key])} s)"
+        )
+
+
+def versus(old: Path, target: Path, runs: int, extra: list[str]) -> None:
+    """Warm ``whatif TARGET --tier sim-ultrafast --json`` (or ``report TARGET --json`` when
+    ``extra`` is ``["report"]``) by the tree at ``old`` and by this one, taking turns ``runs``
+    times, each a fresh ``python -m agentloop`` process with ``PYTHONPATH`` at its tree; checks
+    that the two print the same bytes. A cache both can read is made first (unless the layout
+    changed, the two share it). Each process starts in its tree's folder: ``python -m`` puts
+    the working folder first on ``sys.path``, ahead of ``PYTHONPATH``."""
+    import os
+
+    target = target.resolve()
+    cmd = extra[0] if extra else "whatif"
+    args = [cmd, str(target), "--json"] + (["--tier", "sim-ultrafast"] if cmd == "whatif" else [])
+    outs, seen = {}, {}
+    old = old.resolve()
+    for name, root in (("before", old), ("after", ROOT)):
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        outs[name] = subprocess.run(
+            [sys.executable, "-m", "agentloop", *args],
+            capture_output=True,
+            env=env,
+            check=True,
+            cwd=root,
+        ).stdout
+        seen[name] = []
+        where = subprocess.run(
+            [sys.executable, "-c", "import agentloop; print(agentloop.__file__)"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+            cwd=root,
+        ).stdout.strip()
+        print(f"{name}: {where}")
+    print(f"{' '.join(args)}: the same bytes before and after: {outs['before'] == outs['after']}")
+    load0 = load_average()
+    for _ in range(runs):
+        for name, root in (("before", old), ("after", ROOT)):
+            env = {**os.environ, "PYTHONPATH": str(root)}
+            seen[name].append(timed([sys.executable, "-m", "agentloop", *args], env, root))
+    print(f"load average {load0:.2f} -> {load_average():.2f}; {runs} runs each, taking turns")
+    for name, rows in seen.items():
+        walls = sorted(r[0] for r in rows)
+        print(
+            f"  {name:6s} wall {walls[0]:.2f}-{walls[-1]:.2f} s (median {walls[len(walls) // 2]:.2f})"
+            f"  user {min(r[2] for r in rows):.2f}-{max(r[2] for r in rows):.2f} s (median "
+            f"{sorted(r[2] for r in rows)[len(rows) // 2]:.2f})"
+            f"  sys {min(r[3] for r in rows):.2f}-{max(r[3] for r in rows):.2f} s"
+            f"  peak {max(r[1] for r in rows):.0f} MB"
         )
 
 

@@ -1,0 +1,163 @@
+"""Each position's candidates on arrays: the latest of them, and instants summed along links.
+
+A position's instant is its weight plus the latest of its candidates (:mod:`agentloop.analysis.
+vector`). Most positions have one candidate (a leaf's end: its own start; a start with no
+``after``: its parent's start) or two (one ``after`` span, or two children), so the lists are
+kept by width: one candidate is the answer as it stands, two are compared element by element,
+and only the wider ones (a step's tools, the run's steps) go through segment reductions. A
+million-span trace's latest candidates cost half the work of one pass over all four million
+candidate slots that way.
+
+:func:`sum_links` sums weights along one chosen candidate per position down to the run's start.
+It first hops over every one-candidate position (its link never changes), then peels the
+positions no other position links to (a parallel tool's start and end, a model call's end).
+What is left is mostly the chain of the recorded critical path: in recorded-instant order each
+of its positions links to the one before, so a run of them is one cumulative sum, and only the
+runs' heads are summed by pointer doubling. The peeled ones take one gather each, last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from agentloop.analysis.columnar import I64, B
+
+_PEEL = 4  # rounds of peeling at most: a tool's start and end, a model call's end, ...
+# below this many positions, pointer doubling over all of them (a few whole-array operations a
+# round) costs less than preparing the hops, peels and runs (a suite's runs of 2,000 positions)
+DIRECT_BELOW = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class Cands:
+    """Candidate lists by width. Positions ``0 .. len(single) - 2``; the last is the run's
+    start, which has none."""
+
+    single: B  # per position (the run's start included, False): exactly one candidate
+    first: I64  # per position: its first candidate (the parent's start for a start)
+    two: I64  # positions with exactly two candidates ...
+    two_a: I64  # ... their first ...
+    two_b: I64  # ... and second
+    wide: I64  # positions with three or more
+    wide_off: I64  # their candidates: wide_idx[wide_off[k]:wide_off[k + 1]]
+    wide_idx: I64
+
+
+def cands_of(off: I64, idx: I64) -> Cands:
+    """Split every position's candidate list (``idx[off[v]:off[v + 1]]``, none empty) by width."""
+    cnt = np.diff(off)
+    two = np.flatnonzero(cnt == 2)
+    wide = np.flatnonzero(cnt > 2)
+    lens = cnt[wide]
+    wide_off = np.zeros(len(wide) + 1, np.int64)
+    np.cumsum(lens, out=wide_off[1:])
+    at = np.repeat(off[wide] - wide_off[:-1], lens) + np.arange(int(wide_off[-1]))
+    return Cands(
+        single=np.append(cnt == 1, False),
+        first=idx[off[:-1]],
+        two=two,
+        two_a=idx[off[two]],
+        two_b=idx[off[two] + 1],
+        wide=wide,
+        wide_off=wide_off,
+        wide_idx=idx[at],
+    )
+
+
+def seg_max(vals: I64, off: I64) -> I64:
+    """Max of each non-empty segment ``vals[off[k]:off[k + 1]]``."""
+    return np.maximum.reduceat(vals, off[:-1]) if len(vals) else np.zeros(0, np.int64)
+
+
+def latest(cd: Cands, V: I64) -> tuple[I64, I64]:
+    """Per position: the latest candidate's instant in V and that candidate (of several as late,
+    the last listed, as the loops choose)."""
+    arg = cd.first.copy()
+    a, b = cd.two_a, cd.two_b
+    later = V[b] >= V[a]
+    arg[cd.two] = np.where(later, b, a)
+    if len(cd.wide):
+        ev = V[cd.wide_idx]
+        top = seg_max(ev, cd.wide_off)
+        slot = np.where(ev == np.repeat(top, np.diff(cd.wide_off)), np.arange(len(ev)), -1)
+        arg[cd.wide] = cd.wide_idx[np.maximum.reduceat(slot, cd.wide_off[:-1])]
+    return V[arg], arg
+
+
+def sum_links(
+    cd: Cands, links: I64, w: np.ndarray, key: I64, direct_below: int = DIRECT_BELOW
+) -> np.ndarray:
+    """Per position: the weights ``w`` (one column or several) summed along ``links`` (the last
+    position, the run's start, links to itself and counts 0) down to the run's start. ``key``:
+    an order in which most positions come right after the one they link to (the recorded
+    instants, for links near the recorded ones); any order gives the same sums. Fewer than
+    ``direct_below`` positions are summed by pointer doubling over them all."""
+    sent = len(links) - 1
+    if sent < direct_below:
+        return _tree_sums(links, w.copy())
+    hop = cd.single[links]  # V[v] = w[v] + w[u] + V[link[u]] for u = link[v]: u's link is fixed
+    w = w.copy()
+    w[sent] = 0
+    w[hop] += w[links[hop]]
+    links = np.where(hop, links[links], links)
+    live = np.arange(sent)
+    layers = []
+    for _ in range(_PEEL):
+        linked = np.zeros(sent + 1, np.bool_)
+        linked[links[live]] = True
+        keep = linked[live]
+        if keep.sum() * 8 > len(keep) * 7:  # fewer than 1 in 8 to peel: not worth a round
+            break
+        layers.append(live[~keep])  # a live position links only to live ones: no one to these
+        live = live[keep]
+    acc = np.zeros_like(w)
+    if len(live):
+        order = live[np.argsort(key[live], kind="stable")]
+        acc[order] = _along_runs(links, w, order)
+    for layer in reversed(layers):
+        acc[layer] = w[layer] + acc[links[layer]]
+    return acc
+
+
+def _along_runs(links: I64, w: np.ndarray, order: I64) -> np.ndarray:
+    """:func:`sum_links` for the positions ``order`` (their links are among them or the run's
+    start), in that order: a run of positions each linking to the one before it is one
+    cumulative sum; the runs' first positions are summed over the runs alone, by pointer
+    doubling (a recorded critical path in instant order is one run)."""
+    sent, m = len(links) - 1, len(order)
+    at = np.full(sent + 1, m, np.int64)  # a position's slot in order; the run's start: m
+    at[order] = np.arange(m)
+    head = np.empty(m, np.bool_)
+    head[0] = True
+    head[1:] = links[order[1:]] != order[:-1]
+    C = np.cumsum(w[order], axis=0)
+    run = np.cumsum(head) - 1  # each slot's run
+    starts = np.flatnonzero(head)
+    before = C[starts] - w[order[starts]]  # the sums before each run
+    u = at[links[order[starts]]]  # the slot each run's first position links to (m: the start)
+    inside = u < m
+    up = np.full(len(starts) + 1, len(starts), np.int64)  # the run linked to; the root: last
+    up[:-1][inside] = run[u[inside]]
+    X = np.zeros((len(starts) + 1, *w.shape[1:]), w.dtype)  # V of what each run's head links to
+    X[:-1][inside] = C[u[inside]] - before[run[u[inside]]]
+    X = _tree_sums(up, X)
+    out: np.ndarray = X[run] + C - before[run]
+    return out
+
+
+def _tree_sums(anc: I64, acc: np.ndarray) -> np.ndarray:
+    """``acc`` summed along ``anc`` down to the root (the last row, which counts 0), by pointer
+    doubling."""
+    root = len(anc) - 1
+    anc = anc.astype(np.int32) if root < 2**31 else anc.copy()
+    anc[root] = root
+    acc[root] = 0
+    buf, nxt = np.empty_like(acc), np.empty_like(anc)
+    while anc.min() != root:  # every chain reaches the root once all are done
+        np.take(acc, anc, axis=0, out=buf)
+        acc += buf
+        np.take(anc, anc, out=nxt)
+        anc, nxt = nxt, anc
+    return acc
