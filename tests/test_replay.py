@@ -11,7 +11,7 @@ import pytest
 from agentloop import run_task
 from agentloop.cli import main
 from agentloop.replay import replay
-from agentloop.trace.reader import load_trace
+from agentloop.trace.reader import Trace, load_trace
 from tests.conftest import ROOT
 
 STEADY = ROOT / "tests" / "data" / "steady.yaml"
@@ -39,11 +39,18 @@ async def test_live_replay_matches_the_recording(recorded: Path, tmp_path: Path)
 
 @pytest.mark.pacing
 async def test_replay_at_a_slower_tier_takes_longer(recorded: Path, tmp_path: Path) -> None:
-    """The same turns at sim-fast take longer than recorded at sim-ultrafast; tools re-run."""
+    """The same turns at sim-fast take longer than recorded at sim-ultrafast; tools re-run.
+    Compared on the model calls' own time (the tools' 1.2 s of sleeps and the set-up, the same
+    on both sides, diluted a whole-run comparison to 1.17x on a busy machine)."""
     res = await replay(recorded, tier="sim-fast", trace_dir=tmp_path)
     old, new = load_trace(recorded), load_trace(res.run.trace_path or "")
     assert "sim-fast" == new.header["tier"]["name"]
-    assert new.end_ns > old.end_ns * 1.2
+    assert 5 == len(new.of_kind("tool"))
+
+    def model_ns(t: Trace) -> int:
+        return sum(m.duration_ns or 0 for m in t.of_kind("model"))
+
+    assert model_ns(new) > model_ns(old) * 1.5, (model_ns(new), model_ns(old))
 
 
 async def test_offline_replay_feeds_recorded_outputs(recorded: Path, tmp_path: Path) -> None:
