@@ -29,7 +29,7 @@ from agentloop.clients._errors import (
     server_message,
 )
 from agentloop.clients._lag import loop_lag
-from agentloop.clients._rx import rx_clock
+from agentloop.clients._rx import StampedStream, rx_clock
 from agentloop.clients._silence import Bounds, Watch, first_token_timeout, reasons
 from agentloop.clients._stream import (
     DEFAULT_MAX_CHARS,
@@ -246,7 +246,7 @@ class OpenAIClient:
             turn = Turn(self.tier.api, self.max_response_chars)
             watch_stream(turn)  # live token progress for the run's events (read by a ticker)
             try:
-                await self._read(resp, turn, limits)
+                await self._read(resp, turn, limits, rx)
             finally:
                 lag.done(watch)
                 await resp.aclose()
@@ -310,9 +310,11 @@ class OpenAIClient:
             cause = exc.__cause__
             raise Retryable(f"connection error: {type(cause).__name__ if cause else exc}") from exc
 
-    async def _read(self, resp: httpx2.Response, turn: Turn, limits: Bounds) -> None:
+    async def _read(
+        self, resp: httpx2.Response, turn: Turn, limits: Bounds, rx: StampedStream | None
+    ) -> None:
+        """Read the body's events into ``turn``, stamped by ``rx`` where the stream has stamps."""
         chunks = resp.aiter_bytes()
-        rx = rx_clock(resp)  # kernel receive stamps, where the stream has them
         try:
             if limits.first_s == limits.stall_s:  # one bound: the HTTP read timeout is it
                 await read_sse(chunks, turn, rx)
