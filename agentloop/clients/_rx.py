@@ -175,16 +175,17 @@ class StampedStream(httpcore2.AsyncNetworkStream):
         while True:
             with self._lock:
                 if self._chunks:
-                    data, stamp, err = self._chunks.popleft()
-                    if isinstance(data, bytes) and len(data) > max_bytes:
-                        self._chunks.appendleft((data[max_bytes:], stamp, err))
+                    data, stamp, err = self._chunks[0]
+                    if isinstance(data, OSError):  # left queued: every later read fails alike
+                        return data, stamp, err
+                    if len(data) > max_bytes:  # the rest stays first, with the same stamp
+                        self._chunks[0] = (data[max_bytes:], stamp, err)
                         data = data[:max_bytes]
-                    if isinstance(data, bytes):
-                        self._queued -= len(data)
-                        if self._queued <= QUEUE_BYTES:
-                            self._room.set()
-                    if isinstance(data, OSError):  # every later read fails the same way
-                        self._chunks.appendleft((data, stamp, err))
+                    else:
+                        self._chunks.popleft()
+                    self._queued -= len(data)
+                    if self._queued <= QUEUE_BYTES:
+                        self._room.set()
                     return data, stamp, err
                 waiter = self._waiter = self._loop.create_future()
             await waiter
