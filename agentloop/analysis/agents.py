@@ -156,10 +156,15 @@ def has_sub_agents(g: Graph) -> bool:
 def render_usage(g: Graph) -> str:
     """The per-tier (and, with sub-agents, per-agent) table of a report; "" for a one-tier,
     one-agent run (its report says it all already)."""
+    return render_usage_rows(usage(g, "tier"), usage(g, "agent") if has_sub_agents(g) else None)
+
+
+def render_usage_rows(tiers: list[dict[str, Any]], agents: list[dict[str, Any]] | None) -> str:
+    """:func:`render_usage` of the rows :func:`usage` gives (``agents``: None without
+    sub-agents)."""
     from agentloop.analysis._table import table
 
-    tiers = usage(g, "tier")
-    if len(tiers) <= 1 and not has_sub_agents(g):
+    if len(tiers) <= 1 and agents is None:
         return ""
     cols = ["calls", "model s", "critical s", "cost $"]
 
@@ -177,6 +182,52 @@ def render_usage(g: Graph) -> str:
 
     out = ["Per tier (model calls; critical s: their time on the critical path):"]
     out.append(table(["tier", *cols], rows(tiers, "tier")))
-    if has_sub_agents(g):
-        out += ["", "Per agent:", table(["agent", *cols], rows(usage(g, "agent"), "agent"))]
+    if agents is not None:
+        out += ["", "Per agent:", table(["agent", *cols], rows(agents, "agent"))]
     return "\n".join(out)
+
+
+def usage_of_columns(vg: Any, header: Any, on_path: Any, by: str) -> list[dict[str, Any]]:
+    """:func:`usage` from a trace's columns (``vg``: their :class:`agentloop.analysis.vector.
+    VGraph`; ``on_path``: the spans whose own time is on the recorded critical path): the same
+    rows, each float summed call after call as the loop adds it."""
+    import numpy as np
+
+    from agentloop.analysis.columnar import CALL_COLUMNS
+    from agentloop.analysis.cost import _call_sums, call_parts, in_order_sums
+    from agentloop.analysis.vector import kind_is
+
+    c = vg.c
+    tiers = {t.name: t for t in header.all_tiers}
+    row = np.searchsorted(np.flatnonzero(kind_is(c, "model")), vg.models)
+    calls = c.calls[row]
+    key = calls[:, CALL_COLUMNS.index(by)]
+    names = c.call_names[by]
+    secs = (c.t1[vg.models] - c.t0[vg.models]) / 1e9
+    n = len(names)
+    crit = on_path[vg.models]
+    cost = np.zeros(len(row), np.float64)
+    priced = np.zeros(len(row), np.bool_)
+    tier = calls[:, CALL_COLUMNS.index("tier")]
+    p = c.parts
+    tokens = np.stack([p[:, 7], c.cached_tokens, p[:, 8], p[:, 8] + p[:, 9]], axis=1)
+    for t, name in enumerate(c.call_names["tier"]):
+        prices, mine = tiers[name].prices, tier == t
+        if prices is not None and mine.any():
+            cost[mine] = _call_sums(call_parts(prices, tokens[mine]))
+            priced |= mine
+    cols = {
+        "calls": np.bincount(key, minlength=n).tolist(),
+        "model_s": in_order_sums(secs, key, n).tolist(),
+        "critical_model_s": in_order_sums(secs[crit], key[crit], n).tolist(),
+        "cost_usd": in_order_sums(cost[priced], key[priced], n).tolist(),
+    }
+    _, first = np.unique(key, return_index=True)
+    out = []
+    for k in key[np.sort(first)].tolist():  # first-use order
+        r: dict[str, Any] = {by: names[k], **{f: v[k] for f, v in cols.items()}}
+        if by == "agent":
+            inv = calls[key == k, CALL_COLUMNS.index("invocation")]
+            r["invocations"] = len(np.unique(inv))
+        out.append(r)
+    return out

@@ -47,6 +47,11 @@ PART_COLUMNS = (
 # every finished model call's usage, as :func:`agentloop.analysis.cost.breakdown` reads it
 USAGE_COLUMNS = ("input_tokens", "cached_input_tokens", "reasoning_tokens", "output_tokens", "step")
 
+# every model span's call (issue 23), in index order: codes into ``Columns.call_names`` (tier,
+# agent, the cost's step label), the agent's invocation, and 1 when it has a ``usage`` row
+CALL_COLUMNS = ("tier", "agent", "invocation", "label", "usage")
+CALL_NAMES = ("tier", "agent", "label")
+
 
 @dataclass(frozen=True, slots=True)
 class Columns:
@@ -85,6 +90,13 @@ class Columns:
     usage: I64  # a row per model span with end attributes, in trace order: USAGE_COLUMNS
     lateness: Lateness  # the client's own lateness over the model calls (issue 28)
     unsplit: tuple[dict[str, Any], ...]  # imported calls not split (report.unsplit_calls)
+    # what ``report`` reads besides (issue 27): a row per model span (CALL_COLUMNS) and the
+    # names its codes index; the context trims (report.recorded_trims); the wall time's parts
+    # outside the agent's (report._two_times)
+    calls: I64
+    call_names: dict[str, list[str]]
+    trims: tuple[dict[str, Any], ...]
+    outside: dict[str, Any]
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -97,7 +109,8 @@ class Columns:
 def columns_of(g: Graph) -> Columns:
     """The columns of a Graph built from a checked trace (:func:`agentloop.analysis.graph.
     build_graph`); in-flight spans keep the Graph's end instant."""
-    from agentloop.analysis.report import unsplit_calls
+    from agentloop.analysis.report import _two_times, unsplit_calls
+    from agentloop.loop.context_window import recorded_trims
 
     trace, spans, n = g.trace, g.spans, len(g)
     after_len = np.fromiter(map(len, g.after), np.int64, n)
@@ -133,8 +146,42 @@ def columns_of(g: Graph) -> Columns:
         usage=_usage(trace),
         lateness=of_trace(trace),
         unsplit=tuple(unsplit_calls(trace)),
+        trims=tuple(recorded_trims(trace)),
+        outside=_two_times(g),
+        **_calls(g),
         **_model_columns(g),
     )
+
+
+def _calls(g: Graph) -> dict[str, Any]:
+    """``calls`` and ``call_names``: each model span's tier (:func:`agents.call_tier`), agent
+    and invocation (:func:`agents.who`), cost step label (:func:`cost.step_label`), and
+    whether it has a ``usage`` row, as :func:`cost.of_trace` and :func:`agents.usage` see it."""
+    from agentloop.analysis.agents import call_tier, recorded_tiers, who
+    from agentloop.analysis.cost import step_label
+
+    tiers = recorded_tiers(g.trace)
+    codes: dict[str, dict[str, int]] = {k: {} for k in CALL_NAMES}
+    tc, ac, lc = (codes[k].setdefault for k in CALL_NAMES)
+    rows = []
+    for s, k in zip(g.spans, g.kinds, strict=True):
+        if k != "model":
+            continue
+        w = who(s.start_attrs)
+        tier, label = call_tier(g.trace, s.attrs, tiers), step_label(s.start_attrs)
+        rows.append(
+            (
+                tc(tier, len(codes["tier"])),
+                ac(w.agent, len(codes["agent"])),
+                w.invocation,
+                lc(label, len(codes["label"])),
+                s.model is not None,
+            )
+        )
+    return {
+        "calls": np.array(rows, np.int64).reshape(-1, len(CALL_COLUMNS)),
+        "call_names": {k: list(v) for k, v in codes.items()},
+    }
 
 
 def _model_columns(g: Graph) -> dict[str, Any]:

@@ -8,6 +8,7 @@ the first step of sub-agent logs' second invocation, so each agent's calls are i
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -83,15 +84,7 @@ def total_of_columns(usage: Any, prices: Prices) -> float:
     the same float (a suite's thousand runs cost no Python call per model call)."""
     import numpy as np
 
-    inp, cached_in, reasoning_in, output = (usage[:, k] for k in range(4))
-    cached = np.minimum(np.maximum(0, cached_in), inp)
-    reasoning = np.minimum(np.maximum(0, reasoning_in), output)
-    cols = (
-        (inp - cached) * prices.input / PER,
-        cached * prices.cached_input / PER,
-        reasoning * prices.output / PER,
-        (output - reasoning) * prices.output / PER,
-    )
+    cols = call_parts(prices, usage)
     return sum(float(np.cumsum(v)[-1]) if len(v) else 0.0 for v in cols)
 
 
@@ -162,3 +155,103 @@ def as_json(b: CostBreakdown) -> dict[str, Any]:
         "by_category": b.by_category,
         "by_step": dict(b.by_step),
     }
+
+
+def in_order_sums(values: Any, groups: Any, n: int) -> Any:
+    """For each of ``n`` groups, ``0.0`` plus its ``values`` one after another (an array per
+    call, a group code each): the float a loop adding them in order gives, to the bit (numpy's
+    ``sum`` adds pairwise, ``cumsum`` in order)."""
+    import numpy as np
+
+    out = np.zeros(n, np.float64)
+    if not len(values):
+        return out
+    order = np.argsort(groups, kind="stable")
+    v = values[order]
+    cnt = np.bincount(groups, minlength=n)
+    off = np.zeros(n + 1, np.int64)
+    np.cumsum(cnt, out=off[1:])
+    big = cnt > 32  # a long group: its own cumsum; the short ones rank by rank, all at once
+    for k in np.flatnonzero(big).tolist():
+        out[k] = 0.0 + np.cumsum(v[off[k] : off[k + 1]])[-1]
+    small = ~big & (cnt > 0)
+    for r in range(int(cnt[small].max()) if small.any() else 0):
+        live = small & (cnt > r)
+        out[live] += v[off[:-1][live] + r]
+    return out
+
+
+def _call_sums(parts: list[Any]) -> Any:
+    """``sum(cost_parts(...).values())`` per call, from the four parts' arrays: the builtin
+    ``sum``'s own arithmetic (in order until Python 3.12, compensated from 3.12 on)."""
+    import numpy as np
+
+    f = 0.0 + parts[0]
+    if sys.version_info < (3, 12):
+        for x in parts[1:]:
+            f = f + x
+        return f
+    comp = np.zeros_like(f)
+    for x in parts[1:]:
+        t = f + x
+        comp += np.where(np.abs(f) >= np.abs(x), (f - t) + x, (x - t) + f)
+        f = t
+    return np.where((comp != 0) & np.isfinite(comp), f + comp, f)
+
+
+def call_parts(prices: Prices, usage: Any) -> list[Any]:
+    """:func:`cost_parts` on arrays (rows: input, cached input, reasoning, output tokens), as
+    :data:`CATEGORIES` arrays: the same float operations, so the same bits."""
+    import numpy as np
+
+    inp, cached_in, reasoning_in, output = (usage[:, k] for k in range(4))
+    cached = np.minimum(np.maximum(0, cached_in), inp)
+    reasoning = np.minimum(np.maximum(0, reasoning_in), output)
+    return [
+        (inp - cached) * prices.input / PER,
+        cached * prices.cached_input / PER,
+        reasoning * prices.output / PER,
+        (output - reasoning) * prices.output / PER,
+    ]
+
+
+def _breakdown_of_rows(
+    usage: Any, labels: Any, names: list[str], prices: Prices | None
+) -> CostBreakdown:
+    """:func:`breakdown` of usage rows with their step labels' codes into ``names``."""
+    import numpy as np
+
+    cats = dict.fromkeys(CATEGORIES, 0.0)
+    if prices is None:
+        return CostBreakdown(0.0, cats, {}, False, False)
+    parts = call_parts(prices, usage)
+    for k, v in zip(CATEGORIES, parts, strict=True):
+        cats[k] = 0.0 + float(np.cumsum(v)[-1]) if len(v) else 0.0
+    per = in_order_sums(_call_sums(parts), labels, len(names))
+    seen = np.flatnonzero(np.bincount(labels, minlength=len(names)))
+    steps = {names[k]: float(per[k]) for k in seen.tolist()}
+    return CostBreakdown(sum(cats.values()), cats, _ordered(steps), True, prices.placeholder)
+
+
+def of_columns(c: Any, header: Any) -> CostBreakdown:
+    """:func:`of_trace` from a trace's columns (``Columns.calls`` and ``usage``) and its typed
+    header: the same breakdown, on arrays."""
+    import numpy as np
+
+    from agentloop.analysis.columnar import CALL_COLUMNS
+
+    tiers = {t.name: t for t in header.all_tiers}
+    tier, label = c.calls[:, CALL_COLUMNS.index("tier")], c.calls[:, CALL_COLUMNS.index("label")]
+    used = c.calls[:, -1] == 1
+    names = c.call_names["label"]
+    if len(tiers) <= 1:
+        return _breakdown_of_rows(c.usage, label[used], names, header.tier.prices)
+    _, first = np.unique(tier, return_index=True)
+    parts = []
+    for t in tier[np.sort(first)].tolist():  # the tiers in first-use order
+        mine = tier[used] == t
+        name = c.call_names["tier"][t]
+        parts.append(
+            _breakdown_of_rows(c.usage[mine], label[used][mine], names, tiers[name].prices)
+        )
+    return merge(parts)

@@ -30,16 +30,26 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from agentloop._version import __version__
-from agentloop.analysis.columnar import PART_COLUMNS, USAGE_COLUMNS, Columns, columns_of
+from agentloop.analysis.columnar import (
+    CALL_COLUMNS,
+    CALL_NAMES,
+    PART_COLUMNS,
+    USAGE_COLUMNS,
+    Columns,
+    columns_of,
+)
 from agentloop.analysis.lateness import Lateness
 
 # 3: a sub-run step's label names its agent (issue 23); 4: Arrow IPC with a CRC trailer instead
 # of Parquet, and the trace's lateness, unsplit calls and usage; 5: a model span's numbers as
 # one list per row (the model columns took 112 MB of nulls for a million spans); 6: the usage
-# rows as a column (in the metadata as JSON they took 0.2 s to read for 200,000 calls)
-CACHE_VERSION = "6"
+# rows as a column (in the metadata as JSON they took 0.2 s to read for 200,000 calls); 7: what
+# ``report`` reads (issue 27): each model span's tier, agent, invocation and cost label, the
+# context trims and the wall time's parts outside the agent's
+CACHE_VERSION = "7"
 CACHE_DIR = ".agentloop-cache"
 COLUMNAR_BYTES = 4 << 20  # traces from this size on are analysed on columns (about 10,000 spans)
 _EDGE = 16 * 1024  # bytes of the source's head and tail in its digest
@@ -99,10 +109,11 @@ def to_table(c: Columns, key: dict[str, Any]) -> pa.Table:
     )
     cols["model"] = _lists(c.is_model, MODEL_WIDTH, ints.reshape(-1))
     cols["output_tps"] = _lists(c.is_model, 1, c.output_tps)
-    # the usage rows (a row per model call, not per span): all in the first row's list
-    off = np.full(len(c) + 1, c.usage.size, np.int32)
-    off[0] = 0
-    cols["usage"] = pa.ListArray.from_arrays(pa.array(off), pa.array(c.usage.reshape(-1)))
+    # the usage and call rows (a row per model call, not per span): all in the first row's list
+    for name, rows in (("usage", c.usage), ("calls", c.calls)):
+        off = np.full(len(c) + 1, rows.size, np.int32)
+        off[0] = 0
+        cols[name] = pa.ListArray.from_arrays(pa.array(off), pa.array(rows.reshape(-1)))
     meta = {
         "key": key,
         "header": c.header,
@@ -112,6 +123,9 @@ def to_table(c: Columns, key: dict[str, Any]) -> pa.Table:
         "tools_by_name": c.tools_by_name,
         "lateness": dataclasses.asdict(c.lateness),
         "unsplit": list(c.unsplit),
+        "call_names": c.call_names,
+        "trims": list(c.trims),
+        "outside": c.outside,
     }
     return pa.table(cols).replace_schema_metadata({_META: orjson.dumps(meta)})
 
@@ -156,6 +170,8 @@ def from_table(t: pa.Table, meta: dict[str, Any] | None = None) -> Columns:
     usage = _rows(t, "usage", np.arange(n) == 0, -1)
     if ((nums[:, -1] != 0) & (nums[:, -1] != 1)).any():
         raise ValueError("model")
+    usage = usage.reshape(-1, len(USAGE_COLUMNS))
+    calls = _calls(t, meta, usage)
     return Columns(
         header=meta["header"],
         end=meta["end"],
@@ -180,10 +196,32 @@ def from_table(t: pa.Table, meta: dict[str, Any] | None = None) -> Columns:
         cached_tokens=nums[:, len(PART_COLUMNS)],
         end_ns=int(meta["end_ns"]),
         tools_by_name=bool(meta["tools_by_name"]),
-        usage=usage.reshape(-1, len(USAGE_COLUMNS)),
+        usage=usage,
         lateness=Lateness(**meta["lateness"]),
         unsplit=tuple(meta["unsplit"]),
+        calls=calls,
+        call_names={k: list(meta["call_names"][k]) for k in CALL_NAMES},
+        trims=tuple(meta["trims"]),
+        outside=dict(meta["outside"]),
     )
+
+
+def _calls(t: pa.Table, meta: dict[str, Any], usage: np.ndarray) -> np.ndarray:
+    """The call rows: one per model span, their codes in range of ``call_names``, as many
+    marked with a usage row as there are usage rows (ValueError otherwise)."""
+    calls = _rows(t, "calls", np.arange(t.num_rows) == 0, -1).reshape(-1, len(CALL_COLUMNS))
+    kinds = t.column("kind").combine_chunks()
+    if len(calls) != (pc.sum(pc.equal(kinds, "model")).as_py() or 0):
+        raise ValueError("calls")
+    names = meta["call_names"]
+    for k in CALL_NAMES:
+        col = calls[:, CALL_COLUMNS.index(k)]
+        if len(col) and (col.min() < 0 or col.max() >= len(names[k])):
+            raise ValueError("calls")
+    used = calls[:, -1]
+    if ((used != 0) & (used != 1)).any() or used.sum() != len(usage):
+        raise ValueError("calls")
+    return calls
 
 
 def _ints(t: pa.Table, name: str, n: int) -> np.ndarray:

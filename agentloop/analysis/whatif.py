@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -331,17 +332,25 @@ def faster_tier_line(g: Graph, tiers: dict[str, Any] | None) -> str:
     """What the fastest tier the user has that is faster than the run's would buy (its whole
     profile: base latency, prefill, output speed), named; without one, output ``HEADLINE_K``
     times faster, said so. The one wording of ``run``'s summary and ``report``'s headline."""
+    return tier_line(g.trace, tiers, lambda sc: whatif(g, sc, curve=()))
+
+
+def tier_line(
+    recorded: Any, tiers: dict[str, Any] | None, retime: Callable[[Scenario], WhatIf]
+) -> str:
+    """:func:`faster_tier_line` of a run (``recorded``: anything with its typed header as
+    ``run``) that ``retime`` re-times without the curve (the loops or the columns)."""
     from agentloop.config.tiers import faster_tier
 
-    target = faster_tier(g.trace, tiers)
+    target = faster_tier(recorded, tiers)
     if target is not None and target.profile is not None:
-        w = whatif(g, Scenario.tier(target.name, target.profile), curve=())
+        w = retime(Scenario.tier(target.name, target.profile))
         what = (
             f"on {target.name} ({target.profile.output_tps:g} tok/s, the fastest faster tier "
             "you have)"
         )
     else:
-        w = whatif(g, Scenario.multipliers(HEADLINE_K), curve=())
+        w = retime(Scenario.multipliers(HEADLINE_K))
         what = f"output {HEADLINE_K:g}x faster (K = {HEADLINE_K:g}; no faster tier in the tiers)"
     return (
         f"what-if  {what}: {w.predicted_ns / 1e9:.2f} s ({w.speedup:.2f}x); "

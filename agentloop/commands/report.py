@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from agentloop.analysis import cost
-from agentloop.analysis.graph import build_graph, load_quickly
+from agentloop.analysis.graph import build_graph, gc_paused, load_quickly
 from agentloop.analysis.report import (
     build_report,
     report_document,
@@ -101,6 +101,10 @@ def _load_showing(path: Path) -> Trace:
 
 
 async def main(args: argparse.Namespace) -> int:
+    if args.html is None and not args.transcript:  # those read text, not numbers: the loops
+        columns = await asyncio.to_thread(_columns, args.trace)
+        if columns is not None:  # a big trace: on its columns, cached beside it (issue 27)
+            return _on_columns(args, columns)
     trace = await asyncio.to_thread(_load_showing, args.trace)
     graph = build_graph(trace)
     report = build_report(graph)
@@ -119,22 +123,50 @@ async def main(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report_document(trace, report, spent))
     else:
+        from agentloop.analysis.agents import render_usage
         from agentloop.analysis.whatif import faster_tier_line
 
-        # the headline: the run's times, then what the fastest faster tier you have would buy
-        head, gap, rest = render_report(report).partition("\n\n")
-        unsplit = unsplit_calls(trace)  # an import's calls booked all as base: the line says so
         line = faster_tier_line(graph, load_tiers())
-        if unsplit:
-            line += f" [{len(unsplit)} call(s) not split: see the note below]"
-        print(f"{head}\n  {line}{gap}{rest}")
-        if unsplit:
-            print("\n" + unsplit_note(unsplit))
-        from agentloop.analysis.agents import render_usage
-
-        per = render_usage(graph)
-        if per:  # issue 23: several tiers or agents
-            print("\n" + per)
-        if spent.priced:
-            print("\n" + cost.render(spent))
+        _print_text(report, line, unsplit_calls(trace), render_usage(graph), spent)
     return 0
+
+
+def _columns(path: Path) -> Any:
+    """The columns of a trace big enough to report on them (:func:`store.columns_for_analysis`),
+    else None."""
+    from agentloop.analysis import store
+
+    with analysis_status(path), gc_paused():
+        return store.columns_for_analysis(path)
+
+
+def _on_columns(args: argparse.Namespace, columns: Any) -> int:
+    """The report of a big trace from its columns: the same output as the loops'."""
+    from agentloop.analysis.vreport import report_of
+
+    with gc_paused():  # a row per step and per path segment: no cycles
+        r = report_of(columns, args.trace)
+        if args.json:
+            emit_json(r.document())
+            return 0
+        line = r.faster_tier_line(load_tiers())
+        _print_text(r.report, line, list(columns.unsplit), r.usage_text(), r.spent)
+    return 0
+
+
+def _print_text(
+    report: Any, line: str, unsplit: list[dict[str, Any]], per: str, spent: cost.CostBreakdown
+) -> None:
+    """The report as text: the headline (the run's times, then ``line``: what the fastest
+    faster tier would buy), the sections, the unsplit calls' note, the per-tier and per-agent
+    table (``per``, issue 23) and the cost (issue 14)."""
+    head, gap, rest = render_report(report).partition("\n\n")
+    if unsplit:  # an import's calls booked all as base: the line says so
+        line += f" [{len(unsplit)} call(s) not split: see the note below]"
+    print(f"{head}\n  {line}{gap}{rest}")
+    if unsplit:
+        print("\n" + unsplit_note(unsplit))
+    if per:
+        print("\n" + per)
+    if spent.priced:
+        print("\n" + cost.render(spent))

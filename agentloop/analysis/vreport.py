@@ -1,0 +1,283 @@
+"""``report`` on columns: :func:`agentloop.analysis.report.build_report` for big traces.
+
+The rule, the formulas and the result are :mod:`agentloop.analysis.report`'s; only the work is
+done on arrays (:mod:`agentloop.analysis.vector`): the recorded critical path is the chain of
+recorded links (:func:`path_order`), the busy time and the step rows are sums grouped by
+category and by step. What the trace says besides (trims, the wall time outside the agent, the
+lateness) was worked out by the loops' own functions when the columns were made.
+``tests/test_columnar.py`` compares the two reports field by field, and the commands' output
+byte for byte.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+
+from agentloop.analysis import cost
+from agentloop.analysis._table import secs
+from agentloop.analysis.agents import render_usage_rows, usage_of_columns
+from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, MODEL_PARTS, TOOL_QUEUE
+from agentloop.analysis.breakdown import category_order
+from agentloop.analysis.columnar import I64, B, Columns
+from agentloop.analysis.cost import CostBreakdown
+from agentloop.analysis.report import Report, StepRow, report_json, unsplit_fields
+from agentloop.analysis.vector import VGraph, build, kind_is, on_path, tally
+from agentloop.analysis.whatif import tier_line
+from agentloop.trace.run_header import RunHeader, parse_header
+
+
+def recorded_instants(vg: VGraph) -> I64:
+    """The recorded instants V (the run's start last, as the path sees it)."""
+    rec = np.empty(2 * len(vg) + 1, np.int64)
+    rec[0:-1:2], rec[1::2], rec[-1] = vg.c.t0, vg.c.t1, vg.start_ns
+    return rec
+
+
+def path_order(vg: VGraph, V: I64, links: I64) -> I64:
+    """The critical path's positions from the latest root's end back (the run's start not
+    included), in walk order: :func:`vector.on_path`'s set, ranked by its distance to the run's
+    start along ``links`` (pointer jumping: a rank is its own plus its successor's)."""
+    pos = on_path(vg, V, links)
+    m = len(pos)
+    nxt = np.append(np.searchsorted(pos, links[pos]), m)  # the run's start: m, past them all
+    dist = np.ones(m + 1, np.int64)
+    dist[m] = 0
+    while (nxt[:m] != m).any():
+        dist += dist[nxt]
+        nxt = nxt[nxt]
+    return pos[np.argsort(-dist[:m], kind="stable")]
+
+
+def segments(vg: VGraph) -> tuple[I64, I64, B]:
+    """:func:`agentloop.analysis.passes.critical_path` of the recorded run as arrays, latest
+    first: each segment's span (-1: before or after the run), ns, and whether it is a gap."""
+    total = vg.end_ns
+    if not len(vg.roots):
+        return np.array([-1]), np.array([total - vg.start_ns]), np.array([True])
+    V = recorded_instants(vg)
+    vs = path_order(vg, V, vg.back_link)
+    vals = np.concatenate([[total], V[vs], [vg.start_ns]])
+    idx = np.concatenate([[-1], vs >> 1])
+    leaf_end = ((vs & 1) == 1) & vg.is_leaf[vs >> 1]
+    return idx, vals[:-1] - vals[1:], np.concatenate([[True], ~leaf_end])
+
+
+def _take(col: pa.Array, idx: I64) -> list[Any]:
+    """``col``'s values at ``idx`` as Python objects (an empty column: None each, for a
+    placeholder index)."""
+    if not len(col):
+        return [None] * len(idx)
+    return col.take(pa.array(idx, pa.int64())).to_pylist()  # type: ignore[no-any-return]
+
+
+def path_rows(vg: VGraph, idx: I64, ns: I64, gap: B) -> tuple[tuple[str, str, str, int], ...]:
+    """The report's ``path``: the segments in time order, adjacent framework gaps merged into
+    the first, each as (step label, kind or "gap", span name or framework, ns)."""
+    idx, ns, gap = idx[::-1], ns[::-1], gap[::-1]
+    first = np.ones(len(idx), np.bool_)
+    first[1:] = ~(gap[1:] & gap[:-1])  # a gap after a gap joins it
+    starts = np.flatnonzero(first)
+    merged = np.add.reduceat(ns, starts) if len(starts) else ns[:0]
+    i, g = idx[starts], gap[starts]
+    step = np.where(i >= 0, vg.step_at[2 * np.maximum(i, 0)], -1)
+    labels = _take(vg.c.step_label, np.maximum(step, 0))
+    kinds = _take(vg.c.kinds, np.maximum(i, 0))
+    names = _take(vg.c.names, np.maximum(i, 0))
+    return tuple(
+        (
+            "run" if s < 0 else lab,
+            "gap" if gp else k,
+            FRAMEWORK if gp else nm,
+            v,
+        )
+        for s, lab, k, nm, gp, v in zip(
+            step.tolist(), labels, kinds, names, g.tolist(), merged.tolist(), strict=True
+        )
+    )
+
+
+def _leaf_codes(vg: VGraph) -> tuple[I64, list[str]]:
+    """Per span: its leaf category as a code into the names (``report._leaf_category``):
+    in flight, else a tool's category, else framework."""
+    names = [*vg.tool_names, IN_FLIGHT, FRAMEWORK]
+    code = np.where(vg.tool_code >= 0, vg.tool_code, len(names) - 1)
+    return np.where(vg.c.in_flight, len(names) - 2, code), names
+
+
+def busy(vg: VGraph, critical: dict[str, int]) -> dict[str, int]:
+    """Time per category summed over every leaf, parallel ones included (``build_report``)."""
+    c = vg.c
+    out: dict[str, int] = {}
+    if len(vg.models):
+        for k, name in enumerate(MODEL_PARTS):
+            out[name] = int(c.parts[:, k].sum())
+    others = np.flatnonzero(vg.is_leaf & ~c.is_model)
+    code, names = _leaf_codes(vg)
+    sums = np.zeros(len(names), np.int64)
+    np.add.at(sums, code[others], vg.recorded_dur[others])
+    for k in np.unique(code[others]).tolist():
+        out[names[k]] = int(sums[k])
+    out[FRAMEWORK] = out.get(FRAMEWORK, 0) + critical.get(FRAMEWORK, 0)
+    queued = int(vg.queue.sum())
+    if queued:
+        out[TOOL_QUEUE] = queued
+    return out
+
+
+def step_rows(vg: VGraph) -> tuple[StepRow, ...]:
+    """A row per step span (``report._step_row``), its direct children's time and tokens
+    summed."""
+    c, n = vg.c, len(vg)
+    steps = np.flatnonzero(kind_is(c, "step"))
+    row = np.full(n + 1, -1, np.int64)
+    row[steps] = np.arange(len(steps))
+    par = row[c.parent]  # the parent's step row (-1: not a step's child; a root's parent: -1)
+    sums = np.zeros((len(steps) + 1, 8), np.int64)  # base reas dec other in out reas cached
+    m = vg.models
+    p = c.parts
+    vals = np.stack(
+        [p[:, 0], p[:, 1], p[:, 2], p[:, 3:7].sum(axis=1), p[:, 7], p[:, 8] + p[:, 9], p[:, 8]],
+        axis=1,
+    )
+    np.add.at(sums[:, :7], par[m], vals)
+    np.add.at(sums[:, 7], par[m], c.cached_tokens)
+    other = np.flatnonzero(kind_is(c, "model") & ~c.is_model)  # in flight, or a parent
+    np.add.at(sums[:, 3], par[other], vg.recorded_dur[other])
+    tools = np.flatnonzero(kind_is(c, "tool") & (par >= 0))  # ascending: a step's in order
+    code, names = _leaf_codes(vg)
+    short = [k.removeprefix("tool:") for k in names]
+    order = np.argsort(par[tools], kind="stable")
+    tools = tools[order]
+    off = np.searchsorted(par[tools], np.arange(len(steps) + 1))
+    tn = [short[k] for k in code[tools].tolist()]
+    td = vg.recorded_dur[tools].tolist()
+    o = off.tolist()
+    t0 = (c.t0[steps] - vg.start_ns).tolist()
+    t1 = (c.t1[steps] - vg.start_ns).tolist()
+    return tuple(
+        StepRow(
+            lab,
+            a,
+            b - a,
+            {"base": s[0], "reasoning": s[1], "decode": s[2], "other": s[3]},
+            tuple(zip(tn[o[k] : o[k + 1]], td[o[k] : o[k + 1]], strict=True)),
+            s[4],
+            s[5],
+            s[6],
+            b,
+            fl,
+            s[7],
+        )
+        for k, (lab, a, b, s, fl) in enumerate(
+            zip(
+                _take(c.step_label, steps),
+                t0,
+                t1,
+                sums[:-1].tolist(),
+                c.in_flight[steps].tolist(),
+                strict=True,
+            )
+        )
+    )
+
+
+def in_flight(vg: VGraph) -> tuple[str, ...]:
+    """The spans left open, as ``build_report`` names them."""
+    c = vg.c
+    i = np.flatnonzero(c.in_flight)
+    return tuple(
+        f"{sid} {k} '{nm}', open since {secs(t - vg.start_ns)} s into the run"
+        for sid, k, nm, t in zip(
+            _take(c.ids, i), _take(c.kinds, i), _take(c.names, i), c.t0[i].tolist(), strict=True
+        )
+    )
+
+
+def build_report(vg: VGraph, header: RunHeader, path: tuple[I64, I64, B]) -> Report:
+    """The same :class:`Report` as ``build_report(build_graph(trace))``, from the columns and
+    the recorded path's :func:`segments`."""
+    c: Columns = vg.c
+    critical, _ = tally(vg, recorded_instants(vg), vg.back_link, vg.recorded_dur, vg.end_ns, None)
+    used = busy(vg, critical)
+    return Report(
+        task=header.task.name,
+        tier=header.tier.name,
+        status=str(c.end["status"]) if c.end is not None else "incomplete",
+        complete=c.complete,
+        problems=c.problems,
+        in_flight=in_flight(vg),
+        measured_ns=vg.measured_ns,
+        critical={k: critical[k] for k in category_order(set(critical))},
+        busy={k: used[k] for k in category_order(set(used))},
+        steps=step_rows(vg),
+        path=path_rows(vg, *path),
+        input_tokens=int(c.parts[:, 7].sum()),
+        cached_tokens=int(c.cached_tokens.sum()),
+        trims=c.trims,
+        **c.outside,
+        lateness=c.lateness,
+    )
+
+
+class Recorded(NamedTuple):
+    """A run known by its typed header only (what :func:`agentloop.config.tiers.faster_tier`
+    reads of a trace)."""
+
+    run: RunHeader
+
+
+class ColumnReport(NamedTuple):
+    """Everything ``report`` prints of a big trace, worked out on its columns."""
+
+    vg: VGraph
+    header: RunHeader
+    report: Report
+    spent: CostBreakdown
+    on_path: B  # per span: its own time is on the recorded critical path
+
+    def usage(self, by: str) -> list[dict[str, Any]]:
+        return usage_of_columns(self.vg, self.header, self.on_path, by)
+
+    @property
+    def has_sub_agents(self) -> bool:
+        return bool(kind_is(self.vg.c, "agent").any())
+
+    def document(self) -> dict[str, Any]:
+        """What ``report --json`` prints: :func:`agentloop.analysis.report.report_document`."""
+        doc = {
+            **report_json(self.report),
+            "cost": cost.as_json(self.spent),
+            "tiers": self.usage("tier"),
+        }
+        if self.has_sub_agents:
+            doc["agents"] = self.usage("agent")
+        doc.update(unsplit_fields(list(self.vg.c.unsplit)))
+        return doc
+
+    def usage_text(self) -> str:
+        """:func:`agentloop.analysis.agents.render_usage`."""
+        agents = self.usage("agent") if self.has_sub_agents else None
+        return render_usage_rows(self.usage("tier"), agents)
+
+    def faster_tier_line(self, tiers: dict[str, Any] | None) -> str:
+        """:func:`agentloop.analysis.whatif.faster_tier_line`, re-timed on the columns."""
+        from agentloop.analysis import vwhatif
+
+        return tier_line(
+            Recorded(self.header), tiers, lambda sc: vwhatif.whatif(self.vg, sc, curve=())
+        )
+
+
+def report_of(c: Columns, path: object = None) -> ColumnReport:
+    """The report, cost and critical path of a trace's columns (``path``: its file, named in
+    a header's error)."""
+    vg = build(c)
+    header = parse_header(c.header, path)
+    segs = segments(vg)
+    on = np.zeros(len(vg), np.bool_)
+    idx, _, gap = segs
+    on[idx[~gap]] = True
+    return ColumnReport(vg, header, build_report(vg, header, segs), cost.of_columns(c, header), on)
