@@ -14,8 +14,10 @@ so what the cache holds was checked once, and the same formulas made it.
 
 from __future__ import annotations
 
+import collections
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +31,7 @@ from agentloop.trace.reader import Trace
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 B = npt.NDArray[np.bool_]
+T = TypeVar("T")
 
 # model span columns, in ModelParts order (tps and timed are kept apart: float and bool)
 PART_COLUMNS = (
@@ -104,6 +107,19 @@ class Columns:
     @property
     def complete(self) -> bool:
         return self.end is not None
+
+
+def frozen_rows(cls: type[T], **columns: list[Any]) -> tuple[T, ...]:
+    """``tuple(map(cls, *columns))`` for a frozen slots dataclass without ``__post_init__``,
+    at about 60% of the cost: its ``__init__`` sets each field through ``object.__setattr__``
+    (0.3 s for a long run's 200,000 rows); here each field's slot is filled by its descriptor, a
+    column at a time. ``columns``: every field, by name, a value per row."""
+    slots: Mapping[str, Any] = vars(cls)
+    n = len(next(iter(columns.values()), []))
+    out = [object.__new__(cls) for _ in range(n)]
+    for field, values in columns.items():
+        collections.deque(map(slots[field].__set__, out, values), maxlen=0)
+    return tuple(out)
 
 
 def columns_of(g: Graph) -> Columns:

@@ -11,19 +11,27 @@ byte for byte.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
-from agentloop.analysis import cost
+from agentloop.analysis import cost, jsontext
 from agentloop.analysis._table import secs
 from agentloop.analysis.agents import render_usage_rows, usage_of_columns
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, MODEL_PARTS, TOOL_QUEUE
 from agentloop.analysis.breakdown import category_order
 from agentloop.analysis.columnar import I64, B, Columns
 from agentloop.analysis.cost import CostBreakdown
-from agentloop.analysis.report import Report, StepRow, report_json, unsplit_fields
+from agentloop.analysis.report import (
+    Report,
+    StepColumns,
+    path_json,
+    report_json,
+    steps_json,
+    unsplit_fields,
+)
 from agentloop.analysis.vector import VGraph, build, kind_is, on_path, tally
 from agentloop.analysis.whatif import tier_line
 from agentloop.trace.run_header import RunHeader, parse_header
@@ -65,17 +73,29 @@ def segments(vg: VGraph) -> tuple[I64, I64, B]:
     return idx, vals[:-1] - vals[1:], np.concatenate([[True], ~leaf_end])
 
 
+class PathColumns(NamedTuple):
+    """The report's ``path`` as columns (:func:`agentloop.analysis.report.path_json`)."""
+
+    step: list[str]
+    kind: list[str]
+    name: list[str]
+    ns: I64
+
+
 def _take(col: pa.Array, idx: I64) -> list[Any]:
     """``col``'s values at ``idx`` as Python objects (an empty column: None each, for a
     placeholder index)."""
     if not len(col):
         return [None] * len(idx)
-    return col.take(pa.array(idx, pa.int64())).to_pylist()  # type: ignore[no-any-return]
+    # through numpy: a dictionary column's to_pylist makes a scalar per value (ten times slower)
+    got = col.take(pa.array(idx, pa.int64())).to_numpy(zero_copy_only=False)
+    return got.tolist()  # type: ignore[no-any-return]
 
 
-def path_rows(vg: VGraph, idx: I64, ns: I64, gap: B) -> tuple[tuple[str, str, str, int], ...]:
-    """The report's ``path``: the segments in time order, adjacent framework gaps merged into
-    the first, each as (step label, kind or "gap", span name or framework, ns)."""
+def path_columns(vg: VGraph, idx: I64, ns: I64, gap: B) -> PathColumns:
+    """The report's ``path`` as columns: the segments in time order, adjacent framework gaps
+    merged into the first, each a step label, a kind ("gap" for a gap), a span name
+    (framework for a gap) and ns."""
     idx, ns, gap = idx[::-1], ns[::-1], gap[::-1]
     first = np.ones(len(idx), np.bool_)
     first[1:] = ~(gap[1:] & gap[:-1])  # a gap after a gap joins it
@@ -83,20 +103,13 @@ def path_rows(vg: VGraph, idx: I64, ns: I64, gap: B) -> tuple[tuple[str, str, st
     merged = np.add.reduceat(ns, starts) if len(starts) else ns[:0]
     i, g = idx[starts], gap[starts]
     step = np.where(i >= 0, vg.step_at[2 * np.maximum(i, 0)], -1)
-    labels = _take(vg.c.step_label, np.maximum(step, 0))
-    kinds = _take(vg.c.kinds, np.maximum(i, 0))
-    names = _take(vg.c.names, np.maximum(i, 0))
-    return tuple(
-        (
-            "run" if s < 0 else lab,
-            "gap" if gp else k,
-            FRAMEWORK if gp else nm,
-            v,
-        )
-        for s, lab, k, nm, gp, v in zip(
-            step.tolist(), labels, kinds, names, g.tolist(), merged.tolist(), strict=True
-        )
-    )
+    labels = np.array(_take(vg.c.step_label, np.maximum(step, 0)), object)
+    labels[step < 0] = "run"
+    kinds = np.array(_take(vg.c.kinds, np.maximum(i, 0)), object)
+    kinds[g] = "gap"
+    names = np.array(_take(vg.c.names, np.maximum(i, 0)), object)
+    names[g] = FRAMEWORK
+    return PathColumns(labels.tolist(), kinds.tolist(), names.tolist(), merged)
 
 
 def _leaf_codes(vg: VGraph) -> tuple[I64, list[str]]:
@@ -127,9 +140,9 @@ def busy(vg: VGraph, critical: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def step_rows(vg: VGraph) -> tuple[StepRow, ...]:
+def step_columns(vg: VGraph) -> StepColumns:
     """A row per step span (``report._step_row``), its direct children's time and tokens
-    summed."""
+    summed, as columns."""
     c, n = vg.c, len(vg)
     steps = np.flatnonzero(kind_is(c, "step"))
     row = np.full(n + 1, -1, np.int64)
@@ -152,35 +165,24 @@ def step_rows(vg: VGraph) -> tuple[StepRow, ...]:
     order = np.argsort(par[tools], kind="stable")
     tools = tools[order]
     off = np.searchsorted(par[tools], np.arange(len(steps) + 1))
-    tn = [short[k] for k in code[tools].tolist()]
-    td = vg.recorded_dur[tools].tolist()
-    o = off.tolist()
-    t0 = (c.t0[steps] - vg.start_ns).tolist()
-    t1 = (c.t1[steps] - vg.start_ns).tolist()
-    return tuple(
-        StepRow(
-            lab,
-            a,
-            b - a,
-            {"base": s[0], "reasoning": s[1], "decode": s[2], "other": s[3]},
-            tuple(zip(tn[o[k] : o[k + 1]], td[o[k] : o[k + 1]], strict=True)),
-            s[4],
-            s[5],
-            s[6],
-            b,
-            fl,
-            s[7],
-        )
-        for k, (lab, a, b, s, fl) in enumerate(
-            zip(
-                _take(c.step_label, steps),
-                t0,
-                t1,
-                sums[:-1].tolist(),
-                c.in_flight[steps].tolist(),
-                strict=True,
-            )
-        )
+    s = sums[:-1]
+    return StepColumns(
+        step=_take(c.step_label, steps),
+        start_ns=c.t0[steps] - vg.start_ns,
+        duration_ns=c.t1[steps] - c.t0[steps],
+        base=s[:, 0],
+        reasoning=s[:, 1],
+        decode=s[:, 2],
+        other=s[:, 3],
+        tool_names=[short[k] for k in code[tools].tolist()],
+        tool_ns=vg.recorded_dur[tools],
+        tool_off=off.tolist(),
+        input_tokens=s[:, 4].tolist(),
+        output_tokens=s[:, 5].tolist(),
+        reasoning_tokens=s[:, 6].tolist(),
+        cumulative_ns=c.t1[steps] - vg.start_ns,
+        in_flight=c.in_flight[steps].tolist(),
+        cached_tokens=s[:, 7].tolist(),
     )
 
 
@@ -196,9 +198,10 @@ def in_flight(vg: VGraph) -> tuple[str, ...]:
     )
 
 
-def build_report(vg: VGraph, header: RunHeader, path: tuple[I64, I64, B]) -> Report:
-    """The same :class:`Report` as ``build_report(build_graph(trace))``, from the columns and
-    the recorded path's :func:`segments`."""
+def build_report(vg: VGraph, header: RunHeader) -> Report:
+    """``build_report(build_graph(trace))`` from the columns, without its two long parts:
+    ``steps`` and ``path`` are empty (:func:`step_columns` and :func:`path_columns` give them
+    as columns; :class:`ColumnReport` puts them together)."""
     c: Columns = vg.c
     critical, _ = tally(vg, recorded_instants(vg), vg.back_link, vg.recorded_dur, vg.end_ns, None)
     used = busy(vg, critical)
@@ -212,8 +215,8 @@ def build_report(vg: VGraph, header: RunHeader, path: tuple[I64, I64, B]) -> Rep
         measured_ns=vg.measured_ns,
         critical={k: critical[k] for k in category_order(set(critical))},
         busy={k: used[k] for k in category_order(set(used))},
-        steps=step_rows(vg),
-        path=path_rows(vg, *path),
+        steps=(),
+        path=(),
         input_tokens=int(c.parts[:, 7].sum()),
         cached_tokens=int(c.cached_tokens.sum()),
         trims=c.trims,
@@ -234,9 +237,18 @@ class ColumnReport(NamedTuple):
 
     vg: VGraph
     header: RunHeader
-    report: Report
+    head: Report  # steps and path empty: they are the columns below
+    steps: StepColumns
+    path: PathColumns
     spent: CostBreakdown
     on_path: B  # per span: its own time is on the recorded critical path
+
+    @property
+    def report(self) -> Report:
+        """The whole :class:`Report`, a Python object per step and path segment (the text)."""
+        p = self.path
+        rows = tuple(zip(p.step, p.kind, p.name, p.ns.tolist(), strict=True))
+        return dataclasses.replace(self.head, steps=self.steps.rows(), path=rows)
 
     def usage(self, by: str) -> list[dict[str, Any]]:
         return usage_of_columns(self.vg, self.header, self.on_path, by)
@@ -245,13 +257,19 @@ class ColumnReport(NamedTuple):
     def has_sub_agents(self) -> bool:
         return bool(kind_is(self.vg.c, "agent").any())
 
-    def document(self) -> dict[str, Any]:
-        """What ``report --json`` prints: :func:`agentloop.analysis.report.report_document`."""
-        doc = {
-            **report_json(self.report),
-            "cost": cost.as_json(self.spent),
-            "tiers": self.usage("tier"),
-        }
+    def document(self, text: bool = False) -> dict[str, Any]:
+        """What ``report --json`` prints: :func:`agentloop.analysis.report.report_document`,
+        its steps and path straight from the columns (``text``: as JSON text already, for
+        ``orjson.dumps(option=OPT_INDENT_2)`` to write as it is: :func:`steps_text`)."""
+        doc = report_json(self.head)
+        if text:
+            doc["steps"] = jsontext.fragment(steps_text(self.steps))
+            doc["critical_path"] = jsontext.fragment(path_text(self.path))
+        else:
+            doc["steps"] = steps_json(self.steps)
+            doc["critical_path"] = path_json(*self.path)
+        doc["cost"] = cost.as_json(self.spent)
+        doc["tiers"] = self.usage("tier")
         if self.has_sub_agents:
             doc["agents"] = self.usage("agent")
         doc.update(unsplit_fields(list(self.vg.c.unsplit)))
@@ -271,13 +289,70 @@ class ColumnReport(NamedTuple):
         )
 
 
+def _secs(ns: Any) -> jsontext.Column:
+    return jsontext.numbers(np.asarray(ns, np.int64) / 1e9)  # as report._seconds divides
+
+
+def _ints(v: Any) -> jsontext.Column:
+    return jsontext.numbers(np.asarray(v, np.int64))
+
+
+def steps_text(sc: StepColumns) -> bytes:
+    """:func:`agentloop.analysis.report.steps_json` as the indented JSON text orjson writes
+    of it in the report (the list at two spaces), made a column at a time."""
+    tools = jsontext.records(
+        [("name", jsontext.strings(sc.tool_names)), ("seconds", _secs(sc.tool_ns))], 8
+    )
+    model = jsontext.records(
+        [(k, _secs(getattr(sc, k))) for k in ("base", "reasoning", "decode", "other")], 6
+    )
+    rows = jsontext.records(
+        [
+            ("step", jsontext.strings(sc.step)),
+            ("start_s", _secs(sc.start_ns)),
+            ("duration_s", _secs(sc.duration_ns)),
+            ("model_s", model),
+            ("tools", jsontext.listings(tools, np.asarray(sc.tool_off, np.int64), 6)),
+            ("input_tokens", _ints(sc.input_tokens)),
+            ("output_tokens", _ints(sc.output_tokens)),
+            ("reasoning_tokens", _ints(sc.reasoning_tokens)),
+            ("cached_tokens", _ints(sc.cached_tokens)),
+            ("cumulative_s", _secs(sc.cumulative_ns)),
+            ("in_flight", jsontext.bools(np.asarray(sc.in_flight, np.bool_))),
+        ],
+        4,
+    )
+    return jsontext.listing(rows, 2)
+
+
+def path_text(p: PathColumns) -> bytes:
+    """:func:`agentloop.analysis.report.path_json` as :func:`steps_text` writes the steps."""
+    rows = jsontext.records(
+        [
+            ("step", jsontext.strings(p.step)),
+            ("kind", jsontext.strings(p.kind)),
+            ("name", jsontext.strings(p.name)),
+            ("seconds", _secs(p.ns)),
+        ],
+        4,
+    )
+    return jsontext.listing(rows, 2)
+
+
 def report_of(c: Columns, path: object = None) -> ColumnReport:
     """The report, cost and critical path of a trace's columns (``path``: its file, named in
     a header's error)."""
     vg = build(c)
     header = parse_header(c.header, path)
-    segs = segments(vg)
+    idx, ns, gap = segments(vg)
     on = np.zeros(len(vg), np.bool_)
-    idx, _, gap = segs
     on[idx[~gap]] = True
-    return ColumnReport(vg, header, build_report(vg, header, segs), cost.of_columns(c, header), on)
+    return ColumnReport(
+        vg,
+        header,
+        build_report(vg, header),
+        step_columns(vg),
+        path_columns(vg, idx, ns, gap),
+        cost.of_columns(c, header),
+        on,
+    )
