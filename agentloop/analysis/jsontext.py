@@ -12,7 +12,7 @@ report's own tests compare the two). The result goes into the document as an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 import orjson
@@ -38,13 +38,20 @@ def numbers(values: np.ndarray) -> Column:
     return pa.StringArray.from_buffers(k + 1, pa.py_buffer(off.tobytes()), pa.py_buffer(chars))
 
 
-def strings(values: Sequence[str | None] | pa.Array) -> Column:
+class Quoted(NamedTuple):
+    """Strings whose JSON is themselves in quotes (nothing to escape): the quotes are added
+    by the join that places them, not by a join of their own."""
+
+    text: Column
+
+
+def strings(values: Sequence[str | None] | pa.Array) -> Column | Quoted:
     """The JSON of each string (None: null), each distinct one through orjson once."""
     col = values if isinstance(values, pa.Array) else pa.array(values, pa.string())
     if isinstance(col, pa.DictionaryArray):
         col = col.cast(pa.string())
     if not col.null_count and not pc.any(pc.match_substring_regex(col, _ESCAPED)).as_py():
-        return _join(['"', col, '"'])  # nothing to escape (the usual case): quoted as it is
+        return Quoted(col)  # nothing to escape: the usual case
     d = col.dictionary_encode()
     text = pa.array([orjson.dumps(v).decode() for v in d.dictionary.to_pylist()], pa.string())
     return text.take(d.indices).fill_null("null")
@@ -54,71 +61,61 @@ def bools(values: np.ndarray) -> Column:
     return pc.if_else(pa.array(values, pa.bool_()), "true", "false")
 
 
-def _join(parts: Sequence[Column | str]) -> Column:
-    """Row by row, the parts (a column, or the same text on every row) one after another."""
-    if not any(isinstance(p, pa.Array) for p in parts):
-        raise ValueError("a join needs a column")
-    return pc.binary_join_element_wise(*parts, "")
+Field = tuple[str, Column | Quoted]
 
 
-def records(fields: Sequence[tuple[str, Column]], indent: int) -> Column:
-    """Each row as a JSON object of ``fields`` (name, values), closed at ``indent`` spaces:
-    its keys at ``indent + 2``, as orjson indents an object at that depth."""
+def records(fields: Sequence[Field], indent: int, before: str = "", after: Any = "") -> Column:
+    """Each row as a JSON object of ``fields`` (name, values), closed at ``indent`` spaces
+    with its keys at ``indent + 2`` (as orjson indents an object at that depth), between
+    ``before`` and ``after`` (a text, or a column of them)."""
     inner = "\n" + " " * (indent + 2)
-    parts: list[Column | str] = ["{"]
+    parts: list[Any] = [before + "{"]
     for k, (name, col) in enumerate(fields):
-        parts += [inner + orjson.dumps(name).decode() + ": ", col]
-        if k < len(fields) - 1:
-            parts.append(",")
-    parts.append("\n" + " " * indent + "}")
-    return _join(parts)
-
-
-def _pieces(items: Column, first: np.ndarray, last: np.ndarray, indent: int) -> Column:
-    """Each item of a list on its own line at ``indent + 2``, after the list's ``[`` when
-    ``first``, followed by ``,``, or when ``last`` by the closing ``]`` at ``indent``."""
-    ind = "\n" + " " * (indent + 2)
-    before = pc.if_else(pa.array(first, pa.bool_()), "[" + ind, ind)
-    after = pc.if_else(pa.array(last, pa.bool_()), "\n" + " " * indent + "]", ",")
-    return _join([before, items, after])
+        key = ("," if k else "") + inner + orjson.dumps(name).decode() + ": "
+        parts += [key + '"', col.text, '"'] if isinstance(col, Quoted) else [key, col]
+    parts += ["\n" + " " * indent + "}", after]
+    merged: list[Any] = []
+    for x in parts:  # neighbouring texts as one
+        if isinstance(x, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += x
+        elif not isinstance(x, str) or x:
+            merged.append(x)
+    return pc.binary_join_element_wise(*merged, "")
 
 
 def _data(col: Column) -> tuple[np.ndarray, pa.Buffer]:
     """A string column's offsets (int64) and its bytes."""
-    if col.null_count:
-        raise ValueError("a JSON text column has no nulls")
     bufs = col.buffers()
     off = np.frombuffer(bufs[1], np.int32, len(col) + 1, col.offset * 4).astype(np.int64)
     return off, bufs[2]
 
 
-def listing(items: Column, indent: int) -> bytes:
-    """The items as one JSON list closed at ``indent`` spaces (``[]`` when empty)."""
-    if not len(items):
+def listing(fields: Sequence[Field], n: int, indent: int) -> bytes:
+    """``n`` rows of ``fields`` as one JSON list closed at ``indent`` spaces (``[]`` when
+    empty), an object a line at ``indent + 2``: one join, then one copy of its bytes."""
+    if not n:
         return b"[]"
-    ends = np.zeros(len(items), np.bool_)
-    first, last = ends.copy(), ends
-    first[0] = last[-1] = True
-    off, data = _data(_pieces(items, first, last, indent))
-    text: bytes = data.slice(int(off[0]), int(off[-1] - off[0])).to_pybytes()
-    return text
+    ind = " " * (indent + 2)
+    off, data = _data(records(fields, indent + 2, "\n" + ind, ","))
+    body = memoryview(data)[int(off[0]) : int(off[-1]) - 1]  # the last row's comma left out
+    return b"".join([b"[", body, b"\n" + b" " * indent + b"]"])
 
 
-def listings(items: Column, starts: np.ndarray, indent: int) -> Column:
-    """Rows of lists: row k's list holds ``items[starts[k]:starts[k + 1]]``, closed at
-    ``indent`` spaces (``[]`` when empty)."""
+def listings(fields: Sequence[Field], starts: np.ndarray, indent: int) -> Column:
+    """Rows of lists: row k's list holds rows ``starts[k]:starts[k + 1]`` of ``fields``,
+    closed at ``indent`` spaces (``[]`` when empty)."""
     n = len(starts) - 1
     count = np.diff(starts)
-    if not len(items):
+    if not int(starts[-1]):
         return pa.array(["[]"] * n, pa.string())
-    first = np.zeros(len(items), np.bool_)
-    last = first.copy()
-    first[starts[:-1][count > 0]] = True
+    last = np.zeros(int(starts[-1]), np.bool_)
     last[starts[1:][count > 0] - 1] = True
-    off, data = _data(_pieces(items, first, last, indent))
+    after = pc.if_else(pa.array(last, pa.bool_()), "", ",")
+    off, data = _data(records(fields, indent + 2, "\n" + " " * (indent + 2), after))
     at = off[starts].astype(np.int32)
     glued = pa.StringArray.from_buffers(n, pa.py_buffer(at.tobytes()), data)
-    return pc.if_else(pa.array(count > 0, pa.bool_()), glued, "[]")
+    full = pc.binary_join_element_wise("[", glued, "\n" + " " * indent + "]", "")
+    return pc.if_else(pa.array(count > 0, pa.bool_()), full, "[]")
 
 
 def fragment(text: bytes) -> Any:

@@ -300,43 +300,39 @@ def _ints(v: Any) -> jsontext.Column:
 def steps_text(sc: StepColumns) -> bytes:
     """:func:`agentloop.analysis.report.steps_json` as the indented JSON text orjson writes
     of it in the report (the list at two spaces), made a column at a time."""
-    tools = jsontext.records(
-        [("name", jsontext.strings(sc.tool_names)), ("seconds", _secs(sc.tool_ns))], 8
+    tools = jsontext.listings(
+        [("name", jsontext.strings(sc.tool_names)), ("seconds", _secs(sc.tool_ns))],
+        np.asarray(sc.tool_off, np.int64),
+        6,
     )
     model = jsontext.records(
         [(k, _secs(getattr(sc, k))) for k in ("base", "reasoning", "decode", "other")], 6
     )
-    rows = jsontext.records(
-        [
-            ("step", jsontext.strings(sc.step)),
-            ("start_s", _secs(sc.start_ns)),
-            ("duration_s", _secs(sc.duration_ns)),
-            ("model_s", model),
-            ("tools", jsontext.listings(tools, np.asarray(sc.tool_off, np.int64), 6)),
-            ("input_tokens", _ints(sc.input_tokens)),
-            ("output_tokens", _ints(sc.output_tokens)),
-            ("reasoning_tokens", _ints(sc.reasoning_tokens)),
-            ("cached_tokens", _ints(sc.cached_tokens)),
-            ("cumulative_s", _secs(sc.cumulative_ns)),
-            ("in_flight", jsontext.bools(np.asarray(sc.in_flight, np.bool_))),
-        ],
-        4,
-    )
-    return jsontext.listing(rows, 2)
+    fields = [
+        ("step", jsontext.strings(sc.step)),
+        ("start_s", _secs(sc.start_ns)),
+        ("duration_s", _secs(sc.duration_ns)),
+        ("model_s", model),
+        ("tools", tools),
+        ("input_tokens", _ints(sc.input_tokens)),
+        ("output_tokens", _ints(sc.output_tokens)),
+        ("reasoning_tokens", _ints(sc.reasoning_tokens)),
+        ("cached_tokens", _ints(sc.cached_tokens)),
+        ("cumulative_s", _secs(sc.cumulative_ns)),
+        ("in_flight", jsontext.bools(np.asarray(sc.in_flight, np.bool_))),
+    ]
+    return jsontext.listing(fields, len(sc.step), 2)
 
 
 def path_text(p: PathColumns) -> bytes:
     """:func:`agentloop.analysis.report.path_json` as :func:`steps_text` writes the steps."""
-    rows = jsontext.records(
-        [
-            ("step", jsontext.strings(p.step)),
-            ("kind", jsontext.strings(p.kind)),
-            ("name", jsontext.strings(p.name)),
-            ("seconds", _secs(p.ns)),
-        ],
-        4,
-    )
-    return jsontext.listing(rows, 2)
+    fields = [
+        ("step", jsontext.strings(p.step)),
+        ("kind", jsontext.strings(p.kind)),
+        ("name", jsontext.strings(p.name)),
+        ("seconds", _secs(p.ns)),
+    ]
+    return jsontext.listing(fields, len(p.step), 2)
 
 
 def report_of(c: Columns, path: object = None) -> ColumnReport:
