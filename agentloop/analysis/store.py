@@ -202,7 +202,9 @@ def from_table(t: pa.Table, meta: dict[str, Any] | None = None) -> Columns:
         calls=calls,
         call_names={k: list(meta["call_names"][k]) for k in CALL_NAMES},
         trims=tuple(meta["trims"]),
-        outside=dict(meta["outside"]),
+        outside={  # JSON has lists only: the open kinds are a tuple (report._two_times)
+            k: tuple(v) if k == "outside_open" else v for k, v in meta["outside"].items()
+        },
     )
 
 

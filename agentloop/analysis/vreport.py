@@ -24,14 +24,8 @@ from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, MODEL_PARTS, TO
 from agentloop.analysis.breakdown import category_order
 from agentloop.analysis.columnar import I64, B, Columns
 from agentloop.analysis.cost import CostBreakdown
-from agentloop.analysis.report import (
-    Report,
-    StepColumns,
-    path_json,
-    report_json,
-    steps_json,
-    unsplit_fields,
-)
+from agentloop.analysis.report import Report, report_json, unsplit_fields
+from agentloop.analysis.report_rows import StepColumns, path_json, steps_json
 from agentloop.analysis.vector import VGraph, build, kind_is, on_path, tally
 from agentloop.analysis.whatif import tier_line
 from agentloop.trace.run_header import RunHeader, parse_header
