@@ -90,15 +90,43 @@ def _data(col: Column) -> tuple[np.ndarray, pa.Buffer]:
     return off, bufs[2]
 
 
-def listing(fields: Sequence[Field], n: int, indent: int) -> bytes:
+class Raw(NamedTuple):
+    """JSON text to write into a document as it is, in pieces (bytes, or views of Arrow's
+    buffers), never joined into one copy: a long run's steps are 130 MB of text."""
+
+    parts: tuple[Any, ...]
+
+
+def listing(fields: Sequence[Field], n: int, indent: int) -> Raw:
     """``n`` rows of ``fields`` as one JSON list closed at ``indent`` spaces (``[]`` when
-    empty), an object a line at ``indent + 2``: one join, then one copy of its bytes."""
+    empty), an object a line at ``indent + 2``: one join, its bytes not copied."""
     if not n:
-        return b"[]"
+        return Raw((b"[]",))
     ind = " " * (indent + 2)
     off, data = _data(records(fields, indent + 2, "\n" + ind, ","))
     body = memoryview(data)[int(off[0]) : int(off[-1]) - 1]  # the last row's comma left out
-    return b"".join([b"[", body, b"\n" + b" " * indent + b"]"])
+    return Raw((b"[", body, b"\n" + b" " * indent + b"]"))
+
+
+def dump(doc: dict[str, Any], option: int) -> list[Any]:
+    """``orjson.dumps(doc, option=option)`` as pieces to write one after another, each
+    :class:`Raw` value of ``doc`` (top level) written as its parts: orjson writes the rest
+    around a marker in its place."""
+    raws = [k for k, v in doc.items() if isinstance(v, Raw)]
+    marks = {k: orjson.dumps(f"\ue000jsontext {n}\ue000") for n, k in enumerate(raws)}
+    text = orjson.dumps(
+        {k: marks[k].decode() if k in marks else v for k, v in doc.items()}, option=option
+    )
+    if any(text.count(m) != 1 for m in marks.values()):  # a value holds a marker's text too
+        joined = {
+            k: orjson.Fragment(b"".join(v.parts)) if k in marks else v for k, v in doc.items()
+        }
+        return [orjson.dumps(joined, option=option)]
+    out: list[Any] = []
+    for k in raws:
+        head, _, text = text.partition(marks[k])
+        out += [head, *doc[k].parts]
+    return [*out, text]
 
 
 def listings(fields: Sequence[Field], starts: np.ndarray, indent: int) -> Column:
@@ -116,8 +144,3 @@ def listings(fields: Sequence[Field], starts: np.ndarray, indent: int) -> Column
     glued = pa.StringArray.from_buffers(n, pa.py_buffer(at.tobytes()), data)
     full = pc.binary_join_element_wise("[", glued, "\n" + " " * indent + "]", "")
     return pc.if_else(pa.array(count > 0, pa.bool_()), full, "[]")
-
-
-def fragment(text: bytes) -> Any:
-    """Text to put into a document as it is."""
-    return orjson.Fragment(text)

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from agentloop.analysis import cost, jsontext
 from agentloop.analysis._table import secs
@@ -68,12 +69,19 @@ def segments(vg: VGraph) -> tuple[I64, I64, B]:
 
 
 class PathColumns(NamedTuple):
-    """The report's ``path`` as columns (:func:`agentloop.analysis.report.path_json`)."""
+    """The report's ``path`` as columns (:func:`agentloop.analysis.report_rows.path_json`):
+    Arrow string arrays (a million Python strings cost 150 MB) and the ns."""
 
-    step: list[str]
-    kind: list[str]
-    name: list[str]
+    step: pa.Array
+    kind: pa.Array
+    name: pa.Array
     ns: I64
+
+    def rows(self) -> tuple[tuple[str, str, str, int], ...]:
+        """The report's ``path``: a tuple per segment."""
+        cols = (self.step, self.kind, self.name)
+        texts = [c.to_numpy(zero_copy_only=False).tolist() for c in cols]
+        return tuple(zip(*texts, self.ns.tolist(), strict=True))
 
 
 def _take(col: pa.Array, idx: I64) -> list[Any]:
@@ -97,13 +105,21 @@ def path_columns(vg: VGraph, idx: I64, ns: I64, gap: B) -> PathColumns:
     merged = np.add.reduceat(ns, starts) if len(starts) else ns[:0]
     i, g = idx[starts], gap[starts]
     step = np.where(i >= 0, vg.step_at[2 * np.maximum(i, 0)], -1)
-    labels = np.array(_take(vg.c.step_label, np.maximum(step, 0)), object)
-    labels[step < 0] = "run"
-    kinds = np.array(_take(vg.c.kinds, np.maximum(i, 0)), object)
-    kinds[g] = "gap"
-    names = np.array(_take(vg.c.names, np.maximum(i, 0)), object)
-    names[g] = FRAMEWORK
-    return PathColumns(labels.tolist(), kinds.tolist(), names.tolist(), merged)
+    c = vg.c
+
+    def pick(col: pa.Array, at: I64, where: B, text: str) -> pa.Array:
+        got = col.take(pa.array(at, pa.int64())) if len(col) else pa.nulls(len(at), pa.string())
+        if isinstance(got, pa.DictionaryArray):
+            got = got.cast(pa.string())
+        return pc.if_else(pa.array(where, pa.bool_()), text, got)
+
+    at = np.maximum(i, 0)
+    return PathColumns(
+        pick(c.step_label, np.maximum(step, 0), step < 0, "run"),
+        pick(c.kinds, at, g, "gap"),
+        pick(c.names, at, g, FRAMEWORK),
+        merged,
+    )
 
 
 def _leaf_codes(vg: VGraph) -> tuple[I64, list[str]]:
@@ -240,9 +256,7 @@ class ColumnReport(NamedTuple):
     @property
     def report(self) -> Report:
         """The whole :class:`Report`, a Python object per step and path segment (the text)."""
-        p = self.path
-        rows = tuple(zip(p.step, p.kind, p.name, p.ns.tolist(), strict=True))
-        return dataclasses.replace(self.head, steps=self.steps.rows(), path=rows)
+        return dataclasses.replace(self.head, steps=self.steps.rows(), path=self.path.rows())
 
     def usage(self, by: str) -> list[dict[str, Any]]:
         return usage_of_columns(self.vg, self.header, self.on_path, by)
@@ -251,17 +265,24 @@ class ColumnReport(NamedTuple):
     def has_sub_agents(self) -> bool:
         return bool(kind_is(self.vg.c, "agent").any())
 
+    def document_text(self, option: int) -> list[Any]:
+        """``orjson.dumps(self.document(), option=option)`` (``option``: with
+        ``OPT_INDENT_2``) as pieces to write one after another (:func:`jsontext.dump`), the
+        steps and path made a column at a time (:func:`steps_text`)."""
+        return jsontext.dump(self.document(text=True), option)
+
     def document(self, text: bool = False) -> dict[str, Any]:
         """What ``report --json`` prints: :func:`agentloop.analysis.report.report_document`,
-        its steps and path straight from the columns (``text``: as JSON text already, for
-        ``orjson.dumps(option=OPT_INDENT_2)`` to write as it is: :func:`steps_text`)."""
+        its steps and path straight from the columns (``text``: as :class:`jsontext.Raw`
+        text already, for :meth:`document_text`)."""
         doc = report_json(self.head)
         if text:
-            doc["steps"] = jsontext.fragment(steps_text(self.steps))
-            doc["critical_path"] = jsontext.fragment(path_text(self.path))
+            doc["steps"] = steps_text(self.steps)
+            doc["critical_path"] = path_text(self.path)
         else:
             doc["steps"] = steps_json(self.steps)
-            doc["critical_path"] = path_json(*self.path)
+            rows = self.path.rows()
+            doc["critical_path"] = path_json(*zip(*rows, strict=True)) if rows else []
         doc["cost"] = cost.as_json(self.spent)
         doc["tiers"] = self.usage("tier")
         if self.has_sub_agents:
@@ -291,7 +312,7 @@ def _ints(v: Any) -> jsontext.Column:
     return jsontext.numbers(np.asarray(v, np.int64))
 
 
-def steps_text(sc: StepColumns) -> bytes:
+def steps_text(sc: StepColumns) -> jsontext.Raw:
     """:func:`agentloop.analysis.report.steps_json` as the indented JSON text orjson writes
     of it in the report (the list at two spaces), made a column at a time."""
     tools = jsontext.listings(
@@ -318,7 +339,7 @@ def steps_text(sc: StepColumns) -> bytes:
     return jsontext.listing(fields, len(sc.step), 2)
 
 
-def path_text(p: PathColumns) -> bytes:
+def path_text(p: PathColumns) -> jsontext.Raw:
     """:func:`agentloop.analysis.report.path_json` as :func:`steps_text` writes the steps."""
     fields = [
         ("step", jsontext.strings(p.step)),
