@@ -193,4 +193,6 @@ def test_raw_text_goes_where_orjson_would_write_it_even_if_a_value_mimics_the_ma
     for odd in ("plain", "\ue000jsontext 0\ue000"):
         doc = {"a": odd, "rows": raw, "z": [odd]}
         want = orjson.dumps({"a": odd, "rows": rows, "z": [odd]}, option=opt)
-        assert want == b"".join(jsontext.dump(doc, opt))
+        parts = jsontext.dump(doc, opt)
+        assert want == b"".join(parts)
+        assert len(parts) == (1 if odd != "plain" else 5)  # the fallback: one joined copy

@@ -113,10 +113,9 @@ def dump(doc: dict[str, Any], option: int) -> list[Any]:
     :class:`Raw` value of ``doc`` (top level) written as its parts: orjson writes the rest
     around a marker in its place."""
     raws = [k for k, v in doc.items() if isinstance(v, Raw)]
-    marks = {k: orjson.dumps(f"\ue000jsontext {n}\ue000") for n, k in enumerate(raws)}
-    text = orjson.dumps(
-        {k: marks[k].decode() if k in marks else v for k, v in doc.items()}, option=option
-    )
+    names = {k: f"\ue000jsontext {n}\ue000" for n, k in enumerate(raws)}
+    marks = {k: orjson.dumps(m) for k, m in names.items()}  # as it shows in the text
+    text = orjson.dumps({k: names.get(k, v) for k, v in doc.items()}, option=option)
     if any(text.count(m) != 1 for m in marks.values()):  # a value holds a marker's text too
         joined = {
             k: orjson.Fragment(b"".join(v.parts)) if k in marks else v for k, v in doc.items()

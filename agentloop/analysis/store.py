@@ -141,7 +141,7 @@ def _rows(t: pa.Table, name: str, rows: np.ndarray, width: int) -> np.ndarray:
     """The values of list column ``name`` as one row of ``width`` per marked row (a view of the
     file); ValueError unless exactly the marked rows hold ``width`` values each (``width`` -1:
     any number of values, all of them in the marked rows, returned flat)."""
-    col = t.column(name).combine_chunks()
+    col = _column(t, name)
     off = np.asarray(col.offsets)
     values = np.asarray(col.values.to_numpy(zero_copy_only=False))
     if len(off) != len(rows) + 1 or off[0] != 0 or off[-1] != len(values):
@@ -176,12 +176,12 @@ def from_table(t: pa.Table, meta: dict[str, Any] | None = None) -> Columns:
         header=meta["header"],
         end=meta["end"],
         problems=tuple(meta["problems"]),
-        ids=t.column("id").combine_chunks(),
-        kinds=t.column("kind").combine_chunks(),
-        names=t.column("name").combine_chunks(),
-        statuses=t.column("status").combine_chunks(),
-        step_label=t.column("step_label").combine_chunks(),
-        tool_category=t.column("tool_category").combine_chunks(),
+        ids=_column(t, "id"),
+        kinds=_column(t, "kind"),
+        names=_column(t, "name"),
+        statuses=_column(t, "status"),
+        step_label=_column(t, "step_label"),
+        tool_category=_column(t, "tool_category"),
         parent=parent,
         after_off=after_off,
         after_idx=after_idx,
@@ -212,7 +212,7 @@ def _calls(t: pa.Table, meta: dict[str, Any], usage: np.ndarray) -> np.ndarray:
     """The call rows: one per model span, their codes in range of ``call_names``, as many
     marked with a usage row as there are usage rows (ValueError otherwise)."""
     calls = _rows(t, "calls", np.arange(t.num_rows) == 0, -1).reshape(-1, len(CALL_COLUMNS))
-    kinds = t.column("kind").combine_chunks()
+    kinds = _column(t, "kind")
     if len(calls) != (pc.sum(pc.equal(kinds, "model")).as_py() or 0):
         raise ValueError("calls")
     names = meta["call_names"]
@@ -226,22 +226,30 @@ def _calls(t: pa.Table, meta: dict[str, Any], usage: np.ndarray) -> np.ndarray:
     return calls
 
 
+def _column(t: pa.Table, name: str) -> pa.Array:
+    """Column ``name`` as one array: its one chunk as it is, a view of the mapped file (the
+    file holds one record batch; ``combine_chunks`` would copy every column, 140 MB for a
+    million spans)."""
+    col = t.column(name)
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
 def _ints(t: pa.Table, name: str, n: int) -> np.ndarray:
-    a = np.asarray(t.column(name).combine_chunks().to_numpy(), np.int64)
+    a = np.asarray(_column(t, name).to_numpy(), np.int64)
     if len(a) != n:
         raise ValueError(name)
     return a
 
 
 def _bools(t: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(t.column(name).combine_chunks().to_numpy(zero_copy_only=False), bool)
+    return np.asarray(_column(t, name).to_numpy(zero_copy_only=False), bool)
 
 
 def _links(t: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The parent index and the ``after`` lists (offsets, indices) of each span, every index
     one of an earlier span (ValueError otherwise)."""
     n = t.num_rows
-    after = t.column("after").combine_chunks()
+    after = _column(t, "after")
     after_off = np.asarray(after.offsets, np.int64)
     after_idx = np.asarray(after.values, np.int64)
     parent = _ints(t, "parent", n)

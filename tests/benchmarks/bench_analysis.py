@@ -136,7 +136,7 @@ def main() -> None:
         del trace, _
         gc.collect()
         ends = end_to_end(path, rounds)
-        suite = suite_figures(Path(tmp) / "suite", suite_runs)
+        suite = suite_figures(Path(tmp) / "suite", suite_runs) if suite_runs else None
     retime_s = min(runs)
     n_records = 2 * n_spans + 2
     print(
@@ -181,7 +181,8 @@ def main() -> None:
         f"breakdowns, ceiling and {len(w.curve)}-point curve from one lockstep pass)"
     )
     print_end_to_end(ends, plain)
-    print_suite(suite, suite_runs)
+    if suite is not None:  # SUITE_RUNS 0: no suite
+        print_suite(suite, suite_runs)
 
 
 LAUNCH = (
