@@ -11,7 +11,7 @@ report's own tests compare the two). The result goes into the document as an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
@@ -92,40 +92,41 @@ def _data(col: Column) -> tuple[np.ndarray, pa.Buffer]:
 
 class Raw(NamedTuple):
     """JSON text to write into a document as it is, in pieces (bytes, or views of Arrow's
-    buffers), never joined into one copy: a long run's steps are 130 MB of text."""
+    buffers) made as they are asked for: a long run's steps are 130 MB of text, made and
+    written a chunk of rows at a time."""
 
-    parts: tuple[Any, ...]
+    parts: Iterable[Any]
 
 
-def listing(fields: Sequence[Field], n: int, indent: int) -> Raw:
+CHUNK = 1 << 16  # rows of a list made into text at once
+
+
+def _slice(col: Column | Quoted, at: int, n: int) -> Column | Quoted:
+    return Quoted(col.text.slice(at, n)) if isinstance(col, Quoted) else col.slice(at, n)
+
+
+def listing(fields: Sequence[Field], n: int, indent: int, chunk: int | None = None) -> Raw:
     """``n`` rows of ``fields`` as one JSON list closed at ``indent`` spaces (``[]`` when
-    empty), an object a line at ``indent + 2``: one join, its bytes not copied."""
+    empty), an object a line at ``indent + 2``: ``chunk`` rows (default :data:`CHUNK`) at a
+    time, each one join, its bytes not copied."""
     if not n:
         return Raw((b"[]",))
-    ind = " " * (indent + 2)
-    off, data = _data(records(fields, indent + 2, "\n" + ind, ","))
-    body = memoryview(data)[int(off[0]) : int(off[-1]) - 1]  # the last row's comma left out
-    return Raw((b"[", body, b"\n" + b" " * indent + b"]"))
+    step = chunk or CHUNK
 
+    def parts() -> Iterator[Any]:
+        ind = "\n" + " " * (indent + 2)
+        yield b"["
+        for at in range(0, n, step):
+            k = min(step, n - at)
+            rows = records(
+                [(name, _slice(col, at, k)) for name, col in fields], indent + 2, ind, ","
+            )
+            off, data = _data(rows)
+            end = int(off[-1]) - (at + k == n)  # the last row's comma left out
+            yield memoryview(data)[int(off[0]) : end]
+        yield b"\n" + b" " * indent + b"]"
 
-def dump(doc: dict[str, Any], option: int) -> list[Any]:
-    """``orjson.dumps(doc, option=option)`` as pieces to write one after another, each
-    :class:`Raw` value of ``doc`` (top level) written as its parts: orjson writes the rest
-    around a marker in its place."""
-    raws = [k for k, v in doc.items() if isinstance(v, Raw)]
-    names = {k: f"\ue000jsontext {n}\ue000" for n, k in enumerate(raws)}
-    marks = {k: orjson.dumps(m) for k, m in names.items()}  # as it shows in the text
-    text = orjson.dumps({k: names.get(k, v) for k, v in doc.items()}, option=option)
-    if any(text.count(m) != 1 for m in marks.values()):  # a value holds a marker's text too
-        joined = {
-            k: orjson.Fragment(b"".join(v.parts)) if k in marks else v for k, v in doc.items()
-        }
-        return [orjson.dumps(joined, option=option)]
-    out: list[Any] = []
-    for k in raws:
-        head, _, text = text.partition(marks[k])
-        out += [head, *doc[k].parts]
-    return [*out, text]
+    return Raw(parts())
 
 
 def listings(fields: Sequence[Field], starts: np.ndarray, indent: int) -> Column:
@@ -143,3 +144,27 @@ def listings(fields: Sequence[Field], starts: np.ndarray, indent: int) -> Column
     glued = pa.StringArray.from_buffers(n, pa.py_buffer(at.tobytes()), data)
     full = pc.binary_join_element_wise("[", glued, "\n" + " " * indent + "]", "")
     return pc.if_else(pa.array(count > 0, pa.bool_()), full, "[]")
+
+
+def dump(doc: dict[str, Any], option: int) -> Iterator[Any]:
+    """``orjson.dumps(doc, option=option)`` as pieces to write one after another, each
+    :class:`Raw` value of ``doc`` (top level) written as its parts where orjson writes a
+    marker in its place (the parts are made as the pieces are taken)."""
+    raws = [k for k, v in doc.items() if isinstance(v, Raw)]
+    names = {k: f"\ue000jsontext {n}\ue000" for n, k in enumerate(raws)}
+    marks = {k: orjson.dumps(m) for k, m in names.items()}  # as it shows in the text
+    text = orjson.dumps({k: names.get(k, v) for k, v in doc.items()}, option=option)
+    if any(text.count(m) != 1 for m in marks.values()):  # a value holds a marker's text too
+        joined = {
+            k: orjson.Fragment(b"".join(v.parts)) if k in marks else v for k, v in doc.items()
+        }
+        return iter([orjson.dumps(joined, option=option)])
+    return _around(text, [(marks[k], doc[k]) for k in raws])
+
+
+def _around(text: bytes, raws: list[tuple[bytes, Raw]]) -> Iterator[Any]:
+    for mark, raw in raws:
+        head, _, text = text.partition(mark)
+        yield head
+        yield from raw.parts
+    yield text

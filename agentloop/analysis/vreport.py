@@ -12,6 +12,7 @@ byte for byte.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -265,7 +266,7 @@ class ColumnReport(NamedTuple):
     def has_sub_agents(self) -> bool:
         return bool(kind_is(self.vg.c, "agent").any())
 
-    def document_text(self, option: int) -> list[Any]:
+    def document_text(self, option: int) -> Iterator[Any]:
         """``orjson.dumps(self.document(), option=option)`` (``option``: with
         ``OPT_INDENT_2``) as pieces to write one after another (:func:`jsontext.dump`), the
         steps and path made a column at a time (:func:`steps_text`)."""

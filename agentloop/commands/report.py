@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import gc
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,7 +101,7 @@ def emit_json(data: dict[str, Any]) -> None:
 JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
 
 
-def write_parts(parts: list[Any]) -> None:
+def write_parts(parts: Iterable[Any]) -> None:
     """Bytes (or buffers) to stdout one after another, to its binary buffer when it has one."""
     buffer = getattr(sys.stdout, "buffer", None)
     if buffer is None:  # a text-only stream (io.StringIO)
