@@ -292,11 +292,13 @@ def write_cache(trace: Path, c: Columns, key: dict[str, Any]) -> Path | None:
 
 
 def load_columns(trace: Path) -> Columns:
-    """The columns of ``trace``: from a valid cache, else through the checked reader (a bad
-    trace raises its TraceFileError), writing the cache for next time."""
+    """The columns of ``trace``: from a valid cache, else built (by the fast cold builder of
+    :mod:`agentloop.analysis.fastcols` for a clean trace, else through the checked reader: a
+    bad trace raises its TraceFileError), writing the cache for next time."""
     c = read_cache(trace)
     if c is not None:
         return c
+    from agentloop.analysis.fastcols import fast_columns
     from agentloop.analysis.graph import build_graph, gc_paused, load_quickly
 
     try:
@@ -304,7 +306,11 @@ def load_columns(trace: Path) -> Columns:
     except OSError:
         key = None
     with gc_paused():  # a million spans alive: see gc_paused
-        c = columns_of(build_graph(load_quickly(trace)))  # a missing file: the reader's message
+        # a clean trace in the writer's shape: its columns straight from typed records (a screen,
+        # not a second reader); anything else, the checked path, with its messages and notes
+        c = fast_columns(trace)
+        if c is None:
+            c = columns_of(build_graph(load_quickly(trace)))  # a missing file: its message
     if key is not None:
         write_cache(trace, c, key)
     return c
