@@ -26,6 +26,11 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 from agentloop.trace import attrs as A
 from agentloop.trace.fields import MAX_INSTANT_NS
 
+
+class NotClean(Exception):
+    """The trace is not one the screen recognises: the checked path decides what it is."""
+
+
 Instant = Annotated[int, Meta(ge=0, le=MAX_INSTANT_NS)]
 Count = Annotated[int, Meta(ge=0)]
 
