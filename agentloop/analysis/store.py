@@ -273,11 +273,15 @@ def write_cache(trace: Path, c: Columns, key: dict[str, Any]) -> Path | None:
     file or the new one. None when its folder cannot be written."""
     path = cache_path(trace)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    sink = pa.BufferOutputStream()
     table = to_table(c, key)
-    with pa.ipc.new_file(sink, table.schema) as w:
+    # sized first (a dry run writes nothing), then written once into a buffer of that size: a
+    # growing BufferOutputStream copied 136 MB over and over (0.7-1.0 s against 0.02 s)
+    size = pa.MockOutputStream()
+    with pa.ipc.new_file(size, table.schema) as w:
         w.write_table(table)
-    data = sink.getvalue()
+    data = pa.allocate_buffer(size.size())
+    with pa.ipc.new_file(pa.FixedSizeBufferWriter(data), table.schema) as w:
+        w.write_table(table)
     try:
         path.parent.mkdir(exist_ok=True)
         with tmp.open("wb") as f:
