@@ -1,5 +1,6 @@
-"""The model columns of the fast cold builder (:mod:`agentloop.analysis.fastcols`): each
-finished model call's attribution, usage and lateness from its typed end attributes, on arrays.
+"""The fast cold builder's model columns: each call's attribution, usage and lateness, on arrays.
+
+For :mod:`agentloop.analysis.fastcols`, from the finished model calls' typed end attributes.
 
 The formulas are their owners' (:func:`agentloop.analysis.attribution.model_parts`,
 :func:`agentloop.model.timing.split_ns`, :func:`agentloop.analysis.lateness.of_trace`) on

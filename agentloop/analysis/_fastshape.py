@@ -1,7 +1,6 @@
-"""The record shapes the fast cold builder accepts (:mod:`agentloop.analysis.fastcols`), as
-msgspec Structs.
+"""The record shapes the fast cold builder (fastcols.py) accepts, as msgspec Structs.
 
-These are a screen, not a schema: each Struct is the shape the writer writes
+These (for :mod:`agentloop.analysis.fastcols`) are a screen, not a schema: each Struct is the shape the writer writes
 (:mod:`agentloop.trace.schema`, the runner's model and tool end attributes), typed so that
 msgspec decodes a trace's span records in C with no Python dict per record. Every field here is
 at least as strict as the checked reader's fast paths (:func:`agentloop.trace.reader.

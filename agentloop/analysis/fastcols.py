@@ -1,4 +1,4 @@
-"""Builds a clean trace's :class:`Columns` without a Python object per span: the cold path.
+"""Builds a clean trace's Columns without a Python object per span: the cold path.
 
 The checked path (:func:`agentloop.trace.reader.load_trace`, then
 :func:`agentloop.analysis.graph.build_graph`, then :func:`agentloop.analysis.columnar.columns_of`)
