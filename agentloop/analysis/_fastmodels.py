@@ -65,7 +65,7 @@ def model_columns(
     tm = _timing(cols["timing"])
     wait, retry = _attempts(cols["attempts"], num["wait_ns"])
     dur = s["t1"][span] - s["t0"][span]
-    failed = s["status_of_end"][span] == "error"
+    failed = s["status"][span] == F.STATUSES.index("error")
     vis = np.maximum(0, num["out"] - num["rea"])
     tps = _fallbacks(trace, [a.tier for a in ma])
     base, reasoning, decode, tail, otps = _split(tm, num["rea"], vis, tps)

@@ -17,7 +17,7 @@ rest of a kind's checks are the builder's, per kind, on the decoded columns.
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -30,6 +30,12 @@ class NotClean(Exception):
     """The trace is not one the screen recognises: the checked path decides what it is."""
 
 
+# the span kinds and statuses the writer writes (the set-up and check spans are the checked
+# path's), as literals: msgspec hands back one shared string per value, not one per record
+KINDS = ("run", "agent", "step", "model", "tool")
+STATUSES = ("ok", "error", "cancelled", "in_flight")  # the last: a span still open at the end
+Kind = Literal["run", "agent", "step", "model", "tool"]
+Status = Literal["ok", "error", "cancelled"]
 Instant = Annotated[int, Meta(ge=0, le=MAX_INSTANT_NS)]
 Count = Annotated[int, Meta(ge=0)]
 
@@ -47,7 +53,7 @@ class StartAttrs(
 class SpanStart(Struct, tag="span_start", tag_field="type", gc=False):
     id: Annotated[str, Meta(min_length=1)]
     parent: str | None
-    kind: str
+    kind: Kind
     name: str
     t: Instant
     after: list[str]
@@ -125,7 +131,7 @@ class EndAttrs(
 class SpanEnd(Struct, tag="span_end", tag_field="type", gc=False):
     id: str
     t: Instant
-    status: str
+    status: Status
     attrs: EndAttrs | None
 
 

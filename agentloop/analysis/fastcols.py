@@ -41,10 +41,12 @@ from agentloop.analysis.columnar import Columns
 from agentloop.errors import TraceFileError
 from agentloop.trace import attrs as A
 from agentloop.trace.fields import Where
-from agentloop.trace.reader import NO_END, OUTSIDE_KINDS, Trace
+from agentloop.trace.reader import NO_END, Trace
 from agentloop.trace.schema import EndRecord, RunHeader, parse_header, parse_record
 
 I64 = np.int64
+_KIND = {k: i for i, k in enumerate(F.KINDS)}
+_STATUS = {k: i for i, k in enumerate(F.STATUSES)}
 _BOUNDARY = b'}\n{"type":"'  # between two records as the writer writes them
 
 
@@ -113,8 +115,6 @@ def _build(data: bytes, path: Path) -> Columns:
     n = len(starts)
     kinds, names = s["kinds"], s["names"]
     code = {k: i for i, k in enumerate(kinds.dictionary.to_pylist())}
-    if OUTSIDE_KINDS & code.keys():
-        raise NotClean("set-up or check spans")
     kcode = np.asarray(kinds.indices, I64)
     eid, end_kind = s["eid"], kcode[s["eid"]]
     attrs = [F.NO_ATTRS if e.attrs is None else e.attrs for e in ends]
@@ -185,13 +185,15 @@ def _spans(
     t1[eid] = t1e
     in_flight = np.ones(n, np.bool_)
     in_flight[eid] = False
-    statuses = np.full(n, "in_flight", object)
-    statuses[eid] = [e.status for e in ends]
+    status = np.full(n, F.STATUSES.index("in_flight"), I64)
+    status[eid] = np.fromiter(map(_STATUS.__getitem__, [e.status for e in ends]), I64, m)
     return {
         "ids": ids,
-        "kinds": pa.array([r.kind for r in starts], pa.string()).dictionary_encode(),
+        "kinds": _encode(
+            np.fromiter(map(_KIND.__getitem__, [r.kind for r in starts]), I64, n), F.KINDS
+        ),
         "names": [r.name for r in starts],
-        "statuses": pa.array(statuses, pa.string()).dictionary_encode(),
+        "statuses": _encode(status, F.STATUSES),
         "eid": eid,
         "parent": parent,
         "after_off": after_off,
@@ -200,8 +202,20 @@ def _spans(
         "t1": t1,
         "in_flight": in_flight,
         "end_ns": int(end_ns),
-        "status_of_end": statuses,
+        "status": status,
     }
+
+
+def _encode(codes: np.ndarray, values: tuple[str, ...]) -> pa.DictionaryArray:
+    """``values[codes]`` dictionary-encoded as ``dictionary_encode`` does it: the dictionary in
+    order of first appearance."""
+    seen, first = np.unique(codes, return_index=True)
+    order = seen[np.argsort(first)]
+    renumber = np.zeros(len(values), np.int32)
+    renumber[order] = np.arange(len(order), dtype=np.int32)
+    return pa.DictionaryArray.from_arrays(
+        pa.array(renumber[codes]), pa.array([values[c] for c in order], pa.string())
+    )
 
 
 def _resolve(ids: list[str], *refs: list[Any]) -> tuple[pa.Array, list[np.ndarray]]:
