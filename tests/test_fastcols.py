@@ -135,7 +135,18 @@ FAST: dict[str, Callable[[], list[bytes]]] = {
     "measured under load": measured_under_load,
     **{f"reference {p.stem}": (lambda p=p: p.read_bytes().splitlines()) for p in REFERENCE},
 }
+
+
+def with_event() -> list[bytes]:
+    """A ``span_event`` record (a context trim) inside the run span."""
+    lines = list(agent_lines(3))
+    event = {"type": "span_event", "span": "s1", "t": 5000, "name": "context.trim", "attrs": {}}
+    return [*lines[:3], orjson.dumps(event), *lines[3:]]
+
+
 HANDED_OVER: dict[str, Callable[[], list[bytes]]] = {
+    "span event": with_event,
+    "cut last line": lambda: [*list(agent_lines(3))[:-1], list(agent_lines(3))[-1][:-9]],
     "odd edges": odd_edges,
     "unsplit": unsplit,
     "set-up span": with_setup,
