@@ -3,7 +3,8 @@
 The checked path (:func:`agentloop.trace.reader.load_trace`, then
 :func:`agentloop.analysis.graph.build_graph`, then :func:`agentloop.analysis.columnar.columns_of`)
 builds a ``SpanRecord``, typed views and Graph lists for every span: 5.5x the time of
-``orjson.loads`` on every line for a million spans (this: 2.5x end to end, README's figures). Here msgspec decodes each span record into
+``orjson.loads`` on every line for a million spans (this path: 2.5x, end to end,
+``tests/benchmarks/bench_analysis.py``). Here msgspec decodes each span record into
 the typed Structs of :mod:`agentloop.analysis._fastshape` (in C), the columns are taken from
 them in whole-list passes, and the reader's checks that span records (ids, order, instants,
 the model and tool end attributes) must pass are made on the arrays.
