@@ -24,6 +24,7 @@ from agentloop.trace.schema import (
 from agentloop.trace.span_attrs import ModelAttrs, ToolAttrs, model_attrs, tool_attrs
 
 _EMPTY: dict[str, Any] = {}  # a start record without attrs; each span gets its own empty dict
+NO_END = "no end record: the run did not finish (killed or still running)"  # a trace's note
 
 
 @dataclass(slots=True)
@@ -261,7 +262,7 @@ def parse_lines(lines: list[bytes], path: object = "<trace>") -> Trace:
             del spans[sid]
         header = _late_header(header, outside, path)
     if end is None:
-        problems.append("no end record: the run did not finish (killed or still running)")
+        problems.append(NO_END)
     else:
         started = min((s.t0 for s in spans.values() if s.parent is None), default=0)
         if end.t < started:

@@ -15,6 +15,9 @@ typed views). Each load runs in a fresh child process, the three taking turns fo
 (best kept), so none inherits a heap another one scattered. Figures vary with the machine's
 load: the script prints what it saw.
 
+Then the cold columns both ways: the checked path's (load, graph, ``columns_of``) and the fast
+cold builder's (:mod:`agentloop.analysis.fastcols`, the same columns from typed records).
+
 Then, end to end (process start to answer, each a fresh ``agentloop`` process, its peak
 memory from ``wait4``): ``whatif --tier sim-ultrafast`` and ``report`` cold (no columnar cache:
 the checked load, then the cache is written) and warm (the cache read back), beside the
@@ -42,7 +45,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from agentloop.analysis import store  # noqa: E402
-from agentloop.analysis.graph import Graph, build_graph, load_quickly  # noqa: E402
+from agentloop.analysis.columnar import columns_of  # noqa: E402
+from agentloop.analysis.fastcols import fast_columns  # noqa: E402
+from agentloop.analysis.graph import Graph, build_graph, gc_paused, load_quickly  # noqa: E402
 from agentloop.analysis.synthetic import agent_lines  # noqa: E402
 from agentloop.analysis.whatif import Scenario, WhatIf, predict_ns, whatif  # noqa: E402
 from agentloop.config.tiers import SpeedProfile, get_tier, load_tiers  # noqa: E402
@@ -133,8 +138,12 @@ def main() -> None:
         graph_s, runs, full_s, _, w, predicted = analyse(trace)
         n_spans = len(trace.spans)
         n_models = sum(s.kind == "model" for s in trace.spans.values())
-        del trace, _
+        t = time.perf_counter()
+        checked_columns = columns_of(_)
+        columns_s = time.perf_counter() - t
+        del trace, _, checked_columns
         gc.collect()
+        fast_s = time_fast_build(path)
         ends = end_to_end(path, rounds)
         suite = suite_figures(Path(tmp) / "suite", suite_runs) if suite_runs else None
     retime_s = min(runs)
@@ -176,6 +185,11 @@ def main() -> None:
         f"of {w.measured_ns / 1e9:,.1f} s measured, speedup {w.measured_ns / predicted:.2f}x"
     )
     print(f"graph + re-timing {graph_s + retime_s:6.2f} s")
+    print(
+        f"cold columns: checked load + graph + columns_of {quick_s + graph_s + columns_s:6.2f} s "
+        f"(columns_of {columns_s:.2f} s); fastcols {fast_s:6.2f} s (the same columns from typed "
+        f"records), {fast_s / plain:.2f}x the orjson floor"
+    )
     print(
         f"full whatif    {full_s:6.2f} s   (re-timing, both critical paths and their "
         f"breakdowns, ceiling and {len(w.curve)}-point curve from one lockstep pass)"
@@ -392,6 +406,18 @@ def print_suite(s: dict[str, float], n: int) -> None:
 def load_average() -> float:
     """The one-minute load average (the machine is shared: figures are read beside it)."""
     return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def time_fast_build(path: Path) -> float:
+    """Seconds for the fast cold builder's columns of ``path``, the collector paused (as
+    ``store.load_columns`` builds them)."""
+    with gc_paused():
+        t = time.perf_counter()
+        c = fast_columns(path)
+        took = time.perf_counter() - t
+    if c is None:
+        raise SystemExit("fastcols handed the synthetic trace over: it should build it")
+    return took
 
 
 def analyse(trace: Trace) -> tuple[float, list[float], float, Graph, WhatIf, int]:

@@ -1,0 +1,306 @@
+"""Builds a clean trace's Columns without a Python object per span: the cold path.
+
+The checked path (:func:`agentloop.trace.reader.load_trace`, then
+:func:`agentloop.analysis.graph.build_graph`, then :func:`agentloop.analysis.columnar.columns_of`)
+builds a ``SpanRecord``, typed views and Graph lists for every span: 5.5x the time of
+``orjson.loads`` on every line for a million spans (this path: 2.5x, end to end,
+``tests/benchmarks/bench_analysis.py``). Here msgspec decodes each span record into
+the typed Structs of :mod:`agentloop.analysis._fastshape` (in C), the columns are taken from
+them in whole-list passes, and the reader's checks that span records (ids, order, instants,
+the model and tool end attributes) must pass are made on the arrays.
+
+This is a screen, never a second door: :func:`fast_columns` returns None for anything it does
+not recognise as a clean trace in the shape the writer writes (a line msgspec rejects, an
+unknown record type, ``span_event`` records, set-up and check spans, an id started or ended
+twice, a parent or ``after`` span that did not start before, a cut last line, an attribute
+outside the writer's shape, ...), and the caller hands the whole file to the checked path,
+which keeps its own errors and notes. What it accepts, the checked path accepts with the same
+values (``tests/test_fastcols.py`` compares both paths' Columns field by field, and fuzzes).
+The formulas are the checked path's owners' (:func:`agentloop.model.timing.split_ns` is
+vectorised in :func:`_split`, kept beside its source's order of operations so the floats agree).
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from agentloop.analysis import _fastshape as F
+from agentloop.analysis._fastmodels import model_columns
+from agentloop.analysis._fastshape import NotClean
+from agentloop.analysis.agents import step_text
+from agentloop.analysis.attribution import tool_category
+from agentloop.analysis.columnar import Columns
+from agentloop.errors import TraceFileError
+from agentloop.trace import attrs as A
+from agentloop.trace.fields import Where
+from agentloop.trace.reader import NO_END, Trace
+from agentloop.trace.schema import EndRecord, RunHeader, parse_header, parse_record
+
+I64 = np.int64
+_KIND = {k: i for i, k in enumerate(F.KINDS)}
+_STATUS = {k: i for i, k in enumerate(F.STATUSES)}
+_BOUNDARY = b'}\n{"type":"'  # between two records as the writer writes them
+
+
+def fast_columns(path: Path) -> Columns | None:
+    """The columns of the trace at ``path`` if it is a clean trace in the writer's shape, else
+    None (the caller loads it through the checked reader)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    try:
+        return _build(data, path)
+    except (NotClean, msgspec.MsgspecError, TraceFileError, ValueError):
+        return None  # orjson's and UnicodeDecodeError are ValueErrors
+
+
+def _decode(data: bytes, path: Path) -> tuple[RunHeader, EndRecord | None, list[Any]]:
+    """The header (checked), the end record (checked) and the span records (typed).
+
+    The reader takes a line as a record (``bytes.splitlines``); msgspec decodes the records one
+    after the other, whatever the lines. They agree when every line boundary is a record's
+    closing brace, a newline and the next record's opening (``}\\n{"type":"``, as the writer
+    writes): a brace, then a newline, then a brace cannot sit inside a JSON value, so no record
+    spans two lines, and as many records as lines put one on each. No ``\\r`` either (the
+    reader splits there too), and UTF-8 throughout (orjson refuses a line that is not).
+    """
+    if not data.isascii():
+        data.decode()
+    head = data.find(b"\n")
+    stop = len(data) - data.endswith(b"\n")
+    lines = data.count(b"\n", 0, stop) + 1
+    if (
+        head < 0
+        or data.endswith(b"\n\n")
+        or data.find(b"\r") >= 0
+        or data.count(_BOUNDARY, 0, stop) != lines - 1
+    ):
+        raise NotClean("not one record a line in the writer's shape")
+    try:
+        run = parse_header(orjson.loads(data[:head]), path)
+    except (TypeError, KeyError) as exc:  # the reader's to report (or to crash on, as it does)
+        raise NotClean("header") from exc
+    recs = F.decoder().decode_lines(memoryview(data)[head + 1 : stop])
+    end = None
+    if recs and type(recs[-1]) is F.RunEnd:
+        last = data[data.rfind(b"\n", 0, stop) + 1 : stop]
+        rec = parse_record(orjson.loads(last), Where(path, lines))
+        if type(rec) is not EndRecord:
+            raise NotClean("end")
+        end = rec
+        recs.pop()
+    return run, end, recs
+
+
+def _build(data: bytes, path: Path) -> Columns:
+    """The columns of a trace's bytes; NotClean (or msgspec's, orjson's, the header's error)
+    when the screen does not recognise it."""
+    run, end, recs = _decode(data, path)
+    flags = list(map(F.SpanStart.__instancecheck__, recs))
+    starts = list(itertools.compress(recs, flags))
+    ends = list(itertools.compress(recs, map(operator.not_, flags)))
+    if not starts or not set(map(type, ends)) <= {F.SpanEnd}:
+        raise NotClean("no spans, or an end record before the last line")
+    is_start = np.array(flags, np.bool_)
+    del recs, flags
+    s = _spans(starts, ends, is_start, end)
+    trace = Trace(path, run, {}, end)  # the header and end record: what the formulas read
+    n = len(starts)
+    kinds, names = s["kinds"], s["names"]
+    code = {k: i for i, k in enumerate(kinds.dictionary.to_pylist())}
+    kcode = np.asarray(kinds.indices, I64)
+    eid, end_kind = s["eid"], kcode[s["eid"]]
+    attrs = [F.NO_ATTRS if e.attrs is None else e.attrs for e in ends]
+    names = pa.array(names, pa.string())
+    tools = _tools(attrs, eid, end_kind == code.get("tool", -1), names, n)
+    has_kids = np.bincount(s["parent"][s["parent"] >= 0], minlength=n) > 0
+    models = model_columns(trace, attrs, eid, end_kind == code.get("model", -1), s, has_kids)
+    return Columns(
+        header=run.raw,
+        end=None if end is None else end.raw,
+        problems=() if end is not None else (NO_END,),
+        ids=s["ids"],
+        kinds=kinds,
+        names=names,
+        statuses=s["statuses"],
+        step_label=_step_labels(starts, s["names"], kcode == code.get("step", -1)),
+        parent=s["parent"],
+        after_off=s["after_off"],
+        after_idx=s["after_idx"],
+        t0=s["t0"],
+        t1=s["t1"],
+        in_flight=s["in_flight"],
+        end_ns=s["end_ns"],
+        **tools,
+        **models,
+    )
+
+
+def _spans(
+    starts: list[F.SpanStart], ends: list[F.SpanEnd], is_start: np.ndarray, end: EndRecord | None
+) -> dict[str, Any]:
+    """The span columns, and the reader's checks of the records' ids and order: every id
+    starts once, every span_end names a span that started before it, once, and not earlier
+    than its start; parents and ``after`` spans started before the span (the Graph's notes
+    for those are the checked path's: not clean here)."""
+    n, m = len(starts), len(ends)
+    afters = [r.after for r in starts]
+    after_off = np.zeros(n + 1, I64)
+    np.cumsum(np.fromiter(map(len, afters), I64, n), out=after_off[1:])
+    ids, (eid, parent, after_idx) = _resolve(
+        [r.id for r in starts],
+        [e.id for e in ends],
+        [r.parent for r in starts],
+        list(itertools.chain.from_iterable(afters)),
+    )
+    pos_s, pos_e = np.flatnonzero(is_start), np.flatnonzero(~is_start)
+    if m and ((eid < 0).any() or (pos_s[eid] > pos_e).any()):
+        raise NotClean("a span_end names a span that did not start before it")
+    if m and (np.bincount(eid, minlength=n) > 1).any():
+        raise NotClean("a span ended twice")
+    t0 = np.fromiter([r.t for r in starts], I64, n)
+    t1e = np.fromiter([e.t for e in ends], I64, m)
+    if (t1e < t0[eid]).any():
+        raise NotClean("a span ends before it starts")
+    if ((parent < -1) | (parent >= np.arange(n))).any():
+        raise NotClean("a parent unknown or not started before its span")
+    owner = np.repeat(np.arange(n), np.diff(after_off))
+    if ((after_idx < 0) | (after_idx >= owner)).any():
+        raise NotClean("an 'after' span unknown or not started before its span")
+    roots = t0[parent < 0]
+    if end is not None:
+        end_ns = end.t
+        if roots.size and end_ns < roots.min():
+            raise NotClean("the run ends before its run span started")
+    else:
+        end_ns = int(max(t0.max(initial=0), t1e.max(initial=0)))
+    t1 = np.full(n, end_ns, I64)
+    t1[eid] = t1e
+    in_flight = np.ones(n, np.bool_)
+    in_flight[eid] = False
+    status = np.full(n, F.STATUSES.index("in_flight"), I64)
+    status[eid] = np.fromiter(map(_STATUS.__getitem__, [e.status for e in ends]), I64, m)
+    return {
+        "ids": ids,
+        "kinds": _encode(
+            np.fromiter(map(_KIND.__getitem__, [r.kind for r in starts]), I64, n), F.KINDS
+        ),
+        "names": [r.name for r in starts],
+        "statuses": _encode(status, F.STATUSES),
+        "eid": eid,
+        "parent": parent,
+        "after_off": after_off,
+        "after_idx": after_idx,
+        "t0": t0,
+        "t1": t1,
+        "in_flight": in_flight,
+        "end_ns": int(end_ns),
+        "status": status,
+    }
+
+
+def _encode(codes: np.ndarray, values: tuple[str, ...]) -> pa.DictionaryArray:
+    """``values[codes]`` dictionary-encoded as ``dictionary_encode`` does it: the dictionary in
+    order of first appearance."""
+    seen, first = np.unique(codes, return_index=True)
+    order = seen[np.argsort(first)]
+    renumber = np.zeros(len(values), np.int32)
+    renumber[order] = np.arange(len(order), dtype=np.int32)
+    return pa.DictionaryArray.from_arrays(
+        pa.array(renumber[codes]), pa.array([values[c] for c in order], pa.string())
+    )
+
+
+def _resolve(ids: list[str], *refs: list[Any]) -> tuple[pa.Array, list[np.ndarray]]:
+    """The ids as an Arrow array, and each list of references as span indices (-1: None, -2:
+    an id that never started); NotClean when an id starts twice. The writer's ids ("s1",
+    "s2", ... in start order) are read as numbers in Arrow; any others through a dict."""
+    n, arr = len(ids), pa.array(ids, pa.string())
+    own = _writer_numbers(arr)
+    if own is not None and np.array_equal(own, np.arange(1, n + 1)):
+        out = [_writer_numbers(pa.array(r, pa.string())) for r in refs]
+        if all(k is not None for k in out):
+            return arr, [np.where(k > n, -2, k - 1) for k in out]  # type: ignore[operator]
+    idx: dict[str | None, int] = dict(zip(ids, range(n), strict=True))
+    if len(idx) != n:
+        raise NotClean("a span started twice")
+    idx[None] = -1  # a root's parent (an id is a string)
+    return arr, [np.fromiter(map(idx.get, r, itertools.repeat(-2)), I64, len(r)) for r in refs]
+
+
+def _writer_numbers(a: pa.Array) -> np.ndarray | None:
+    """k for each "s<k>" of ``a`` (k >= 1, written as the writer writes it), 0 for a null; None
+    when another string is there."""
+    digits = pc.utf8_slice_codeunits(a, 1)
+    try:
+        k = pc.cast(digits, pa.int64())
+    except pa.ArrowInvalid:
+        return None
+    ok = pc.and_(
+        pc.and_(pc.starts_with(a, "s"), pc.greater(k, 0)),
+        pc.equal(pc.cast(k, pa.string()), digits),
+    )
+    if pc.all(ok).as_py() not in (True, None):
+        return None
+    got: np.ndarray = np.asarray(pc.fill_null(k, 0), I64)
+    return got
+
+
+def _step_labels(starts: list[F.SpanStart], names: list[str], is_step: np.ndarray) -> pa.Array:
+    """A step span's label (:func:`agentloop.analysis.agents.step_text`), else null."""
+    labels = np.full(len(starts), None, object)
+    rows = np.flatnonzero(is_step)
+    out = []
+    for j in rows.tolist():
+        a = starts[j].attrs
+        if a is None:
+            out.append(names[j])
+        else:
+            who = {A.STEP: a.step, A.GEN_AI_AGENT_NAME: a.agent, A.AGENT_INVOCATION: a.inv}
+            out.append(step_text(who, names[j]))
+    labels[rows] = out
+    return pa.array(labels, pa.string())
+
+
+def _tools(
+    attrs: list[F.EndAttrs], eid: np.ndarray, is_tool: np.ndarray, names: pa.Array, n: int
+) -> dict[str, Any]:
+    """The finished tool spans' category (dictionary-encoded in start order, as
+    ``columns_of``'s) and queue time; whether each tool span name books one category. The
+    reader's tool checks: a named tool (``gen_ai.tool.name``), its output text."""
+    rows = np.flatnonzero(is_tool)
+    rows = rows[np.argsort(eid[rows], kind="stable")]
+    span = eid[rows]
+    ta = [attrs[k] for k in rows.tolist()]
+    tool = [a.tool for a in ta]
+    if (
+        not set(map(type, tool)) <= {str}
+        or "" in tool
+        or F.Output in set(map(type, [a.output for a in ta]))
+    ):
+        raise NotClean("a tool span's end attributes")
+    queued = np.zeros(n, I64)
+    queued[span] = np.fromiter([a.queued_ns for a in ta], I64, len(ta))
+    by_tool = pa.array(tool, pa.string()).dictionary_encode()
+    codes = np.asarray(by_tool.indices, np.int32)
+    cats = [tool_category(t, {A.GEN_AI_TOOL_NAME: t}) for t in by_tool.dictionary.to_pylist()]
+    at = np.zeros(n, np.int32)
+    at[span] = codes
+    has = np.zeros(n, np.bool_)
+    has[span] = True
+    category = pa.DictionaryArray.from_arrays(pa.array(at, mask=~has), pa.array(cats, pa.string()))
+    # one category per span name: each (name, tool) pair's name appears once
+    name_code = np.asarray(names.take(pa.array(span)).dictionary_encode().indices, I64)
+    pairs = np.unique(name_code * max(len(cats), 1) + codes)
+    one = len(np.unique(pairs // max(len(cats), 1))) == len(pairs)
+    return {"tool_category": category, "queued_ns": queued, "tools_by_name": one}

@@ -1,0 +1,313 @@
+"""The fast cold builder is a screen: its Columns are the checked path's, or it hands the file over."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentloop.analysis import store
+from agentloop.analysis.columnar import Columns, columns_of
+from agentloop.analysis.fastcols import fast_columns
+from agentloop.analysis.graph import build_graph
+from agentloop.analysis.synthetic import TraceBuilder, agent_lines, model_attrs, tier_record
+from agentloop.analysis.synthetic_runs import StepSpec, fanout_run, sequential_run
+from agentloop.errors import TraceFileError
+from agentloop.trace.fields import MAX_INSTANT_NS
+from agentloop.trace.reader import load_trace
+
+S = 1_000_000_000
+MS = 1_000_000
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = sorted((ROOT / "traces" / "reference").glob("*.jsonl"))
+
+
+def checked(path: Path) -> Columns:
+    """Today's path: the checked reader, the Graph, ``columns_of``."""
+    return columns_of(build_graph(load_trace(path)))
+
+
+def differences(a: Columns, b: Columns) -> list[str]:
+    """The fields of two Columns that differ (arrays by dtype, shape and value)."""
+    out = []
+    for f in dataclasses.fields(Columns):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            same = x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y)
+        elif isinstance(x, pa.Array):
+            same = x.type == y.type and x.equals(y)
+        else:
+            same = type(x) is type(y) and x == y
+        if not same:
+            out.append(f.name)
+    return out
+
+
+def killed() -> list[bytes]:
+    """Step 1 finished; step 2's model call was in flight when the run was killed."""
+    b = sequential_run([StepSpec(300 * MS, visible=61, tools=(("read", 500 * MS),))], finish=False)
+    run = b.records[1]["id"]
+    st_ = b.start("step", "step 2", 1807 * MS, run, ["s2"], step=2)
+    b.start("model", "chat demo", 1808 * MS, st_, ["s4"], step=2)
+    return b.lines()
+
+
+def measured_under_load() -> list[bytes]:
+    """Model calls with the client's lateness (issue 28), one without."""
+    b = TraceBuilder()
+    run = b.start("run", "invoke_agent demo", 0)
+    prev: list[str] = []
+    for k, err in enumerate((0.031, 0.002, 0.25, None, 3)):
+        step = b.start("step", f"step {k + 1}", k * S, run, prev, step=k + 1)
+        m = b.start("model", "chat demo", k * S + MS, step, step=k + 1)
+        attrs = model_attrs(k * S + MS, 100 * MS, 0, 30, 60.0, step=k + 1)
+        if err is not None:
+            attrs |= {"timing_error_s": err, "timing_under_load": err > 0.01}
+        b.end(m, k * S + 800 * MS, **attrs)
+        b.end(step, k * S + 900 * MS)
+        prev = [step]
+    b.end(run, 5 * S)
+    b.finish(5 * S)
+    return b.lines()
+
+
+def odd_edges() -> list[bytes]:
+    """An ``after`` naming an unknown span: the Graph notes it, so the screen hands it over."""
+    b = TraceBuilder()
+    run = b.start("run", "invoke_agent demo", 0)
+    m = b.start("model", "chat demo", 2 * MS, run, ["nope"], step=1)
+    b.end(m, 900 * MS, **model_attrs(5 * MS, 100 * MS, 40, 50, 60.0))
+    b.end(run, 990 * MS)
+    b.finish(995 * MS)
+    return b.lines()
+
+
+def unsplit() -> list[bytes]:
+    """An imported call whose phases nothing split (issue 25): the checked path notes it."""
+    b = TraceBuilder()
+    run = b.start("run", "invoke_agent demo", 0)
+    m = b.start("model", "chat demo", MS, run, step=1)
+    b.end(m, S, **model_attrs(MS, 100 * MS, 0, 30, 60.0), unknown=["timing.t_first_visible"])
+    b.end(run, S)
+    b.finish(S)
+    return b.lines()
+
+
+def with_setup() -> list[bytes]:
+    """A set-up span before the run span (issue 24): kept out of the agent's time."""
+    b = TraceBuilder()
+    setup = b.start("setup", "setup", 0)
+    b.end(setup, MS, workspace="/w")
+    run = b.start("run", "invoke_agent demo", MS)
+    b.end(run, S)
+    b.finish(S)
+    return b.lines()
+
+
+FAST: dict[str, Callable[[], list[bytes]]] = {
+    "agent": lambda: list(agent_lines(40)),
+    "agent, 5 tools": lambda: list(agent_lines(25, tools_per_step=5)),
+    "parallel": lambda: sequential_run(
+        [
+            StepSpec(300 * MS, visible=61, tools=(("a", 1 * S), ("b", 3 * S), ("c", 3 * S))),
+            StepSpec(300 * MS, visible=2, reasoning=30, tools=(("a", 1 * S),)),
+            StepSpec(200 * MS, visible=1, tools=(("b", 10 * MS),)),
+        ]
+    ).lines(),
+    "retries": lambda: sequential_run(
+        [StepSpec(300 * MS, visible=61, attempts=((500 * MS, 1 * S),), tail_ns=3 * MS)]
+    ).lines(),
+    "sub-agents": lambda: fanout_run([4, 1, 2, 1, 1], rounds=2).lines(),
+    "sub-agents, tiers": lambda: fanout_run(
+        [3, 1],
+        tiers=[tier_record("a", output_tps=50), tier_record("b", output_tps=500)],
+        sub_tier="b",
+    ).lines(),
+    "killed": killed,
+    "measured under load": measured_under_load,
+    **{f"reference {p.stem}": (lambda p=p: p.read_bytes().splitlines()) for p in REFERENCE},
+}
+
+
+def with_event() -> list[bytes]:
+    """A ``span_event`` record (a context trim) inside the run span."""
+    lines = list(agent_lines(3))
+    event = {"type": "span_event", "span": "s1", "t": 5000, "name": "context.trim", "attrs": {}}
+    return [*lines[:3], orjson.dumps(event), *lines[3:]]
+
+
+HANDED_OVER: dict[str, Callable[[], list[bytes]]] = {
+    "span event": with_event,
+    "cut last line": lambda: [*list(agent_lines(3))[:-1], list(agent_lines(3))[-1][:-9]],
+    "odd edges": odd_edges,
+    "unsplit": unsplit,
+    "set-up span": with_setup,
+    "header only": lambda: TraceBuilder().lines()[:1],
+}
+
+
+def write(tmp_path: Path, lines: list[bytes], name: str = "t.jsonl") -> Path:
+    p = tmp_path / name
+    p.write_bytes(b"".join(line + b"\n" for line in lines))
+    return p
+
+
+def test_the_reference_traces_are_in_the_parity_set():
+    """The fast shapes include every reference trace (a glob that found none tests nothing)."""
+    assert len(REFERENCE) >= 2
+
+
+@pytest.mark.parametrize("name", list(FAST))
+def test_a_clean_trace_gives_the_checked_paths_columns_field_by_field(tmp_path: Path, name: str):
+    """A trace in the writer's shape is built fast, and every field equals the checked path's."""
+    p = write(tmp_path, FAST[name]())
+    fast = fast_columns(p)
+    assert fast is not None
+    assert [] == differences(fast, checked(p))
+
+
+@pytest.mark.parametrize("name", list(HANDED_OVER))
+def test_what_the_checked_path_notes_or_drops_is_handed_over(tmp_path: Path, name: str):
+    """Traces the checked path notes something about (Graph notes, unsplit calls, set-up spans)
+    or has no spans are left to it."""
+    assert fast_columns(write(tmp_path, HANDED_OVER[name]())) is None
+
+
+def test_load_columns_builds_fast_writes_the_cache_and_reads_it_back(tmp_path: Path):
+    """The cache written from the fast columns reads back as the checked path's columns."""
+    p = write(tmp_path, list(agent_lines(30)))
+    first = store.load_columns(p)
+    assert store.is_fresh(p)
+    again = store.read_cache(p)
+    assert again is not None
+    assert [] == differences(first, checked(p))
+    assert [] == differences(again, checked(p))
+
+
+def test_a_damaged_trace_still_gets_the_readers_message(tmp_path: Path):
+    """The screen hands a bad trace over: load_columns raises the checked reader's error."""
+    lines = list(agent_lines(3))
+    lines[4] = lines[4].replace(b'"t":', b'"t":-', 1)
+    p = write(tmp_path, lines)
+    with pytest.raises(TraceFileError) as fast_way:
+        store.load_columns(p)
+    with pytest.raises(TraceFileError) as checked_way:
+        load_trace(p)
+    assert str(checked_way.value) == str(fast_way.value)
+
+
+# -- the fuzz: mutate a small clean trace; the screen hands it over, or agrees ----------------
+
+# values a mutation writes (no number past a float's range: see fastcols' module docstring)
+ODD = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1,
+    7,
+    2**63,
+    MAX_INSTANT_NS + 1,
+    1.5,
+    "",
+    "s1",
+    "s2",
+    "s3",
+    "s99",
+    "x",
+    "model",
+    "tool",
+    "step",
+    "setup",
+    "span_start",
+    "span_end",
+    "span_event",
+    "end",
+    [],
+    ["s1"],
+    [1],
+    {},
+    {"a": 1},
+]
+
+
+def base_lines() -> list[bytes]:
+    return sequential_run(
+        [
+            StepSpec(300 * MS, visible=61, tools=(("a", 1 * S), ("b", 2 * S))),
+            StepSpec(200 * MS, visible=2, reasoning=30, attempts=((100 * MS, 50 * MS),)),
+        ]
+    ).lines()
+
+
+def mutate_value(data: st.DataObject, rec: Any) -> Any:
+    """``rec`` with one value somewhere inside it replaced, or one key dropped."""
+    if not isinstance(rec, (dict, list)) or not rec or data.draw(st.integers(0, 3)) == 0:
+        return data.draw(st.sampled_from(ODD))
+    if isinstance(rec, dict):
+        key = data.draw(st.sampled_from(sorted(rec)))
+        if data.draw(st.integers(0, 4)) == 0:
+            return {k: v for k, v in rec.items() if k != key}
+        return {**rec, key: mutate_value(data, rec[key])}
+    i = data.draw(st.integers(0, len(rec) - 1))
+    return [*rec[:i], mutate_value(data, rec[i]), *rec[i + 1 :]]
+
+
+def mutate(data: st.DataObject, lines: list[bytes]) -> bytes:
+    """The trace's bytes after one to three mutations: a value, a line's place, the bytes."""
+    lines = list(lines)
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(0, len(lines) - 1))
+        how = data.draw(st.sampled_from(["value", "value", "value", "drop", "copy", "swap"]))
+        if how == "value":
+            lines[i] = orjson.dumps(mutate_value(data, orjson.loads(lines[i])))
+        elif how == "drop" and len(lines) > 1:
+            del lines[i]
+        elif how == "copy":
+            lines.insert(data.draw(st.integers(0, len(lines))), lines[i])
+        elif how == "swap":
+            j = data.draw(st.integers(0, len(lines) - 1))
+            lines[i], lines[j] = lines[j], lines[i]
+    raw = b"".join(line + b"\n" for line in lines)
+    cut = data.draw(st.sampled_from(["none", "none", "cut", "blank", "cr", "space"]))
+    at = data.draw(st.integers(0, len(raw)))
+    if cut == "cut":
+        return raw[:at]
+    insert = {"blank": b"\n", "cr": b"\r", "space": b" "}.get(cut, b"")
+    return raw[:at] + insert + raw[at:]
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data())
+def test_a_mutated_trace_is_handed_over_or_agrees_with_the_checked_path(tmp_path: Path, data):
+    """Whatever a mutation does (types, ranges, ids, order, a cut, a stray byte), the screen
+    either hands the file over or builds exactly the columns of a checked load that passed."""
+    p = tmp_path / "m.jsonl"
+    p.write_bytes(mutate(data, base_lines()))
+    fast = fast_columns(p)
+    try:
+        ref = checked(p)
+    except Exception:  # a TraceFileError; any other refusal (a crash) is the reader's too
+        assert fast is None
+        return
+    if fast is not None:
+        assert [] == differences(fast, ref)
+
+
+def test_the_fuzz_base_trace_is_built_fast(tmp_path: Path):
+    """The fuzz mutates a trace the screen takes whole (else it would test only hand-overs)."""
+    assert fast_columns(write(tmp_path, base_lines())) is not None
