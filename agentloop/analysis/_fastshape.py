@@ -103,6 +103,7 @@ class EndAttrs(
         "late": A.TIMING_UNDER_LOAD,
         "tool": A.GEN_AI_TOOL_NAME,
         "call_id": A.GEN_AI_TOOL_CALL_ID,
+        "trimmed": A.CONTEXT_TRIMMED,
     },
 ):
     """A span's end attributes: a model's (UNSET: the key is missing) and a tool's."""
@@ -126,6 +127,7 @@ class EndAttrs(
     call_id: str = ""
     data: dict[str, Any] | None = None
     queued_ns: Count = 0
+    trimmed: Any = UNSET  # an older trace's trims: the checked path reads those
 
 
 class SpanEnd(Struct, tag="span_end", tag_field="type", gc=False):

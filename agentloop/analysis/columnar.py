@@ -170,28 +170,44 @@ def columns_of(g: Graph) -> Columns:
 
 
 def _calls(g: Graph) -> dict[str, Any]:
-    """``calls`` and ``call_names``: each model span's tier (:func:`agents.call_tier`), agent
-    and invocation (:func:`agents.who`), cost step label (:func:`cost.step_label`), and
-    whether it has a ``usage`` row, as :func:`cost.of_trace` and :func:`agents.usage` see it."""
+    """``calls`` and ``call_names`` of a Graph's model spans (:func:`calls_of`)."""
+    models = [s for s, k in zip(g.spans, g.kinds, strict=True) if k == "model"]
+    return calls_of(
+        g.trace,
+        [s.start_attrs for s in models],
+        [s.attrs for s in models],
+        [s.model is not None for s in models],
+    )
+
+
+def calls_of(
+    trace: Trace,
+    starts: list[Mapping[str, Any]],
+    ends: list[Mapping[str, Any]],
+    usage: list[bool],
+) -> dict[str, Any]:
+    """``calls`` and ``call_names`` from every model span's start and end attributes and
+    whether it has a ``usage`` row, in index order: its tier (:func:`agents.call_tier`), agent
+    and invocation (:func:`agents.who`), cost step label (:func:`cost.step_label`), as
+    :func:`cost.of_trace` and :func:`agents.usage` see it. The one owner of these rows for
+    both builders (this module's and :mod:`agentloop.analysis.fastcols`)."""
     from agentloop.analysis.agents import call_tier, recorded_tiers, who
     from agentloop.analysis.cost import step_label
 
-    tiers = recorded_tiers(g.trace)
+    tiers = recorded_tiers(trace)
     codes: dict[str, dict[str, int]] = {k: {} for k in CALL_NAMES}
     tc, ac, lc = (codes[k].setdefault for k in CALL_NAMES)
     rows = []
-    for s, k in zip(g.spans, g.kinds, strict=True):
-        if k != "model":
-            continue
-        w = who(s.start_attrs)
-        tier, label = call_tier(g.trace, s.attrs, tiers), step_label(s.start_attrs)
+    for start, end, used in zip(starts, ends, usage, strict=True):
+        w = who(start)
+        tier, label = call_tier(trace, end, tiers), step_label(start)
         rows.append(
             (
                 tc(tier, len(codes["tier"])),
                 ac(w.agent, len(codes["agent"])),
                 w.invocation,
                 lc(label, len(codes["label"])),
-                s.model is not None,
+                used,
             )
         )
     return {

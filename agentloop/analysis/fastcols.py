@@ -38,7 +38,7 @@ from agentloop.analysis._fastmodels import model_columns
 from agentloop.analysis._fastshape import NotClean
 from agentloop.analysis.agents import step_text
 from agentloop.analysis.attribution import tool_category
-from agentloop.analysis.columnar import Columns
+from agentloop.analysis.columnar import Columns, calls_of
 from agentloop.errors import TraceFileError
 from agentloop.trace import attrs as A
 from agentloop.trace.fields import Where
@@ -125,6 +125,8 @@ def _build(data: bytes, path: Path) -> Columns:
     tools = _tools(attrs, eid, end_kind == code.get("tool", -1), names, n)
     has_kids = np.bincount(s["parent"][s["parent"] >= 0], minlength=n) > 0
     models = model_columns(trace, attrs, eid, end_kind == code.get("model", -1), s, has_kids)
+    if any(a.trimmed is not msgspec.UNSET for a in attrs):
+        raise NotClean("an older trace's trims, in its model spans' attributes")
     return Columns(
         header=run.raw,
         end=None if end is None else end.raw,
@@ -141,8 +143,39 @@ def _build(data: bytes, path: Path) -> Columns:
         t1=s["t1"],
         in_flight=s["in_flight"],
         end_ns=s["end_ns"],
+        trims=(),  # no span_event records (handed over), no older trims (above)
+        outside={},  # no set-up or check spans (handed over)
+        **_calls(trace, starts, attrs, s, kcode == code.get("model", -1)),
         **tools,
         **models,
+    )
+
+
+def _calls(
+    trace: Trace,
+    starts: list[F.SpanStart],
+    attrs: list[F.EndAttrs],
+    s: dict[str, Any],
+    is_model: np.ndarray,
+) -> dict[str, Any]:
+    """Each model span's call row (:func:`agentloop.analysis.columnar.calls_of`, the one
+    owner), from the attributes the Structs kept: the agent, invocation and step it started
+    with, the tier it ended on; a finished call has a usage row."""
+    rows = np.flatnonzero(is_model).tolist()
+    end_of = np.full(len(starts), -1, I64)
+    end_of[s["eid"]] = np.arange(len(attrs))
+    who = [starts[j].attrs for j in rows]
+    ends = [attrs[k] if k >= 0 else None for k in end_of[rows].tolist()]
+    return calls_of(
+        trace,
+        [
+            {}
+            if a is None
+            else {A.STEP: a.step, A.GEN_AI_AGENT_NAME: a.agent, A.AGENT_INVOCATION: a.inv}
+            for a in who
+        ],
+        [{} if a is None else {A.TIER: a.tier} for a in ends],
+        [a is not None for a in ends],
     )
 
 
