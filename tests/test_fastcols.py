@@ -144,8 +144,21 @@ def with_event() -> list[bytes]:
     return [*lines[:3], orjson.dumps(event), *lines[3:]]
 
 
+def with_old_trims() -> list[bytes]:
+    """An older trace's trims: a model span's ``context.trimmed`` end attribute (the checked
+    path reads them from there when there are no trim events)."""
+    out = []
+    for line in agent_lines(3):
+        rec = orjson.loads(line)
+        if rec["type"] == "span_end" and "timing" in rec.get("attrs", {}):
+            rec["attrs"]["context.trimmed"] = [{"dropped": 1}]
+        out.append(orjson.dumps(rec))
+    return out
+
+
 HANDED_OVER: dict[str, Callable[[], list[bytes]]] = {
     "span event": with_event,
+    "older trims": with_old_trims,
     "cut last line": lambda: [*list(agent_lines(3))[:-1], list(agent_lines(3))[-1][:-9]],
     "odd edges": odd_edges,
     "unsplit": unsplit,
@@ -179,6 +192,13 @@ def test_what_the_checked_path_notes_or_drops_is_handed_over(tmp_path: Path, nam
     """Traces the checked path notes something about (Graph notes, unsplit calls, set-up spans)
     or has no spans are left to it."""
     assert fast_columns(write(tmp_path, HANDED_OVER[name]())) is None
+
+
+def test_an_older_traces_trims_reach_the_columns_through_the_checked_path(tmp_path: Path):
+    """What the fast builder hands over is not lost: the trims in an older trace's model spans
+    are in the columns ``load_columns`` makes (and report reads)."""
+    p = write(tmp_path, with_old_trims())
+    assert [1, 1, 1] == [t["dropped"] for t in store.load_columns(p).trims]
 
 
 def test_load_columns_builds_fast_writes_the_cache_and_reads_it_back(tmp_path: Path):
