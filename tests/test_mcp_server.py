@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from tests.conftest import ROOT
+from tests.conftest import INSTANT_TOML, ROOT, run_cli
 
 STEADY = ROOT / "tests" / "data" / "steady.yaml"
 
@@ -25,11 +25,12 @@ def _json(result) -> object:
 
 
 async def test_a_client_lists_and_calls_agentloop_tools(tmp_path: Path) -> None:
+    (tmp_path / "tiers.toml").write_text(INSTANT_TOML)  # the server's folder's own tiers
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "agentloop", "mcp", "serve", "--trace-dir", str(tmp_path)],
         env={"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "PATH": os.environ["PATH"]},
-        cwd=str(ROOT),
+        cwd=str(tmp_path),
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
@@ -53,17 +54,13 @@ async def test_a_client_lists_and_calls_agentloop_tools(tmp_path: Path) -> None:
             )
         )  # within 0% of the all-fastest run: every call on sim-ultrafast, as the CLI plans it
         assert {"sim-ultrafast": 3, "sim-standard": 0} == plan["calls_per_tier"]
-        assert plan["predicted_s"] <= plan["fastest_s"] + 1e-3 < report["measured_s"]
-        cli = await asyncio.create_subprocess_exec(
-            *[sys.executable, "-m", "agentloop", "route", run["trace"], "--json"],
-            *["--tiers", "sim-standard,sim-ultrafast", "--within", "0"],
-            stdout=asyncio.subprocess.PIPE,
-            cwd=str(ROOT),
-        )
-        out, _ = await cli.communicate()
-        assert 0 == cli.returncode
-        assert json.loads(out)["plan"] == plan["plan"]
         two = "sim-standard,sim-ultrafast"
+        assert plan["predicted_s"] <= plan["fastest_s"] + 1e-3 < report["measured_s"]
+        cli = await asyncio.to_thread(
+            run_cli, "route", run["trace"], "--json", "--tiers", two, "--within", "0"
+        )
+        assert 0 == cli.returncode
+        assert json.loads(cli.stdout)["plan"] == plan["plan"]
         for args, said in [
             ({"tiers": "sim-standard", "within_pct": 5}, "at least two different tiers"),
             ({"tiers": "sim-standard,no-such-tier", "within_pct": 5}, "no-such-tier"),
@@ -73,8 +70,8 @@ async def test_a_client_lists_and_calls_agentloop_tools(tmp_path: Path) -> None:
         ]:
             bad = await session.call_tool("route", {"trace": run["trace"], **args})
             assert bad.is_error and said in bad.content[0].text, (args, bad.content)
-        again = _json(
-            await session.call_tool("run_task", {"task": str(STEADY), "tier": "sim-ultrafast"})
+        again = _json(  # the folder's tiers.toml's
+            await session.call_tool("run_task", {"task": str(STEADY), "tier": "sim-instant"})
         )
         c = _json(
             await session.call_tool(
