@@ -158,12 +158,13 @@ def root(tmp_path: Path) -> Path:
     return _folder(tmp_path)
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One `agentloop serve --concurrency 2` for the module's tests that need no flags of
-    their own and do not end it: each finds its own runs by id or by a task of its own. Its
-    output is drained as it comes (a pipe left full would stall it) and checked at the end."""
-    s = _start(_folder(tmp_path_factory.mktemp("served")), "--concurrency", "2")
+@contextlib.contextmanager
+def serving(
+    root: Path, *args: str, token: str | None = TOKEN
+) -> Iterator[tuple[Server, list[str]]]:
+    """A server (:func:`_start`) to share between tests, and its output: drained as it comes (a
+    pipe left full would stall it), whole once the server has stopped at the block's end."""
+    s = _start(root, *args, token=token)
     output: list[str] = []
     drains = [
         threading.Thread(target=output.extend, args=(pipe,), daemon=True)
@@ -172,7 +173,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     for t in drains:
         t.start()
     try:
-        yield s
+        yield s, output
     finally:
         if s.proc.poll() is None:
             s.proc.send_signal(signal.SIGTERM)
@@ -185,14 +186,14 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
             for pipe in (s.proc.stdout, s.proc.stderr):
                 if pipe is not None:
                     pipe.close()
-    assert TOKEN not in "".join(output)  # the token is never printed or logged
 
 
-@pytest.fixture
-async def server(served: Server) -> AsyncIterator[Server]:
-    """The module's server with a client of this test's own; the test's runs have all ended
-    when it is over, so the next test finds the server idle."""
-    s = Server(served.proc, served.base, served.root)
+@contextlib.asynccontextmanager
+async def client_of(shared: Server) -> AsyncIterator[Server]:
+    """A shared server with a client of one test's own; that test's runs have all ended when
+    it is over, so the next test finds the server idle."""
+    s = Server(shared.proc, shared.base, shared.root)
+    s.client.headers = httpx.Headers(shared.client.headers)  # the shared one's: a token or none
     try:
         yield s
     finally:
@@ -200,6 +201,21 @@ async def server(served: Server) -> AsyncIterator[Server]:
             while any([await _listed(s, "queued"), await _listed(s, "running")]):
                 await asyncio.sleep(0.05)
         await s.client.aclose()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One `agentloop serve --concurrency 2` for the module's tests that need no flags of
+    their own and do not end it: each finds its own runs by id or by a task of its own."""
+    with serving(_folder(tmp_path_factory.mktemp("served")), "--concurrency", "2") as (s, out):
+        yield s
+    assert TOKEN not in "".join(out)  # the token is never printed or logged
+
+
+@pytest.fixture
+async def server(served: Server) -> AsyncIterator[Server]:
+    async with client_of(served) as s:
+        yield s
 
 
 async def _listed(server: Server, status: str | None = None, task: str | None = None) -> list[str]:
