@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.conftest import INSTANT_TOML, ROOT, run_cli
@@ -83,7 +84,9 @@ async def test_a_client_lists_and_calls_agentloop_tools(tmp_path: Path) -> None:
         assert bad.is_error and "no trace file at" in bad.content[0].text
 
 
-async def test_streamable_http_with_the_bearer_token(tmp_path: Path) -> None:
+async def test_streamable_http_with_the_bearer_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`--port`: the SDK's streamable-HTTP client with the token lists and calls the tools; a
     request without it is 401; off loopback without a token the command refuses (exit 2)."""
 
@@ -136,19 +139,6 @@ async def test_streamable_http_with_the_bearer_token(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         await proc.wait()
-    env.pop("AGENTLOOP_TOKEN")
-    off = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agentloop",
-        "mcp",
-        "serve",
-        "--port",
-        str(port),
-        "--host",
-        "0.0.0.0",
-        env=env,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await off.communicate()
-    assert 2 == off.returncode and b"without a token" in err
+    monkeypatch.delenv("AGENTLOOP_TOKEN", raising=False)  # refused before it serves: in-process
+    off = await asyncio.to_thread(run_cli, "mcp", "serve", "--port", str(port), "--host", "0.0.0.0")
+    assert 2 == off.returncode and "without a token" in off.stderr
