@@ -17,7 +17,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import instant_tiers_file, run_cli
 
 TOKEN = "svc-token-3f9a1c77e2b54d0c"
 QUICK = """\
@@ -206,8 +206,11 @@ async def client_of(shared: Server) -> AsyncIterator[Server]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One `agentloop serve --concurrency 2` for the module's tests that need no flags of
-    their own and do not end it: each finds its own runs by id or by a task of its own."""
-    with serving(_folder(tmp_path_factory.mktemp("served")), "--concurrency", "2") as (s, out):
+    their own and do not end it: each finds its own runs by id or by a task of its own. Its
+    folder's tiers.toml adds the instant tiers (conftest) to the built-in ones."""
+    folder = _folder(tmp_path_factory.mktemp("served"))
+    instant_tiers_file(folder)
+    with serving(folder, "--concurrency", "2") as (s, out):
         yield s
     assert TOKEN not in "".join(out)  # the token is never printed or logged
 
@@ -338,22 +341,23 @@ async def test_bad_requests_get_400_naming_the_field(
 
 @pytest.mark.slow
 async def test_a_submission_s_routing_puts_its_agents_on_their_tiers(server: Server) -> None:
-    """``routing`` in the body moves the lead to sim-fast while its analysts run on the
-    submission's tier: both are in the trace's tiers and on its model calls."""
+    """``routing`` in the body moves the lead to another tier while its analysts run on the
+    submission's tier: both are in the trace's tiers and on its model calls (instant tiers of
+    the server's folder: which tier a call went to is the subject, not its pace)."""
     run_id = await server.submit(
-        {"task": "fleet-triage", "tier": "sim-ultrafast", "routing": {"main": "sim-fast"}}
+        {"task": "fleet-triage", "tier": "sim-instant", "routing": {"main": "sim-instant-b"}}
     )
     events = await server.all_events(run_id)
     assert "ok" == events[-1][1]["data"]["status"], events[-1]
     trace = await server.client.get(f"/v1/runs/{run_id}/trace")
     records = [orjson.loads(line) for line in trace.text.splitlines()]
-    assert ["sim-fast", "sim-ultrafast"] == [t["name"] for t in records[0]["tiers"]]
+    assert ["sim-instant-b", "sim-instant"] == [t["name"] for t in records[0]["tiers"]]
     called = {
         r["attrs"].get("tier")
         for r in records
         if r.get("type") == "span_end" and "tier" in r.get("attrs", {})
     }
-    assert {"sim-fast", "sim-ultrafast"} == called
+    assert {"sim-instant-b", "sim-instant"} == called
 
 
 async def test_the_door_names_what_is_missing_in_http_terms(server: Server) -> None:
