@@ -208,13 +208,27 @@ profile = { base_latency_s = 0.01, prefill_tps = 1000000, output_tps = 100000 }
 """
 
 
-def instant_tier() -> Tier:
-    """:data:`INSTANT_TOML`'s tier, for ``run_task(..., tier=instant_tier())`` in this process."""
+def instant_tier(name: str = "sim-instant") -> Tier:
+    """:data:`INSTANT_TOML`'s tier, for ``run_task(..., tier=instant_tier())`` in this process
+    (``name``: the same tier by another name, as in :func:`instant_tiers_file`)."""
     import tomllib
 
     from agentloop.config.tiers import parse_tiers
 
-    return parse_tiers(tomllib.loads(INSTANT_TOML), "tests/conftest.py")["sim-instant"]
+    text = INSTANT_TOML.replace("sim-instant", name)
+    return parse_tiers(tomllib.loads(text), "tests/conftest.py")[name]
+
+
+INSTANT_NAMES = ("sim-instant", "sim-instant-b", "sim-instant-c")
+
+
+def instant_tiers_file(folder: Path) -> Path:
+    """``folder/tiers.toml`` holding :data:`INSTANT_TOML`'s tier under each of
+    :data:`INSTANT_NAMES`: for runs that route agents or calls to tiers by name (``tiers_file=``,
+    ``--tiers``) where which tier a call went to is the subject, not its speed."""
+    path = folder / "tiers.toml"
+    path.write_text("\n".join(INSTANT_TOML.replace("sim-instant", n) for n in INSTANT_NAMES))
+    return path
 
 
 def records_to_trace(records: list[dict[str, Any]]) -> Trace:

@@ -12,6 +12,7 @@ from agentloop.analysis import build_graph, build_report
 from agentloop.analysis.whatif import Scenario, whatif
 from agentloop.api import run_task
 from agentloop.trace.reader import load_trace, parse_lines
+from tests.conftest import instant_tier
 from tests.test_suite import task_file
 
 
@@ -24,7 +25,7 @@ def figures(lines: list[bytes]) -> tuple[int, int, int]:
 
 async def test_the_check_is_a_span_outside_the_agent_time(tmp_path: Path) -> None:
     task = task_file(tmp_path, "checked", check="python -c 'import time; time.sleep(0.2)'")
-    result = await run_task(task, tier="sim-ultrafast", trace_dir=tmp_path / "traces")
+    result = await run_task(task, tier=instant_tier(), trace_dir=tmp_path / "traces")
     assert result.success is True
     path = Path(str(result.trace_path))
     trace = load_trace(path)

@@ -23,7 +23,7 @@ from agentloop.analysis.whatif import Scenario, whatif
 from agentloop.cli import main
 from agentloop.config.tiers import load_tiers
 from agentloop.trace.reader import load_trace
-from tests.conftest import ROOT, reap
+from tests.conftest import ROOT, instant_tier, reap
 
 DEMO = ROOT / "tasks" / "incident" / "checkout-timeouts.yaml"
 STEADY = ROOT / "tests" / "data" / "steady.yaml"
@@ -192,7 +192,7 @@ async def test_cancelling_the_caller_cancels_the_run(tmp_path: Path) -> None:
             tool_started.set()
 
     job = asyncio.create_task(
-        run_task(DEMO, tier="sim-ultrafast", trace_dir=tmp_path, events=on_event)
+        run_task(DEMO, tier=instant_tier(), trace_dir=tmp_path, events=on_event)
     )
     await tool_started.wait()
     job.cancel()

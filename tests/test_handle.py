@@ -10,6 +10,7 @@ import pytest
 
 import agentloop
 from agentloop.trace.reader import load_trace
+from tests.conftest import instant_tier
 
 TWO_STEPS = """\
 name: handle-demo
@@ -53,7 +54,7 @@ def _task(tmp_path: Path, text: str) -> Path:
 async def test_events_arrive_in_order_with_run_step_and_span_ids(tmp_path: Path) -> None:
     """A two-step run emits start/end of run, steps, model calls and tools in order, with ids."""
     handle = await agentloop.start_run(
-        _task(tmp_path, TWO_STEPS), tier="sim-ultrafast", trace_dir=tmp_path / "traces"
+        _task(tmp_path, TWO_STEPS), tier=instant_tier(), trace_dir=tmp_path / "traces"
     )
     seen = [e async for e in handle.events()]
     result = await handle
@@ -105,7 +106,7 @@ async def test_a_late_subscriber_gets_the_whole_history(tmp_path: Path) -> None:
     """Subscribing after the run ended replays every event, the same as a live subscriber saw."""
     live: list[agentloop.RunEvent] = []
     handle = await agentloop.start_run(
-        _task(tmp_path, TWO_STEPS), tier="sim-ultrafast", trace_dir=tmp_path, events=live.append
+        _task(tmp_path, TWO_STEPS), tier=instant_tier(), trace_dir=tmp_path, events=live.append
     )
     await handle
     assert live == [e async for e in handle.events()]
@@ -114,7 +115,7 @@ async def test_a_late_subscriber_gets_the_whole_history(tmp_path: Path) -> None:
 async def test_cancel_gives_a_cancelled_result_with_its_trace(tmp_path: Path) -> None:
     """cancel() during a tool ends the run: a cancelled RunResult (no exception), trace closed."""
     handle = await agentloop.start_run(
-        _task(tmp_path, SLOW_TOOL), tier="sim-ultrafast", trace_dir=tmp_path
+        _task(tmp_path, SLOW_TOOL), tier=instant_tier(), trace_dir=tmp_path
     )
     async for event in handle.events():
         if event.kind == "tool_start":
@@ -150,7 +151,7 @@ async def test_the_observer_callback_sees_the_same_events(tmp_path: Path) -> Non
     calls: list[tuple[str, dict[str, Any]]] = []
     result = await agentloop.run_task(
         _task(tmp_path, TWO_STEPS),
-        tier="sim-ultrafast",
+        tier=instant_tier(),
         trace_dir=tmp_path,
         observer=lambda k, d: calls.append((k, d)),
     )

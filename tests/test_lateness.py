@@ -152,15 +152,30 @@ async def test_a_run_beside_a_busy_loop_says_so_in_its_report_and_what_if(
     from agentloop.analysis.whatif import Scenario, whatif, with_lateness
     from agentloop.analysis.whatif_text import render_whatif
     from agentloop.api import run_task
+    from agentloop.events import RunEvent
     from agentloop.trace.reader import load_trace
 
     task = tmp_path / "t.yaml"
-    task.write_text(TASK.format(text=" ".join(["a careful sentence of words"] * 12)))
-    stop = asyncio.Event()
-    load = asyncio.create_task(hog(stop, 60))
+    task.write_text(TASK.format(text=" ".join(["a careful sentence of words"] * 4)))
+    calling, stop = asyncio.Event(), asyncio.Event()
+
+    async def hog_beside_the_call() -> None:  # the run's set-up and end are not the subject
+        await calling.wait()
+        await hog(stop, 60)
+
+    def sink(event: RunEvent) -> None:
+        if event.kind == "model_start":
+            calling.set()
+        elif event.kind == "model_end":
+            stop.set()
+
+    load = asyncio.create_task(hog_beside_the_call())
     try:
-        result = await asyncio.wait_for(run_task(task, trace_dir=tmp_path / "traces"), 60)
+        result = await asyncio.wait_for(
+            run_task(task, trace_dir=tmp_path / "traces", events=sink), 60
+        )
     finally:
+        calling.set()
         stop.set()
         await asyncio.wait_for(load, 5)
     assert result.status == "ok" and result.trace_path

@@ -9,9 +9,10 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from tests.conftest import ROOT
+from tests.conftest import INSTANT_TOML, ROOT, run_cli
 
 STEADY = ROOT / "tests" / "data" / "steady.yaml"
 
@@ -25,11 +26,12 @@ def _json(result) -> object:
 
 
 async def test_a_client_lists_and_calls_agentloop_tools(tmp_path: Path) -> None:
+    (tmp_path / "tiers.toml").write_text(INSTANT_TOML)  # the server's folder's own tiers
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "agentloop", "mcp", "serve", "--trace-dir", str(tmp_path)],
         env={"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "PATH": os.environ["PATH"]},
-        cwd=str(ROOT),
+        cwd=str(tmp_path),
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
@@ -53,17 +55,13 @@ async def test_a_client_lists_and_calls_agentloop_tools(tmp_path: Path) -> None:
             )
         )  # within 0% of the all-fastest run: every call on sim-ultrafast, as the CLI plans it
         assert {"sim-ultrafast": 3, "sim-standard": 0} == plan["calls_per_tier"]
-        assert plan["predicted_s"] <= plan["fastest_s"] + 1e-3 < report["measured_s"]
-        cli = await asyncio.create_subprocess_exec(
-            *[sys.executable, "-m", "agentloop", "route", run["trace"], "--json"],
-            *["--tiers", "sim-standard,sim-ultrafast", "--within", "0"],
-            stdout=asyncio.subprocess.PIPE,
-            cwd=str(ROOT),
-        )
-        out, _ = await cli.communicate()
-        assert 0 == cli.returncode
-        assert json.loads(out)["plan"] == plan["plan"]
         two = "sim-standard,sim-ultrafast"
+        assert plan["predicted_s"] <= plan["fastest_s"] + 1e-3 < report["measured_s"]
+        cli = await asyncio.to_thread(
+            run_cli, "route", run["trace"], "--json", "--tiers", two, "--within", "0"
+        )
+        assert 0 == cli.returncode
+        assert json.loads(cli.stdout)["plan"] == plan["plan"]
         for args, said in [
             ({"tiers": "sim-standard", "within_pct": 5}, "at least two different tiers"),
             ({"tiers": "sim-standard,no-such-tier", "within_pct": 5}, "no-such-tier"),
@@ -73,8 +71,8 @@ async def test_a_client_lists_and_calls_agentloop_tools(tmp_path: Path) -> None:
         ]:
             bad = await session.call_tool("route", {"trace": run["trace"], **args})
             assert bad.is_error and said in bad.content[0].text, (args, bad.content)
-        again = _json(
-            await session.call_tool("run_task", {"task": str(STEADY), "tier": "sim-ultrafast"})
+        again = _json(  # the folder's tiers.toml's
+            await session.call_tool("run_task", {"task": str(STEADY), "tier": "sim-instant"})
         )
         c = _json(
             await session.call_tool(
@@ -86,7 +84,9 @@ async def test_a_client_lists_and_calls_agentloop_tools(tmp_path: Path) -> None:
         assert bad.is_error and "no trace file at" in bad.content[0].text
 
 
-async def test_streamable_http_with_the_bearer_token(tmp_path: Path) -> None:
+async def test_streamable_http_with_the_bearer_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`--port`: the SDK's streamable-HTTP client with the token lists and calls the tools; a
     request without it is 401; off loopback without a token the command refuses (exit 2)."""
 
@@ -139,19 +139,6 @@ async def test_streamable_http_with_the_bearer_token(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         await proc.wait()
-    env.pop("AGENTLOOP_TOKEN")
-    off = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agentloop",
-        "mcp",
-        "serve",
-        "--port",
-        str(port),
-        "--host",
-        "0.0.0.0",
-        env=env,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await off.communicate()
-    assert 2 == off.returncode and b"without a token" in err
+    monkeypatch.delenv("AGENTLOOP_TOKEN", raising=False)  # refused before it serves: in-process
+    off = await asyncio.to_thread(run_cli, "mcp", "serve", "--port", str(port), "--host", "0.0.0.0")
+    assert 2 == off.returncode and "without a token" in off.stderr

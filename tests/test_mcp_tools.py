@@ -19,7 +19,7 @@ from agentloop import run_task
 from agentloop.cli import main
 from agentloop.trace import attrs as A
 from agentloop.trace.reader import load_trace
-from tests.conftest import ROOT
+from tests.conftest import ROOT, instant_tier
 
 GIT_TASK = ROOT / "tests" / "data" / "mcp-git.yaml"
 FAULT_WS = ROOT / "tests" / "data" / "mcp_fault"
@@ -40,7 +40,7 @@ async def test_git_and_time_servers_answer_in_a_run(
     """mcp-server-git sees the workspace's repository (status, log, diff) and mcp-server-time
     the clock; every call is a tool span naming its server, and the report counts them as
     tools."""
-    result = await run_task(GIT_TASK, trace_dir=tmp_path)
+    result = await run_task(GIT_TASK, tier=instant_tier(), trace_dir=tmp_path)
     assert "ok" == result.status
     spans = tool_spans(result.trace_path)
     [status], [log], [diff], [now] = (
@@ -112,7 +112,7 @@ async def test_error_malformed_and_death_give_error_results(tmp_path: Path) -> N
     """Each failure is an error result the model sees, with a clear record in the span; the
     run goes on to its end; after the server died, its tools say so."""
     task = fault_task(tmp_path, ["echo", "fail", "malformed", "echo", "die", "echo"])
-    result = await run_task(task, trace_dir=tmp_path)
+    result = await run_task(task, tier=instant_tier(), trace_dir=tmp_path)
     assert "ok" == result.status
     calls = [
         s
@@ -136,7 +136,9 @@ async def test_error_malformed_and_death_give_error_results(tmp_path: Path) -> N
 async def test_a_hung_call_is_cut_at_the_tool_timeout(tmp_path: Path) -> None:
     """A server that never answers: the call ends just under the tool timeout with an error
     naming the server, and the run goes on."""
-    result = await run_task(fault_task(tmp_path, ["hang"], timeout=2), trace_dir=tmp_path)
+    result = await run_task(
+        fault_task(tmp_path, ["hang"], timeout=2), tier=instant_tier(), trace_dir=tmp_path
+    )
     assert "ok" == result.status
     [hang] = tool_spans(result.trace_path)["hang"]
     assert hang.attrs[A.OK] is False and "timeout" == hang.attrs[A.DATA]["error"]
@@ -151,7 +153,7 @@ async def test_a_server_that_cannot_start_leaves_the_run_going(tmp_path: Path) -
         "  quits: {command: python, args: [fault_server.py, --exit-at-start]}"
     )
     task = fault_task(tmp_path, ["echo"], servers=servers, tools='"mcp:gone/echo", "mcp:quits"')
-    result = await run_task(task, trace_dir=tmp_path)
+    result = await run_task(task, tier=instant_tier(), trace_dir=tmp_path)
     assert "ok" == result.status
     trace = load_trace(result.trace_path)
     rec = {s["name"]: s for s in trace.header["mcp_servers"]}
@@ -182,7 +184,7 @@ async def test_cancel_stops_the_server(tmp_path: Path) -> None:
     """A run cancelled while its server hangs in a call leaves no server process behind."""
     task = fault_task(tmp_path, ["hang"], timeout=60)
     marker = task.read_text().split("--marker, ")[1].split("]")[0]
-    run = asyncio.create_task(run_task(task, trace_dir=tmp_path))
+    run = asyncio.create_task(run_task(task, tier=instant_tier(), trace_dir=tmp_path))
     async with asyncio.timeout(30):
         while not _processes_with(marker):
             await asyncio.sleep(0.05)
@@ -295,7 +297,7 @@ async def test_a_streamable_http_server_with_headers_from_variables(
             "      - {name: count_open, arguments: {queue: ops}}\n"
             "  - tool_calls:\n      - {name: finish, arguments: {summary: done}}\n"
         )
-        result = await run_task(task, trace_dir=tmp_path)
+        result = await run_task(task, tier=instant_tier(), trace_dir=tmp_path)
     finally:
         http.should_exit = True
         await serving
@@ -326,7 +328,7 @@ async def test_git_server_writes_a_commit_in_the_workspace(tmp_path: Path) -> No
         f"      - {{name: git_commit, arguments: {repo}, message: fix calc}}}}\n"
         "  - tool_calls:\n      - {name: finish, arguments: {summary: done}}\n"
     )
-    result = await run_task(task, trace_dir=tmp_path)
+    result = await run_task(task, tier=instant_tier(), trace_dir=tmp_path)
     assert "ok" == result.status and result.success is True, result.success_detail
     [commit] = tool_spans(result.trace_path)["git_commit"]
     assert commit.attrs[A.OK] and "Changes committed" in commit.attrs[A.OUTPUT]
@@ -364,7 +366,7 @@ script:
       - {{name: finish, arguments: {{summary: "first"}}}}
 """
     )
-    result = await run_task(task, trace_dir=tmp_path)
+    result = await run_task(task, tier=instant_tier(), trace_dir=tmp_path)
     assert "ok" == result.status
     trace = load_trace(result.trace_path)
     [log] = tool_spans(result.trace_path)["git_log"]
@@ -425,7 +427,7 @@ script:
       - {{name: finish, arguments: {{summary: done}}}}
 """
     )
-    result = await run_task(task, trace_dir=tmp_path)
+    result = await run_task(task, tier=instant_tier(), trace_dir=tmp_path)
     assert "ok" == result.status and result.success is True, result.success_detail
     spans = tool_spans(result.trace_path)
     [write], [read] = spans["write_query"], spans["read_query"]

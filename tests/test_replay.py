@@ -12,7 +12,7 @@ from agentloop import run_task
 from agentloop.cli import main
 from agentloop.replay import replay
 from agentloop.trace.reader import Trace, load_trace
-from tests.conftest import ROOT
+from tests.conftest import ROOT, instant_tier
 
 STEADY = ROOT / "tests" / "data" / "steady.yaml"
 
@@ -55,7 +55,7 @@ async def test_replay_at_a_slower_tier_takes_longer(recorded: Path, tmp_path: Pa
 
 async def test_offline_replay_feeds_recorded_outputs(recorded: Path, tmp_path: Path) -> None:
     """Offline, no tool runs: each result is the recorded one, so the sleeps cost nothing."""
-    res = await replay(recorded, offline=True, trace_dir=tmp_path)
+    res = await replay(recorded, offline=True, tier=instant_tier(), trace_dir=tmp_path)
     assert "ok" == res.run.status
     old, new = load_trace(recorded), load_trace(res.run.trace_path or "")
     outputs = sorted(t.attrs["output"] for t in old.of_kind("tool"))
@@ -66,7 +66,7 @@ async def test_offline_replay_feeds_recorded_outputs(recorded: Path, tmp_path: P
 
 async def test_until_step_stops_there(recorded: Path, tmp_path: Path) -> None:
     """--until-step N replays the first N steps only."""
-    res = await replay(recorded, until_step=2, trace_dir=tmp_path)
+    res = await replay(recorded, until_step=2, tier=instant_tier(), trace_dir=tmp_path)
     assert 2 == res.run.steps
     assert 2 == len(load_trace(res.run.trace_path or "").of_kind("model"))
 

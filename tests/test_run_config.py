@@ -20,6 +20,7 @@ from agentloop.script import ScriptTurn
 from agentloop.suite.run import run_suite
 from agentloop.testing import ScriptedClient, run_and_trace
 from agentloop.trace.reader import load_trace
+from tests.conftest import instant_tier, instant_tiers_file
 
 THREE_STEPS = """\
 name: config-demo
@@ -63,19 +64,19 @@ async def test_a_config_given_to_run_task_reaches_the_run(tmp_path: Path) -> Non
     """run_task(config=...): its tier, trace folder, step limit and event sink are the run's."""
     seen: list[RunEvent] = []
     config = agentloop.RunConfig(
-        tier="sim-ultrafast", trace_dir=tmp_path / "here", max_steps=2, events=seen.append
+        tier=instant_tier(), trace_dir=tmp_path / "here", max_steps=2, events=seen.append
     )
     result = await agentloop.run_task(_task(tmp_path), config=config)
     assert ("budget", 2) == (result.status, result.steps)
     trace = load_trace(result.trace_path or "")
     assert Path(result.trace_path or "").parent == tmp_path / "here"
-    assert (2, "sim-ultrafast") == (trace.header["limits"]["max_steps"], trace.run.tier.name)
+    assert (2, "sim-instant") == (trace.header["limits"]["max_steps"], trace.run.tier.name)
     assert "run_end" == seen[-1].kind and result.run_id == seen[-1].run_id
 
 
 async def test_a_keyword_wins_over_the_config_s_field(tmp_path: Path) -> None:
     """run_task(config=..., max_steps=...): the keyword is the run's limit, the rest the config's."""
-    config = agentloop.RunConfig(tier="sim-ultrafast", trace_dir=tmp_path, max_steps=1)
+    config = agentloop.RunConfig(tier=instant_tier(), trace_dir=tmp_path, max_steps=1)
     result = await agentloop.run_task(_task(tmp_path), config=config, max_steps=3)
     assert ("ok", 3) == (result.status, result.steps)
 
@@ -85,7 +86,7 @@ async def test_a_config_given_to_start_run_reaches_the_run(tmp_path: Path) -> No
     sink sees the events the handle sees."""
     mine: list[str] = []
     config = agentloop.RunConfig(
-        tier="sim-ultrafast",
+        tier=instant_tier(),
         trace_dir=tmp_path,
         max_steps=1,
         events=lambda e: mine.append(e.kind),
@@ -99,7 +100,7 @@ async def test_a_config_given_to_start_run_reaches_the_run(tmp_path: Path) -> No
 
 async def test_run_and_trace_takes_a_config(tmp_path: Path) -> None:
     """agentloop.testing.run_and_trace(config=...) runs with it and writes where it says."""
-    config = agentloop.RunConfig(tier="sim-ultrafast", trace_dir=tmp_path / "t", max_steps=2)
+    config = agentloop.RunConfig(tier=instant_tier(), trace_dir=tmp_path / "t", max_steps=2)
     result, trace = await run_and_trace(_task(tmp_path), config=config)
     assert (2, 2) == (result.steps, trace.header["limits"]["max_steps"])
     assert Path(result.trace_path or "").parent == tmp_path / "t"
@@ -114,7 +115,7 @@ async def test_a_config_given_to_a_suite_reaches_every_run(tmp_path: Path) -> No
     _task(tasks, "b")
     ends: list[str] = []
     config = agentloop.RunConfig(
-        tier="sim-ultrafast",
+        tier=instant_tier(),
         trace_dir=tmp_path / "ignored",
         max_steps=2,
         events=lambda e: ends.append(e.run_id) if e.kind == "run_end" else None,
@@ -143,18 +144,18 @@ async def test_a_suite_scope_s_model_opener_reaches_the_run_only_when_given(
         yield ScriptedClient([ScriptTurn(text="from the suite")])
 
     scope = api.SuiteScope(models=models)
-    config = agentloop.RunConfig(tier="sim-ultrafast", trace_dir=tmp_path)
+    config = agentloop.RunConfig(tier=instant_tier(), trace_dir=tmp_path)
     alone = await agentloop.run_task(_task(tmp_path), config=config)
     assert ([], "Done.") == (opened, alone.final_text)
     scoped = await agentloop.run_task(_task(tmp_path), config=config, suite=scope)
-    assert [("sim-ultrafast", 3)] == opened
+    assert [("sim-instant", 3)] == opened
     assert ("ok", "from the suite") == (scoped.status, scoped.final_text)
 
 
 async def test_a_suite_scope_s_closer_gets_the_run_s_jail_only_when_given(tmp_path: Path) -> None:
     """A run given a scope with a closer leaves its emptied jail to it; a run without one
     closes its jail itself; the closer's end tears down what it was left."""
-    config = agentloop.RunConfig(tier="sim-ultrafast", trace_dir=tmp_path)
+    config = agentloop.RunConfig(tier=instant_tier(), trace_dir=tmp_path)
     async with closing_behind(spacing_s=60.0) as closer:  # the first close waits 60 s after
         await agentloop.run_task(_task(tmp_path), config=config)
         assert (0, 0) == (closer.pending, closer.closed)
@@ -171,11 +172,13 @@ async def test_a_config_given_to_replay_reaches_the_replayed_run(tmp_path: Path)
     number)."""
     from agentloop.replay import replay
 
+    tiers = instant_tiers_file(tmp_path)  # the recorded tier's name is looked up there
     first = await agentloop.run_task(
-        _task(tmp_path), tier="sim-ultrafast", trace_dir=tmp_path / "rec"
+        _task(tmp_path), tier="sim-instant", tiers_file=tiers, trace_dir=tmp_path / "rec"
     )
     seen: list[str] = []
     config = agentloop.RunConfig(
+        tiers_file=tiers,
         trace_dir=tmp_path / "again",
         events=lambda e: seen.append(e.kind),
         max_steps=1,
@@ -193,7 +196,7 @@ async def test_a_config_s_run_id_is_the_run_s_and_a_bad_one_is_refused(tmp_path:
     from agentloop.errors import ConfigError
 
     res = await agentloop.run_task(
-        _task(tmp_path), tier="sim-ultrafast", trace_dir=tmp_path, run_id="deploy-4711"
+        _task(tmp_path), tier=instant_tier(), trace_dir=tmp_path, run_id="deploy-4711"
     )
     assert "deploy-4711" == res.run_id
     assert "deploy-4711" == load_trace(res.trace_path or "").header["run_id"]

@@ -8,13 +8,16 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 import pytest
+
+from tests.conftest import instant_tiers_file, run_cli
 
 TOKEN = "svc-token-3f9a1c77e2b54d0c"
 QUICK = """\
@@ -137,37 +140,99 @@ def _stop(server: Server) -> tuple[int, str]:
     return server.proc.returncode, out + err
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    (tmp_path / "tasks").mkdir()
-    (tmp_path / "tasks" / "quick.yaml").write_text(QUICK)
-    (tmp_path / "tasks" / "slow.yaml").write_text(SLOW)
-    (tmp_path / "tasks" / "unscripted.yaml").write_text(
+def _folder(path: Path) -> Path:
+    """A server's folder: its tasks (quick, slow, unscripted) and a task outside them."""
+    (path / "tasks").mkdir()
+    (path / "tasks" / "quick.yaml").write_text(QUICK)
+    (path / "tasks" / "slow.yaml").write_text(SLOW)
+    (path / "tasks" / "unscripted.yaml").write_text(
         "name: unscripted\nprompt: Do it.\ntools: [think]\ntier: sim-fast\n"
     )
-    (tmp_path / "outside.yaml").write_text(QUICK)
-    return tmp_path
+    (path / "outside.yaml").write_text(QUICK)
+    return path
 
 
 @pytest.fixture
-async def server(root: Path) -> AsyncIterator[Server]:
-    s = _start(root, "--concurrency", "2")
+def root(tmp_path: Path) -> Path:
+    """A folder for a test that starts a server of its own (its own flags, its own life)."""
+    return _folder(tmp_path)
+
+
+@contextlib.contextmanager
+def serving(
+    root: Path, *args: str, token: str | None = TOKEN
+) -> Iterator[tuple[Server, list[str]]]:
+    """A server (:func:`_start`) to share between tests, and its output: drained as it comes (a
+    pipe left full would stall it), whole once the server has stopped at the block's end."""
+    s = _start(root, *args, token=token)
+    output: list[str] = []
+    drains = [
+        threading.Thread(target=output.extend, args=(pipe,), daemon=True)
+        for pipe in (s.proc.stdout, s.proc.stderr)
+    ]
+    for t in drains:
+        t.start()
+    try:
+        yield s, output
+    finally:
+        if s.proc.poll() is None:
+            s.proc.send_signal(signal.SIGTERM)
+        try:
+            s.proc.wait(30)
+        finally:
+            s.proc.kill()  # a no-op once it has exited
+            for t in drains:
+                t.join(30)
+            for pipe in (s.proc.stdout, s.proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+
+
+@contextlib.asynccontextmanager
+async def client_of(shared: Server) -> AsyncIterator[Server]:
+    """A shared server with a client of one test's own; that test's runs have all ended when
+    it is over, so the next test finds the server idle."""
+    s = Server(shared.proc, shared.base, shared.root)
+    s.client.headers = httpx.Headers(shared.client.headers)  # the shared one's: a token or none
     try:
         yield s
     finally:
+        async with asyncio.timeout(60):  # a bound about hangs: the runs here take seconds
+            while any([await _listed(s, "queued"), await _listed(s, "running")]):
+                await asyncio.sleep(0.05)
         await s.client.aclose()
-        _, output = _stop(s)
-        assert TOKEN not in output  # the token is never printed or logged
 
 
-def _cli_json(root: Path, *args: str) -> Any:
-    out = subprocess.run(
-        [sys.executable, "-m", "agentloop.cli", *args, "--json"],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One `agentloop serve --concurrency 2` for the module's tests that need no flags of
+    their own and do not end it: each finds its own runs by id or by a task of its own. Its
+    folder's tiers.toml adds the instant tiers (conftest) to the built-in ones."""
+    folder = _folder(tmp_path_factory.mktemp("served"))
+    instant_tiers_file(folder)
+    with serving(folder, "--concurrency", "2") as (s, out):
+        yield s
+    assert TOKEN not in "".join(out)  # the token is never printed or logged
+
+
+@pytest.fixture
+async def server(served: Server) -> AsyncIterator[Server]:
+    async with client_of(served) as s:
+        yield s
+
+
+async def _listed(server: Server, status: str | None = None, task: str | None = None) -> list[str]:
+    """The ids of the server's runs (newest first), of one status or task if given."""
+    query = {k: v for k, v in (("status", status), ("task", task)) if v is not None}
+    r = await server.client.get("/v1/runs", params=query)
+    assert 200 == r.status_code, r.text
+    return [str(run["id"]) for run in r.json()["runs"]]
+
+
+async def _cli_json(*args: str) -> Any:
+    """What `agentloop ARGS --json` prints (in-process, off the event loop's thread)."""
+    out = await asyncio.to_thread(run_cli, *args, "--json")
+    assert 0 == out.returncode, out.stderr
     return orjson.loads(out.stdout)
 
 
@@ -186,11 +251,13 @@ async def test_requests_without_the_token_get_401(server: Server) -> None:
 
 @pytest.mark.slow
 async def test_a_run_streams_its_events_then_serves_trace_report_and_whatif(
-    server: Server, root: Path
+    server: Server,
 ) -> None:
     """A submitted run streams run_start .. run_end over SSE, then its trace, report and
     what-if are the ones the CLI computes from the same trace file."""
-    run_id = await server.submit({"task": "tasks/quick.yaml"})
+    root = server.root
+    (root / "tasks" / "streamed.yaml").write_text(QUICK.replace("name: quick", "name: streamed"))
+    run_id = await server.submit({"task": "tasks/streamed.yaml"})
     events = await server.all_events(run_id)
     kinds = [k for k, _ in events]
     assert "run_start" == kinds[0]
@@ -212,16 +279,15 @@ async def test_a_run_streams_its_events_then_serves_trace_report_and_whatif(
 
     trace_file = root / str(status["trace"])
     report = (await server.client.get(f"/v1/runs/{run_id}/report")).json()
-    assert _cli_json(root, "report", str(trace_file)) == report
+    assert await _cli_json("report", str(trace_file)) == report
     whatif = (
         await server.client.get(f"/v1/runs/{run_id}/whatif", params={"tier": "sim-standard"})
     ).json()
-    assert _cli_json(root, "whatif", str(trace_file), "--tier", "sim-standard") == whatif
+    assert await _cli_json("whatif", str(trace_file), "--tier", "sim-standard") == whatif
 
     late = await server.all_events(run_id)  # a late subscriber gets the whole run again
     assert kinds == [k for k, _ in late]
-    listed = (await server.client.get("/v1/runs")).json()["runs"]
-    assert [run_id] == [r["id"] for r in listed]
+    assert [run_id] == await _listed(server, task="streamed")  # its task's one run
 
 
 @pytest.mark.slow
@@ -265,33 +331,33 @@ async def test_bad_requests_get_400_naming_the_field(
     server: Server, body: dict[str, Any], field: str
 ) -> None:
     """An invalid run request gets 400 with a JSON error that names the field at fault."""
+    before = await _listed(server)
     r = await server.client.post("/v1/runs", json=body)
     assert 400 == r.status_code, r.text
     assert field == r.json()["error"]["field"]
     assert "--" not in r.json()["error"]["message"]  # an HTTP caller is told HTTP, not CLI flags
-    assert [] == (await server.client.get("/v1/runs")).json()["runs"]  # nothing was written
+    assert before == await _listed(server)  # nothing was written
 
 
 @pytest.mark.slow
-async def test_a_submission_s_routing_puts_its_agents_on_their_tiers(
-    server: Server, root: Path
-) -> None:
-    """``routing`` in the body moves the lead to sim-fast while its analysts run on the
-    submission's tier: both are in the trace's tiers and on its model calls."""
+async def test_a_submission_s_routing_puts_its_agents_on_their_tiers(server: Server) -> None:
+    """``routing`` in the body moves the lead to another tier while its analysts run on the
+    submission's tier: both are in the trace's tiers and on its model calls (instant tiers of
+    the server's folder: which tier a call went to is the subject, not its pace)."""
     run_id = await server.submit(
-        {"task": "fleet-triage", "tier": "sim-ultrafast", "routing": {"main": "sim-fast"}}
+        {"task": "fleet-triage", "tier": "sim-instant", "routing": {"main": "sim-instant-b"}}
     )
     events = await server.all_events(run_id)
     assert "ok" == events[-1][1]["data"]["status"], events[-1]
     trace = await server.client.get(f"/v1/runs/{run_id}/trace")
     records = [orjson.loads(line) for line in trace.text.splitlines()]
-    assert ["sim-fast", "sim-ultrafast"] == [t["name"] for t in records[0]["tiers"]]
+    assert ["sim-instant-b", "sim-instant"] == [t["name"] for t in records[0]["tiers"]]
     called = {
         r["attrs"].get("tier")
         for r in records
         if r.get("type") == "span_end" and "tier" in r.get("attrs", {})
     }
-    assert {"sim-fast", "sim-ultrafast"} == called
+    assert {"sim-instant-b", "sim-instant"} == called
 
 
 async def test_the_door_names_what_is_missing_in_http_terms(server: Server) -> None:
@@ -307,9 +373,10 @@ async def test_the_door_names_what_is_missing_in_http_terms(server: Server) -> N
     assert "'script'" in message and "'tier'" in message and "--tier" not in message
 
 
-async def test_task_paths_are_relative_to_the_tasks_folder(server: Server, root: Path) -> None:
+async def test_task_paths_are_relative_to_the_tasks_folder(server: Server) -> None:
     """`incident/x.yaml` and `quick.yaml` are paths inside --tasks-dir, as are the ones relative
     to the server's folder (`tasks/quick.yaml`); a bare name is a task of the tasks folder."""
+    root = server.root
     (root / "tasks" / "incident").mkdir()
     (root / "tasks" / "incident" / "nested.yaml").write_text(QUICK.replace("quick", "nested"))
     for task, name in (

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 import yaml
-from test_serve import QUICK, SLOW, Server, _start, _stop, _wait_for
+from test_serve import QUICK, SLOW, Server, _start, _stop, _wait_for, client_of, serving
 
 SECRET = "hunter2-b7c9e1f0a3d5c8e2"  # the value of a secret-named variable of the server's
 
@@ -26,17 +26,23 @@ def root(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.fixture
-async def open_server(root: Path) -> AsyncIterator[Server]:
-    """A server without a token, listening on 127.0.0.1."""
-    s = _start(root, "--concurrency", "1", token=None)
-    s.client.headers.pop("Authorization")
-    try:
+@pytest.fixture(scope="module")
+def open_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server without a token, listening on 127.0.0.1, for the module's tests that need no
+    flags of their own: each compares the runs listed before and after its own requests."""
+    folder = tmp_path_factory.mktemp("open")
+    (folder / "tasks").mkdir()
+    (folder / "tasks" / "quick.yaml").write_text(QUICK)
+    with serving(folder, "--concurrency", "1", token=None) as (s, output):
+        s.client.headers.pop("Authorization")
         yield s
-    finally:
-        await s.client.aclose()
-        _, output = _stop(s)
-        assert "Traceback" not in output, output
+    assert "Traceback" not in "".join(output), output
+
+
+@pytest.fixture
+async def open_server(open_served: Server) -> AsyncIterator[Server]:
+    async with client_of(open_served) as s:
+        yield s
 
 
 def _port(s: Server) -> int:
@@ -51,6 +57,7 @@ async def _runs(s: Server) -> list[dict[str, Any]]:
 async def test_a_foreign_host_header_is_refused(open_server: Server) -> None:
     """A Host that is not a name the server listens on (DNS rebinding) gets 421 with a JSON
     reason; loopback's names pass."""
+    before = await _runs(open_server)  # the shared server's, from earlier tests
     port = _port(open_server)
     r = await open_server.client.get("/v1/runs", headers={"Host": f"evil.test:{port}"})
     assert 421 == r.status_code
@@ -61,13 +68,14 @@ async def test_a_foreign_host_header_is_refused(open_server: Server) -> None:
     assert 421 == r.status_code
     for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "localhost"):
         assert 200 == (await open_server.client.get("/v1/runs", headers={"Host": host})).status_code
-    assert [] == await _runs(open_server)
+    assert before == await _runs(open_server)
 
 
 @pytest.mark.slow
 async def test_a_foreign_origin_and_a_cross_site_fetch_are_refused(open_server: Server) -> None:
     """An Origin other than the server's own, and any browser request but a same-origin one (a
     redirect from another port carries no Origin), get 403; the server's own origin passes."""
+    before = await _runs(open_server)  # the shared server's, from earlier tests
     port = _port(open_server)
     for origin in ("http://evil.test", "null", f"http://127.0.0.1:{port + 1}"):
         r = await open_server.client.post(
@@ -78,7 +86,7 @@ async def test_a_foreign_origin_and_a_cross_site_fetch_are_refused(open_server: 
     for site in ("cross-site", "same-site", "none"):
         r = await open_server.client.get("/v1/runs", headers={"Sec-Fetch-Site": site})
         assert 403 == r.status_code
-    assert [] == await _runs(open_server)
+    assert before == await _runs(open_server)
     own = await open_server.client.get(
         "/v1/runs", headers={"Origin": f"http://127.0.0.1:{port}", "Sec-Fetch-Site": "same-origin"}
     )
@@ -89,12 +97,13 @@ async def test_a_foreign_origin_and_a_cross_site_fetch_are_refused(open_server: 
 async def test_a_post_that_is_not_json_gets_415(open_server: Server) -> None:
     """The cross-site text/plain POST a web form can send needs no token to be refused: a body
     must be application/json (415), and nothing is queued."""
+    before = await _runs(open_server)  # the shared server's, from earlier tests
     body = orjson.dumps({"task": "tasks/quick.yaml"})
     for media in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data", None):
         headers = {"Content-Type": media} if media else {}
         r = await open_server.client.post("/v1/runs", content=body, headers=headers)
         assert 415 == r.status_code, media
-    assert [] == await _runs(open_server)
+    assert before == await _runs(open_server)
     charset = {"Content-Type": "application/json; charset=utf-8"}
     assert (
         202
@@ -137,8 +146,8 @@ async def _raw_post(port: int, head: bytes, chunks: int, chunk: bytes) -> bytes:
 async def test_a_body_past_the_limit_gets_413_without_echo_or_memory(open_server: Server) -> None:
     """A 100 MB body, declared or chunked, gets 413 without its bytes in the answer, and the
     server's memory does not grow with it (the body is read in chunks and dropped at 1 MiB)."""
+    runs = await _runs(open_server)  # the shared server's, from earlier tests (imports done)
     port = _port(open_server)
-    assert 200 == (await open_server.client.get("/v1/runs")).status_code  # imports done
     before = _rss_kb(open_server.proc.pid)
     marker = b'{"task": "' + b"Z" * 1000
     big = 100 * 1024 * 1024
@@ -171,7 +180,7 @@ async def test_a_body_past_the_limit_gets_413_without_echo_or_memory(open_server
     grown_mb = (_rss_kb(open_server.proc.pid) - before) / 1024
     print(f"server RSS {before / 1024:.0f} MB before, grew {grown_mb:.1f} MB")
     assert grown_mb < 20
-    assert [] == await _runs(open_server)
+    assert runs == await _runs(open_server)
 
 
 def _nested(depth: int) -> dict[str, Any]:
@@ -242,12 +251,13 @@ async def test_an_inline_task_cannot_reach_for_the_host(
     """An inline task may not define tiers (an endpoint of its own with the server's key),
     widen the network, or name requirements that are options, paths or URLs: 400 naming the
     field, no run, and no host file's content in the answer."""
+    before = await _runs(open_server)  # the shared server's, from earlier tests
     task = {**yaml.safe_load(QUICK), **extra}
     r = await open_server.client.post("/v1/runs", json={"task": task})
     assert 400 == r.status_code, r.text
     assert field == r.json()["error"]["field"]
     assert "root:" not in r.text
-    assert [] == await _runs(open_server)
+    assert before == await _runs(open_server)
 
 
 async def test_the_queue_is_bounded(root: Path) -> None:

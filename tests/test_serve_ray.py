@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
-from test_serve import QUICK, SLOW, Server, _cli_json, _start, _stop
+from test_serve import QUICK, SLOW, Server, _cli_json, _start, _stop, client_of, serving
 from test_suite_ray import ray_head  # noqa: F401 (the fixture: one head for this module)
 
 from agentloop.trace.reader import load_trace
@@ -58,19 +58,28 @@ def _worker_secret() -> Iterator[None]:
             os.environ["OPENAI_API_KEY"] = saved
 
 
-@pytest.fixture
-async def server(tmp_path: Path, ray_head: str) -> AsyncIterator[Server]:  # noqa: F811
-    (tmp_path / "tasks").mkdir()
+@pytest.fixture(scope="module")
+def ray_served(
+    tmp_path_factory: pytest.TempPathFactory,
+    ray_head: str,  # noqa: F811
+) -> Iterator[Server]:
+    """One `agentloop serve --ray` (one Ray driver) for the module's tests that do not test the
+    server's own end: each runs tasks of its own and finds its runs by id."""
+    folder = tmp_path_factory.mktemp("ray-served")
+    (folder / "tasks").mkdir()
     for name, text in (("quick", QUICK), ("slow", SLOW), ("steady", STEADY)):
-        (tmp_path / "tasks" / f"{name}.yaml").write_text(text)
-    s = _start(tmp_path, "--concurrency", "2", "--ray", ray_head)
-    try:
+        (folder / "tasks" / f"{name}.yaml").write_text(text)
+    with serving(folder, "--concurrency", "2", "--ray", ray_head) as (s, out):
         yield s
-    finally:
-        await s.client.aclose()
-        code, output = _stop(s)
-        assert "Traceback" not in output, output
-        assert 0 == code, output
+    output = "".join(out)
+    assert "Traceback" not in output, output
+    assert 0 == s.proc.returncode, output
+
+
+@pytest.fixture
+async def server(ray_served: Server) -> AsyncIterator[Server]:
+    async with client_of(ray_served) as s:
+        yield s
 
 
 async def _timed(s: Server, run_id: str) -> list[tuple[float, str, str, dict[str, Any]]]:
@@ -116,7 +125,7 @@ async def test_a_run_on_a_worker_streams_live_and_its_trace_is_served(server: Se
     assert trace_file.read_text() == served
     assert "Thinking on a worker." in served
     report = (await server.client.get(f"/v1/runs/{run_id}/report")).json()
-    assert _cli_json(server.root, "report", str(trace_file)) == report
+    assert await _cli_json("report", str(trace_file)) == report
     whatif = await server.client.get(f"/v1/runs/{run_id}/whatif", params={"tier": "sim-fast"})
     assert 200 == whatif.status_code, whatif.text
 

@@ -16,7 +16,7 @@ import pytest
 
 from agentloop.api import run_task
 from agentloop.trace.reader import load_trace
-from tests.conftest import sigint_default
+from tests.conftest import instant_tier, sigint_default
 from tests.test_check_span import figures
 from tests.test_suite import task_file
 
@@ -27,7 +27,7 @@ async def test_the_setup_is_a_span_outside_the_agent_time(tmp_path: Path) -> Non
     task = task_file(
         tmp_path, "setup", extra="setup: [\"python -c 'import time; time.sleep(0.2)'\"]\n"
     )
-    result = await run_task(task, tier="sim-ultrafast", trace_dir=tmp_path / "traces")
+    result = await run_task(task, tier=instant_tier(), trace_dir=tmp_path / "traces")
     assert result.success is True
     path = Path(str(result.trace_path))
     trace = load_trace(path)
@@ -97,7 +97,7 @@ async def test_report_shows_both_times_labelled(tmp_path: Path) -> None:
         check="python -c 'import time; time.sleep(0.2)'",
         extra="setup: [\"python -c 'import time; time.sleep(0.2)'\"]\n",
     )
-    result = await run_task(task, tier="sim-ultrafast", trace_dir=tmp_path / "traces")
+    result = await run_task(task, tier=instant_tier(), trace_dir=tmp_path / "traces")
     path = Path(str(result.trace_path))
     trace = load_trace(path)
     r = build_report(build_graph(trace))
@@ -176,7 +176,7 @@ async def test_a_failed_setup_command_ends_the_trace_as_a_set_up_failure(tmp_pat
     task = task_file(tmp_path, "broken", extra='setup: ["exit 3"]\n')
     traces = tmp_path / "traces"
     with pytest.raises(TaskFileError, match="exit code 3"):
-        await run_task(task, tier="sim-ultrafast", trace_dir=traces)
+        await run_task(task, tier=instant_tier(), trace_dir=traces)
     [path] = traces.glob("*.jsonl")
     trace = load_trace(path)
     assert trace.complete and "error" == trace.end["status"]

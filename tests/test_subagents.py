@@ -21,6 +21,7 @@ from agentloop.events import RunEvent
 from agentloop.replay import replay
 from agentloop.trace import attrs as A
 from agentloop.trace.reader import load_trace
+from tests.conftest import instant_tiers_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -119,28 +120,39 @@ async def test_sub_agents_run_in_parallel_nested_under_their_tool_spans(tmp_path
 
 
 async def test_routing_puts_each_agent_s_calls_on_its_tier(tmp_path: Path) -> None:
-    path = write_task(tmp_path, routing="routing: {long: sim-standard}")
-    plan = Routing(agents={"short-a": "sim-fast"}, calls={CallKey("long", 1, 3): "sim-ultrafast"})
-    result = await run_task(path, tier="sim-ultrafast", trace_dir=tmp_path / "traces", routing=plan)
+    path = write_task(tmp_path, routing="routing: {long: sim-instant-c}")
+    plan = Routing(
+        agents={"short-a": "sim-instant-b"}, calls={CallKey("long", 1, 3): "sim-instant"}
+    )
+    result = await run_task(
+        path,
+        tier="sim-instant",
+        tiers_file=instant_tiers_file(tmp_path),
+        trace_dir=tmp_path / "traces",
+        routing=plan,
+    )
     assert result.status == "ok", result.reason
     trace = load_trace(result.trace_path or "")
     tiers = {t.name for t in trace.run.tiers}
-    assert {"sim-ultrafast", "sim-standard", "sim-fast"} <= tiers
-    assert trace.run.tier.name == "sim-ultrafast" == trace.run.tiers[0].name
-    assert trace.run.routing is not None and trace.run.routing["agents"]["long"] == "sim-standard"
+    assert {"sim-instant", "sim-instant-c", "sim-instant-b"} <= tiers
+    assert trace.run.tier.name == "sim-instant" == trace.run.tiers[0].name
+    assert trace.run.routing is not None and trace.run.routing["agents"]["long"] == "sim-instant-c"
     used = {
         (m.start_attrs.get(A.GEN_AI_AGENT_NAME, "main"), m.start_attrs[A.STEP]): m.attrs[A.TIER]
         for m in trace.of_kind("model")
     }
-    assert used[("long", 1)] == used[("long", 2)] == "sim-standard"
-    assert used[("long", 3)] == "sim-ultrafast"  # the plan's single call wins
-    assert used[("short-a", 1)] == "sim-fast"
-    assert used[("main", 1)] == used[("short-b", 1)] == "sim-ultrafast"
+    assert used[("long", 1)] == used[("long", 2)] == "sim-instant-c"
+    assert used[("long", 3)] == "sim-instant"  # the plan's single call wins
+    assert used[("short-a", 1)] == "sim-instant-b"
+    assert used[("main", 1)] == used[("short-b", 1)] == "sim-instant"
 
 
 async def test_a_failing_sub_agent_is_an_error_result_and_the_run_goes_on(tmp_path: Path) -> None:
     result = await run_task(
-        write_task(tmp_path, steps_b=1), tier="sim-ultrafast", trace_dir=tmp_path / "traces"
+        write_task(tmp_path, steps_b=1),
+        tier="sim-instant",
+        tiers_file=instant_tiers_file(tmp_path),
+        trace_dir=tmp_path / "traces",
     )
     assert result.status == "ok", result.reason
     trace = load_trace(result.trace_path or "")
@@ -180,7 +192,13 @@ async def test_cancelling_the_run_cancels_its_sub_runs(tmp_path: Path) -> None:
             started.set()
 
     job = asyncio.create_task(
-        run_task(path, tier="sim-ultrafast", trace_dir=tmp_path / "traces", events=sink)
+        run_task(
+            path,
+            tier="sim-instant",
+            tiers_file=instant_tiers_file(tmp_path),
+            trace_dir=tmp_path / "traces",
+            events=sink,
+        )
     )
     await asyncio.wait_for(started.wait(), 30)
     job.cancel()
@@ -255,22 +273,36 @@ def test_bad_routing_is_refused_before_the_run(
 
 @pytest.mark.parametrize("offline", [False, True])
 async def test_a_tree_trace_replays(tmp_path: Path, offline: bool) -> None:
-    recorded = await run_task(write_task(tmp_path), tier="sim-ultrafast", trace_dir=tmp_path)
+    recorded = await run_task(
+        write_task(tmp_path),
+        tier="sim-instant",
+        tiers_file=instant_tiers_file(tmp_path),
+        trace_dir=tmp_path,
+    )
     res = await replay(
-        recorded.trace_path or "", offline=offline, tier="sim-fast", trace_dir=tmp_path / "re"
+        recorded.trace_path or "",
+        offline=offline,
+        tier="sim-instant-b",
+        tiers_file=tmp_path / "tiers.toml",
+        trace_dir=tmp_path / "re",
     )
     assert res.run.status == "ok", res.run.reason
     assert res.divergences == []
     trace = load_trace(res.run.trace_path or "")
     agents = {s.start_attrs[A.GEN_AI_AGENT_NAME] for s in trace.of_kind("agent")}
     assert agents == (set() if offline else {"long", "short-a", "short-b"})
-    assert {m.attrs[A.TIER] for m in trace.of_kind("model")} == {"sim-fast"}
+    assert {m.attrs[A.TIER] for m in trace.of_kind("model")} == {"sim-instant-b"}
     outputs = {t.tool.name: t.tool.output for t in trace.of_kind("tool") if t.tool}
     assert outputs["long"] == "LONG DONE"
 
 
 async def test_a_tree_replay_needs_its_task_file(tmp_path: Path) -> None:
-    recorded = await run_task(write_task(tmp_path), tier="sim-ultrafast", trace_dir=tmp_path)
+    recorded = await run_task(
+        write_task(tmp_path),
+        tier="sim-instant",
+        tiers_file=instant_tiers_file(tmp_path),
+        trace_dir=tmp_path,
+    )
     (tmp_path / "task.yaml").unlink()
     with pytest.raises(TraceFileError, match=r"field 'agents'.*task file"):
         await replay(recorded.trace_path or "")
@@ -309,21 +341,22 @@ def test_routing_value_rejects_an_unknown_tier_in_the_api(tmp_path: Path) -> Non
 async def test_routing_main_moves_the_main_agent_alone(tmp_path: Path) -> None:
     result = await run_task(
         write_task(tmp_path),
-        tier="sim-ultrafast",
+        tier="sim-instant",
+        tiers_file=instant_tiers_file(tmp_path),
         trace_dir=tmp_path / "traces",
-        routing=Routing(agents={"main": "sim-fast"}),
+        routing=Routing(agents={"main": "sim-instant-b"}),
     )
     trace = load_trace(result.trace_path or "")
-    assert trace.run.tier.name == "sim-fast"  # the header's tier is the main agent's
+    assert trace.run.tier.name == "sim-instant-b"  # the header's tier is the main agent's
     tiers = {
         m.start_attrs.get(A.GEN_AI_AGENT_NAME, "main"): m.attrs[A.TIER]
         for m in trace.of_kind("model")
     }
     assert tiers == {
-        "main": "sim-fast",
-        "long": "sim-ultrafast",
-        "short-a": "sim-ultrafast",
-        "short-b": "sim-ultrafast",
+        "main": "sim-instant-b",
+        "long": "sim-instant",
+        "short-a": "sim-instant",
+        "short-b": "sim-instant",
     }
 
 
@@ -334,7 +367,11 @@ async def test_progress_names_the_agent_of_each_sub_run_line(tmp_path: Path) -> 
 
     out = io.StringIO()
     result = await run_task(
-        write_task(tmp_path), tier="sim-ultrafast", trace_dir=tmp_path, events=Progress(out)
+        write_task(tmp_path),
+        tier="sim-instant",
+        tiers_file=instant_tiers_file(tmp_path),
+        trace_dir=tmp_path,
+        events=Progress(out),
     )
     assert result.status == "ok"
     lines = out.getvalue().splitlines()
@@ -350,7 +387,10 @@ async def test_the_run_s_budgets_count_every_agent(tmp_path: Path) -> None:
         "limits: {max_steps: 20, max_parallel_tools: 4, max_output_tokens: 100}",
     )
     result = await run_task(
-        write_task(tmp_path, body=body), tier="sim-ultrafast", trace_dir=tmp_path
+        write_task(tmp_path, body=body),
+        tier="sim-instant",
+        tiers_file=instant_tiers_file(tmp_path),
+        trace_dir=tmp_path,
     )
     assert (result.status, result.steps) == ("budget", 2), result.reason
     trace = load_trace(result.trace_path or "")

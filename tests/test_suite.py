@@ -19,6 +19,7 @@ from agentloop.suite.records import RunRecord, load_suite, summarize_tasks
 from agentloop.suite.run import run_suite
 from agentloop.suite.stats import quantile
 from agentloop.trace.reader import load_trace
+from tests.conftest import instant_tier, instant_tiers_file
 
 # a priced simulated tier, declared in the task files themselves (USD per million tokens)
 PRICED = """tiers:
@@ -61,9 +62,7 @@ async def test_a_failing_task_never_stops_the_others(tmp_path: Path) -> None:
     tasks.mkdir()
     task_file(tasks, "good")
     task_file(tasks, "bad", check="python -c 'raise SystemExit(3)'")
-    suite = await run_suite(
-        [tasks], tmp_path / "out", tier="sim-ultrafast", concurrency=4, repeat=2
-    )
+    suite = await run_suite([tasks], tmp_path / "out", tier=instant_tier(), concurrency=4, repeat=2)
     by = {(r.task, r.repeat): r for r in suite.runs}
     assert {("bad", 1), ("bad", 2), ("good", 1), ("good", 2)} == set(by)
     assert [True, True] == [by[("good", k)].passed for k in (1, 2)]
@@ -81,7 +80,7 @@ async def test_a_run_that_cannot_start_is_its_own_failed_record(tmp_path: Path) 
         broken.read_text().replace("tools: [think]", "tools: [think]\nsetup: ['exit 7']")
     )
     suite = await run_suite(
-        [tmp_path / "good.yaml", broken], tmp_path / "out", tier="sim-ultrafast", concurrency=2
+        [tmp_path / "good.yaml", broken], tmp_path / "out", tier=instant_tier(), concurrency=2
     )
     status = {r.task: (r.status, r.passed) for r in suite.runs}
     assert ("ok", True) == status["good"]
@@ -168,7 +167,9 @@ def test_suite_cli_prints_the_report_and_writes_suite_json(tmp_path: Path, capsy
             str(tmp_path / "good.yaml"),
             str(tmp_path / "bad.yaml"),
             "--tier",
-            "sim-ultrafast",
+            "sim-instant",
+            "--tiers",
+            str(instant_tiers_file(tmp_path)),
             "--repeat",
             "2",
             "--out",
@@ -348,7 +349,7 @@ async def test_a_shared_suite_s_simulator_is_a_process_and_each_run_keeps_one_co
     suite = await run_suite(
         [tmp_path / "two-calls.yaml"],
         tmp_path / "out",
-        tier="sim-ultrafast",
+        tier=instant_tier(),
         concurrency=6,
         repeat=6,
         freeze_gc=True,
