@@ -51,7 +51,7 @@ def model_columns(
     rows = rows[np.argsort(eid[rows], kind="stable")]
     span = eid[rows]
     ma = [attrs[k] for k in rows.tolist()]
-    cols = {f: [getattr(a, f) for a in ma] for f in _REQUIRED}
+    cols = {f: list(map(operator.attrgetter(f), ma)) for f in _REQUIRED}
     if any(msgspec.UNSET in c for c in cols.values()):
         raise NotClean("a model span's end attributes lack a key the writer writes")
     if set(map(type, [a.output for a in ma])) - {F.Output} or [a.unknown for a in ma].count(
