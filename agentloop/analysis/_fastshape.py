@@ -141,7 +141,15 @@ class RunEnd(Struct, tag="end", tag_field="type", gc=False):
 
 
 Record = SpanStart | SpanEnd | RunEnd
-NO_ATTRS = EndAttrs()
+
+
+def end_attrs(ends: list[SpanEnd], rows: Any) -> list[EndAttrs]:
+    """The end attributes of ``ends[rows]`` (model or tool spans); NotClean when one is null
+    (the reader types it as empty: attributes the writer always writes are missing)."""
+    got = [ends[k].attrs for k in rows.tolist()]
+    if None in got:
+        raise NotClean("a model or tool span without end attributes")
+    return got
 
 
 @functools.cache

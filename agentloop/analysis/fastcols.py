@@ -122,17 +122,16 @@ def _build(data: bytes, path: Path) -> Columns:
         run = _late_header(run, starts, ends, r, keep, data, path)
     s = _graph(r, keep, end)
     trace = Trace(path, run, {}, end)  # the header and end record: what the formulas read
-    attrs = [F.NO_ATTRS if e.attrs is None else e.attrs for e in ends]
     end_kind, kept = r["kind"][r["eid"]], keep[r["eid"]]
     is_tool, is_model = end_kind == _KIND["tool"], end_kind == _KIND["model"]
     if not kept.all():  # the reader types the set-up's and check's spans too, then drops them
-        _tools(attrs, r["eid"], is_tool & ~kept, r["names"], len(keep))
-        model_columns(trace, attrs, r["eid"], is_model & ~kept, r, np.zeros(len(keep), bool))
+        _tools(ends, r["eid"], is_tool & ~kept, r["names"], len(keep))
+        model_columns(trace, ends, r["eid"], is_model & ~kept, r, np.zeros(len(keep), bool))
     eid, n = s["new"][r["eid"]], len(s["t0"])
     names = r["names"].filter(pa.array(keep)) if not keep.all() else r["names"]
-    tools = _tools(attrs, eid, is_tool & kept, names, n)
+    tools = _tools(ends, eid, is_tool & kept, names, n)
     has_kids = np.bincount(s["parent"][s["parent"] >= 0], minlength=n) > 0
-    models = model_columns(trace, attrs, eid, is_model & kept, s, has_kids)
+    models = model_columns(trace, ends, eid, is_model & kept, s, has_kids)
     return Columns(
         header=run.raw,
         end=None if end is None else end.raw,
@@ -357,7 +356,7 @@ def _step_labels(starts: list[F.SpanStart], keep: np.ndarray, is_step: np.ndarra
 
 
 def _tools(
-    attrs: list[F.EndAttrs], eid: np.ndarray, is_tool: np.ndarray, names: pa.Array, n: int
+    ends: list[F.SpanEnd], eid: np.ndarray, is_tool: np.ndarray, names: pa.Array, n: int
 ) -> dict[str, Any]:
     """The finished tool spans' category (dictionary-encoded in start order, as
     ``columns_of``'s) and queue time; whether each tool span name books one category. The
@@ -365,7 +364,7 @@ def _tools(
     rows = np.flatnonzero(is_tool)
     rows = rows[np.argsort(eid[rows], kind="stable")]
     span = eid[rows]
-    ta = [attrs[k] for k in rows.tolist()]
+    ta = F.end_attrs(ends, rows)
     tool = [a.tool for a in ta]
     if (
         not set(map(type, tool)) <= {str}
