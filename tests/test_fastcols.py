@@ -102,14 +102,44 @@ def unsplit() -> list[bytes]:
 
 
 def with_setup() -> list[bytes]:
-    """A set-up span before the run span (issue 24): kept out of the agent's time."""
+    """A set-up span with a part under it before the run span, a check span after it (issue
+    24): kept out of the agent's time, the set-up's workspace and sandbox in the header."""
     b = TraceBuilder()
-    setup = b.start("setup", "setup", 0)
+    setup = b.start("setup", "set-up", 0)
+    part = b.start("tool", "execute_tool mcp", 10, setup)
+    b.end(part, 20, **{"gen_ai.tool.name": "mcp"})
+    b.end(setup, MS, workspace="/w", sandbox={"kind": "bubblewrap"})
+    run = b.start("run", "invoke_agent demo", MS)
+    m = b.start("model", "chat demo", 2 * MS, run, step=1)
+    b.end(m, S, **model_attrs(2 * MS, 100 * MS, 0, 30, 60.0))
+    b.end(run, S)
+    check = b.start("check", "success check", S)
+    b.end(check, S + MS, passed=True)
+    b.finish(S + MS)
+    return b.lines()
+
+
+def check_left_open() -> list[bytes]:
+    """The set-up as :func:`with_setup`'s, a check span still open at the end (killed in its
+    check): report's wall-time parts name it open."""
+    b = TraceBuilder()
+    setup = b.start("setup", "set-up", 0)
     b.end(setup, MS, workspace="/w")
     run = b.start("run", "invoke_agent demo", MS)
+    m = b.start("model", "chat demo", 2 * MS, run, step=1)
+    b.end(m, S, **model_attrs(2 * MS, 100 * MS, 0, 30, 60.0))
     b.end(run, S)
-    b.finish(S)
+    b.start("check", "success check", S)
     return b.lines()
+
+
+def after_the_setup() -> list[bytes]:
+    """A span ``after`` the set-up span: the Graph drops that edge with a note."""
+    lines = with_setup()
+    rec = orjson.loads(lines[6])
+    assert rec["id"] == "s4"
+    lines[6] = orjson.dumps({**rec, "after": ["s1"]})
+    return lines
 
 
 FAST: dict[str, Callable[[], list[bytes]]] = {
@@ -133,6 +163,8 @@ FAST: dict[str, Callable[[], list[bytes]]] = {
     ).lines(),
     "killed": killed,
     "measured under load": measured_under_load,
+    "set-up and check spans": with_setup,
+    "check left open": check_left_open,
     **{f"reference {p.stem}": (lambda p=p: p.read_bytes().splitlines()) for p in REFERENCE},
 }
 
@@ -161,8 +193,8 @@ HANDED_OVER: dict[str, Callable[[], list[bytes]]] = {
     "older trims": with_old_trims,
     "cut last line": lambda: [*list(agent_lines(3))[:-1], list(agent_lines(3))[-1][:-9]],
     "odd edges": odd_edges,
+    "after the set-up": after_the_setup,
     "unsplit": unsplit,
-    "set-up span": with_setup,
     "header only": lambda: TraceBuilder().lines()[:1],
 }
 
@@ -317,7 +349,7 @@ def test_a_mutated_trace_is_handed_over_or_agrees_with_the_checked_path(tmp_path
     """Whatever a mutation does (types, ranges, ids, order, a cut, a stray byte), the screen
     either hands the file over or builds exactly the columns of a checked load that passed."""
     p = tmp_path / "m.jsonl"
-    p.write_bytes(mutate(data, base_lines()))
+    p.write_bytes(mutate(data, data.draw(st.sampled_from([base_lines, with_setup]))()))
     fast = fast_columns(p)
     try:
         ref = checked(p)
@@ -328,6 +360,7 @@ def test_a_mutated_trace_is_handed_over_or_agrees_with_the_checked_path(tmp_path
         assert [] == differences(fast, ref)
 
 
-def test_the_fuzz_base_trace_is_built_fast(tmp_path: Path):
-    """The fuzz mutates a trace the screen takes whole (else it would test only hand-overs)."""
+def test_the_fuzz_base_traces_are_built_fast(tmp_path: Path):
+    """The fuzz mutates traces the screen takes whole (else it would test only hand-overs)."""
     assert fast_columns(write(tmp_path, base_lines())) is not None
+    assert fast_columns(write(tmp_path, with_setup())) is not None

@@ -39,7 +39,7 @@ _REQUIRED = ("step", "inp", "out", "rea", "cac", "timing", "attempts", "wait_ns"
 
 def model_columns(
     trace: Trace,
-    attrs: list[F.EndAttrs],
+    ends: list[F.SpanEnd],
     eid: np.ndarray,
     is_model: np.ndarray,
     s: dict[str, Any],
@@ -50,8 +50,8 @@ def model_columns(
     rows = np.flatnonzero(is_model)
     rows = rows[np.argsort(eid[rows], kind="stable")]
     span = eid[rows]
-    ma = [attrs[k] for k in rows.tolist()]
-    cols = {f: [getattr(a, f) for a in ma] for f in _REQUIRED}
+    ma = F.end_attrs(ends, rows)
+    cols = {f: list(map(operator.attrgetter(f), ma)) for f in _REQUIRED}
     if any(msgspec.UNSET in c for c in cols.values()):
         raise NotClean("a model span's end attributes lack a key the writer writes")
     if set(map(type, [a.output for a in ma])) - {F.Output} or [a.unknown for a in ma].count(

@@ -30,11 +30,11 @@ class NotClean(Exception):
     """The trace is not one the screen recognises: the checked path decides what it is."""
 
 
-# the span kinds and statuses the writer writes (the set-up and check spans are the checked
-# path's), as literals: msgspec hands back one shared string per value, not one per record
-KINDS = ("run", "agent", "step", "model", "tool")
+# the span kinds and statuses the writer writes, as literals: msgspec hands back one shared
+# string per value, not one per record
+KINDS = ("run", "agent", "step", "model", "tool", "setup", "check")
 STATUSES = ("ok", "error", "cancelled", "in_flight")  # the last: a span still open at the end
-Kind = Literal["run", "agent", "step", "model", "tool"]
+Kind = Literal["run", "agent", "step", "model", "tool", "setup", "check"]
 Status = Literal["ok", "error", "cancelled"]
 Instant = Annotated[int, Meta(ge=0, le=MAX_INSTANT_NS)]
 Count = Annotated[int, Meta(ge=0)]
@@ -143,7 +143,15 @@ class RunEnd(Struct, tag="end", tag_field="type", gc=False):
 
 
 Record = SpanStart | SpanEnd | RunEnd
-NO_ATTRS = EndAttrs()
+
+
+def end_attrs(ends: list[SpanEnd], rows: Any) -> list[EndAttrs]:
+    """The end attributes of ``ends[rows]`` (model or tool spans); NotClean when one is null
+    (the reader types it as empty: attributes the writer always writes are missing)."""
+    got = [ends[k].attrs for k in rows.tolist()]
+    if None in got:
+        raise NotClean("a model or tool span without end attributes")
+    return got
 
 
 @functools.cache

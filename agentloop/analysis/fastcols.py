@@ -11,10 +11,12 @@ the model and tool end attributes) must pass are made on the arrays.
 
 This is a screen, never a second door: :func:`fast_columns` returns None for anything it does
 not recognise as a clean trace in the shape the writer writes (a line msgspec rejects, an
-unknown record type, ``span_event`` records, set-up and check spans, an id started or ended
-twice, a parent or ``after`` span that did not start before, a cut last line, an attribute
-outside the writer's shape, ...), and the caller hands the whole file to the checked path,
-which keeps its own errors and notes. What it accepts, the checked path accepts with the same
+unknown record type, ``span_event`` records, an id started or ended twice, a parent or
+``after`` span that did not start before, an ``after`` naming a set-up span, a cut last line,
+an attribute outside the writer's shape, ...), and the caller hands the whole file to the
+checked path, which keeps its own errors and notes. Set-up and check spans are kept out as the
+reader keeps them (:data:`~agentloop.trace.reader.OUTSIDE_KINDS`), the set-up's findings put in
+the header by the reader's own :func:`~agentloop.trace.reader.late_header`. What it accepts, the checked path accepts with the same
 values (``tests/test_fastcols.py`` compares both paths' Columns field by field, and fuzzes).
 The formulas are the checked path's owners' (:func:`agentloop.model.timing.split_ns` is
 vectorised in :func:`_split`, kept beside its source's order of operations so the floats agree).
@@ -35,19 +37,21 @@ import pyarrow.compute as pc
 
 from agentloop.analysis import _fastshape as F
 from agentloop.analysis._fastmodels import model_columns
+from agentloop.analysis._fastreport import calls, outside
 from agentloop.analysis._fastshape import NotClean
 from agentloop.analysis.agents import step_text
 from agentloop.analysis.attribution import tool_category
-from agentloop.analysis.columnar import Columns, calls_of
+from agentloop.analysis.columnar import Columns
 from agentloop.errors import TraceFileError
 from agentloop.trace import attrs as A
 from agentloop.trace.fields import Where
-from agentloop.trace.reader import NO_END, Trace
+from agentloop.trace.reader import NO_END, OUTSIDE_KINDS, SpanRecord, Trace, late_header
 from agentloop.trace.schema import EndRecord, RunHeader, parse_header, parse_record
 
 I64 = np.int64
 _KIND = {k: i for i, k in enumerate(F.KINDS)}
 _STATUS = {k: i for i, k in enumerate(F.STATUSES)}
+_MARK = "\x00"  # where a step's number goes in its label's form (see _step_labels)
 _BOUNDARY = b'}\n{"type":"'  # between two records as the writer writes them
 
 
@@ -113,29 +117,33 @@ def _build(data: bytes, path: Path) -> Columns:
         raise NotClean("no spans, or an end record before the last line")
     is_start = np.array(flags, np.bool_)
     del recs, flags
-    s = _spans(starts, ends, is_start, end)
+    r = _records(starts, ends, is_start)
+    keep = _kept(r["kind"], r["parent"], r["after_off"])
+    if not keep.all():
+        run = _late_header(run, starts, ends, r, keep, data, path)
+    s = _graph(r, keep, end)
     trace = Trace(path, run, {}, end)  # the header and end record: what the formulas read
-    n = len(starts)
-    kinds, names = s["kinds"], s["names"]
-    code = {k: i for i, k in enumerate(kinds.dictionary.to_pylist())}
-    kcode = np.asarray(kinds.indices, I64)
-    eid, end_kind = s["eid"], kcode[s["eid"]]
-    attrs = [F.NO_ATTRS if e.attrs is None else e.attrs for e in ends]
-    names = pa.array(names, pa.string())
-    tools = _tools(attrs, eid, end_kind == code.get("tool", -1), names, n)
+    end_kind, kept = r["kind"][r["eid"]], keep[r["eid"]]
+    is_tool, is_model = end_kind == _KIND["tool"], end_kind == _KIND["model"]
+    if not kept.all():  # the reader types the set-up's and check's spans too, then drops them
+        _tools(ends, r["eid"], is_tool & ~kept, r["names"], len(keep))
+        model_columns(trace, ends, r["eid"], is_model & ~kept, r, np.zeros(len(keep), bool))
+    eid, n = s["new"][r["eid"]], len(s["t0"])
+    names = r["names"].filter(pa.array(keep)) if not keep.all() else r["names"]
+    tools = _tools(ends, eid, is_tool & kept, names, n)
     has_kids = np.bincount(s["parent"][s["parent"] >= 0], minlength=n) > 0
-    models = model_columns(trace, attrs, eid, end_kind == code.get("model", -1), s, has_kids)
-    if any(a.trimmed is not msgspec.UNSET for a in attrs):
+    models = model_columns(trace, ends, eid, is_model & kept, s, has_kids)
+    if any(e.attrs is not None and e.attrs.trimmed is not msgspec.UNSET for e in ends):
         raise NotClean("an older trace's trims, in its model spans' attributes")
     return Columns(
         header=run.raw,
         end=None if end is None else end.raw,
         problems=() if end is not None else (NO_END,),
         ids=s["ids"],
-        kinds=kinds,
+        kinds=_encode(s["kind"], F.KINDS),
         names=names,
-        statuses=s["statuses"],
-        step_label=_step_labels(starts, s["names"], kcode == code.get("step", -1)),
+        statuses=_encode(s["status"], F.STATUSES),
+        step_label=_step_labels(starts, keep, s["kind"] == _KIND["step"]),
         parent=s["parent"],
         after_off=s["after_off"],
         after_idx=s["after_idx"],
@@ -144,48 +152,19 @@ def _build(data: bytes, path: Path) -> Columns:
         in_flight=s["in_flight"],
         end_ns=s["end_ns"],
         trims=(),  # no span_event records (handed over), no older trims (above)
-        outside={},  # no set-up or check spans (handed over)
-        **_calls(trace, starts, attrs, s, kcode == code.get("model", -1)),
+        outside=outside(r, keep, s),
+        **calls(trace, starts, ends, r, keep, s["kind"] == _KIND["model"]),
         **tools,
         **models,
     )
 
 
-def _calls(
-    trace: Trace,
-    starts: list[F.SpanStart],
-    attrs: list[F.EndAttrs],
-    s: dict[str, Any],
-    is_model: np.ndarray,
+def _records(
+    starts: list[F.SpanStart], ends: list[F.SpanEnd], is_start: np.ndarray
 ) -> dict[str, Any]:
-    """Each model span's call row (:func:`agentloop.analysis.columnar.calls_of`, the one
-    owner), from the attributes the Structs kept: the agent, invocation and step it started
-    with, the tier it ended on; a finished call has a usage row."""
-    rows = np.flatnonzero(is_model).tolist()
-    end_of = np.full(len(starts), -1, I64)
-    end_of[s["eid"]] = np.arange(len(attrs))
-    who = [starts[j].attrs for j in rows]
-    ends = [attrs[k] if k >= 0 else None for k in end_of[rows].tolist()]
-    return calls_of(
-        trace,
-        [
-            {}
-            if a is None
-            else {A.STEP: a.step, A.GEN_AI_AGENT_NAME: a.agent, A.AGENT_INVOCATION: a.inv}
-            for a in who
-        ],
-        [{} if a is None else {A.TIER: a.tier} for a in ends],
-        [a is not None for a in ends],
-    )
-
-
-def _spans(
-    starts: list[F.SpanStart], ends: list[F.SpanEnd], is_start: np.ndarray, end: EndRecord | None
-) -> dict[str, Any]:
-    """The span columns, and the reader's checks of the records' ids and order: every id
-    starts once, every span_end names a span that started before it, once, and not earlier
-    than its start; parents and ``after`` spans started before the span (the Graph's notes
-    for those are the checked path's: not clean here)."""
+    """Every span's raw columns, and the reader's checks of the records' ids and order: every
+    id starts once, every span_end names a span that started before it, once, and not earlier
+    than its start; the screen's: parents and ``after`` spans known and started before."""
     n, m = len(starts), len(ends)
     afters = [r.after for r in starts]
     after_off = np.zeros(n + 1, I64)
@@ -210,36 +189,103 @@ def _spans(
     owner = np.repeat(np.arange(n), np.diff(after_off))
     if ((after_idx < 0) | (after_idx >= owner)).any():
         raise NotClean("an 'after' span unknown or not started before its span")
+    status = np.full(n, F.STATUSES.index("in_flight"), I64)
+    status[eid] = np.fromiter(map(_STATUS.__getitem__, [e.status for e in ends]), I64, m)
+    t1 = np.full(n, -1, I64)
+    t1[eid] = t1e
+    return {
+        "ids": ids,
+        "kind": np.fromiter(map(_KIND.__getitem__, [r.kind for r in starts]), I64, n),
+        "names": pa.array([r.name for r in starts], pa.string()),
+        "eid": eid,
+        "pos_e": pos_e,
+        "parent": parent,
+        "after_off": after_off,
+        "after_idx": after_idx,
+        "owner": owner,
+        "t0": t0,
+        "t1": t1,  # -1: in flight
+        "status": status,
+    }
+
+
+def _kept(kind: np.ndarray, parent: np.ndarray, after_off: np.ndarray) -> np.ndarray:
+    """The spans the analysis sees: not a set-up or check root span (OUTSIDE_KINDS, no parent,
+    no ``after``) nor under one, as the reader keeps them out of ``Trace.spans``."""
+    out = np.isin(kind, [_KIND[k] for k in OUTSIDE_KINDS]) & (parent < 0)
+    out &= np.diff(after_off) == 0
+    under = parent >= 0
+    while out.any():  # one round per level of nesting under a set-up span
+        grown = out | (under & out[np.maximum(parent, 0)])
+        if np.array_equal(grown, out):
+            break
+        out = grown
+    kept: np.ndarray = ~out
+    return kept
+
+
+def _graph(r: dict[str, Any], keep: np.ndarray, end: EndRecord | None) -> dict[str, Any]:
+    """The kept spans' columns, renumbered, with the Graph's view: in-flight spans ending at
+    the run's end; the end record not before the first root span (the reader's check)."""
+    new = np.cumsum(keep) - 1
+    aft = keep[r["owner"]]
+    if not keep[r["after_idx"][aft]].all():
+        raise NotClean("an 'after' names a set-up or check span: the Graph notes it")
+    after_off = np.zeros(int(keep.sum()) + 1, I64)
+    np.cumsum(np.diff(r["after_off"])[keep], out=after_off[1:])
+    parent = r["parent"][keep]
+    t0, t1 = r["t0"][keep], r["t1"][keep]
+    in_flight = t1 < 0
     roots = t0[parent < 0]
     if end is not None:
         end_ns = end.t
         if roots.size and end_ns < roots.min():
             raise NotClean("the run ends before its run span started")
     else:
-        end_ns = int(max(t0.max(initial=0), t1e.max(initial=0)))
-    t1 = np.full(n, end_ns, I64)
-    t1[eid] = t1e
-    in_flight = np.ones(n, np.bool_)
-    in_flight[eid] = False
-    status = np.full(n, F.STATUSES.index("in_flight"), I64)
-    status[eid] = np.fromiter(map(_STATUS.__getitem__, [e.status for e in ends]), I64, m)
+        end_ns = int(max(t0.max(initial=0), t1.max(initial=0)))
     return {
-        "ids": ids,
-        "kinds": _encode(
-            np.fromiter(map(_KIND.__getitem__, [r.kind for r in starts]), I64, n), F.KINDS
-        ),
-        "names": [r.name for r in starts],
-        "statuses": _encode(status, F.STATUSES),
-        "eid": eid,
-        "parent": parent,
+        "new": new,
+        "ids": r["ids"].filter(pa.array(keep)) if not keep.all() else r["ids"],
+        "kind": r["kind"][keep],
+        "status": r["status"][keep],
+        "parent": np.where(parent >= 0, new[parent], -1),
         "after_off": after_off,
-        "after_idx": after_idx,
+        "after_idx": new[r["after_idx"][aft]],
         "t0": t0,
-        "t1": t1,
+        "t1": np.where(in_flight, end_ns, t1),
         "in_flight": in_flight,
         "end_ns": int(end_ns),
-        "status": status,
     }
+
+
+def _late_header(
+    run: RunHeader,
+    starts: list[F.SpanStart],
+    ends: list[F.SpanEnd],
+    r: dict[str, Any],
+    keep: np.ndarray,
+    data: bytes,
+    path: Path,
+) -> RunHeader:
+    """The header with what the set-up span learnt (:func:`agentloop.trace.reader.
+    late_header`), from its end record's attributes as written (its line, read again)."""
+    outside: dict[str, SpanRecord] = {}
+    for j in np.flatnonzero(~keep & (r["parent"] < 0) & (r["kind"] == _KIND["setup"])).tolist():
+        k = np.flatnonzero(r["eid"] == j)
+        attrs = {} if not k.size else _attrs_at(data, int(r["pos_e"][k[0]]) + 1)
+        sp = starts[j]
+        outside[sp.id] = SpanRecord(sp.id, None, "setup", sp.name, sp.t, [], attrs=attrs)
+    return late_header(run, outside, path)
+
+
+def _attrs_at(data: bytes, line: int) -> dict[str, Any]:
+    """The ``attrs`` of the record on line ``line`` (0: the header), as written."""
+    at = 0
+    for _ in range(line):  # the set-up ends before the run starts: a few lines in
+        at = data.index(b"\n", at) + 1
+    stop = data.find(b"\n", at)
+    attrs = orjson.loads(data[at : stop if stop >= 0 else len(data)]).get("attrs")
+    return attrs if type(attrs) is dict else {}
 
 
 def _encode(codes: np.ndarray, values: tuple[str, ...]) -> pa.DictionaryArray:
@@ -289,24 +335,34 @@ def _writer_numbers(a: pa.Array) -> np.ndarray | None:
     return got
 
 
-def _step_labels(starts: list[F.SpanStart], names: list[str], is_step: np.ndarray) -> pa.Array:
-    """A step span's label (:func:`agentloop.analysis.agents.step_text`), else null."""
-    labels = np.full(len(starts), None, object)
+def _step_labels(starts: list[F.SpanStart], keep: np.ndarray, is_step: np.ndarray) -> pa.Array:
+    """A kept step span's label (:func:`agentloop.analysis.agents.step_text`), else null.
+
+    step_text's label of a numbered step, made once per agent and invocation with a mark where
+    the number goes, then filled in per step: a dict and a call per step cost 0.5 s for
+    200,000 steps."""
+    labels = np.full(len(is_step), None, object)
     rows = np.flatnonzero(is_step)
+    made: dict[tuple[str | None, int | None], str] = {}
     out = []
-    for j in rows.tolist():
-        a = starts[j].attrs
-        if a is None:
-            out.append(names[j])
-        else:
-            who = {A.STEP: a.step, A.GEN_AI_AGENT_NAME: a.agent, A.AGENT_INVOCATION: a.inv}
-            out.append(step_text(who, names[j]))
+    for j in np.flatnonzero(keep)[rows].tolist():
+        sp = starts[j]
+        a = sp.attrs
+        if a is None or a.step is None or _MARK in (a.agent or ""):
+            who = {} if a is None else {A.GEN_AI_AGENT_NAME: a.agent, A.AGENT_INVOCATION: a.inv}
+            out.append(step_text({**who, A.STEP: None if a is None else a.step}, sp.name))
+            continue
+        form = made.get((a.agent, a.inv))
+        if form is None:
+            who = {A.STEP: _MARK, A.GEN_AI_AGENT_NAME: a.agent, A.AGENT_INVOCATION: a.inv}
+            form = made[a.agent, a.inv] = step_text(who, "")
+        out.append(form.replace(_MARK, str(a.step)))
     labels[rows] = out
     return pa.array(labels, pa.string())
 
 
 def _tools(
-    attrs: list[F.EndAttrs], eid: np.ndarray, is_tool: np.ndarray, names: pa.Array, n: int
+    ends: list[F.SpanEnd], eid: np.ndarray, is_tool: np.ndarray, names: pa.Array, n: int
 ) -> dict[str, Any]:
     """The finished tool spans' category (dictionary-encoded in start order, as
     ``columns_of``'s) and queue time; whether each tool span name books one category. The
@@ -314,7 +370,7 @@ def _tools(
     rows = np.flatnonzero(is_tool)
     rows = rows[np.argsort(eid[rows], kind="stable")]
     span = eid[rows]
-    ta = [attrs[k] for k in rows.tolist()]
+    ta = F.end_attrs(ends, rows)
     tool = [a.tool for a in ta]
     if (
         not set(map(type, tool)) <= {str}

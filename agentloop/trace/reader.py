@@ -260,7 +260,7 @@ def parse_lines(lines: list[bytes], path: object = "<trace>") -> Trace:
                 outside[sid] = sp
         for sid in outside:
             del spans[sid]
-        header = _late_header(header, outside, path)
+        header = late_header(header, outside, path)
     if end is None:
         problems.append(NO_END)
     else:
@@ -276,7 +276,7 @@ def parse_lines(lines: list[bytes], path: object = "<trace>") -> Trace:
     )
 
 
-def _late_header(header: RunHeader, outside: dict[str, SpanRecord], path: object) -> RunHeader:
+def late_header(header: RunHeader, outside: dict[str, SpanRecord], path: object) -> RunHeader:
     """The header with what the set-up learnt (``workspace``, ``sandbox``, ``mcp_servers``): a
     trace opened before its set-up (issue 24) records them on its setup span, not in line 1.
     The span's ``tools`` (a run with MCP servers: the tools as offered, theirs listed) replace
