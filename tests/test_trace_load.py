@@ -193,3 +193,11 @@ def test_an_unknown_record_type_is_skipped_with_a_note(tmp_path: Path) -> None:
     path.write_bytes(b"\n".join([*lines[:2], b'{"type": "event", "t": 3}', *lines[2:]]) + b"\n")
     trace = load_trace(path)
     assert (["line 3: unknown record type skipped"], 5) == (trace.problems, trace.spans["s1"].t1)
+
+
+@pytest.mark.parametrize("schema_value", [[], {}, "1", 1.0, True, 99])
+def test_a_header_with_an_odd_schema_is_refused_by_name(schema_value: Any) -> None:
+    """A header whose ``schema`` is not a readable version (a list, an object: not hashable)
+    is a message naming line 1 and the field, never a TypeError."""
+    recs: list[Any] = [{**header(), "schema": schema_value}]
+    assert _refused(_lines(recs)).startswith("<t>, line 1, field 'schema': is ")

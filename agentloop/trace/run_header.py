@@ -253,7 +253,7 @@ def parse_header(rec: object, path: object) -> RunHeader:
     if type(rec) is not dict or rec.get("type") != "run":
         w.fail("type", "missing the run header (field 'type' must be \"run\")")
     schema = rec.get("schema")
-    if schema not in READABLE_SCHEMAS or type(schema) is not int:
+    if type(schema) is not int or schema not in READABLE_SCHEMAS:  # a list is not hashable
         w.fail(
             "schema",
             f"is {schema!r}; this agentloop reads schema "
