@@ -197,3 +197,21 @@ def test_raw_text_goes_where_orjson_would_write_it_even_if_a_value_mimics_the_ma
         parts = list(jsontext.dump(doc, opt))
         assert want == b"".join(parts)
         assert len(parts) == (1 if odd != "plain" else 6)  # the fallback: one joined copy
+
+
+@pytest.mark.parametrize("name", list(ALL))
+def test_the_headline_retiming_is_the_whatifs(name):
+    """The headline's lean re-timing gives the full what-if's predicted time, ceiling and
+    ratios for every scenario (the ceiling from the lockstep pair or from its own pass)."""
+    from agentloop.analysis import vector, vwhatif
+    from tests.test_columnar import SCENARIOS
+
+    vg = vector.build(columns_of(build_graph(ALL[name]())))
+    for sc in SCENARIOS:
+        full, lean = vwhatif.whatif(vg, sc, curve=()), vwhatif.headline(vg, sc)
+        assert (full.predicted_ns, full.ceiling_ns, full.speedup, full.ceiling) == (
+            lean.predicted_ns,
+            lean.ceiling_ns,
+            lean.speedup,
+            lean.ceiling,
+        )

@@ -300,9 +300,7 @@ class ColumnReport(NamedTuple):
         """:func:`agentloop.analysis.whatif.faster_tier_line`, re-timed on the columns."""
         from agentloop.analysis import vwhatif
 
-        return tier_line(
-            Recorded(self.header), tiers, lambda sc: vwhatif.whatif(self.vg, sc, curve=())
-        )
+        return tier_line(Recorded(self.header), tiers, lambda sc: vwhatif.headline(self.vg, sc))
 
 
 def _secs(ns: Any) -> jsontext.Column:

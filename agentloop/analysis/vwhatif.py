@@ -127,25 +127,60 @@ def predict_ns(vg: VGraph, sc: Scenario) -> int:
     return run_end(vg, V) - vg.start_ns
 
 
-def whatif(vg: VGraph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> WhatIf:
-    """Re-time ``vg`` under ``sc``: the same :class:`WhatIf` as the loops give."""
+def _retimed(vg: VGraph, sc: Scenario) -> tuple[I64, I64, I64, int, tuple[int, int] | None]:
+    """``sc``'s new parts and durations, the forward pass's instants V and run end, and the
+    ends at infinite and measured output speed when one pass gives the whole curve
+    (:func:`pair_ends`)."""
     parts = new_parts(vg, sc)
     dur = durations(vg, parts)
-    p = 1.0 if sc.profile is not None else sc.prefill_speedup
+    p = _prefill(sc)
     V, A, Bv = solve(vg, [dur, _k_durations(vg, p, math.inf), _k_durations(vg, p, 1)])
-    end = run_end(vg, V)
-    ends = pair_ends(vg, A, Bv)
+    return parts, dur, V, run_end(vg, V), pair_ends(vg, A, Bv)
+
+
+def _prefill(sc: Scenario) -> float:
+    return 1.0 if sc.profile is not None else sc.prefill_speedup
+
+
+def _ceiling(vg: VGraph, sc: Scenario, ends: tuple[int, int] | None) -> int:
+    if ends is not None:
+        return ends[0] - vg.start_ns
+    return predict_ns(vg, Scenario("ceiling", speedup=math.inf, prefill_speedup=_prefill(sc)))
+
+
+def headline(vg: VGraph, sc: Scenario) -> WhatIf:
+    """:func:`whatif` without its breakdown and curve: the predicted time and the ceiling
+    (what ``report``'s headline says; ``categories``, ``steps`` and ``curve`` are empty)."""
+    _, _, _, end, ends = _retimed(vg, sc)
+    c = vg.c
+    return WhatIf(
+        sc,
+        vg.measured_ns,
+        end - vg.start_ns,
+        _ceiling(vg, sc, ends),
+        (),
+        (),
+        (),
+        c.complete,
+        int(c.parts[:, 7].sum()),
+        int(c.cached_tokens.sum()),
+    )
+
+
+def whatif(vg: VGraph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> WhatIf:
+    """Re-time ``vg`` under ``sc``: the same :class:`WhatIf` as the loops give."""
+    parts, dur, V, end, ends = _retimed(vg, sc)
+    p = _prefill(sc)
     links = path_links(vg, V)
     new_cats, new_steps = tally(vg, V, links, dur, end, parts)
     rec = np.empty(2 * len(vg) + 1, np.int64)
     rec[0:-1:2], rec[1::2], rec[-1] = vg.c.t0, vg.c.t1, vg.start_ns
     old_cats, old_steps = tally(vg, rec, vg.back_link, vg.recorded_dur, vg.end_ns, None)
+    ceiling = _ceiling(vg, sc, ends)
     if ends is not None:
         t_inf, t_one = ends[0] - vg.start_ns, ends[1] - vg.start_ns
-        ceiling = t_inf
         points = tuple((float(k), round(t_inf + (t_one - t_inf) / k)) for k in curve)
     else:
-        ceiling = predict_ns(vg, Scenario("ceiling", speedup=math.inf, prefill_speedup=p))
         points = tuple(
             (float(k), predict_ns(vg, Scenario("curve", speedup=k, prefill_speedup=p)))
             for k in curve
