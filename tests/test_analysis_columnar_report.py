@@ -215,3 +215,38 @@ def test_the_headline_retiming_is_the_whatifs(name):
             lean.speedup,
             lean.ceiling,
         )
+
+
+def long_run() -> Trace:
+    """More steps than the text's step table shows (40) and more path segments than it lists
+    (60), so the views' slices and the path's count are what the text prints."""
+    from agentloop.analysis.synthetic import agent_lines
+    from agentloop.trace.reader import parse_lines
+
+    return parse_lines(list(agent_lines(90, tools_per_step=2)))
+
+
+@pytest.mark.parametrize("name", [*ALL, "long run"])
+def test_the_text_report_from_views_is_the_rows_text(name):
+    """``report`` (text) on columns renders views that make only the rows it prints: the
+    same text as from every row made."""
+    from agentloop.analysis.report_text import render_report
+
+    trace = long_run() if name == "long run" else ALL[name]()
+    r = vreport.report_of(columns_of(build_graph(trace)))
+    assert render_report(r.report) == render_report(r.text_report)
+    if name == "long run":
+        assert len(r.report.steps) > 40 and len(r.report.path) > 60
+
+
+def test_the_step_and_path_views_index_as_tuples_do():
+    """Ints (negative too), slices (empty, stepped, out of range) and the end: as the tuples."""
+    r = vreport.report_of(columns_of(build_graph(long_run())))
+    for full, view in ((r.report.steps, r.text_report.steps), (r.report.path, r.text_report.path)):
+        assert len(full) == len(view)
+        for i in (0, 1, -1, -2, len(full) - 1):
+            assert full[i] == view[i]
+        for s in (slice(0, 3), slice(-3, None), slice(5, 2), slice(0, None, 7), slice(-999, 2)):
+            assert tuple(full[s]) == tuple(view[s])
+        with pytest.raises(IndexError):
+            view[len(full)]

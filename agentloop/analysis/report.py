@@ -9,6 +9,7 @@ as text is :mod:`agentloop.analysis.report_text`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +36,8 @@ class Report:
     measured_ns: int
     critical: dict[str, int]  # category -> ns on the critical path (sums to measured_ns)
     busy: dict[str, int]  # category -> ns summed over all spans
-    steps: tuple[StepRow, ...]
-    path: tuple[tuple[str, str, str, int], ...]  # (step, kind, name, ns), chronological
+    steps: Sequence[StepRow]  # a tuple, or a view that makes each row when asked (big traces)
+    path: Sequence[tuple[str, str, str, int]]  # (step, kind, name, ns), chronological
     input_tokens: int = 0  # over every model call
     cached_tokens: int = 0  # of input_tokens, served from the server's prompt cache
     trims: tuple[dict[str, Any], ...] = ()  # context trims: step + attrs.TRIM_KEYS each

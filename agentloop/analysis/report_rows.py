@@ -10,9 +10,9 @@ million path segments: a whole column goes through one array operation where it 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,33 +76,125 @@ class StepColumns(NamedTuple):
             [s.cached_tokens for s in rows],
         )
 
-    def rows(self) -> tuple[StepRow, ...]:
-        """The :class:`StepRow` of each step."""
+    def rows(self, a: int = 0, b: int | None = None) -> tuple[StepRow, ...]:
+        """The :class:`StepRow` of each step, or of steps ``a`` to ``b`` (a slice's bounds)."""
         from agentloop.analysis.columnar import frozen_rows
 
-        names, ns, off = self.tool_names, _ints(self.tool_ns), self.tool_off
-        base, reasoning, decode, other = map(
-            _ints, (self.base, self.reasoning, self.decode, self.other)
+        a, b, _ = slice(a, b).indices(len(self.step))
+        b = max(a, b)
+        off = self.tool_off[a : b + 1]
+        t0, t1 = (off[0], off[-1]) if len(off) else (0, 0)
+        names, ns = self.tool_names[t0:t1], _ints(self.tool_ns[t0:t1])
+        base, reasoning, decode, other = (
+            _ints(c[a:b]) for c in (self.base, self.reasoning, self.decode, self.other)
         )
         return frozen_rows(
             StepRow,
-            step=self.step,
-            start_ns=_ints(self.start_ns),
-            duration_ns=_ints(self.duration_ns),
+            step=self.step[a:b],
+            start_ns=_ints(self.start_ns[a:b]),
+            duration_ns=_ints(self.duration_ns[a:b]),
             model=[
-                {"base": a, "reasoning": b, "decode": c, "other": d}
-                for a, b, c, d in zip(base, reasoning, decode, other, strict=True)
+                {"base": w, "reasoning": x, "decode": y, "other": z}
+                for w, x, y, z in zip(base, reasoning, decode, other, strict=True)
             ],
             tools=[
-                tuple(zip(names[a:b], ns[a:b], strict=True)) for a, b in itertools.pairwise(off)
+                tuple(zip(names[i - t0 : j - t0], ns[i - t0 : j - t0], strict=True))
+                for i, j in itertools.pairwise(off)
             ],
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            reasoning_tokens=self.reasoning_tokens,
-            cumulative_ns=_ints(self.cumulative_ns),
-            in_flight=self.in_flight,
-            cached_tokens=self.cached_tokens,
+            input_tokens=self.input_tokens[a:b],
+            output_tokens=self.output_tokens[a:b],
+            reasoning_tokens=self.reasoning_tokens[a:b],
+            cumulative_ns=_ints(self.cumulative_ns[a:b]),
+            in_flight=self.in_flight[a:b],
+            cached_tokens=self.cached_tokens[a:b],
         )
+
+
+class StepRowsView(Sequence[StepRow]):
+    """The rows of a :class:`StepColumns`, each made when asked for: the text report prints
+    about 40 of a long run's 200,000 steps (all of them as objects: 0.8 s and most of 1 GB)."""
+
+    __slots__ = ("cols",)
+
+    def __init__(self, cols: StepColumns) -> None:
+        self.cols = cols
+
+    def __len__(self) -> int:
+        return len(self.cols.step)
+
+    @overload
+    def __getitem__(self, i: int) -> StepRow: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[StepRow, ...]: ...
+    def __getitem__(self, i: int | slice) -> StepRow | tuple[StepRow, ...]:
+        if isinstance(i, slice):
+            if i.step not in (None, 1):
+                return self.cols.rows()[i]
+            return self.cols.rows(*i.indices(len(self))[:2])
+        k = i + len(self) if i < 0 else i
+        if not 0 <= k < len(self):
+            raise IndexError(i)
+        return self.cols.rows(k, k + 1)[0]
+
+    def labels(self) -> list[str]:
+        """Each step's label, without making its row."""
+        return list(self.cols.step)
+
+
+def step_labels(steps: Sequence[StepRow]) -> Iterable[str]:
+    """Each step's label (a view's without making its rows)."""
+    return steps.labels() if isinstance(steps, StepRowsView) else (s.step for s in steps)
+
+
+class PathRowsView(Sequence[tuple[str, str, str, int]]):
+    """The critical path's segments of :class:`agentloop.analysis.vreport.PathColumns`, each
+    made when asked for (a long run's million segments, of which the text lists 60)."""
+
+    __slots__ = ("cols",)
+
+    def __init__(self, cols: Any) -> None:
+        self.cols = cols  # step, kind, name: Arrow strings; ns: int64
+
+    def __len__(self) -> int:
+        return len(self.cols.ns)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[str, str, str, int]: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[tuple[str, str, str, int], ...]: ...
+    def __getitem__(
+        self, i: int | slice
+    ) -> tuple[str, str, str, int] | tuple[tuple[str, str, str, int], ...]:
+        idx = range(len(self))[i]
+        if isinstance(idx, int):
+            return self._at([idx])[0]
+        return self._at(list(idx))
+
+    def _at(self, idx: Sequence[int]) -> tuple[tuple[str, str, str, int], ...]:
+        import pyarrow as pa
+
+        c, at = self.cols, pa.array(idx, pa.int64())
+        texts = [col.take(at).to_pylist() for col in (c.step, c.kind, c.name)]
+        return tuple(zip(*texts, c.ns[list(idx)].tolist(), strict=True))
+
+    def listed(self, min_gap_ns: int, limit: int) -> tuple[int, list[tuple[str, str, str, int]]]:
+        """How many segments are not gaps under ``min_gap_ns``, and the first ``limit``."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        gap = np.asarray(pc.equal(self.cols.kind, "gap").to_numpy(zero_copy_only=False), bool)
+        keep = np.flatnonzero(~gap | (self.cols.ns >= min_gap_ns))
+        return len(keep), list(self._at(keep[:limit].tolist()))
+
+
+def listed_path(
+    path: Sequence[tuple[str, str, str, int]], min_gap_ns: int, limit: int
+) -> tuple[int, list[tuple[str, str, str, int]]]:
+    """How many path segments are not gaps under ``min_gap_ns``, and the first ``limit``."""
+    if isinstance(path, PathRowsView):
+        return path.listed(min_gap_ns, limit)
+    listed = [p for p in path if p[1] != "gap" or p[3] >= min_gap_ns]
+    return len(listed), listed[:limit]
 
 
 def _ints(col: Any) -> list[int]:

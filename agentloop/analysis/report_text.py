@@ -13,6 +13,7 @@ from agentloop.analysis._table import elide, pct, secs, table
 from agentloop.analysis.agents import steps_text
 from agentloop.analysis.breakdown import category_order
 from agentloop.analysis.report import Report
+from agentloop.analysis.report_rows import listed_path, step_labels
 
 MAX_PATH_ROWS = 60
 
@@ -68,7 +69,7 @@ def _headline(r: Report) -> list[str]:
     """The run, its times and status, and why the trace is incomplete or odd."""
     out = [
         f"task {r.task} on tier {r.tier}: agent time {secs(r.measured_ns)} s (the run span, "
-        f"what the what-if re-times), status {r.status}, {steps_text(s.step for s in r.steps)}",
+        f"what the what-if re-times), status {r.status}, {steps_text(step_labels(r.steps))}",
         f"  {wall_line(r)}",
     ]
     if not r.complete:
@@ -151,13 +152,8 @@ def _critical_path(r: Report) -> list[str]:
     """The critical path's segments in time order, the first :data:`MAX_PATH_ROWS` listed."""
     out = [f"Critical path ({len(r.path)} segments, chronological; gaps < 1 ms not listed):"]
     # framework gaps under a millisecond are counted above but not listed one by one
-    listed = [p for p in r.path if p[1] != "gap" or p[3] >= 1_000_000]
-    out.append(
-        table(
-            ["step", "kind", "span", "s"],
-            [[s, k, n, secs(v)] for s, k, n, v in listed[:MAX_PATH_ROWS]],
-        )
-    )
-    if len(listed) > MAX_PATH_ROWS:
-        out.append(f"  ... {len(listed) - MAX_PATH_ROWS} more segments (--json lists all)")
+    count, listed = listed_path(r.path, 1_000_000, MAX_PATH_ROWS)
+    out.append(table(["step", "kind", "span", "s"], [[s, k, n, secs(v)] for s, k, n, v in listed]))
+    if count > MAX_PATH_ROWS:
+        out.append(f"  ... {count - MAX_PATH_ROWS} more segments (--json lists all)")
     return out

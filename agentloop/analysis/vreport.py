@@ -27,7 +27,13 @@ from agentloop.analysis.breakdown import category_order
 from agentloop.analysis.columnar import I64, B, Columns
 from agentloop.analysis.cost import CostBreakdown
 from agentloop.analysis.report import Report, report_json, unsplit_fields
-from agentloop.analysis.report_rows import StepColumns, path_json, steps_json
+from agentloop.analysis.report_rows import (
+    PathRowsView,
+    StepColumns,
+    StepRowsView,
+    path_json,
+    steps_json,
+)
 from agentloop.analysis.vector import VGraph, build, kind_is, on_path, tally
 from agentloop.analysis.whatif import tier_line
 from agentloop.trace.run_header import RunHeader, parse_header
@@ -256,8 +262,16 @@ class ColumnReport(NamedTuple):
 
     @property
     def report(self) -> Report:
-        """The whole :class:`Report`, a Python object per step and path segment (the text)."""
+        """The whole :class:`Report`, a Python object per step and path segment."""
         return dataclasses.replace(self.head, steps=self.steps.rows(), path=self.path.rows())
+
+    @property
+    def text_report(self) -> Report:
+        """The same :class:`Report` for the text renderer, its steps and path as views that
+        make the rows it prints, not a Python object for each of them."""
+        return dataclasses.replace(
+            self.head, steps=StepRowsView(self.steps), path=PathRowsView(self.path)
+        )
 
     def usage(self, by: str) -> list[dict[str, Any]]:
         return usage_of_columns(self.vg, self.header, self.on_path, by)

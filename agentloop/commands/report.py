@@ -168,7 +168,7 @@ def _on_columns(args: argparse.Namespace, columns: Any) -> int:
             write_parts(r.document_text(JSON_OPTIONS))
             return 0
         line = r.faster_tier_line(load_tiers())
-        _print_text(r.report, line, list(columns.unsplit), r.usage_text(), r.spent)
+        _print_text(r.text_report, line, list(columns.unsplit), r.usage_text(), r.spent)
     return 0
 
 
