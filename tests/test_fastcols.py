@@ -79,6 +79,16 @@ def measured_under_load() -> list[bytes]:
     return b.lines()
 
 
+def marked_agent() -> list[bytes]:
+    """A sub-agent named with the character the fast builder marks a step number's place
+    with in a label's form: it asks the label's owner call by call."""
+    lines = fanout_run([2, 1], rounds=2).lines()
+    return [
+        line.replace(b'"gen_ai.agent.name":"w0"', b'"gen_ai.agent.name":"w\\u0000"')
+        for line in lines
+    ]
+
+
 def odd_edges() -> list[bytes]:
     """An ``after`` naming an unknown span: the Graph notes it, so the screen hands it over."""
     b = TraceBuilder()
@@ -162,6 +172,7 @@ FAST: dict[str, Callable[[], list[bytes]]] = {
         sub_tier="b",
     ).lines(),
     "killed": killed,
+    "an agent name holding the mark": marked_agent,
     "measured under load": measured_under_load,
     "set-up and check spans": with_setup,
     "check left open": check_left_open,

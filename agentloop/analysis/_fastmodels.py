@@ -58,6 +58,9 @@ def model_columns(
         msgspec.UNSET
     ) != len(ma):
         raise NotClean("a model span's output, or an imported call's unsplit phases")
+    if [a.trimmed for a in ma].count(msgspec.UNSET) != len(ma):
+        # only a model span's are read (context_window.recorded_trims), by the checked path
+        raise NotClean("an older trace's trims, in its model spans' attributes")
     k = len(ma)
     num = {f: np.fromiter(cols[f], I64, k) for f in ("inp", "out", "rea", "cac", "wait_ns")}
     step = np.fromiter([v or 0 for v in cols["step"]], I64, k)

@@ -133,8 +133,6 @@ def _build(data: bytes, path: Path) -> Columns:
     tools = _tools(ends, eid, is_tool & kept, names, n)
     has_kids = np.bincount(s["parent"][s["parent"] >= 0], minlength=n) > 0
     models = model_columns(trace, ends, eid, is_model & kept, s, has_kids)
-    if any(e.attrs is not None and e.attrs.trimmed is not msgspec.UNSET for e in ends):
-        raise NotClean("an older trace's trims, in its model spans' attributes")
     return Columns(
         header=run.raw,
         end=None if end is None else end.raw,

@@ -1,8 +1,9 @@
 """Benchmark: load and re-time a one-million-span synthetic trace, cold and warm, and a suite.
 
 Run as ``python tests/benchmarks/bench_analysis.py [STEPS] [ROUNDS] [SUITE_RUNS]``, or, to
-compare two trees' warm end-to-end times on a trace or suite folder that exists,
-``python tests/benchmarks/bench_analysis.py --versus OLD_TREE TARGET RUNS [report]``. Writes a trace in the real
+compare two trees' warm (or, with ``cold``, cold: the cache removed before each run) end-to-end
+times on a trace or suite folder that exists,
+``python tests/benchmarks/bench_analysis.py --versus OLD_TREE TARGET RUNS [report] [cold]``. Writes a trace in the real
 record format to a temporary file (200,000 steps of one model call and three parallel tool calls:
 one million spans, two million span records), then times separately: loading it, flattening it
 into the graph (attribution included), one what-if re-timing (new durations + forward pass), and
@@ -295,15 +296,17 @@ def print_end_to_end(ends: dict[str, list[tuple[float, float]]], plain: float) -
 
 def versus(old: Path, target: Path, runs: int, extra: list[str]) -> None:
     """Warm ``whatif TARGET --tier sim-ultrafast --json`` (or ``report TARGET --json`` when
-    ``extra`` is ``["report"]``) by the tree at ``old`` and by this one, taking turns ``runs``
-    times, each a fresh ``python -m agentloop`` process with ``PYTHONPATH`` at its tree; checks
-    that the two print the same bytes. A cache both can read is made first (unless the layout
+    ``extra`` holds ``report``; cold when it holds ``cold``: the cache removed before each run,
+    the ``orjson.loads`` floor timed once a round) by the tree at ``old`` and by this one,
+    taking turns ``runs`` times, each a fresh ``python -m agentloop`` process with
+    ``PYTHONPATH`` at its tree; checks that the two print the same bytes. A cache both can read is made first (unless the layout
     changed, the two share it). Each process starts in its tree's folder: ``python -m`` puts
     the working folder first on ``sys.path``, ahead of ``PYTHONPATH``."""
     import os
 
     target = target.resolve()
-    cmd = extra[0] if extra else "whatif"
+    cmd = "report" if "report" in extra else "whatif"
+    cold = "cold" in extra
     args = [cmd, str(target), "--json"] + (["--tier", "sim-ultrafast"] if cmd == "whatif" else [])
     outs, seen = {}, {}
     old = old.resolve()
@@ -328,11 +331,21 @@ def versus(old: Path, target: Path, runs: int, extra: list[str]) -> None:
         print(f"{name}: {where}")
     print(f"{' '.join(args)}: the same bytes before and after: {outs['before'] == outs['after']}")
     load0 = load_average()
+    floors = []
     for _ in range(runs):
         for name, root in (("before", old), ("after", ROOT)):
             env = {**os.environ, "PYTHONPATH": str(root)}
+            if cold:
+                shutil.rmtree(store.cache_path(target).parent, ignore_errors=True)
             seen[name].append(timed([sys.executable, "-m", "agentloop", *args], env, root))
+        if cold:
+            floors.append(float_floor(target)[0])
     print(f"load average {load0:.2f} -> {load_average():.2f}; {runs} runs each, taking turns")
+    if cold:
+        floor = min(floors)
+        print(f"  cold; orjson floor {floor:.2f} s (runs {', '.join(f'{f:.2f}' for f in floors)})")
+        for name, rows in seen.items():
+            print(f"  {name:6s} best {min(r[0] for r in rows) / floor:.2f}x the floor")
     for name, rows in seen.items():
         walls = sorted(r[0] for r in rows)
         print(
