@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from agentloop.analysis import store
+from agentloop.analysis import runend, store
 from agentloop.analysis.synthetic import agent_lines
 
 
@@ -21,7 +21,7 @@ def big_trace(path: Path) -> Path:
     """A trace just past the size from which the analysis runs on columns."""
     with path.open("wb") as f:
         f.writelines(line + b"\n" for line in agent_lines(4000))
-    assert path.stat().st_size >= store.COLUMNAR_BYTES
+    assert path.stat().st_size >= runend.COLUMNAR_BYTES
     return path
 
 

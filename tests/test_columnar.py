@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentloop.analysis import cands, store, vector, vwhatif
+from agentloop.analysis import cands, runend, store, vector, vwhatif
 from agentloop.analysis.breakdown import path_tally
 from agentloop.analysis.columnar import Columns, columns_of
 from agentloop.analysis.flat import Graph, interleave
@@ -423,15 +423,16 @@ def test_the_cache_gives_the_same_whatif_as_the_jsonl(trace_file: Path):
 def test_the_run_end_hook_caches_big_traces_only(tmp_path: Path, trace_file: Path):
     """cache_trace writes the cache of a trace past COLUMNAR_BYTES, skips a small one, and
     says nothing for a file that is not a trace."""
-    store.cache_trace(trace_file)
+    cache_trace = runend.cache_trace
+    cache_trace(trace_file)
     assert store.read_cache(trace_file) is None  # 30 steps: analysed with the loops
     big = tmp_path / "big.jsonl"
     big.write_bytes(b"".join(line + b"\n" for line in agent_lines(4000)))
-    store.cache_trace(big)
+    cache_trace(big)
     assert store.read_cache(big) is not None
     junk = tmp_path / "junk.jsonl"
-    junk.write_bytes(b"not json\n" * (store.COLUMNAR_BYTES // 9 + 1))
-    store.cache_trace(junk)
+    junk.write_bytes(b"not json\n" * (runend.COLUMNAR_BYTES // 9 + 1))
+    cache_trace(junk)
     assert not store.cache_path(junk).exists()
 
 
@@ -517,3 +518,21 @@ def test_the_cost_on_columns_is_the_breakdown_total_to_the_bit():
     ]
     for prices in (Prices(2.5, 0.25, 20.0), Prices(0.15, 0.075, 0.6, placeholder=True)):
         assert total_of_columns(usage, prices) == breakdown(calls, prices).total_usd
+
+
+async def test_a_runs_end_makes_its_traces_cache_when_it_is_big(tmp_path: Path, monkeypatch):
+    """``run_task`` returns with the columnar cache of its trace written when the trace is past
+    the size analysed on columns (lowered to 0 here: a real run's trace is a few KB), and with
+    none below it: the run-end hook the cache's docs promise, not only a first analysis."""
+    from agentloop import run_task
+    from agentloop.config.tasks import load_task
+    from tests.conftest import instant_tier
+
+    task = load_task(Path(__file__).parent / "data" / "steady.yaml")
+    small = await run_task(task, tier=instant_tier(), trace_dir=tmp_path / "small")
+    assert small.trace_path is not None and not store.cache_path(Path(small.trace_path)).exists()
+    monkeypatch.setattr(runend, "COLUMNAR_BYTES", 0)
+    big = await run_task(task, tier=instant_tier(), trace_dir=tmp_path / "big")
+    assert big.trace_path is not None and store.is_fresh(Path(big.trace_path))
+    c = store.read_cache(Path(big.trace_path))
+    assert c is not None and c.complete and c.is_model.sum() == big.steps

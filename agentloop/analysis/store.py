@@ -42,6 +42,7 @@ from agentloop.analysis.columnar import (
     columns_of,
 )
 from agentloop.analysis.lateness import Lateness
+from agentloop.analysis.runend import COLUMNAR_BYTES
 
 # 3: a sub-run step's label names its agent (issue 23); 4: Arrow IPC with a CRC trailer instead
 # of Parquet, and the trace's lateness, unsplit calls and usage; 5: a model span's numbers as
@@ -51,7 +52,6 @@ from agentloop.analysis.lateness import Lateness
 # context trims and the wall time's parts outside the agent's
 CACHE_VERSION = "7"
 CACHE_DIR = ".agentloop-cache"
-COLUMNAR_BYTES = 4 << 20  # traces from this size on are analysed on columns (about 10,000 spans)
 _EDGE = 16 * 1024  # bytes of the source's head and tail in its digest
 MODEL_WIDTH = len(PART_COLUMNS) + 2  # a model span's numbers in the cache: parts, cached, timed
 _META = b"agentloop.columns"
@@ -379,16 +379,3 @@ def columns_for_analysis(trace: Path) -> Columns | None:
         return None
     c = load_columns(trace)
     return c if c.tools_by_name else None
-
-
-def cache_trace(trace: str | Path) -> None:
-    """Make the cache of a finished run's trace, if it is big enough to be analysed on columns
-    (the run-end hook: ``await asyncio.to_thread(cache_trace, path)`` once the trace is
-    closed). Never raises for a trace that cannot be read or a folder that cannot be written:
-    the JSONL is the record, the cache only saves the next analysis its reading."""
-    from agentloop.errors import TraceFileError
-
-    p = Path(trace)
-    with contextlib.suppress(TraceFileError, OSError):
-        if p.stat().st_size >= COLUMNAR_BYTES:
-            load_columns(p)

@@ -73,13 +73,13 @@ def analysis_status(path: Path, cached: bool = True) -> Iterator[None]:
     terminal's stderr (rich), as a run shows its progress; nothing when stderr is not a
     terminal or the trace is small. ``cached``: the command reads the columnar cache, so a
     fresh one shows nothing either and a missing one is made."""
-    from agentloop.analysis import store
+    from agentloop.analysis import runend, store
 
     try:
         size = path.stat().st_size
     except OSError:
         size = 0
-    if size < store.COLUMNAR_BYTES or not sys.stderr.isatty() or (cached and store.is_fresh(path)):
+    if size < runend.COLUMNAR_BYTES or not sys.stderr.isatty() or (cached and store.is_fresh(path)):
         yield
         return
     from rich.console import Console

@@ -11,6 +11,7 @@ import functools
 from collections.abc import Iterator
 from dataclasses import replace
 
+from agentloop.analysis.runend import cache_trace
 from agentloop.errors import AgentloopError, ConfigError
 from agentloop.loop.ending import RunResult
 from agentloop.loop.runner import Runner, header_fields, offered_specs
@@ -57,6 +58,8 @@ async def execute(plan: RunPlan, config: RunConfig | None = None) -> RunResult:
                 ready, learnt = await set_up(plan, config, tracer, stack, registry)
                 span.set(**learnt)
         result = await _runner(plan, config, ready, tracer).run()
+    # the trace is closed: a big one's columnar cache now, so its first analysis reads it at once
+    await asyncio.to_thread(cache_trace, plan.trace_path)
     kept = str(ready.place.path) if config.keep_workspace else None
     return replace(result, trace_path=str(plan.trace_path), workspace=kept)
 
