@@ -51,6 +51,21 @@ def host_pids_with(token: str) -> list[int]:
     return found
 
 
+def settled_shells(token: str, count: int) -> bool:
+    """Whether exactly ``count`` host processes hold ``token`` and each is a shell running its
+    ``sleep 300`` (a child of that command line): no fork or exec of theirs is in flight."""
+    holders = host_pids_with(token)
+    sleeping = set()
+    for pid, ppid, *_ in proc_table():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"sleep\x00300\x00" == fh.read():
+                    sleeping.add(ppid)
+        except OSError:
+            pass
+    return count == len(holders) and sleeping.issuperset(holders)
+
+
 def ours() -> set[int]:
     """This test process's live descendants on the host (the jail's processes among them)."""
     children: dict[int, list[int]] = {}
@@ -357,10 +372,11 @@ async def test_a_suite_run_s_jail_is_emptied_at_its_end_and_torn_down_behind_it(
                 background="keep",
             )
             assert 0 == out.exit_code
-        # exactly the two hidden shells: a bash forked for `&` carries the token in its command
-        # line until it execs setsid, so a busy machine can show a third for a moment
-        deadline = time.monotonic() + 5
-        while len(host_pids_with(token)) != 2 and time.monotonic() < deadline:
+        # exactly the two hidden shells, once each runs its sleep: until then a chain shows the
+        # token in a bash forked for `&`, setsid, env, or the shell's fork before it execs sleep,
+        # so a count of two can pass in flight (a busy machine stretches each step); 30 s: hangs
+        deadline = time.monotonic() + 30
+        while not settled_shells(token, 2) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert 2 == len(host_pids_with(token))
         await first.aclose(closer)  # the closer tears it down at once (nothing was waiting)
