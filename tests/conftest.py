@@ -249,6 +249,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d[-1].scope != "function" and d[-1].baseid == module for d in defs if d):
             item.add_marker(pytest.mark.xdist_group(module))
+    if hasattr(config, "workerinput"):  # an xdist worker: its order is what xdist deals out
+        # xdist deals the groups out first (by their test count, largest first), then the other
+        # tests in this order: the marked ones (seconds each) before the rest, so the run ends
+        # on tests of milliseconds and no worker idles behind another's long last test. Not in
+        # one process (-n 0): there a module's tests stay together, each module fixture made once.
+        items.sort(key=lambda item: all(item.get_closest_marker(m) is None for m in _LONG_MARKS))
+
+
+_LONG_MARKS = ("slow", "external", "pacing")
 
 
 @pytest.fixture(autouse=True)

@@ -51,6 +51,21 @@ def host_pids_with(token: str) -> list[int]:
     return found
 
 
+def settled_shells(token: str, count: int) -> bool:
+    """Whether exactly ``count`` host processes hold ``token`` and each is a shell running its
+    ``sleep 300`` (a child of that command line): no fork or exec of theirs is in flight."""
+    holders = host_pids_with(token)
+    sleeping = set()
+    for pid, ppid, *_ in proc_table():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"sleep\x00300\x00" == fh.read():
+                    sleeping.add(ppid)
+        except OSError:
+            pass
+    return count == len(holders) and sleeping.issuperset(holders)
+
+
 def ours() -> set[int]:
     """This test process's live descendants on the host (the jail's processes among them)."""
     children: dict[int, list[int]] = {}
@@ -343,31 +358,38 @@ async def test_a_suite_run_s_jail_is_emptied_at_its_end_and_torn_down_behind_it(
     async with closing_behind(spacing_s=60.0) as closer:  # the first close waits 60 s after
         first = await open_jail(JailSpec(workspace=tmp_path))
         second = await open_jail(JailSpec(workspace=tmp_path))
-        assert (True, True) == (first.confined, second.confined)
-        assert second.init_pid is not None
-        ns = pid_namespace(second.init_pid)
-        for jail in (first, second):
-            out = await proc.run(
-                jail,
-                f"setsid env -i /bin/sh -c 'sleep 300; : {token}' & echo started",
-                cwd=tmp_path,
-                env={"PATH": os.defpath},
-                timeout_s=5,
-                cap=1000,
-                background="keep",
-            )
-            assert 0 == out.exit_code
-        # exactly the two hidden shells: a bash forked for `&` carries the token in its command
-        # line until it execs setsid, so a busy machine can show a third for a moment
-        deadline = time.monotonic() + 5
-        while len(host_pids_with(token)) != 2 and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert 2 == len(host_pids_with(token))
-        await first.aclose(closer)  # the closer tears it down at once (nothing was waiting)
-        await second.aclose(closer)  # queued: 60 s behind the first
-        assert [] == host_pids_with(token)  # emptied when aclose returned
-        assert second.proc is not None and second.proc.returncode is None  # its init idles
-        assert 1 == closer.pending
+        try:
+            assert (True, True) == (first.confined, second.confined)
+            assert second.init_pid is not None
+            ns = pid_namespace(second.init_pid)
+            for jail in (first, second):
+                out = await proc.run(
+                    jail,
+                    f"setsid env -i /bin/sh -c 'sleep 300; : {token}' & echo started",
+                    cwd=tmp_path,
+                    env={"PATH": os.defpath},
+                    timeout_s=5,
+                    cap=1000,
+                    background="keep",
+                )
+                assert 0 == out.exit_code
+            # exactly the two hidden shells, once each runs its sleep: before, a chain shows the
+            # token in a bash forked for `&`, in setsid, env and the shell's fork before it
+            # execs sleep, and nowhere while one of them is mid-exec (its command line reads
+            # empty), so a count is one or three for a moment (a busy machine stretches each)
+            deadline = time.monotonic() + 30  # a bound about hangs
+            while not settled_shells(token, 2) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert 2 == len(host_pids_with(token))
+            await first.aclose(closer)  # the closer tears it down at once (nothing was waiting)
+            await second.aclose(closer)  # queued: 60 s behind the first
+            assert [] == host_pids_with(token)  # emptied when aclose returned
+            assert second.proc is not None and second.proc.returncode is None  # its init idles
+            assert 1 == closer.pending
+        except BaseException:  # a failed check leaves no jail for a later test's GC to warn of
+            for jail in (first, second):
+                await jail.aclose()
+            raise
     assert (0, 2) == (closer.pending, closer.closed)  # the context's end closed the rest
     assert second.proc.returncode is not None
     assert [] == await namespace_survivors(ns)
