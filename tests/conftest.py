@@ -236,6 +236,17 @@ def records_to_trace(records: list[dict[str, Any]]) -> Trace:
     return trace_of(records)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (pyproject's addopts): two workers for each core this process may use. Most
+    of the suite's time is spent waiting (servers, subprocesses, jails, a paced simulator), so
+    a core runs a second worker's test in the first's waits: on the project's 2-core machines
+    the whole suite took 426 s with 2 workers, 346 s with 3, 333 s with 4 (load 2-7). The
+    variable ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides when it is set (xdist's own rule)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return 2 * len(os.sched_getaffinity(0))
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``-n``), the tests of a module that share one of its module-scoped
