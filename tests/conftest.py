@@ -196,6 +196,17 @@ def within(measured: float, expected: float, rel: float, bound_s: float) -> bool
 STALL_SHARE, STALL_S = 0.5, 0.5  # what a machine with every core busy may add to a paced duration
 
 
+def held_drift_s(a: Any, b: Any) -> float:
+    """Seconds by which two real runs' graphs (``a`` re-timed, ``b`` measured) differ in the
+    categories the what-if keeps as recorded (the tools' own time, the client's overhead, the
+    framework's gaps): what a busy machine added to one run and not the other, read from the
+    two traces (:func:`agentloop.analysis.compare.compare`), not a prediction error."""
+    from agentloop.analysis.compare import compare
+
+    rows = compare(a, b).categories
+    return sum(abs(r.predicted_ns - r.b_ns) for r in rows if r.predicted_ns == r.a_ns) / 1e9
+
+
 # A simulated tier for tests that are not about speed: a model call costs ~10 ms instead of
 # sim-ultrafast's 0.2 s plus 750 tok/s (an HLE question's 7,200 hidden tokens: 10 s). The text
 # is what a project's ./tiers.toml would say, so a subprocess test writes it beside its run.
