@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib
 import os
 import sys
@@ -56,6 +57,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: the one ``asyncio.run`` of agentloop."""
+    frozen = gc.get_freeze_count()
     try:
         # inside: a Ctrl-C while importing is one line too
         args = build_parser(sys.argv[1:] if argv is None else argv).parse_args(argv)
@@ -71,6 +73,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # program would; stdout goes to /dev/null so the interpreter's last flush cannot fail
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    finally:
+        # an analysis command froze what it loaded out of the collector's sight (the CLI's
+        # decision: commands.report.load_for_analysis); a caller that runs the CLI in its own
+        # process (a test, an embedding) gets its collector back as it was
+        if frozen == 0 and gc.get_freeze_count():
+            gc.unfreeze()
 
 
 if __name__ == "__main__":

@@ -54,6 +54,24 @@ def test_report_cli_prints_tables(tmp_path, capsys):
     assert "model share of the critical path" in out
 
 
+@pytest.mark.parametrize("command", ["report", "route", "compare"])
+def test_an_analysis_command_run_in_process_gives_the_collector_back(tmp_path, command):
+    """The analysis commands freeze what they load out of the collector's sight (the CLI's
+    decision, for a process about to end); ``main`` called in a caller's process (a test, an
+    embedding) unfreezes it on return, so the caller's collector is as it was."""
+    import gc
+
+    trace = run_on(STD, "sim-standard", tmp_path / "a.jsonl")
+    args = {
+        "report": ["report", str(trace)],
+        "route": ["route", str(trace), "--tiers", "sim-standard,sim-ultrafast", "--within", "50"],
+        "compare": ["compare", str(trace), str(trace)],
+    }[command]
+    assert 0 == gc.get_freeze_count()
+    assert 0 == main(args)
+    assert 0 == gc.get_freeze_count()
+
+
 def test_report_cli_json(tmp_path, capsys):
     """`agentloop report --json` prints one JSON object with the step table."""
     trace = run_on(STD, "sim-standard", tmp_path / "a.jsonl")
