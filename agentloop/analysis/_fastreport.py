@@ -99,24 +99,15 @@ def _each(trace: Trace, who: list[Any], done: list[Any], used: list[bool]) -> di
 
 
 def outside(r: dict[str, Any], keep: np.ndarray, s: dict[str, Any]) -> dict[str, Any]:
-    """The wall time's parts outside the agent's, as :func:`agentloop.analysis.report.
-    _two_times` reads them from the set-up and check root spans (the finished ones timed, the
-    open ones named), around the kept spans' time (first root's start to the run's end)."""
+    """The wall time's parts outside the agent's (:func:`agentloop.analysis.report.
+    outside_times`) from the set-up and check root spans, around the kept spans' time (the
+    first root's start to the run's end)."""
+    from agentloop.analysis.report import outside_times
+
     roots = np.flatnonzero(~keep & (r["parent"] < 0)).tolist()
     kind = [F.KINDS[k] for k in r["kind"][roots].tolist()]
     t0, t1 = r["t0"][roots].tolist(), r["t1"][roots].tolist()  # t1 -1: still open
-    left = tuple(k for k, b in zip(kind, t1, strict=True) if b < 0)
-    done = [i for i, b in enumerate(t1) if b >= 0]
-    if not done:
-        return {"outside_open": left} if left else {}
     mine = s["t0"][s["parent"] < 0]
     start = int(mine.min()) if mine.size else s["end_ns"]
-    setup = [t1[i] - t0[i] for i in done if kind[i] == "setup"]
-    check = [t1[i] - t0[i] for i in done if kind[i] == "check"]
-    return {
-        "setup_ns": sum(setup) if setup else None,
-        "check_ns": sum(check) if check else None,
-        "wall_ns": max([s["end_ns"], *(t1[i] for i in done)])
-        - min([start, *(t0[i] for i in done)]),
-        "outside_open": left,
-    }
+    ends = [None if b < 0 else b for b in t1]
+    return outside_times(list(zip(kind, t0, ends, strict=True)), start, s["end_ns"])

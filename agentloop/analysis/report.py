@@ -68,19 +68,29 @@ def _leaf_category(g: Graph, i: int) -> str:
 
 def _two_times(g: Graph) -> dict[str, Any]:
     """The wall time's parts outside the agent's time (issue 24), from the trace's setup and
-    check root spans (``Trace.outside``; finished ones only)."""
-    roots = [s for s in g.trace.outside.values() if s.parent is None and s.t1 is not None]
-    setup = [s for s in roots if s.kind == "setup"]
-    check = [s for s in roots if s.kind == "check"]
-    left = tuple(s.kind for s in g.trace.outside.values() if s.parent is None and s.t1 is None)
-    if not roots:
+    check root spans (``Trace.outside``)."""
+    roots = [(s.kind, s.t0, s.t1) for s in g.trace.outside.values() if s.parent is None]
+    return outside_times(roots, g.start_ns, g.start_ns + g.measured_ns)
+
+
+def outside_times(
+    roots: list[tuple[str, int, int | None]], start_ns: int, end_ns: int
+) -> dict[str, Any]:
+    """The wall time's parts outside the agent's (``start_ns`` to ``end_ns``) from the set-up
+    and check root spans, as (kind, start, end or None while open) in start order: the finished
+    ones timed, the open ones named. The one formula for both builders of a report's columns
+    (:func:`_two_times`, :func:`agentloop.analysis._fastreport.outside`)."""
+    done = [(k, t0, t1) for k, t0, t1 in roots if t1 is not None]
+    left = tuple(k for k, _, t1 in roots if t1 is None)
+    if not done:
         return {"outside_open": left} if left else {}
-    t0 = min([g.start_ns, *(s.t0 for s in roots)])
-    t1 = max([g.start_ns + g.measured_ns, *(s.t1 or 0 for s in roots)])
+    setup = [t1 - t0 for k, t0, t1 in done if k == "setup"]
+    check = [t1 - t0 for k, t0, t1 in done if k == "check"]
     return {
-        "setup_ns": sum((s.t1 or 0) - s.t0 for s in setup) if setup else None,
-        "check_ns": sum((s.t1 or 0) - s.t0 for s in check) if check else None,
-        "wall_ns": t1 - t0,
+        "setup_ns": sum(setup) if setup else None,
+        "check_ns": sum(check) if check else None,
+        "wall_ns": max([end_ns, *(t1 for _, _, t1 in done)])
+        - min([start_ns, *(t0 for _, t0, _ in done)]),
         "outside_open": left,
     }
 
