@@ -55,10 +55,35 @@ def test_report_cli_prints_tables(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("command", ["report", "route", "compare"])
-def test_an_analysis_command_run_in_process_gives_the_collector_back(tmp_path, command):
-    """The analysis commands freeze what they load out of the collector's sight (the CLI's
-    decision, for a process about to end); ``main`` called in a caller's process (a test, an
-    embedding) unfreezes it on return, so the caller's collector is as it was."""
+def test_an_analysis_command_run_in_process_gives_the_collector_back(
+    tmp_path, command, monkeypatch
+):
+    """The analysis commands freeze a big trace they load on the loops out of the collector's
+    sight (the CLI's decision, for a process about to end); ``main`` called in a caller's
+    process (a test, an embedding) unfreezes it on return, so the caller's collector is as it
+    was. (The size that counts as big lowered to 0: the loops' path with a small trace.)"""
+    import gc
+
+    import agentloop.commands.report as report_command
+
+    trace = run_on(STD, "sim-standard", tmp_path / "a.jsonl")
+    args = {
+        "report": ["report", str(trace), "--transcript"],
+        "route": ["route", str(trace), "--tiers", "sim-standard,sim-ultrafast", "--within", "50"],
+        "compare": ["compare", str(trace), str(trace)],
+    }[command]
+    monkeypatch.setattr(report_command, "COLUMNAR_BYTES", 0)
+    frozen: list[int] = []
+    monkeypatch.setattr(gc, "freeze", lambda f=gc.freeze: frozen.append(1) or f())
+    assert 0 == gc.get_freeze_count()
+    assert 0 == main(args)
+    assert frozen and 0 == gc.get_freeze_count()
+
+
+@pytest.mark.parametrize("command", ["report", "route", "compare"])
+def test_a_small_trace_is_neither_collected_nor_frozen(tmp_path, command, monkeypatch):
+    """Under the columnar size a trace's rescans cost milliseconds: no full collection of the
+    caller's heap (0.1 s a command in a test worker) and nothing frozen."""
     import gc
 
     trace = run_on(STD, "sim-standard", tmp_path / "a.jsonl")
@@ -67,9 +92,11 @@ def test_an_analysis_command_run_in_process_gives_the_collector_back(tmp_path, c
         "route": ["route", str(trace), "--tiers", "sim-standard,sim-ultrafast", "--within", "50"],
         "compare": ["compare", str(trace), str(trace)],
     }[command]
-    assert 0 == gc.get_freeze_count()
+    frozen, collected = [], []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))
+    monkeypatch.setattr(gc, "collect", lambda *a: collected.append(1) or 0)
     assert 0 == main(args)
-    assert 0 == gc.get_freeze_count()
+    assert (frozen, collected) == ([], [])
 
 
 def test_report_cli_json(tmp_path, capsys):

@@ -22,6 +22,7 @@ from agentloop.analysis.report import (
     unsplit_note,
 )
 from agentloop.analysis.report_text import render_report
+from agentloop.analysis.runend import COLUMNAR_BYTES
 from agentloop.config.tiers import load_tiers
 from agentloop.trace.reader import Trace
 
@@ -54,13 +55,23 @@ def register(sub: Any) -> None:
 
 
 def load_for_analysis(path: Path) -> Trace:
-    """Load a trace for a one-shot analysis command, and freeze it out of the collector's sight.
+    """Load a trace for a one-shot analysis command, and freeze a big one out of the collector's
+    sight.
 
     The CLI's decision, not the library's: after loading a million spans, every full collection
     would rescan them all (seconds); ``gc.freeze`` moves them out of the collector's sight
     (reference counting still frees them). Garbage is collected first so nothing collectable is
-    frozen; loading makes no reference cycles.
+    frozen; loading makes no reference cycles. A trace under the columnar size (about 10,000
+    spans) is not worth it: its rescans cost milliseconds, and the full collection before the
+    freeze costs as much as the caller's heap (0.1 s a command in a test worker's process, where
+    the CLI runs in-process).
     """
+    try:
+        big = Path(path).stat().st_size >= COLUMNAR_BYTES
+    except OSError:
+        big = False  # the load says what is wrong with the path
+    if not big:
+        return load_quickly(path)
     gc.collect()
     trace = load_quickly(path)
     gc.freeze()
@@ -73,13 +84,13 @@ def analysis_status(path: Path, cached: bool = True) -> Iterator[None]:
     terminal's stderr (rich), as a run shows its progress; nothing when stderr is not a
     terminal or the trace is small. ``cached``: the command reads the columnar cache, so a
     fresh one shows nothing either and a missing one is made."""
-    from agentloop.analysis import runend, store
+    from agentloop.analysis import store
 
     try:
         size = path.stat().st_size
     except OSError:
         size = 0
-    if size < runend.COLUMNAR_BYTES or not sys.stderr.isatty() or (cached and store.is_fresh(path)):
+    if size < COLUMNAR_BYTES or not sys.stderr.isatty() or (cached and store.is_fresh(path)):
         yield
         return
     from rich.console import Console
