@@ -20,13 +20,14 @@ are kept by width (:class:`agentloop.analysis.cands.Cands`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, TOOL_QUEUE
-from agentloop.analysis.cands import Cands, cands_of, latest, seg_max, sum_links
+from agentloop.analysis.cands import Cands, Ix, cands_of, index_type, latest, seg_max, sum_links
 from agentloop.analysis.columnar import I64, B, Columns
 
 
@@ -39,15 +40,15 @@ class VGraph:
     is_leaf: B
     start_gap: I64
     close_gap: I64  # 0 for a leaf
-    back_link: I64  # per position: the recorded critical path's next position back
-    step_at: I64  # per position: the step span owning it, -1 at run level
-    roots: I64
+    back_link: Ix  # per position: the recorded critical path's next position back
+    step_at: Ix  # per position: the step span owning it, -1 at run level
+    roots: Ix
     start_ns: int
     run_end_gap: int
     recorded_dur: I64
     queue: I64
-    models: I64  # indices of the re-timed model spans, ascending
-    tool_code: I64  # per span: index of its tool category in tool_names, -1 for none
+    models: Ix  # indices of the re-timed model spans, ascending
+    tool_code: Ix  # per span: index of its tool category in tool_names, -1 for none
     tool_names: list[str]
 
     def __len__(self) -> int:
@@ -62,43 +63,48 @@ class VGraph:
         return self.c.end_ns - self.start_ns
 
 
-def _candidates(c: Columns, is_leaf: B, n_kids: I64) -> tuple[I64, I64]:
+def _candidates(c: Columns, is_leaf: B, n_kids: Ix) -> tuple[Ix, Ix]:
     """Every position's candidates in the loops' order: a start's parent start (the run's start
     for a root) then its ``after`` spans' ends; a leaf's end its own start; a parent's end its
-    children's ends, in index order: position v's are ``idx[off[v]:off[v + 1]]``, (off, idx)."""
+    children's ends, in index order: position v's are ``idx[off[v]:off[v + 1]]``, (off, idx),
+    both in ``n_kids``' type (:func:`index_type`)."""
     n = len(c)
     sent = 2 * n
+    ix = n_kids.dtype
     par = c.parent
-    idx = np.arange(n, dtype=np.int64)
+    idx = np.arange(n, dtype=ix)
     has_par = par >= 0
-    alen = np.diff(c.after_off)
-    cnt = np.empty(sent, np.int64)
+    alen = np.diff(c.after_off).astype(ix)
+    cnt = np.empty(sent, ix)
     cnt[0::2] = 1 + alen
     cnt[1::2] = np.where(is_leaf, 1, n_kids)
-    off = np.zeros(sent + 1, np.int64)
+    off = np.zeros(sent + 1, ix)
     np.cumsum(cnt, out=off[1:])
-    cand = np.empty(int(off[-1]), np.int64)
+    del cnt
+    cand = np.empty(int(off[-1]), ix)
     cand[off[0:-1:2]] = np.where(has_par, 2 * par, sent)
     if len(c.after_idx):
         owner = np.repeat(idx, alen)
-        rank = np.arange(len(c.after_idx)) - c.after_off[owner]
+        rank = np.arange(len(c.after_idx), dtype=ix) - c.after_off[owner].astype(ix)
         cand[off[2 * owner] + 1 + rank] = 2 * c.after_idx + 1
+        del owner, rank
     cand[off[1::2][is_leaf]] = 2 * idx[is_leaf]
     kids = idx[has_par]  # ascending, so each parent's children come in index order
     if len(kids):
-        kp = par[has_par]
+        kp = par[has_par].astype(ix)
         order = np.argsort(kp, kind="stable")
         kids, kp = kids[order], kp[order]
-        first = np.zeros(n, np.int64)
+        del order
+        first = np.zeros(n, ix)
         np.cumsum(n_kids[:-1], out=first[1:])
-        cand[off[2 * kp + 1] + np.arange(len(kids)) - first[kp]] = 2 * kids + 1
+        cand[off[2 * kp + 1] + np.arange(len(kids), dtype=ix) - first[kp]] = 2 * kids + 1
     return off, cand
 
 
-def _steps(c: Columns) -> I64:
-    """Per span: the step span owning it (itself for a step), -1 outside steps."""
+def _steps(c: Columns, ix: type[np.signedinteger[Any]]) -> Ix:
+    """Per span: the step span owning it (itself for a step), -1 outside steps (type ``ix``)."""
     n = len(c)
-    idx = np.arange(n, dtype=np.int64)
+    idx = np.arange(n, dtype=ix)
     par, has_par = c.parent, c.parent >= 0
     is_step = kind_is(c, "step")
     step_of = np.where(is_step, idx, -1)
@@ -109,15 +115,18 @@ def _steps(c: Columns) -> I64:
         step_of = nxt
 
 
-def build(c: Columns) -> VGraph:
+def build(c: Columns, ix: type[np.signedinteger[Any]] | None = None) -> VGraph:
     """Flatten columns for the passes (what :func:`agentloop.analysis.graph.build_graph` works
-    out per span, in whole-array operations)."""
+    out per span, in whole-array operations). Positions, candidate slots and span indices are
+    ``ix`` (default: int32 while they fit, :func:`agentloop.analysis.cands.index_type`)."""
     n = len(c)
     sent = 2 * n
-    idx = np.arange(n, dtype=np.int64)
-    n_kids = np.bincount(c.parent[c.parent >= 0], minlength=n).astype(np.int64)
+    ix = index_type(3 * n + len(c.after_idx) + 1) if ix is None else ix  # slots <= 3n + afters
+    idx = np.arange(n, dtype=ix)
+    n_kids = np.bincount(c.parent[c.parent >= 0], minlength=n).astype(ix)
     is_leaf = n_kids == 0
     off, cand = _candidates(c, is_leaf, n_kids)
+    del n_kids
     cd = cands_of(off, cand)
     roots = idx[c.parent < 0]
     start_ns = int(c.t0[roots].min()) if len(roots) else 0
@@ -127,20 +136,23 @@ def build(c: Columns) -> VGraph:
     if len(roots):  # the gaps see the run's start at 0: a root's start from its own instant
         V0[sent] = 0
         top[2 * roots] = _root_tops(off, cand, V0, roots)
+    del off, cand
     start_gap = c.t0 - top[0::2]
     tc = c.tool_category
     if not isinstance(tc, pa.DictionaryArray):
         tc = tc.dictionary_encode()
-    step_of = _steps(c)
-    sop = np.empty(sent + 1, np.int64)
+    del V0
+    step_of = _steps(c, ix)
+    sop = np.empty(sent + 1, ix)
     sop[0::2][:n], sop[1::2], sop[sent] = step_of, step_of, -1
+    del step_of
     return VGraph(
         c=c,
         cd=cd,
         is_leaf=is_leaf,
         start_gap=start_gap,
         close_gap=np.where(is_leaf, 0, c.t1 - top[1::2]),
-        back_link=np.append(back, sent - 1),
+        back_link=np.append(back, np.array([sent - 1], back.dtype)),
         step_at=sop,
         roots=roots,
         start_ns=start_ns,
@@ -153,7 +165,7 @@ def build(c: Columns) -> VGraph:
     )
 
 
-def _root_tops(off: I64, idx: I64, V: I64, roots: I64) -> I64:
+def _root_tops(off: Ix, idx: Ix, V: I64, roots: Ix) -> I64:
     """The latest candidate's instant in V at each root's start."""
     starts, ends = off[2 * roots], off[2 * roots + 1]
     lens = ends - starts
@@ -171,7 +183,9 @@ def _weights(vg: VGraph, dur: I64) -> I64:
 def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
     """The forward pass (:func:`agentloop.analysis.passes.retime_flat`'s V, the run's start at
     0) for each of ``durs``, by policy iteration from the recorded links. The recorded
-    durations give the recorded instants, unsummed."""
+    durations give the recorded instants, unsummed. The passes are summed together, one
+    column each; a pass whose links change gets its weights made again (not kept: a million
+    spans' weights are 16 MB a pass)."""
     sent = 2 * len(vg)
     same = [np.array_equal(d, vg.recorded_dur) for d in durs]
     todo = [d for d, s in zip(durs, same, strict=True) if not s]
@@ -179,24 +193,28 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
     links[sent] = sent
     rec = np.empty(sent + 1, np.int64)
     rec[0:-1:2], rec[1::2], rec[sent] = vg.c.t0, vg.c.t1, 0
-    if todo:
+    if todo:  # Fortran order: each pass's column of the sums is a contiguous view
         W = np.stack([_weights(vg, d) for d in todo], axis=1)
-        Vs = sum_links(vg.cd, links, W, rec)
+        Vs = sum_links(vg.cd, links, W, rec, spend=True)
+        del W
     out = []
     j = 0
-    for s in same:
+    for d, s in zip(durs, same, strict=True):
         if s:
             out.append(rec.copy())
             continue
-        V, pol, w = Vs[:, j].copy(), links, W[:, j]
+        V, pol, w = Vs[:, j], links, None
         j += 1
         while True:
             top, arg = latest(vg.cd, V)
             worse = top > V[pol[:-1]]
+            del top
             if not worse.any():
                 break
             pol = pol.copy()
             pol[:-1][worse] = arg[worse]
+            del arg, worse
+            w = _weights(vg, d) if w is None else w
             V = sum_links(vg.cd, pol, w, rec)
         out.append(V)
     return out
@@ -209,15 +227,16 @@ def run_end(vg: VGraph, V: I64) -> int:
     return int(V[2 * vg.roots + 1].max()) + vg.run_end_gap
 
 
-def path_links(vg: VGraph, V: I64) -> I64:
+def path_links(vg: VGraph, V: I64) -> Ix:
     """The critical path's links for instants V (the run's start at 0 in V): as
     :func:`agentloop.analysis.passes.retime_path` links them."""
     Vp = V.copy()
     Vp[-1] = vg.start_ns
-    return np.append(latest(vg.cd, Vp)[1], len(V) - 2)
+    links = latest(vg.cd, Vp)[1]
+    return np.append(links, np.array([len(V) - 2], links.dtype))
 
 
-def on_path(vg: VGraph, V: I64, links: I64) -> I64:
+def on_path(vg: VGraph, V: I64, links: Ix) -> I64:
     """Positions on the critical path from the latest root's end back (the run's start not
     included), ascending: the chain of ``links`` from there, by pointer doubling."""
     sent = len(V) - 1
@@ -240,7 +259,7 @@ def on_path(vg: VGraph, V: I64, links: I64) -> I64:
 
 
 def tally(
-    vg: VGraph, V: I64, links: I64, dur: I64, total: int, parts: I64 | None
+    vg: VGraph, V: I64, links: Ix, dur: I64, total: int, parts: I64 | None
 ) -> tuple[dict[str, int], dict[int, int]]:
     """Critical-path ns per category and per step (:func:`agentloop.analysis.breakdown.
     path_tally`); ``parts``: re-timed (base, reasoning, decode) per model span (rows in
@@ -293,18 +312,25 @@ def tally(
     return cats, steps
 
 
-def _codes(d: pa.DictionaryArray) -> I64:
-    """A dictionary column's indices, -1 for null."""
+def _codes(d: pa.DictionaryArray) -> Ix:
+    """A dictionary column's indices, -1 for null (int32 or wider: without nulls, the cache's
+    own int32 indices, not a copy)."""
     ix = d.indices
     if not ix.null_count:
-        return np.asarray(ix.to_numpy(), np.int64)
+        return _wide(ix.to_numpy())
     bits, vals = ix.buffers()[:2]  # a null's slot holds any value: the validity bitmap says
     n, at = len(ix), ix.offset
     raw = np.frombuffer(
         vals, dtype=ix.type.to_pandas_dtype(), count=n, offset=at * ix.type.bit_width // 8
     )
     valid = np.unpackbits(np.frombuffer(bits, np.uint8), bitorder="little")[at : at + n]
-    return np.where(valid.astype(np.bool_), raw.astype(np.int64), -1)
+    return np.where(valid.astype(np.bool_), _wide(raw), -1)
+
+
+def _wide(codes: np.ndarray) -> Ix:
+    """Codes as int32 or int64: a narrower type would wrap at ``codes + 1``."""
+    out: Ix = codes if codes.dtype in (np.int32, np.int64) else codes.astype(np.int32)
+    return out
 
 
 def kind_is(c: Columns, kind: str) -> B:
