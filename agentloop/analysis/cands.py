@@ -113,9 +113,8 @@ def sum_links(
     an order in which most positions come right after the one they link to (the recorded
     instants, for links near the recorded ones); any order gives the same sums. Fewer than
     ``direct_below`` positions are summed by pointer doubling over them all. ``spend``: ``w``
-    is the caller's to lose (it is worked on in place instead of a copy: three columns of a
-    million spans' weights are 48 MB). Several columns come back column by column in memory
-    (Fortran order): each column is a contiguous view."""
+    is the caller's to lose (the sums are made in it instead of a copy: two columns of a
+    million spans' weights are 32 MB)."""
     sent = len(links) - 1
     w = w if spend else w.copy()
     if sent < direct_below:
@@ -135,15 +134,14 @@ def sum_links(
             break
         layers.append(live[~keep])  # a live position links only to live ones: no one to these
         live = live[keep]
-    acc = np.empty_like(w, order="F")
-    acc[sent] = 0
-    if len(live):
+    if len(live):  # the sums replace the weights in w: a peeled position's weight is read
+        # when its layer is summed, and no layer links to its own or an earlier one
         order = live[np.argsort(key[live], kind="stable")]
         del live
-        acc[order] = _along_runs(links, w, order)
+        w[order] = _along_runs(links, w, order)
     for layer in reversed(layers):
-        acc[layer] = w[layer] + acc[links[layer]]
-    return acc
+        w[layer] += w[links[layer]]
+    return w
 
 
 def _along_runs(links: Ix, w: np.ndarray, order: Ix) -> np.ndarray:
@@ -172,10 +170,15 @@ def _along_runs(links: Ix, w: np.ndarray, order: Ix) -> np.ndarray:
     X = np.zeros((len(starts) + 1, *w.shape[1:]), w.dtype)  # V of what each run's head links to
     X[:-1][inside] = C[u[inside]] - before[run[u[inside]]]
     X = _tree_sums(up, X)
-    buf = np.take(X, run, axis=0)
-    C += buf  # C becomes X[run] + C - before[run]: integers, exact in any order
-    np.take(before, run, axis=0, out=buf)
-    C -= buf
+    # C becomes X[run] + C - before[run] (integers: exact in any order), a column at a time
+    # through one buffer
+    C2, X2, before2 = C.reshape(m, -1), X.reshape(len(X), -1), before.reshape(len(before), -1)
+    buf = np.empty(m, C.dtype)
+    for j in range(C2.shape[1]):
+        np.take(X2[:, j], run, out=buf)
+        C2[:, j] += buf
+        np.take(before2[:, j], run, out=buf)
+        C2[:, j] -= buf
     return C
 
 

@@ -193,7 +193,7 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
     links[sent] = sent
     rec = np.empty(sent + 1, np.int64)
     rec[0:-1:2], rec[1::2], rec[sent] = vg.c.t0, vg.c.t1, 0
-    if todo:  # Fortran order: each pass's column of the sums is a contiguous view
+    if todo:
         W = np.stack([_weights(vg, d) for d in todo], axis=1)
         Vs = sum_links(vg.cd, links, W, rec, spend=True)
         del W
@@ -230,10 +230,14 @@ def run_end(vg: VGraph, V: I64) -> int:
 def path_links(vg: VGraph, V: I64) -> Ix:
     """The critical path's links for instants V (the run's start at 0 in V): as
     :func:`agentloop.analysis.passes.retime_path` links them."""
-    Vp = V.copy()
-    Vp[-1] = vg.start_ns
-    links = latest(vg.cd, Vp)[1]
-    return np.append(links, np.array([len(V) - 2], links.dtype))
+    sent = len(V) - 1
+    at0 = V[sent]
+    V[sent] = vg.start_ns  # for this call only, not a copy of V (16 MB for a million spans)
+    try:
+        links = latest(vg.cd, V)[1]
+    finally:
+        V[sent] = at0
+    return np.append(links, np.array([sent - 1], links.dtype))
 
 
 def on_path(vg: VGraph, V: I64, links: Ix) -> I64:
@@ -264,23 +268,48 @@ def tally(
     """Critical-path ns per category and per step (:func:`agentloop.analysis.breakdown.
     path_tally`); ``parts``: re-timed (base, reasoning, decode) per model span (rows in
     ``vg.models`` order), None as measured."""
-    c = vg.c
+    cats, ids, ns = tally_arrays(vg, V, links, dur, total, parts)
+    return cats, dict(zip(ids.tolist(), ns.tolist(), strict=True))
+
+
+def tally_arrays(
+    vg: VGraph, V: I64, links: Ix, dur: I64, total: int, parts: I64 | None
+) -> tuple[dict[str, int], I64, I64]:
+    """:func:`tally` with the steps as arrays: their ids ascending (-1, the run's level, always
+    there) and ns (a long run has 200,000 steps: a dict of them is 23 MB)."""
     if not len(vg.roots):
-        return {FRAMEWORK: total - vg.start_ns}, {-1: total - vg.start_ns}
+        return {FRAMEWORK: total - vg.start_ns}, np.array([-1]), np.array([total - vg.start_ns])
     pos = on_path(vg, V, links)
-    Vp = V.copy()
-    Vp[-1] = vg.start_ns
-    v0 = 2 * int(vg.roots[int(np.argmax(V[2 * vg.roots + 1]))]) + 1
-    owner = vg.step_at[pos]
-    seg = Vp[pos] - Vp[links[pos]]
-    seen = np.bincount(owner + 1, minlength=len(vg) + 1)
-    keys = np.flatnonzero(seen)
-    sums = np.zeros(len(vg) + 1, np.int64)
-    np.add.at(sums, owner + 1, seg)
-    steps = dict(zip((keys - 1).tolist(), sums[keys].tolist(), strict=True))
-    steps[-1] = steps.get(-1, 0) + total - int(Vp[v0])
+    ids, ns = _step_sums(vg, V, links, pos, total)
     ends = pos[(pos & 1) == 1]
-    leaves = ends[vg.is_leaf[ends >> 1]] >> 1
+    del pos
+    return _categories(vg, ends[vg.is_leaf[ends >> 1]] >> 1, dur, total, parts), ids, ns
+
+
+def _step_sums(vg: VGraph, V: I64, links: Ix, pos: I64, total: int) -> tuple[I64, I64]:
+    """The path's ns per step owning its positions ``pos`` (the run's start, V's last, at
+    ``vg.start_ns``); the run's level (-1) also gets the time after the latest root's end."""
+    sent = len(V) - 1
+    v0 = 2 * int(vg.roots[int(np.argmax(V[2 * vg.roots + 1]))]) + 1
+    owner = vg.step_at[pos] + 1
+    back = links[pos]
+    seg = V[back]
+    seg[back == sent] = vg.start_ns
+    del back
+    np.subtract(V[pos], seg, out=seg)
+    seen = np.bincount(owner, minlength=len(vg) + 1)
+    seen[0] = 1
+    keys = np.flatnonzero(seen)
+    del seen
+    sums = np.zeros(len(vg) + 1, np.int64)
+    np.add.at(sums, owner, seg)
+    sums[0] += total - int(V[v0])
+    return keys - 1, sums[keys]
+
+
+def _categories(vg: VGraph, leaves: I64, dur: I64, total: int, parts: I64 | None) -> dict[str, int]:
+    """Critical-path ns per category of the path's leaves (:func:`tally`)."""
+    c = vg.c
     leaf_ns = dur[leaves]
     gap_ns = total - vg.start_ns - int(leaf_ns.sum())
     cats: dict[str, int] = {}
@@ -298,18 +327,17 @@ def tally(
             name = FRAMEWORK if k < 0 else vg.tool_names[k]
             cats[name] = cats.get(name, 0) + int(sums[k + 1])
     rows = model_row[is_m]
-    if len(rows):
-        ms = c.parts[rows]
-        new = ms[:, 0:3] if parts is None else parts[rows]
+    if len(rows):  # a column at a time: the rows of all ten are 16 MB for 200,000 calls
+        new = c.parts if parts is None else parts
         for k, name in enumerate(("base", "reasoning", "decode")):
-            cats[name] = int(new[:, k].sum())
+            cats[name] = int(new[rows, k].sum())
         for k, name in ((3, "tail"), (4, "wait"), (5, "retry"), (6, "overhead")):
-            cats[name] = int(ms[:, k].sum())
+            cats[name] = int(c.parts[rows, k].sum())
     queued = int(vg.queue[leaves].sum())
     if queued:
         cats[TOOL_QUEUE] = queued
     cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + gap_ns - queued
-    return cats, steps
+    return cats
 
 
 def _codes(d: pa.DictionaryArray) -> Ix:
@@ -350,8 +378,9 @@ def pair_ends(vg: VGraph, A: I64, Bv: I64) -> tuple[int, int] | None:
     """:func:`agentloop.analysis.passes.retime_pair`'s verdict from the two passes' instants:
     the run's ends at x = 0 and x = 1 when no max changed hands between them, else None."""
     cd, sent = vg.cd, 2 * len(vg)
-    A, Bv = A.copy(), Bv.copy()
-    A[sent] = Bv[sent] = 0
+    if A[sent] or Bv[sent]:  # solve's passes have the run's start at 0 already: no copies
+        A, Bv = A.copy(), Bv.copy()
+        A[sent] = Bv[sent] = 0
     # two candidates (a start's parent and one after span, or two children): the later at one
     # end must not be the earlier at the other
     a, b = cd.two_a, cd.two_b

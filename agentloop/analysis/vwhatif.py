@@ -7,7 +7,6 @@ distinct (input, reasoning, visible, cached) token count, not once per model cal
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -15,7 +14,7 @@ import pyarrow as pa
 
 from agentloop.analysis.breakdown import category_order
 from agentloop.analysis.columnar import F64, I64, frozen_rows
-from agentloop.analysis.vector import VGraph, pair_ends, path_links, run_end, solve, tally
+from agentloop.analysis.vector import VGraph, pair_ends, path_links, run_end, solve, tally_arrays
 from agentloop.analysis.whatif import CURVE_K, Contribution, Scenario, WhatIf
 from agentloop.model.speed import SpeedProfile
 
@@ -135,7 +134,9 @@ def _retimed(vg: VGraph, sc: Scenario) -> tuple[I64, I64, I64, int, tuple[int, i
     dur = durations(vg, parts)
     p = _prefill(sc)
     V, A, Bv = solve(vg, [dur, _k_durations(vg, p, math.inf), _k_durations(vg, p, 1)])
-    return parts, dur, V, run_end(vg, V), pair_ends(vg, A, Bv)
+    ends = pair_ends(vg, A, Bv)
+    # V alone outlives this: a copy, so the passes' sums it may be a column of can go
+    return parts, dur, V.copy(), run_end(vg, V), ends
 
 
 def _prefill(sc: Scenario) -> float:
@@ -171,11 +172,13 @@ def whatif(vg: VGraph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> What
     """Re-time ``vg`` under ``sc``: the same :class:`WhatIf` as the loops give."""
     parts, dur, V, end, ends = _retimed(vg, sc)
     p = _prefill(sc)
-    links = path_links(vg, V)
-    new_cats, new_steps = tally(vg, V, links, dur, end, parts)
+    new_cats, new_ids, new_ns = tally_arrays(vg, V, path_links(vg, V), dur, end, parts)
+    del parts, dur, V  # before the recorded instants are made: 32 MB fewer at once
     rec = np.empty(2 * len(vg) + 1, np.int64)
     rec[0:-1:2], rec[1::2], rec[-1] = vg.c.t0, vg.c.t1, vg.start_ns
-    old_cats, old_steps = tally(vg, rec, vg.back_link, vg.recorded_dur, vg.end_ns, None)
+    old = tally_arrays(vg, rec, vg.back_link, vg.recorded_dur, vg.end_ns, None)
+    del rec
+    old_cats, old_ids, old_ns = old
     ceiling = _ceiling(vg, sc, ends)
     if ends is not None:
         t_inf, t_one = ends[0] - vg.start_ns, ends[1] - vg.start_ns
@@ -189,13 +192,13 @@ def whatif(vg: VGraph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> What
         Contribution(c, old_cats.get(c, 0), new_cats.get(c, 0))
         for c in category_order(set(old_cats) | set(new_cats))
     )
-    step_ids = sorted(old_steps.keys() | new_steps.keys())
-    named = [i for i in step_ids if i >= 0]
-    labels = iter(vg.c.step_label.take(pa.array(named, pa.int64())).to_pylist())
+    step_ids = np.union1d(old_ids, new_ids)  # ascending: -1 (the run's level) first
+    named = step_ids[step_ids >= 0]
+    labels = vg.c.step_label.take(pa.array(named, pa.int64())).to_pylist()
     steps = _contributions(
-        ["run" if i < 0 else str(next(labels)) for i in step_ids],
-        list(map(old_steps.get, step_ids, itertools.repeat(0))),
-        list(map(new_steps.get, step_ids, itertools.repeat(0))),
+        ["run"] * (len(step_ids) - len(named)) + list(map(str, labels)),
+        _spread(step_ids, old_ids, old_ns).tolist(),
+        _spread(step_ids, new_ids, new_ns).tolist(),
     )
     return WhatIf(
         sc,
@@ -209,6 +212,13 @@ def whatif(vg: VGraph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> What
         int(vg.c.parts[:, 7].sum()),
         int(vg.c.cached_tokens.sum()),
     )
+
+
+def _spread(ids: I64, keys: I64, values: I64) -> I64:
+    """``values`` at their ``keys``' places among ``ids`` (every key is one), 0 elsewhere."""
+    out = np.zeros(len(ids), np.int64)
+    out[np.searchsorted(ids, keys)] = values
+    return out
 
 
 def _contributions(
