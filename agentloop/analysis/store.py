@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from agentloop._version import __version__
+from agentloop.analysis.cands import index_type
 from agentloop.analysis.columnar import (
     CALL_COLUMNS,
     CALL_NAMES,
@@ -44,6 +44,7 @@ from agentloop.analysis.columnar import (
 )
 from agentloop.analysis.lateness import Lateness
 from agentloop.analysis.runend import COLUMNAR_BYTES
+from agentloop.analysis.vector import equals
 
 # 3: a sub-run step's label names its agent (issue 23); 4: Arrow IPC with a CRC trailer instead
 # of Parquet, and the trace's lateness, unsplit calls and usage; 5: a model span's numbers as
@@ -214,8 +215,7 @@ def _calls(t: pa.Table, meta: dict[str, Any], usage: np.ndarray) -> np.ndarray:
     """The call rows: one per model span, their codes in range of ``call_names``, as many
     marked with a usage row as there are usage rows (ValueError otherwise)."""
     calls = _rows(t, "calls", np.arange(t.num_rows) == 0, -1).reshape(-1, len(CALL_COLUMNS))
-    kinds = _column(t, "kind")
-    if len(calls) != (pc.sum(pc.equal(kinds, "model")).as_py() or 0):
+    if len(calls) != int(equals(_column(t, "kind"), "model").sum()):
         raise ValueError("calls")
     names = meta["call_names"]
     for k in CALL_NAMES:
@@ -255,7 +255,7 @@ def _links(t: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     after_off = np.asarray(after.offsets, np.int64)
     after_idx = np.asarray(after.values, np.int64)
     parent = _ints(t, "parent", n)
-    idx = np.arange(n)
+    idx = np.arange(n, dtype=index_type(n))
     owner = np.repeat(idx, np.diff(after_off))
     if (
         after_off[0] != 0

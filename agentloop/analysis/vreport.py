@@ -328,20 +328,24 @@ def _ints(v: Any) -> jsontext.Column:
 def steps_text(sc: StepColumns) -> jsontext.Raw:
     """:func:`agentloop.analysis.report.steps_json` as the indented JSON text orjson writes
     of it in the report (the list at two spaces), made a column at a time."""
-    tools = jsontext.listings(
-        [("name", jsontext.strings(sc.tool_names)), ("seconds", _secs(sc.tool_ns))],
-        np.asarray(sc.tool_off, np.int64),
-        6,
-    )
-    model = jsontext.records(
-        [(k, _secs(getattr(sc, k))) for k in ("base", "reasoning", "decode", "other")], 6
-    )
-    fields = [
+    names, secs = jsontext.strings(sc.tool_names), _secs(sc.tool_ns)
+    off = np.asarray(sc.tool_off, np.int64)
+    parts = [(k, _secs(getattr(sc, k))) for k in ("base", "reasoning", "decode", "other")]
+
+    def tools(at: int, n: int) -> jsontext.Column:  # steps at .. at + n: their tool rows
+        lo, k = int(off[at]), int(off[at + n] - off[at])
+        rows = [("name", jsontext.cut(names, lo, k)), ("seconds", secs.slice(lo, k))]
+        return jsontext.listings(rows, off[at : at + n + 1] - lo, 6)
+
+    def model(at: int, n: int) -> jsontext.Column:
+        return jsontext.records([(k, jsontext.cut(col, at, n)) for k, col in parts], 6)
+
+    fields: list[tuple[str, Any]] = [
         ("step", jsontext.strings(sc.step)),
         ("start_s", _secs(sc.start_ns)),
         ("duration_s", _secs(sc.duration_ns)),
-        ("model_s", model),
-        ("tools", tools),
+        ("model_s", jsontext.Chunked(model)),
+        ("tools", jsontext.Chunked(tools)),
         ("input_tokens", _ints(sc.input_tokens)),
         ("output_tokens", _ints(sc.output_tokens)),
         ("reasoning_tokens", _ints(sc.reasoning_tokens)),
