@@ -146,6 +146,46 @@ def step_labels(steps: Sequence[StepRow]) -> Iterable[str]:
     return steps.labels() if isinstance(steps, StepRowsView) else (s.step for s in steps)
 
 
+@dataclass(frozen=True, slots=True)
+class Picked:
+    """A text column kept as where its values come from: row k is ``text`` where ``where[k]``,
+    else ``col[at[k]]`` (a dictionary column's as a string; an empty column's null). Made for
+    the rows asked for, or a slice at a time as they are written: a long run's path segments'
+    three texts made whole were 40 MB of Arrow strings."""
+
+    col: Any  # pa.Array
+    at: Any  # an integer array, an index into col per row
+    where: Any  # a bool array
+    text: str
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def take(self, idx: Any) -> Any:
+        """Rows ``idx`` (integers, or an Arrow array of them) as an Arrow string array."""
+        import numpy as np
+
+        i = np.asarray(idx, np.int64)
+        return self._made(self.at[i], self.where[i])
+
+    def slice(self, a: int, n: int) -> Any:
+        """Rows ``a .. a + n`` as an Arrow string array."""
+        return self._made(self.at[a : a + n], self.where[a : a + n])
+
+    def whole(self) -> Any:
+        return self._made(self.at, self.where)
+
+    def _made(self, at: Any, where: Any) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        col = self.col
+        got = col.take(pa.array(at, pa.int64())) if len(col) else pa.nulls(len(at), pa.string())
+        if isinstance(got, pa.DictionaryArray):
+            got = got.cast(pa.string())
+        return pc.if_else(pa.array(where, pa.bool_()), self.text, got)
+
+
 class PathRowsView(Sequence[tuple[str, str, str, int]]):
     """The critical path's segments of :class:`agentloop.analysis.vreport.PathColumns`, each
     made when asked for (a long run's million segments, of which the text lists 60)."""
@@ -153,7 +193,7 @@ class PathRowsView(Sequence[tuple[str, str, str, int]]):
     __slots__ = ("cols",)
 
     def __init__(self, cols: Any) -> None:
-        self.cols = cols  # step, kind, name: Arrow strings; ns: int64
+        self.cols = cols  # step, kind, name: Picked; ns: int64
 
     def __len__(self) -> int:
         return len(self.cols.ns)
@@ -182,7 +222,8 @@ class PathRowsView(Sequence[tuple[str, str, str, int]]):
         import numpy as np
         import pyarrow.compute as pc
 
-        gap = np.asarray(pc.equal(self.cols.kind, "gap").to_numpy(zero_copy_only=False), bool)
+        kind = self.cols.kind.whole()
+        gap = np.asarray(pc.equal(kind, "gap").to_numpy(zero_copy_only=False), bool)
         keep = np.flatnonzero(~gap | (self.cols.ns >= min_gap_ns))
         return len(keep), list(self._at(keep[:limit].tolist()))
 

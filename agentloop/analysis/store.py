@@ -270,11 +270,9 @@ def _links(t: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _open(path: Path) -> pa.Table | None:
     """The table of a cache file whose trailer's CRC matches its bytes (memory-mapped: the
-    arrays are views of the file), else None. The CRC reads the file through a small buffer,
-    not the mapping: a mapped page counts in the process's resident memory once read, so only
-    the columns an analysis reads come to count (``whatif`` leaves the ids and names, 30 MB of
-    a million spans' 152 MB, unread). The mapping is of the file just checked (one descriptor:
-    a cache replaced meanwhile is not the one mapped)."""
+    arrays are views of the file), else None. The CRC reads through a buffer, not the mapping:
+    a mapped page counts in resident memory once read, and ``whatif`` never reads the ids and
+    names (30 MB of a million spans' 152 MB). One descriptor: the file mapped is the one checked."""
     with path.open("rb") as f:
         body = os.fstat(f.fileno()).st_size - _TRAILER.size
         if body <= 0:

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, TOOL_QUEUE
-from agentloop.analysis.cands import Cands, Ix, cands_of, index_type, latest, seg_max, sum_links
+from agentloop.analysis.cands import Cands, Ix, cands_of, index_type, latest, sum_links
 from agentloop.analysis.columnar import I64, B, Columns
 
 
@@ -377,50 +377,3 @@ def equals(col: pa.Array, value: str) -> B:
         out: B = col.indices.to_numpy() == names.index(value)
         return out
     return np.asarray(pc.equal(col, value).fill_null(False), np.bool_)
-
-
-def pair_ends(vg: VGraph, A: I64, Bv: I64) -> tuple[int, int] | None:
-    """:func:`agentloop.analysis.passes.retime_pair`'s verdict from the two passes' instants:
-    the run's ends at x = 0 and x = 1 when no max changed hands between them, else None."""
-    cd, sent = vg.cd, 2 * len(vg)
-    if A[sent] or Bv[sent]:  # solve's passes have the run's start at 0 already: no copies
-        A, Bv = A.copy(), Bv.copy()
-        A[sent] = Bv[sent] = 0
-    # two candidates (a start's parent and one after span, or two children): the later at one
-    # end must not be the earlier at the other
-    a, b = cd.two_a, cd.two_b
-    if (np.sign(A[a] - A[b]) * np.sign(Bv[a] - Bv[b]) < 0).any():
-        return None
-    if len(cd.wide) and not _wide_ok(cd, A, Bv):
-        return None
-    if not len(vg.roots):
-        return (vg.end_ns, vg.end_ns)
-    ra, rb = A[2 * vg.roots + 1], Bv[2 * vg.roots + 1]
-    if not ((ra == ra.max()) & (rb == rb.max())).any():
-        return None
-    return int(ra.max()) + vg.run_end_gap, int(rb.max()) + vg.run_end_gap
-
-
-def _wide_ok(cd: Cands, A: I64, Bv: I64) -> bool:
-    """:func:`pair_ends` for the positions of three or more candidates: a start's, in order,
-    must each compare at both ends with the max so far; of a parent's end's, some child must
-    end last at both ends."""
-    off, cand = cd.wide_off, cd.wide_idx
-    at_start = (cd.wide & 1) == 0
-    if at_start.any():  # rank by rank over the starts' lists, the max so far kept
-        first = off[:-1][at_start]
-        lens = np.diff(off)[at_start]
-        sa, sb = A[cand[first]], Bv[cand[first]]
-        for k in range(1, int(lens.max())):
-            live = lens > k
-            x = cand[first[live] + k]
-            ea, eb, a0, b0 = A[x], Bv[x], sa[live], sb[live]
-            if ((ea > a0) & (eb < b0)).any() or ((ea < a0) & (eb > b0)).any():
-                return False
-            sa[live], sb[live] = np.maximum(a0, ea), np.maximum(b0, eb)
-    if at_start.all():
-        return True
-    ca, cb = A[cand], Bv[cand]
-    cnt = np.diff(off)
-    hit = (ca == np.repeat(seg_max(ca, off), cnt)) & (cb == np.repeat(seg_max(cb, off), cnt))
-    return bool(np.logical_or.reduceat(hit, off[:-1])[~at_start].all())

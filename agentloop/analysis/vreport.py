@@ -12,12 +12,11 @@ byte for byte.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from agentloop.analysis import cost, jsontext
 from agentloop.analysis._table import secs
@@ -29,6 +28,7 @@ from agentloop.analysis.cost import CostBreakdown
 from agentloop.analysis.report import Report, report_json, unsplit_fields
 from agentloop.analysis.report_rows import (
     PathRowsView,
+    Picked,
     StepColumns,
     StepRowsView,
     path_json,
@@ -77,17 +77,18 @@ def segments(vg: VGraph) -> tuple[I64, I64, B]:
 
 class PathColumns(NamedTuple):
     """The report's ``path`` as columns (:func:`agentloop.analysis.report_rows.path_json`):
-    Arrow string arrays (a million Python strings cost 150 MB) and the ns."""
+    texts picked from the trace's columns as they are asked for (a million Python strings
+    cost 150 MB) and the ns."""
 
-    step: pa.Array
-    kind: pa.Array
-    name: pa.Array
+    step: Picked
+    kind: Picked
+    name: Picked
     ns: I64
 
     def rows(self) -> tuple[tuple[str, str, str, int], ...]:
         """The report's ``path``: a tuple per segment."""
         cols = (self.step, self.kind, self.name)
-        texts = [c.to_numpy(zero_copy_only=False).tolist() for c in cols]
+        texts = [c.whole().to_numpy(zero_copy_only=False).tolist() for c in cols]
         return tuple(zip(*texts, self.ns.tolist(), strict=True))
 
 
@@ -113,18 +114,11 @@ def path_columns(vg: VGraph, idx: I64, ns: I64, gap: B) -> PathColumns:
     i, g = idx[starts], gap[starts]
     step = np.where(i >= 0, vg.step_at[2 * np.maximum(i, 0)], -1)
     c = vg.c
-
-    def pick(col: pa.Array, at: I64, where: B, text: str) -> pa.Array:
-        got = col.take(pa.array(at, pa.int64())) if len(col) else pa.nulls(len(at), pa.string())
-        if isinstance(got, pa.DictionaryArray):
-            got = got.cast(pa.string())
-        return pc.if_else(pa.array(where, pa.bool_()), text, got)
-
     at = np.maximum(i, 0)
     return PathColumns(
-        pick(c.step_label, np.maximum(step, 0), step < 0, "run"),
-        pick(c.kinds, at, g, "gap"),
-        pick(c.names, at, g, FRAMEWORK),
+        Picked(c.step_label, np.maximum(step, 0), step < 0, "run"),
+        Picked(c.kinds, at, g, "gap"),
+        Picked(c.names, at, g, FRAMEWORK),
         merged,
     )
 
@@ -358,13 +352,17 @@ def steps_text(sc: StepColumns) -> jsontext.Raw:
 
 def path_text(p: PathColumns) -> jsontext.Raw:
     """:func:`agentloop.analysis.report.path_json` as :func:`steps_text` writes the steps."""
-    fields = [
-        ("step", jsontext.strings(p.step)),
-        ("kind", jsontext.strings(p.kind)),
-        ("name", jsontext.strings(p.name)),
-        ("seconds", _secs(p.ns)),
+    fields: list[tuple[str, Any]] = [
+        (k, jsontext.Chunked(_texts(col)))
+        for k, col in (("step", p.step), ("kind", p.kind), ("name", p.name))
     ]
-    return jsontext.listing(fields, len(p.step), 2)
+    return jsontext.listing([*fields, ("seconds", _secs(p.ns))], len(p.step), 2)
+
+
+def _texts(col: Picked) -> Callable[[int, int], jsontext.Column | jsontext.Quoted]:
+    """The JSON of rows ``a .. a + n`` of a picked text column, as :class:`jsontext.Chunked`
+    asks for them."""
+    return lambda a, n: jsontext.strings(col.slice(a, n))
 
 
 def report_of(c: Columns, path: object = None) -> ColumnReport:
