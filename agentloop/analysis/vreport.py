@@ -321,48 +321,56 @@ def _ints(v: Any) -> jsontext.Column:
 
 def steps_text(sc: StepColumns) -> jsontext.Raw:
     """:func:`agentloop.analysis.report.steps_json` as the indented JSON text orjson writes
-    of it in the report (the list at two spaces), made a column at a time."""
-    names, secs = jsontext.strings(sc.tool_names), _secs(sc.tool_ns)
+    of it in the report (the list at two spaces), made a column at a time, a chunk of steps
+    at a time (:class:`jsontext.Chunked`)."""
     off = np.asarray(sc.tool_off, np.int64)
-    parts = [(k, _secs(getattr(sc, k))) for k in ("base", "reasoning", "decode", "other")]
 
     def tools(at: int, n: int) -> jsontext.Column:  # steps at .. at + n: their tool rows
-        lo, k = int(off[at]), int(off[at + n] - off[at])
-        rows = [("name", jsontext.cut(names, lo, k)), ("seconds", secs.slice(lo, k))]
+        lo, hi = int(off[at]), int(off[at + n])
+        rows = [
+            ("name", jsontext.strings(sc.tool_names[lo:hi])),
+            ("seconds", _secs(sc.tool_ns[lo:hi])),
+        ]
         return jsontext.listings(rows, off[at : at + n + 1] - lo, 6)
 
     def model(at: int, n: int) -> jsontext.Column:
-        return jsontext.records([(k, jsontext.cut(col, at, n)) for k, col in parts], 6)
+        parts = ("base", "reasoning", "decode", "other")
+        return jsontext.records([(k, _secs(getattr(sc, k)[at : at + n])) for k in parts], 6)
 
-    fields: list[tuple[str, Any]] = [
-        ("step", jsontext.strings(sc.step)),
-        ("start_s", _secs(sc.start_ns)),
-        ("duration_s", _secs(sc.duration_ns)),
+    fields = [
+        ("step", _chunks(jsontext.strings, sc.step)),
+        ("start_s", _chunks(_secs, sc.start_ns)),
+        ("duration_s", _chunks(_secs, sc.duration_ns)),
         ("model_s", jsontext.Chunked(model)),
         ("tools", jsontext.Chunked(tools)),
-        ("input_tokens", _ints(sc.input_tokens)),
-        ("output_tokens", _ints(sc.output_tokens)),
-        ("reasoning_tokens", _ints(sc.reasoning_tokens)),
-        ("cached_tokens", _ints(sc.cached_tokens)),
-        ("cumulative_s", _secs(sc.cumulative_ns)),
-        ("in_flight", jsontext.bools(np.asarray(sc.in_flight, np.bool_))),
+        ("input_tokens", _chunks(_ints, sc.input_tokens)),
+        ("output_tokens", _chunks(_ints, sc.output_tokens)),
+        ("reasoning_tokens", _chunks(_ints, sc.reasoning_tokens)),
+        ("cached_tokens", _chunks(_ints, sc.cached_tokens)),
+        ("cumulative_s", _chunks(_secs, sc.cumulative_ns)),
+        ("in_flight", _chunks(lambda v: jsontext.bools(np.asarray(v, np.bool_)), sc.in_flight)),
     ]
     return jsontext.listing(fields, len(sc.step), 2)
 
 
 def path_text(p: PathColumns) -> jsontext.Raw:
     """:func:`agentloop.analysis.report.path_json` as :func:`steps_text` writes the steps."""
-    fields: list[tuple[str, Any]] = [
-        (k, jsontext.Chunked(_texts(col)))
+    fields = [
+        (k, _chunks(jsontext.strings, col))
         for k, col in (("step", p.step), ("kind", p.kind), ("name", p.name))
     ]
-    return jsontext.listing([*fields, ("seconds", _secs(p.ns))], len(p.step), 2)
+    return jsontext.listing([*fields, ("seconds", _chunks(_secs, p.ns))], len(p.step), 2)
 
 
-def _texts(col: Picked) -> Callable[[int, int], jsontext.Column | jsontext.Quoted]:
-    """The JSON of rows ``a .. a + n`` of a picked text column, as :class:`jsontext.Chunked`
-    asks for them."""
-    return lambda a, n: jsontext.strings(col.slice(a, n))
+def _chunks(
+    text: Callable[[Any], jsontext.Column | jsontext.Quoted], values: Any
+) -> jsontext.Chunked:
+    """The JSON of ``values`` (a list, an array or :class:`Picked`) made by ``text`` a chunk
+    of rows at a time, as they are written: whole, a million path segments' seconds alone were
+    60 MB of text and offsets at once."""
+    if isinstance(values, Picked):
+        return jsontext.Chunked(lambda a, n: text(values.slice(a, n)))
+    return jsontext.Chunked(lambda a, n: text(values[a : a + n]))
 
 
 def report_of(c: Columns, path: object = None) -> ColumnReport:
