@@ -94,7 +94,9 @@ def latest(cd: Cands, V: I64) -> tuple[I64, Ix]:
     if len(cd.wide):
         ev = V[cd.wide_idx]
         top = seg_max(ev, cd.wide_off)
-        slot = np.where(ev == np.repeat(top, np.diff(cd.wide_off)), np.arange(len(ev)), -1)
+        at = np.arange(len(ev), dtype=cd.wide_off.dtype)
+        slot = np.where(ev == np.repeat(top, np.diff(cd.wide_off)), at, -1)
+        del ev, at
         arg[cd.wide] = cd.wide_idx[np.maximum.reduceat(slot, cd.wide_off[:-1])]
     return V[arg], arg
 

@@ -216,6 +216,7 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
             del arg, worse
             w = _weights(vg, d) if w is None else w
             V = sum_links(vg.cd, pol, w, rec)
+        del arg, worse  # the last round's, before the next pass's: 10 MB
         out.append(V)
     return out
 
