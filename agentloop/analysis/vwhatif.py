@@ -134,7 +134,9 @@ def _retimed(vg: VGraph, sc: Scenario) -> tuple[I64, I64, I64, int, tuple[int, i
     parts = new_parts(vg, sc)
     dur = durations(vg, parts)
     p = _prefill(sc)
-    V, A, Bv = solve(vg, [dur, _k_durations(vg, p, math.inf), _k_durations(vg, p, 1)])
+    # measured output speed with no prefill change is the recorded durations themselves
+    one = vg.recorded_dur if p == 1 else _k_durations(vg, p, 1)
+    V, A, Bv = solve(vg, [dur, _k_durations(vg, p, math.inf), one])
     ends = pair_ends(vg, A, Bv)
     # V alone outlives this: a copy, so the passes' sums it may be a column of can go
     return parts, dur, V.copy(), run_end(vg, V), ends
