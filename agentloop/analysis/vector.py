@@ -249,7 +249,7 @@ def on_path(vg: VGraph, V: I64, links: Ix) -> I64:
     seen = np.zeros(sent + 1, np.bool_)
     seen[v0] = seen[sent] = True  # the run's start: where every chain ends
     members = np.array([v0], np.int64)
-    jump = links.copy()
+    jump = links.astype(np.intp)  # a copy; numpy indexes by intp (int32 indices are converted)
     jump[sent] = sent
     while True:  # members: the chain's first 2^k positions; one chain has no repeats
         nxt = jump[members]
