@@ -249,7 +249,9 @@ def on_path(vg: VGraph, V: I64, links: Ix) -> I64:
     seen = np.zeros(sent + 1, np.bool_)
     seen[v0] = seen[sent] = True  # the run's start: where every chain ends
     members = np.array([v0], np.int64)
-    jump = links.astype(np.intp)  # a copy; numpy indexes by intp (int32 indices are converted)
+    # intp, the type numpy indexes by (int32 indices are converted at every gather: twice the
+    # time), in two buffers taken in turns rather than a new array a round
+    jump, buf = links.astype(np.intp), np.empty(sent + 1, np.intp)
     jump[sent] = sent
     while True:  # members: the chain's first 2^k positions; one chain has no repeats
         nxt = jump[members]
@@ -258,7 +260,8 @@ def on_path(vg: VGraph, V: I64, links: Ix) -> I64:
             break
         seen[new] = True
         members = np.concatenate([members, new])
-        jump = jump[jump]
+        np.take(jump, jump, out=buf)
+        jump, buf = buf, jump
     seen[sent] = False
     return np.flatnonzero(seen)
 
