@@ -173,11 +173,15 @@ def _root_tops(off: Ix, idx: Ix, V: I64, roots: Ix) -> I64:
     return np.maximum.reduceat(V[idx[at]], np.cumsum(lens) - lens)
 
 
-def _weights(vg: VGraph, dur: I64) -> I64:
-    w = np.zeros(2 * len(vg) + 1, np.int64)
-    w[0:-1:2] = vg.start_gap
-    w[1::2] = np.where(vg.is_leaf, dur, vg.close_gap)
-    return w
+def _weights(vg: VGraph, durs: list[I64]) -> I64:
+    """Each position's weight for each of ``durs``, a column each, written in place (a column
+    made apart and stacked: twice the memory at once)."""
+    W = np.zeros((2 * len(vg) + 1, len(durs)), np.int64)
+    for j, dur in enumerate(durs):
+        W[0:-1:2, j] = vg.start_gap
+        np.copyto(W[1::2, j], dur, where=vg.is_leaf)
+        np.copyto(W[1::2, j], vg.close_gap, where=~vg.is_leaf)
+    return W
 
 
 def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
@@ -194,7 +198,7 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
     rec = np.empty(sent + 1, np.int64)
     rec[0:-1:2], rec[1::2], rec[sent] = vg.c.t0, vg.c.t1, 0
     if todo:
-        W = np.stack([_weights(vg, d) for d in todo], axis=1)
+        W = _weights(vg, todo)
         Vs = sum_links(vg.cd, links, W, rec, spend=True)
         del W
     out = []
@@ -214,7 +218,7 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
             pol = pol.copy()
             pol[:-1][worse] = arg[worse]
             del arg, worse
-            w = _weights(vg, d) if w is None else w
+            w = _weights(vg, [d])[:, 0] if w is None else w
             V = sum_links(vg.cd, pol, w, rec)
         del arg, worse  # the last round's, before the next pass's: 10 MB
         out.append(V)
