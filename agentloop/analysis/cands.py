@@ -19,15 +19,26 @@ runs' heads are summed by pointer doubling. The peeled ones take one gather each
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from agentloop.analysis.columnar import I64, B
+
+# positions and candidate slots: int32 while they fit (:func:`index_type`), else int64
+Ix = npt.NDArray[np.signedinteger[Any]]
 
 _PEEL = 4  # rounds of peeling at most: a tool's start and end, a model call's end, ...
 # below this many positions, pointer doubling over all of them (a few whole-array operations a
 # round) costs less than preparing the hops, peels and runs (a suite's runs of 2,000 positions)
 DIRECT_BELOW = 50_000
+
+
+def index_type(count: int) -> type[np.signedinteger[Any]]:
+    """The integer type for ``count`` positions or candidate slots: int32 while they fit (half
+    the memory: a million spans' lists and links are 4 million of them), else int64."""
+    return np.int32 if count < 2**31 else np.int64
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,24 +47,26 @@ class Cands:
     start, which has none."""
 
     single: B  # per position (the run's start included, False): exactly one candidate
-    first: I64  # per position: its first candidate (the parent's start for a start)
-    two: I64  # positions with exactly two candidates ...
-    two_a: I64  # ... their first ...
-    two_b: I64  # ... and second
-    wide: I64  # positions with three or more
-    wide_off: I64  # their candidates: wide_idx[wide_off[k]:wide_off[k + 1]]
-    wide_idx: I64
+    first: Ix  # per position: its first candidate (the parent's start for a start)
+    two: Ix  # positions with exactly two candidates ...
+    two_a: Ix  # ... their first ...
+    two_b: Ix  # ... and second
+    wide: Ix  # positions with three or more
+    wide_off: Ix  # their candidates: wide_idx[wide_off[k]:wide_off[k + 1]]
+    wide_idx: Ix
 
 
-def cands_of(off: I64, idx: I64) -> Cands:
-    """Split every position's candidate list (``idx[off[v]:off[v + 1]]``, none empty) by width."""
+def cands_of(off: Ix, idx: Ix) -> Cands:
+    """Split every position's candidate list (``idx[off[v]:off[v + 1]]``, none empty) by width;
+    the positions and slots in ``off``'s type."""
+    ix = off.dtype
     cnt = np.diff(off)
-    two = np.flatnonzero(cnt == 2)
-    wide = np.flatnonzero(cnt > 2)
+    two = np.flatnonzero(cnt == 2).astype(ix)
+    wide = np.flatnonzero(cnt > 2).astype(ix)
     lens = cnt[wide]
-    wide_off = np.zeros(len(wide) + 1, np.int64)
+    wide_off = np.zeros(len(wide) + 1, ix)
     np.cumsum(lens, out=wide_off[1:])
-    at = np.repeat(off[wide] - wide_off[:-1], lens) + np.arange(int(wide_off[-1]))
+    at = np.repeat(off[wide] - wide_off[:-1], lens) + np.arange(int(wide_off[-1]), dtype=ix)
     return Cands(
         single=np.append(cnt == 1, False),
         first=idx[off[:-1]],
@@ -66,12 +79,12 @@ def cands_of(off: I64, idx: I64) -> Cands:
     )
 
 
-def seg_max(vals: I64, off: I64) -> I64:
+def seg_max(vals: I64, off: Ix) -> I64:
     """Max of each non-empty segment ``vals[off[k]:off[k + 1]]``."""
     return np.maximum.reduceat(vals, off[:-1]) if len(vals) else np.zeros(0, np.int64)
 
 
-def latest(cd: Cands, V: I64) -> tuple[I64, I64]:
+def latest(cd: Cands, V: I64) -> tuple[I64, Ix]:
     """Per position: the latest candidate's instant in V and that candidate (of several as late,
     the last listed, as the loops choose)."""
     arg = cd.first.copy()
@@ -81,28 +94,39 @@ def latest(cd: Cands, V: I64) -> tuple[I64, I64]:
     if len(cd.wide):
         ev = V[cd.wide_idx]
         top = seg_max(ev, cd.wide_off)
-        slot = np.where(ev == np.repeat(top, np.diff(cd.wide_off)), np.arange(len(ev)), -1)
+        at = np.arange(len(ev), dtype=cd.wide_off.dtype)
+        slot = np.where(ev == np.repeat(top, np.diff(cd.wide_off)), at, -1)
+        del ev, at
         arg[cd.wide] = cd.wide_idx[np.maximum.reduceat(slot, cd.wide_off[:-1])]
     return V[arg], arg
 
 
 def sum_links(
-    cd: Cands, links: I64, w: np.ndarray, key: I64, direct_below: int = DIRECT_BELOW
+    cd: Cands,
+    links: Ix,
+    w: np.ndarray,
+    key: I64,
+    direct_below: int = DIRECT_BELOW,
+    *,
+    spend: bool = False,
 ) -> np.ndarray:
     """Per position: the weights ``w`` (one column or several) summed along ``links`` (the last
     position, the run's start, links to itself and counts 0) down to the run's start. ``key``:
     an order in which most positions come right after the one they link to (the recorded
     instants, for links near the recorded ones); any order gives the same sums. Fewer than
-    ``direct_below`` positions are summed by pointer doubling over them all."""
+    ``direct_below`` positions are summed by pointer doubling over them all. ``spend``: ``w``
+    is the caller's to lose (the sums are made in it instead of a copy: two columns of a
+    million spans' weights are 32 MB)."""
     sent = len(links) - 1
+    w = w if spend else w.copy()
     if sent < direct_below:
-        return _tree_sums(links, w.copy())
+        return _tree_sums(links, w)
     hop = cd.single[links]  # V[v] = w[v] + w[u] + V[link[u]] for u = link[v]: u's link is fixed
-    w = w.copy()
     w[sent] = 0
     w[hop] += w[links[hop]]
     links = np.where(hop, links[links], links)
-    live = np.arange(sent)
+    del hop
+    live = np.arange(sent, dtype=links.dtype)
     layers = []
     for _ in range(_PEEL):
         linked = np.zeros(sent + 1, np.bool_)
@@ -112,42 +136,55 @@ def sum_links(
             break
         layers.append(live[~keep])  # a live position links only to live ones: no one to these
         live = live[keep]
-    acc = np.zeros_like(w)
-    if len(live):
+    if len(live):  # the sums replace the weights in w: a peeled position's weight is read
+        # when its layer is summed, and no layer links to its own or an earlier one
         order = live[np.argsort(key[live], kind="stable")]
-        acc[order] = _along_runs(links, w, order)
+        del live
+        w[order] = _along_runs(links, w, order)
     for layer in reversed(layers):
-        acc[layer] = w[layer] + acc[links[layer]]
-    return acc
+        w[layer] += w[links[layer]]
+    return w
 
 
-def _along_runs(links: I64, w: np.ndarray, order: I64) -> np.ndarray:
+def _along_runs(links: Ix, w: np.ndarray, order: Ix) -> np.ndarray:
     """:func:`sum_links` for the positions ``order`` (their links are among them or the run's
     start), in that order: a run of positions each linking to the one before it is one
     cumulative sum; the runs' first positions are summed over the runs alone, by pointer
-    doubling (a recorded critical path in instant order is one run)."""
+    doubling (a recorded critical path in instant order is one run). In place where it can:
+    each whole-length temporary is as big as ``w``."""
     sent, m = len(links) - 1, len(order)
-    at = np.full(sent + 1, m, np.int64)  # a position's slot in order; the run's start: m
-    at[order] = np.arange(m)
+    at = np.full(sent + 1, m, links.dtype)  # a position's slot in order; the run's start: m
+    at[order] = np.arange(m, dtype=links.dtype)
     head = np.empty(m, np.bool_)
     head[0] = True
     head[1:] = links[order[1:]] != order[:-1]
-    C = np.cumsum(w[order], axis=0)
-    run = np.cumsum(head) - 1  # each slot's run
+    C = np.take(w, order, axis=0)
+    np.cumsum(C, axis=0, out=C)
+    run = np.cumsum(head, dtype=links.dtype) - 1  # each slot's run
     starts = np.flatnonzero(head)
+    del head
     before = C[starts] - w[order[starts]]  # the sums before each run
     u = at[links[order[starts]]]  # the slot each run's first position links to (m: the start)
+    del at
     inside = u < m
     up = np.full(len(starts) + 1, len(starts), np.int64)  # the run linked to; the root: last
     up[:-1][inside] = run[u[inside]]
     X = np.zeros((len(starts) + 1, *w.shape[1:]), w.dtype)  # V of what each run's head links to
     X[:-1][inside] = C[u[inside]] - before[run[u[inside]]]
     X = _tree_sums(up, X)
-    out: np.ndarray = X[run] + C - before[run]
-    return out
+    # C becomes X[run] + C - before[run] (integers: exact in any order), a column at a time
+    # through one buffer
+    C2, X2, before2 = C.reshape(m, -1), X.reshape(len(X), -1), before.reshape(len(before), -1)
+    buf = np.empty(m, C.dtype)
+    for j in range(C2.shape[1]):
+        np.take(X2[:, j], run, out=buf)
+        C2[:, j] += buf
+        np.take(before2[:, j], run, out=buf)
+        C2[:, j] -= buf
+    return C
 
 
-def _tree_sums(anc: I64, acc: np.ndarray) -> np.ndarray:
+def _tree_sums(anc: Ix, acc: np.ndarray) -> np.ndarray:
     """``acc`` summed along ``anc`` down to the root (the last row, which counts 0), by pointer
     doubling."""
     root = len(anc) - 1

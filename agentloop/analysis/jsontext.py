@@ -11,7 +11,7 @@ report's own tests compare the two). The result goes into the document as an
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
@@ -98,14 +98,30 @@ class Raw(NamedTuple):
     parts: Iterable[Any]
 
 
-CHUNK = 1 << 16  # rows of a list made into text at once
+CHUNK = 1 << 12  # rows of a list made into text at once
 
 
-def _slice(col: Column | Quoted, at: int, n: int) -> Column | Quoted:
+class Chunked(NamedTuple):
+    """A column :func:`listing` makes a chunk of rows at a time, as it writes them:
+    ``make(at, n)`` gives rows ``at .. at + n``. For texts that are themselves joins of many
+    rows (a step's tools, its model parts): made whole, a long run's are 150 MB at once."""
+
+    make: Callable[[int, int], Column | Quoted]
+
+
+def cut(col: Column | Quoted | Chunked, at: int, n: int) -> Column | Quoted:
+    """Rows ``at .. at + n`` of a column."""
+    if isinstance(col, Chunked):
+        return col.make(at, n)
     return Quoted(col.text.slice(at, n)) if isinstance(col, Quoted) else col.slice(at, n)
 
 
-def listing(fields: Sequence[Field], n: int, indent: int, chunk: int | None = None) -> Raw:
+def listing(
+    fields: Sequence[tuple[str, Column | Quoted | Chunked]],
+    n: int,
+    indent: int,
+    chunk: int | None = None,
+) -> Raw:
     """``n`` rows of ``fields`` as one JSON list closed at ``indent`` spaces (``[]`` when
     empty), an object a line at ``indent + 2``: ``chunk`` rows (default :data:`CHUNK`) at a
     time, each one join, its bytes not copied."""
@@ -118,9 +134,7 @@ def listing(fields: Sequence[Field], n: int, indent: int, chunk: int | None = No
         yield b"["
         for at in range(0, n, step):
             k = min(step, n - at)
-            rows = records(
-                [(name, _slice(col, at, k)) for name, col in fields], indent + 2, ind, ","
-            )
+            rows = records([(name, cut(col, at, k)) for name, col in fields], indent + 2, ind, ",")
             off, data = _data(rows)
             end = int(off[-1]) - (at + k == n)  # the last row's comma left out
             yield memoryview(data)[int(off[0]) : end]

@@ -33,9 +33,9 @@ class StepRow:
 
 
 class StepColumns(NamedTuple):
-    """The step rows as columns, a value per step (ints as a list or an int64 array), each
-    step's tools flat (``tool_off``: step k's are ``tool_off[k]:tool_off[k + 1]``): what
-    :func:`steps_json` writes, made from the loops' rows or from a trace's arrays."""
+    """The step rows as columns, a value per step (ints and bools as a list or a numpy
+    array), each step's tools flat (``tool_off``: step k's are ``tool_off[k]:tool_off[k + 1]``):
+    what :func:`steps_json` writes, made from the loops' rows or from a trace's arrays."""
 
     step: list[str]
     start_ns: Any
@@ -46,13 +46,13 @@ class StepColumns(NamedTuple):
     other: Any
     tool_names: list[str]
     tool_ns: Any
-    tool_off: list[int]
-    input_tokens: list[int]
-    output_tokens: list[int]
-    reasoning_tokens: list[int]
+    tool_off: Any
+    input_tokens: Any
+    output_tokens: Any
+    reasoning_tokens: Any
     cumulative_ns: Any
-    in_flight: list[bool]
-    cached_tokens: list[int]
+    in_flight: Any
+    cached_tokens: Any
 
     @classmethod
     def of_rows(cls, rows: Sequence[StepRow]) -> StepColumns:
@@ -82,7 +82,7 @@ class StepColumns(NamedTuple):
 
         a, b, _ = slice(a, b).indices(len(self.step))
         b = max(a, b)
-        off = self.tool_off[a : b + 1]
+        off = _ints(self.tool_off[a : b + 1])
         t0, t1 = (off[0], off[-1]) if len(off) else (0, 0)
         names, ns = self.tool_names[t0:t1], _ints(self.tool_ns[t0:t1])
         base, reasoning, decode, other = (
@@ -101,12 +101,12 @@ class StepColumns(NamedTuple):
                 tuple(zip(names[i - t0 : j - t0], ns[i - t0 : j - t0], strict=True))
                 for i, j in itertools.pairwise(off)
             ],
-            input_tokens=self.input_tokens[a:b],
-            output_tokens=self.output_tokens[a:b],
-            reasoning_tokens=self.reasoning_tokens[a:b],
+            input_tokens=_ints(self.input_tokens[a:b]),
+            output_tokens=_ints(self.output_tokens[a:b]),
+            reasoning_tokens=_ints(self.reasoning_tokens[a:b]),
             cumulative_ns=_ints(self.cumulative_ns[a:b]),
-            in_flight=self.in_flight[a:b],
-            cached_tokens=self.cached_tokens[a:b],
+            in_flight=_ints(self.in_flight[a:b]),
+            cached_tokens=_ints(self.cached_tokens[a:b]),
         )
 
 
@@ -146,6 +146,46 @@ def step_labels(steps: Sequence[StepRow]) -> Iterable[str]:
     return steps.labels() if isinstance(steps, StepRowsView) else (s.step for s in steps)
 
 
+@dataclass(frozen=True, slots=True)
+class Picked:
+    """A text column kept as where its values come from: row k is ``text`` where ``where[k]``,
+    else ``col[at[k]]`` (a dictionary column's as a string; an empty column's null). Made for
+    the rows asked for, or a slice at a time as they are written: a long run's path segments'
+    three texts made whole were 40 MB of Arrow strings."""
+
+    col: Any  # pa.Array
+    at: Any  # an integer array, an index into col per row
+    where: Any  # a bool array
+    text: str
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def take(self, idx: Any) -> Any:
+        """Rows ``idx`` (integers, or an Arrow array of them) as an Arrow string array."""
+        import numpy as np
+
+        i = np.asarray(idx, np.int64)
+        return self._made(self.at[i], self.where[i])
+
+    def slice(self, a: int, n: int) -> Any:
+        """Rows ``a .. a + n`` as an Arrow string array."""
+        return self._made(self.at[a : a + n], self.where[a : a + n])
+
+    def whole(self) -> Any:
+        return self._made(self.at, self.where)
+
+    def _made(self, at: Any, where: Any) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        col = self.col
+        got = col.take(pa.array(at, pa.int64())) if len(col) else pa.nulls(len(at), pa.string())
+        if isinstance(got, pa.DictionaryArray):
+            got = got.cast(pa.string())
+        return pc.if_else(pa.array(where, pa.bool_()), self.text, got)
+
+
 class PathRowsView(Sequence[tuple[str, str, str, int]]):
     """The critical path's segments of :class:`agentloop.analysis.vreport.PathColumns`, each
     made when asked for (a long run's million segments, of which the text lists 60)."""
@@ -153,7 +193,7 @@ class PathRowsView(Sequence[tuple[str, str, str, int]]):
     __slots__ = ("cols",)
 
     def __init__(self, cols: Any) -> None:
-        self.cols = cols  # step, kind, name: Arrow strings; ns: int64
+        self.cols = cols  # step, kind, name: Picked; ns: int64
 
     def __len__(self) -> int:
         return len(self.cols.ns)
@@ -182,7 +222,8 @@ class PathRowsView(Sequence[tuple[str, str, str, int]]):
         import numpy as np
         import pyarrow.compute as pc
 
-        gap = np.asarray(pc.equal(self.cols.kind, "gap").to_numpy(zero_copy_only=False), bool)
+        kind = self.cols.kind.whole()
+        gap = np.asarray(pc.equal(kind, "gap").to_numpy(zero_copy_only=False), bool)
         keep = np.flatnonzero(~gap | (self.cols.ns >= min_gap_ns))
         return len(keep), list(self._at(keep[:limit].tolist()))
 
@@ -197,7 +238,8 @@ def listed_path(
     return len(listed), listed[:limit]
 
 
-def _ints(col: Any) -> list[int]:
+def _ints(col: Any) -> list[Any]:
+    """A column of ints or bools (a list or a numpy array) as a list of Python values."""
     return col.tolist() if hasattr(col, "tolist") else list(col)
 
 
@@ -213,7 +255,7 @@ def steps_json(sc: StepColumns) -> list[dict[str, Any]]:
     names, secs_ = sc.tool_names, _seconds(sc.tool_ns)
     tools = [
         [{"name": n, "seconds": v} for n, v in zip(names[a:b], secs_[a:b], strict=True)]
-        for a, b in itertools.pairwise(sc.tool_off)
+        for a, b in itertools.pairwise(_ints(sc.tool_off))
     ]
     model = [
         {"base": a, "reasoning": b, "decode": c, "other": d}
@@ -241,12 +283,12 @@ def steps_json(sc: StepColumns) -> list[dict[str, Any]]:
             _seconds(sc.duration_ns),
             model,
             tools,
-            sc.input_tokens,
-            sc.output_tokens,
-            sc.reasoning_tokens,
-            sc.cached_tokens,
+            _ints(sc.input_tokens),
+            _ints(sc.output_tokens),
+            _ints(sc.reasoning_tokens),
+            _ints(sc.cached_tokens),
             _seconds(sc.cumulative_ns),
-            sc.in_flight,
+            _ints(sc.in_flight),
             strict=True,
         )
     ]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import mmap
 import os
 import struct
 import zlib
@@ -30,9 +31,9 @@ from typing import Any
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from agentloop._version import __version__
+from agentloop.analysis.cands import index_type
 from agentloop.analysis.columnar import (
     CALL_COLUMNS,
     CALL_NAMES,
@@ -43,6 +44,7 @@ from agentloop.analysis.columnar import (
 )
 from agentloop.analysis.lateness import Lateness
 from agentloop.analysis.runend import COLUMNAR_BYTES
+from agentloop.analysis.vector import equals
 
 # 3: a sub-run step's label names its agent (issue 23); 4: Arrow IPC with a CRC trailer instead
 # of Parquet, and the trace's lateness, unsplit calls and usage; 5: a model span's numbers as
@@ -57,6 +59,7 @@ MODEL_WIDTH = len(PART_COLUMNS) + 2  # a model span's numbers in the cache: part
 _META = b"agentloop.columns"
 _MAGIC = b"ALC5"  # the trailer: <CRC-32 of the Arrow file, 4 bytes little-endian><_MAGIC>
 _TRAILER = struct.Struct("<I4s")
+_CHUNK = 1 << 20  # bytes read at a time for the CRC
 
 
 def cache_path(trace: Path) -> Path:
@@ -137,21 +140,18 @@ def _lists(rows: np.ndarray, width: int, values: np.ndarray) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(off), pa.array(values))
 
 
-def _rows(t: pa.Table, name: str, rows: np.ndarray, width: int) -> np.ndarray:
-    """The values of list column ``name`` as one row of ``width`` per marked row (a view of the
-    file); ValueError unless exactly the marked rows hold ``width`` values each (``width`` -1:
-    any number of values, all of them in the marked rows, returned flat)."""
+def _rows(t: pa.Table, name: str, width: int, count: int | None = None) -> np.ndarray:
+    """The values of list column ``name``, ``width`` to a row (a view of the file); ValueError
+    unless its offsets span exactly its values and those make whole rows (``count`` of them,
+    if given). The offsets between are not read: the values are taken flat, in order, so only
+    their number matters (a million spans' offsets of four columns touched 16 MB of the file)."""
     col = _column(t, name)
     off = np.asarray(col.offsets)
     values = np.asarray(col.values.to_numpy(zero_copy_only=False))
-    if len(off) != len(rows) + 1 or off[0] != 0 or off[-1] != len(values):
+    n = len(values)
+    if len(off) != t.num_rows + 1 or off[0] != 0 or off[-1] != n or n % width:
         raise ValueError(name)
-    lens = np.diff(off)
-    if width < 0:
-        if lens[~rows].any():
-            raise ValueError(name)
-        return values
-    if not np.array_equal(lens, np.where(rows, width, 0)):
+    if count is not None and n != count * width:
         raise ValueError(name)
     return values.reshape(-1, width)
 
@@ -166,11 +166,11 @@ def from_table(t: pa.Table, meta: dict[str, Any] | None = None) -> Columns:
     if (t1 < t0).any():
         raise ValueError("a span ends before it starts")
     is_model = _bools(t, "is_model")
-    nums = _rows(t, "model", is_model, MODEL_WIDTH)
-    usage = _rows(t, "usage", np.arange(n) == 0, -1)
+    models = int(is_model.sum())
+    nums = _rows(t, "model", MODEL_WIDTH, models)
+    usage = _rows(t, "usage", len(USAGE_COLUMNS))
     if ((nums[:, -1] != 0) & (nums[:, -1] != 1)).any():
         raise ValueError("model")
-    usage = usage.reshape(-1, len(USAGE_COLUMNS))
     calls = _calls(t, meta, usage)
     return Columns(
         header=meta["header"],
@@ -191,7 +191,7 @@ def from_table(t: pa.Table, meta: dict[str, Any] | None = None) -> Columns:
         queued_ns=_ints(t, "queued_ns", n),
         is_model=is_model,
         parts=nums[:, : len(PART_COLUMNS)],
-        output_tps=_rows(t, "output_tps", is_model, 1)[:, 0],
+        output_tps=_rows(t, "output_tps", 1, models)[:, 0],
         timed=nums[:, -1] == 1,
         cached_tokens=nums[:, len(PART_COLUMNS)],
         end_ns=int(meta["end_ns"]),
@@ -211,9 +211,8 @@ def from_table(t: pa.Table, meta: dict[str, Any] | None = None) -> Columns:
 def _calls(t: pa.Table, meta: dict[str, Any], usage: np.ndarray) -> np.ndarray:
     """The call rows: one per model span, their codes in range of ``call_names``, as many
     marked with a usage row as there are usage rows (ValueError otherwise)."""
-    calls = _rows(t, "calls", np.arange(t.num_rows) == 0, -1).reshape(-1, len(CALL_COLUMNS))
-    kinds = _column(t, "kind")
-    if len(calls) != (pc.sum(pc.equal(kinds, "model")).as_py() or 0):
+    calls = _rows(t, "calls", len(CALL_COLUMNS))
+    if len(calls) != int(equals(_column(t, "kind"), "model").sum()):
         raise ValueError("calls")
     names = meta["call_names"]
     for k in CALL_NAMES:
@@ -253,7 +252,7 @@ def _links(t: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     after_off = np.asarray(after.offsets, np.int64)
     after_idx = np.asarray(after.values, np.int64)
     parent = _ints(t, "parent", n)
-    idx = np.arange(n)
+    idx = np.arange(n, dtype=index_type(n))
     owner = np.repeat(idx, np.diff(after_off))
     if (
         after_off[0] != 0
@@ -268,17 +267,33 @@ def _links(t: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _open(path: Path) -> pa.Table | None:
     """The table of a cache file whose trailer's CRC matches its bytes (memory-mapped: the
-    arrays are views of the file), else None."""
-    with pa.memory_map(str(path)) as f:
-        buf = f.read_buffer()
-    body = buf.size - _TRAILER.size
-    if body <= 0:
-        return None
-    crc, magic = _TRAILER.unpack(buf.slice(body).to_pybytes())
-    data = buf.slice(0, body)
-    if magic != _MAGIC or zlib.crc32(memoryview(data)) != crc:
-        return None
+    arrays are views of the file), else None. The CRC reads through a buffer, not the mapping:
+    a mapped page counts in resident memory once read, and ``whatif`` never reads the ids and
+    names (30 MB of a million spans' 152 MB). One descriptor: the file mapped is the one checked."""
+    with path.open("rb") as f:
+        body = os.fstat(f.fileno()).st_size - _TRAILER.size
+        if body <= 0:
+            return None
+        crc = _crc(f, body)
+        crc_want, magic = _TRAILER.unpack(f.read(_TRAILER.size))
+        if magic != _MAGIC or crc != crc_want:
+            return None
+        data = pa.py_buffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)).slice(0, body)
     return pa.ipc.open_file(data).read_all()
+
+
+def _crc(f: Any, size: int) -> int:
+    """The CRC-32 of the first ``size`` bytes of ``f`` (read from its start), -1 when it is shorter."""
+    buf = memoryview(bytearray(_CHUNK))
+    crc, left = 0, size
+    f.seek(0)
+    while left:
+        got = f.readinto(buf[: min(left, _CHUNK)])
+        if not got:
+            return -1  # shorter than its size said: no CRC matches
+        crc = zlib.crc32(buf[:got], crc)
+        left -= got
+    return crc
 
 
 def _meta(t: pa.Table) -> dict[str, Any]:

@@ -20,13 +20,14 @@ are kept by width (:class:`agentloop.analysis.cands.Cands`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, TOOL_QUEUE
-from agentloop.analysis.cands import Cands, cands_of, latest, seg_max, sum_links
+from agentloop.analysis.cands import Cands, Ix, cands_of, index_type, latest, sum_links
 from agentloop.analysis.columnar import I64, B, Columns
 
 
@@ -39,15 +40,15 @@ class VGraph:
     is_leaf: B
     start_gap: I64
     close_gap: I64  # 0 for a leaf
-    back_link: I64  # per position: the recorded critical path's next position back
-    step_at: I64  # per position: the step span owning it, -1 at run level
-    roots: I64
+    back_link: Ix  # per position: the recorded critical path's next position back
+    step_at: Ix  # per position: the step span owning it, -1 at run level
+    roots: Ix
     start_ns: int
     run_end_gap: int
     recorded_dur: I64
     queue: I64
-    models: I64  # indices of the re-timed model spans, ascending
-    tool_code: I64  # per span: index of its tool category in tool_names, -1 for none
+    models: Ix  # indices of the re-timed model spans, ascending
+    tool_code: Ix  # per span: index of its tool category in tool_names, -1 for none
     tool_names: list[str]
 
     def __len__(self) -> int:
@@ -62,43 +63,48 @@ class VGraph:
         return self.c.end_ns - self.start_ns
 
 
-def _candidates(c: Columns, is_leaf: B, n_kids: I64) -> tuple[I64, I64]:
+def _candidates(c: Columns, is_leaf: B, n_kids: Ix) -> tuple[Ix, Ix]:
     """Every position's candidates in the loops' order: a start's parent start (the run's start
     for a root) then its ``after`` spans' ends; a leaf's end its own start; a parent's end its
-    children's ends, in index order: position v's are ``idx[off[v]:off[v + 1]]``, (off, idx)."""
+    children's ends, in index order: position v's are ``idx[off[v]:off[v + 1]]``, (off, idx),
+    both in ``n_kids``' type (:func:`index_type`)."""
     n = len(c)
     sent = 2 * n
+    ix = n_kids.dtype
     par = c.parent
-    idx = np.arange(n, dtype=np.int64)
+    idx = np.arange(n, dtype=ix)
     has_par = par >= 0
-    alen = np.diff(c.after_off)
-    cnt = np.empty(sent, np.int64)
+    alen = np.diff(c.after_off).astype(ix)
+    cnt = np.empty(sent, ix)
     cnt[0::2] = 1 + alen
     cnt[1::2] = np.where(is_leaf, 1, n_kids)
-    off = np.zeros(sent + 1, np.int64)
+    off = np.zeros(sent + 1, ix)
     np.cumsum(cnt, out=off[1:])
-    cand = np.empty(int(off[-1]), np.int64)
+    del cnt
+    cand = np.empty(int(off[-1]), ix)
     cand[off[0:-1:2]] = np.where(has_par, 2 * par, sent)
     if len(c.after_idx):
         owner = np.repeat(idx, alen)
-        rank = np.arange(len(c.after_idx)) - c.after_off[owner]
+        rank = np.arange(len(c.after_idx), dtype=ix) - c.after_off[owner].astype(ix)
         cand[off[2 * owner] + 1 + rank] = 2 * c.after_idx + 1
+        del owner, rank
     cand[off[1::2][is_leaf]] = 2 * idx[is_leaf]
     kids = idx[has_par]  # ascending, so each parent's children come in index order
     if len(kids):
-        kp = par[has_par]
+        kp = par[has_par].astype(ix)
         order = np.argsort(kp, kind="stable")
         kids, kp = kids[order], kp[order]
-        first = np.zeros(n, np.int64)
+        del order
+        first = np.zeros(n, ix)
         np.cumsum(n_kids[:-1], out=first[1:])
-        cand[off[2 * kp + 1] + np.arange(len(kids)) - first[kp]] = 2 * kids + 1
+        cand[off[2 * kp + 1] + np.arange(len(kids), dtype=ix) - first[kp]] = 2 * kids + 1
     return off, cand
 
 
-def _steps(c: Columns) -> I64:
-    """Per span: the step span owning it (itself for a step), -1 outside steps."""
+def _steps(c: Columns, ix: type[np.signedinteger[Any]]) -> Ix:
+    """Per span: the step span owning it (itself for a step), -1 outside steps (type ``ix``)."""
     n = len(c)
-    idx = np.arange(n, dtype=np.int64)
+    idx = np.arange(n, dtype=ix)
     par, has_par = c.parent, c.parent >= 0
     is_step = kind_is(c, "step")
     step_of = np.where(is_step, idx, -1)
@@ -109,15 +115,18 @@ def _steps(c: Columns) -> I64:
         step_of = nxt
 
 
-def build(c: Columns) -> VGraph:
+def build(c: Columns, ix: type[np.signedinteger[Any]] | None = None) -> VGraph:
     """Flatten columns for the passes (what :func:`agentloop.analysis.graph.build_graph` works
-    out per span, in whole-array operations)."""
+    out per span, in whole-array operations). Positions, candidate slots and span indices are
+    ``ix`` (default: int32 while they fit, :func:`agentloop.analysis.cands.index_type`)."""
     n = len(c)
     sent = 2 * n
-    idx = np.arange(n, dtype=np.int64)
-    n_kids = np.bincount(c.parent[c.parent >= 0], minlength=n).astype(np.int64)
+    ix = index_type(3 * n + len(c.after_idx) + 1) if ix is None else ix  # slots <= 3n + afters
+    idx = np.arange(n, dtype=ix)
+    n_kids = np.bincount(c.parent[c.parent >= 0], minlength=n).astype(ix)
     is_leaf = n_kids == 0
     off, cand = _candidates(c, is_leaf, n_kids)
+    del n_kids
     cd = cands_of(off, cand)
     roots = idx[c.parent < 0]
     start_ns = int(c.t0[roots].min()) if len(roots) else 0
@@ -127,20 +136,23 @@ def build(c: Columns) -> VGraph:
     if len(roots):  # the gaps see the run's start at 0: a root's start from its own instant
         V0[sent] = 0
         top[2 * roots] = _root_tops(off, cand, V0, roots)
+    del off, cand
     start_gap = c.t0 - top[0::2]
     tc = c.tool_category
     if not isinstance(tc, pa.DictionaryArray):
         tc = tc.dictionary_encode()
-    step_of = _steps(c)
-    sop = np.empty(sent + 1, np.int64)
+    del V0
+    step_of = _steps(c, ix)
+    sop = np.empty(sent + 1, ix)
     sop[0::2][:n], sop[1::2], sop[sent] = step_of, step_of, -1
+    del step_of
     return VGraph(
         c=c,
         cd=cd,
         is_leaf=is_leaf,
         start_gap=start_gap,
         close_gap=np.where(is_leaf, 0, c.t1 - top[1::2]),
-        back_link=np.append(back, sent - 1),
+        back_link=np.append(back, np.array([sent - 1], back.dtype)),
         step_at=sop,
         roots=roots,
         start_ns=start_ns,
@@ -153,7 +165,7 @@ def build(c: Columns) -> VGraph:
     )
 
 
-def _root_tops(off: I64, idx: I64, V: I64, roots: I64) -> I64:
+def _root_tops(off: Ix, idx: Ix, V: I64, roots: Ix) -> I64:
     """The latest candidate's instant in V at each root's start."""
     starts, ends = off[2 * roots], off[2 * roots + 1]
     lens = ends - starts
@@ -161,17 +173,23 @@ def _root_tops(off: I64, idx: I64, V: I64, roots: I64) -> I64:
     return np.maximum.reduceat(V[idx[at]], np.cumsum(lens) - lens)
 
 
-def _weights(vg: VGraph, dur: I64) -> I64:
-    w = np.zeros(2 * len(vg) + 1, np.int64)
-    w[0:-1:2] = vg.start_gap
-    w[1::2] = np.where(vg.is_leaf, dur, vg.close_gap)
-    return w
+def _weights(vg: VGraph, durs: list[I64]) -> I64:
+    """Each position's weight for each of ``durs``, a column each, written in place (a column
+    made apart and stacked: twice the memory at once)."""
+    W = np.zeros((2 * len(vg) + 1, len(durs)), np.int64)
+    for j, dur in enumerate(durs):
+        W[0:-1:2, j] = vg.start_gap
+        np.copyto(W[1::2, j], dur, where=vg.is_leaf)
+        np.copyto(W[1::2, j], vg.close_gap, where=~vg.is_leaf)
+    return W
 
 
 def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
     """The forward pass (:func:`agentloop.analysis.passes.retime_flat`'s V, the run's start at
     0) for each of ``durs``, by policy iteration from the recorded links. The recorded
-    durations give the recorded instants, unsummed."""
+    durations give the recorded instants, unsummed. The passes are summed together, one
+    column each; a pass whose links change gets its weights made again (not kept: a million
+    spans' weights are 16 MB a pass)."""
     sent = 2 * len(vg)
     same = [np.array_equal(d, vg.recorded_dur) for d in durs]
     todo = [d for d, s in zip(durs, same, strict=True) if not s]
@@ -180,24 +198,29 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
     rec = np.empty(sent + 1, np.int64)
     rec[0:-1:2], rec[1::2], rec[sent] = vg.c.t0, vg.c.t1, 0
     if todo:
-        W = np.stack([_weights(vg, d) for d in todo], axis=1)
-        Vs = sum_links(vg.cd, links, W, rec)
+        W = _weights(vg, todo)
+        Vs = sum_links(vg.cd, links, W, rec, spend=True)
+        del W
     out = []
     j = 0
-    for s in same:
+    for d, s in zip(durs, same, strict=True):
         if s:
             out.append(rec.copy())
             continue
-        V, pol, w = Vs[:, j].copy(), links, W[:, j]
+        V, pol, w = Vs[:, j], links, None
         j += 1
         while True:
             top, arg = latest(vg.cd, V)
             worse = top > V[pol[:-1]]
+            del top
             if not worse.any():
                 break
             pol = pol.copy()
             pol[:-1][worse] = arg[worse]
+            del arg, worse
+            w = _weights(vg, [d])[:, 0] if w is None else w
             V = sum_links(vg.cd, pol, w, rec)
+        del arg, worse  # the last round's, before the next pass's: 10 MB
         out.append(V)
     return out
 
@@ -209,15 +232,20 @@ def run_end(vg: VGraph, V: I64) -> int:
     return int(V[2 * vg.roots + 1].max()) + vg.run_end_gap
 
 
-def path_links(vg: VGraph, V: I64) -> I64:
+def path_links(vg: VGraph, V: I64) -> Ix:
     """The critical path's links for instants V (the run's start at 0 in V): as
     :func:`agentloop.analysis.passes.retime_path` links them."""
-    Vp = V.copy()
-    Vp[-1] = vg.start_ns
-    return np.append(latest(vg.cd, Vp)[1], len(V) - 2)
+    sent = len(V) - 1
+    at0 = V[sent]
+    V[sent] = vg.start_ns  # for this call only, not a copy of V (16 MB for a million spans)
+    try:
+        links = latest(vg.cd, V)[1]
+    finally:
+        V[sent] = at0
+    return np.append(links, np.array([sent - 1], links.dtype))
 
 
-def on_path(vg: VGraph, V: I64, links: I64) -> I64:
+def on_path(vg: VGraph, V: I64, links: Ix) -> I64:
     """Positions on the critical path from the latest root's end back (the run's start not
     included), ascending: the chain of ``links`` from there, by pointer doubling."""
     sent = len(V) - 1
@@ -225,7 +253,9 @@ def on_path(vg: VGraph, V: I64, links: I64) -> I64:
     seen = np.zeros(sent + 1, np.bool_)
     seen[v0] = seen[sent] = True  # the run's start: where every chain ends
     members = np.array([v0], np.int64)
-    jump = links.copy()
+    # intp, the type numpy indexes by (int32 indices are converted at every gather: twice the
+    # time), in two buffers taken in turns rather than a new array a round
+    jump, buf = links.astype(np.intp), np.empty(sent + 1, np.intp)
     jump[sent] = sent
     while True:  # members: the chain's first 2^k positions; one chain has no repeats
         nxt = jump[members]
@@ -234,34 +264,60 @@ def on_path(vg: VGraph, V: I64, links: I64) -> I64:
             break
         seen[new] = True
         members = np.concatenate([members, new])
-        jump = jump[jump]
+        np.take(jump, jump, out=buf)
+        jump, buf = buf, jump
     seen[sent] = False
     return np.flatnonzero(seen)
 
 
 def tally(
-    vg: VGraph, V: I64, links: I64, dur: I64, total: int, parts: I64 | None
+    vg: VGraph, V: I64, links: Ix, dur: I64, total: int, parts: I64 | None
 ) -> tuple[dict[str, int], dict[int, int]]:
     """Critical-path ns per category and per step (:func:`agentloop.analysis.breakdown.
     path_tally`); ``parts``: re-timed (base, reasoning, decode) per model span (rows in
     ``vg.models`` order), None as measured."""
-    c = vg.c
+    cats, ids, ns = tally_arrays(vg, V, links, dur, total, parts)
+    return cats, dict(zip(ids.tolist(), ns.tolist(), strict=True))
+
+
+def tally_arrays(
+    vg: VGraph, V: I64, links: Ix, dur: I64, total: int, parts: I64 | None
+) -> tuple[dict[str, int], I64, I64]:
+    """:func:`tally` with the steps as arrays: their ids ascending (-1, the run's level, always
+    there) and ns (a long run has 200,000 steps: a dict of them is 23 MB)."""
     if not len(vg.roots):
-        return {FRAMEWORK: total - vg.start_ns}, {-1: total - vg.start_ns}
+        return {FRAMEWORK: total - vg.start_ns}, np.array([-1]), np.array([total - vg.start_ns])
     pos = on_path(vg, V, links)
-    Vp = V.copy()
-    Vp[-1] = vg.start_ns
-    v0 = 2 * int(vg.roots[int(np.argmax(V[2 * vg.roots + 1]))]) + 1
-    owner = vg.step_at[pos]
-    seg = Vp[pos] - Vp[links[pos]]
-    seen = np.bincount(owner + 1, minlength=len(vg) + 1)
-    keys = np.flatnonzero(seen)
-    sums = np.zeros(len(vg) + 1, np.int64)
-    np.add.at(sums, owner + 1, seg)
-    steps = dict(zip((keys - 1).tolist(), sums[keys].tolist(), strict=True))
-    steps[-1] = steps.get(-1, 0) + total - int(Vp[v0])
+    ids, ns = _step_sums(vg, V, links, pos, total)
     ends = pos[(pos & 1) == 1]
-    leaves = ends[vg.is_leaf[ends >> 1]] >> 1
+    del pos
+    return _categories(vg, ends[vg.is_leaf[ends >> 1]] >> 1, dur, total, parts), ids, ns
+
+
+def _step_sums(vg: VGraph, V: I64, links: Ix, pos: I64, total: int) -> tuple[I64, I64]:
+    """The path's ns per step owning its positions ``pos`` (the run's start, V's last, at
+    ``vg.start_ns``); the run's level (-1) also gets the time after the latest root's end."""
+    sent = len(V) - 1
+    v0 = 2 * int(vg.roots[int(np.argmax(V[2 * vg.roots + 1]))]) + 1
+    owner = vg.step_at[pos] + 1
+    back = links[pos]
+    seg = V[back]
+    seg[back == sent] = vg.start_ns
+    del back
+    np.subtract(V[pos], seg, out=seg)
+    seen = np.bincount(owner, minlength=len(vg) + 1)
+    seen[0] = 1
+    keys = np.flatnonzero(seen)
+    del seen
+    sums = np.zeros(len(vg) + 1, np.int64)
+    np.add.at(sums, owner, seg)
+    sums[0] += total - int(V[v0])
+    return keys - 1, sums[keys]
+
+
+def _categories(vg: VGraph, leaves: I64, dur: I64, total: int, parts: I64 | None) -> dict[str, int]:
+    """Critical-path ns per category of the path's leaves (:func:`tally`)."""
+    c = vg.c
     leaf_ns = dur[leaves]
     gap_ns = total - vg.start_ns - int(leaf_ns.sum())
     cats: dict[str, int] = {}
@@ -279,88 +335,53 @@ def tally(
             name = FRAMEWORK if k < 0 else vg.tool_names[k]
             cats[name] = cats.get(name, 0) + int(sums[k + 1])
     rows = model_row[is_m]
-    if len(rows):
-        ms = c.parts[rows]
-        new = ms[:, 0:3] if parts is None else parts[rows]
+    if len(rows):  # a column at a time: the rows of all ten are 16 MB for 200,000 calls
+        new = c.parts if parts is None else parts
         for k, name in enumerate(("base", "reasoning", "decode")):
-            cats[name] = int(new[:, k].sum())
+            cats[name] = int(new[rows, k].sum())
         for k, name in ((3, "tail"), (4, "wait"), (5, "retry"), (6, "overhead")):
-            cats[name] = int(ms[:, k].sum())
+            cats[name] = int(c.parts[rows, k].sum())
     queued = int(vg.queue[leaves].sum())
     if queued:
         cats[TOOL_QUEUE] = queued
     cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + gap_ns - queued
-    return cats, steps
+    return cats
 
 
-def _codes(d: pa.DictionaryArray) -> I64:
-    """A dictionary column's indices, -1 for null."""
+def _codes(d: pa.DictionaryArray) -> Ix:
+    """A dictionary column's indices, -1 for null (int32 or wider: without nulls, the cache's
+    own int32 indices, not a copy)."""
     ix = d.indices
     if not ix.null_count:
-        return np.asarray(ix.to_numpy(), np.int64)
+        return _wide(ix.to_numpy())
     bits, vals = ix.buffers()[:2]  # a null's slot holds any value: the validity bitmap says
     n, at = len(ix), ix.offset
     raw = np.frombuffer(
         vals, dtype=ix.type.to_pandas_dtype(), count=n, offset=at * ix.type.bit_width // 8
     )
     valid = np.unpackbits(np.frombuffer(bits, np.uint8), bitorder="little")[at : at + n]
-    return np.where(valid.astype(np.bool_), raw.astype(np.int64), -1)
+    return np.where(valid.astype(np.bool_), _wide(raw), -1)
+
+
+def _wide(codes: np.ndarray) -> Ix:
+    """Codes as int32 or int64: a narrower type would wrap at ``codes + 1``."""
+    out: Ix = codes if codes.dtype in (np.int32, np.int64) else codes.astype(np.int32)
+    return out
 
 
 def kind_is(c: Columns, kind: str) -> B:
     """Per span: whether its kind is ``kind``."""
-    k = c.kinds
-    if isinstance(k, pa.DictionaryArray) and not k.null_count:  # compare codes, not strings
-        names = k.dictionary.to_pylist()
-        if kind not in names:
-            return np.zeros(len(k), np.bool_)
-        codes: I64 = np.asarray(k.indices.to_numpy(), np.int64)
-        out: B = codes == names.index(kind)
+    return equals(c.kinds, kind)
+
+
+def equals(col: pa.Array, value: str) -> B:
+    """Per row of a string column: whether it is ``value`` (null: no). A dictionary column's
+    codes are compared, as they lie in the file: Arrow's comparison decodes every string first
+    (a million spans' kinds: 20 MB)."""
+    if isinstance(col, pa.DictionaryArray) and not col.null_count:
+        names = col.dictionary.to_pylist()
+        if value not in names:
+            return np.zeros(len(col), np.bool_)
+        out: B = col.indices.to_numpy() == names.index(value)
         return out
-    return np.asarray(pc.equal(k, kind).fill_null(False), np.bool_)
-
-
-def pair_ends(vg: VGraph, A: I64, Bv: I64) -> tuple[int, int] | None:
-    """:func:`agentloop.analysis.passes.retime_pair`'s verdict from the two passes' instants:
-    the run's ends at x = 0 and x = 1 when no max changed hands between them, else None."""
-    cd, sent = vg.cd, 2 * len(vg)
-    A, Bv = A.copy(), Bv.copy()
-    A[sent] = Bv[sent] = 0
-    # two candidates (a start's parent and one after span, or two children): the later at one
-    # end must not be the earlier at the other
-    a, b = cd.two_a, cd.two_b
-    if (np.sign(A[a] - A[b]) * np.sign(Bv[a] - Bv[b]) < 0).any():
-        return None
-    if len(cd.wide) and not _wide_ok(cd, A, Bv):
-        return None
-    if not len(vg.roots):
-        return (vg.end_ns, vg.end_ns)
-    ra, rb = A[2 * vg.roots + 1], Bv[2 * vg.roots + 1]
-    if not ((ra == ra.max()) & (rb == rb.max())).any():
-        return None
-    return int(ra.max()) + vg.run_end_gap, int(rb.max()) + vg.run_end_gap
-
-
-def _wide_ok(cd: Cands, A: I64, Bv: I64) -> bool:
-    """:func:`pair_ends` for the positions of three or more candidates: a start's, in order,
-    must each compare at both ends with the max so far; of a parent's end's, some child must
-    end last at both ends."""
-    off, cand = cd.wide_off, cd.wide_idx
-    at_start = (cd.wide & 1) == 0
-    if at_start.any():  # rank by rank over the starts' lists, the max so far kept
-        first = off[:-1][at_start]
-        lens = np.diff(off)[at_start]
-        sa, sb = A[cand[first]], Bv[cand[first]]
-        for k in range(1, int(lens.max())):
-            live = lens > k
-            x = cand[first[live] + k]
-            ea, eb, a0, b0 = A[x], Bv[x], sa[live], sb[live]
-            if ((ea > a0) & (eb < b0)).any() or ((ea < a0) & (eb > b0)).any():
-                return False
-            sa[live], sb[live] = np.maximum(a0, ea), np.maximum(b0, eb)
-    if at_start.all():
-        return True
-    ca, cb = A[cand], Bv[cand]
-    cnt = np.diff(off)
-    hit = (ca == np.repeat(seg_max(ca, off), cnt)) & (cb == np.repeat(seg_max(cb, off), cnt))
-    return bool(np.logical_or.reduceat(hit, off[:-1])[~at_start].all())
+    return np.asarray(pc.equal(col, value).fill_null(False), np.bool_)

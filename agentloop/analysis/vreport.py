@@ -12,12 +12,11 @@ byte for byte.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from agentloop.analysis import cost, jsontext
 from agentloop.analysis._table import secs
@@ -29,6 +28,7 @@ from agentloop.analysis.cost import CostBreakdown
 from agentloop.analysis.report import Report, report_json, unsplit_fields
 from agentloop.analysis.report_rows import (
     PathRowsView,
+    Picked,
     StepColumns,
     StepRowsView,
     path_json,
@@ -77,17 +77,18 @@ def segments(vg: VGraph) -> tuple[I64, I64, B]:
 
 class PathColumns(NamedTuple):
     """The report's ``path`` as columns (:func:`agentloop.analysis.report_rows.path_json`):
-    Arrow string arrays (a million Python strings cost 150 MB) and the ns."""
+    texts picked from the trace's columns as they are asked for (a million Python strings
+    cost 150 MB) and the ns."""
 
-    step: pa.Array
-    kind: pa.Array
-    name: pa.Array
+    step: Picked
+    kind: Picked
+    name: Picked
     ns: I64
 
     def rows(self) -> tuple[tuple[str, str, str, int], ...]:
         """The report's ``path``: a tuple per segment."""
         cols = (self.step, self.kind, self.name)
-        texts = [c.to_numpy(zero_copy_only=False).tolist() for c in cols]
+        texts = [c.whole().to_numpy(zero_copy_only=False).tolist() for c in cols]
         return tuple(zip(*texts, self.ns.tolist(), strict=True))
 
 
@@ -113,18 +114,11 @@ def path_columns(vg: VGraph, idx: I64, ns: I64, gap: B) -> PathColumns:
     i, g = idx[starts], gap[starts]
     step = np.where(i >= 0, vg.step_at[2 * np.maximum(i, 0)], -1)
     c = vg.c
-
-    def pick(col: pa.Array, at: I64, where: B, text: str) -> pa.Array:
-        got = col.take(pa.array(at, pa.int64())) if len(col) else pa.nulls(len(at), pa.string())
-        if isinstance(got, pa.DictionaryArray):
-            got = got.cast(pa.string())
-        return pc.if_else(pa.array(where, pa.bool_()), text, got)
-
     at = np.maximum(i, 0)
     return PathColumns(
-        pick(c.step_label, np.maximum(step, 0), step < 0, "run"),
-        pick(c.kinds, at, g, "gap"),
-        pick(c.names, at, g, FRAMEWORK),
+        Picked(c.step_label, np.maximum(step, 0), step < 0, "run"),
+        Picked(c.kinds, at, g, "gap"),
+        Picked(c.names, at, g, FRAMEWORK),
         merged,
     )
 
@@ -193,13 +187,13 @@ def step_columns(vg: VGraph) -> StepColumns:
         other=s[:, 3],
         tool_names=[short[k] for k in code[tools].tolist()],
         tool_ns=vg.recorded_dur[tools],
-        tool_off=off.tolist(),
-        input_tokens=s[:, 4].tolist(),
-        output_tokens=s[:, 5].tolist(),
-        reasoning_tokens=s[:, 6].tolist(),
+        tool_off=off,  # arrays, not lists: 200,000 steps' ints as objects were 35 MB
+        input_tokens=s[:, 4],
+        output_tokens=s[:, 5],
+        reasoning_tokens=s[:, 6],
         cumulative_ns=c.t1[steps] - vg.start_ns,
-        in_flight=c.in_flight[steps].tolist(),
-        cached_tokens=s[:, 7].tolist(),
+        in_flight=c.in_flight[steps],
+        cached_tokens=s[:, 7],
     )
 
 
@@ -327,27 +321,34 @@ def _ints(v: Any) -> jsontext.Column:
 
 def steps_text(sc: StepColumns) -> jsontext.Raw:
     """:func:`agentloop.analysis.report.steps_json` as the indented JSON text orjson writes
-    of it in the report (the list at two spaces), made a column at a time."""
-    tools = jsontext.listings(
-        [("name", jsontext.strings(sc.tool_names)), ("seconds", _secs(sc.tool_ns))],
-        np.asarray(sc.tool_off, np.int64),
-        6,
-    )
-    model = jsontext.records(
-        [(k, _secs(getattr(sc, k))) for k in ("base", "reasoning", "decode", "other")], 6
-    )
+    of it in the report (the list at two spaces), made a column at a time, a chunk of steps
+    at a time (:class:`jsontext.Chunked`)."""
+    off = np.asarray(sc.tool_off, np.int64)
+
+    def tools(at: int, n: int) -> jsontext.Column:  # steps at .. at + n: their tool rows
+        lo, hi = int(off[at]), int(off[at + n])
+        rows = [
+            ("name", jsontext.strings(sc.tool_names[lo:hi])),
+            ("seconds", _secs(sc.tool_ns[lo:hi])),
+        ]
+        return jsontext.listings(rows, off[at : at + n + 1] - lo, 6)
+
+    def model(at: int, n: int) -> jsontext.Column:
+        parts = ("base", "reasoning", "decode", "other")
+        return jsontext.records([(k, _secs(getattr(sc, k)[at : at + n])) for k in parts], 6)
+
     fields = [
-        ("step", jsontext.strings(sc.step)),
-        ("start_s", _secs(sc.start_ns)),
-        ("duration_s", _secs(sc.duration_ns)),
-        ("model_s", model),
-        ("tools", tools),
-        ("input_tokens", _ints(sc.input_tokens)),
-        ("output_tokens", _ints(sc.output_tokens)),
-        ("reasoning_tokens", _ints(sc.reasoning_tokens)),
-        ("cached_tokens", _ints(sc.cached_tokens)),
-        ("cumulative_s", _secs(sc.cumulative_ns)),
-        ("in_flight", jsontext.bools(np.asarray(sc.in_flight, np.bool_))),
+        ("step", _chunks(jsontext.strings, sc.step)),
+        ("start_s", _chunks(_secs, sc.start_ns)),
+        ("duration_s", _chunks(_secs, sc.duration_ns)),
+        ("model_s", jsontext.Chunked(model)),
+        ("tools", jsontext.Chunked(tools)),
+        ("input_tokens", _chunks(_ints, sc.input_tokens)),
+        ("output_tokens", _chunks(_ints, sc.output_tokens)),
+        ("reasoning_tokens", _chunks(_ints, sc.reasoning_tokens)),
+        ("cached_tokens", _chunks(_ints, sc.cached_tokens)),
+        ("cumulative_s", _chunks(_secs, sc.cumulative_ns)),
+        ("in_flight", _chunks(lambda v: jsontext.bools(np.asarray(v, np.bool_)), sc.in_flight)),
     ]
     return jsontext.listing(fields, len(sc.step), 2)
 
@@ -355,12 +356,21 @@ def steps_text(sc: StepColumns) -> jsontext.Raw:
 def path_text(p: PathColumns) -> jsontext.Raw:
     """:func:`agentloop.analysis.report.path_json` as :func:`steps_text` writes the steps."""
     fields = [
-        ("step", jsontext.strings(p.step)),
-        ("kind", jsontext.strings(p.kind)),
-        ("name", jsontext.strings(p.name)),
-        ("seconds", _secs(p.ns)),
+        (k, _chunks(jsontext.strings, col))
+        for k, col in (("step", p.step), ("kind", p.kind), ("name", p.name))
     ]
-    return jsontext.listing(fields, len(p.step), 2)
+    return jsontext.listing([*fields, ("seconds", _chunks(_secs, p.ns))], len(p.step), 2)
+
+
+def _chunks(
+    text: Callable[[Any], jsontext.Column | jsontext.Quoted], values: Any
+) -> jsontext.Chunked:
+    """The JSON of ``values`` (a list, an array or :class:`Picked`) made by ``text`` a chunk
+    of rows at a time, as they are written: whole, a million path segments' seconds alone were
+    60 MB of text and offsets at once."""
+    if isinstance(values, Picked):
+        return jsontext.Chunked(lambda a, n: text(values.slice(a, n)))
+    return jsontext.Chunked(lambda a, n: text(values[a : a + n]))
 
 
 def report_of(c: Columns, path: object = None) -> ColumnReport:

@@ -7,15 +7,15 @@ distinct (input, reasoning, visible, cached) token count, not once per model cal
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
 import pyarrow as pa
 
 from agentloop.analysis.breakdown import category_order
+from agentloop.analysis.cands import Cands, seg_max
 from agentloop.analysis.columnar import F64, I64, frozen_rows
-from agentloop.analysis.vector import VGraph, pair_ends, path_links, run_end, solve, tally
+from agentloop.analysis.vector import VGraph, path_links, run_end, solve, tally_arrays
 from agentloop.analysis.whatif import CURVE_K, Contribution, Scenario, WhatIf
 from agentloop.model.speed import SpeedProfile
 
@@ -134,8 +134,12 @@ def _retimed(vg: VGraph, sc: Scenario) -> tuple[I64, I64, I64, int, tuple[int, i
     parts = new_parts(vg, sc)
     dur = durations(vg, parts)
     p = _prefill(sc)
-    V, A, Bv = solve(vg, [dur, _k_durations(vg, p, math.inf), _k_durations(vg, p, 1)])
-    return parts, dur, V, run_end(vg, V), pair_ends(vg, A, Bv)
+    # measured output speed with no prefill change is the recorded durations themselves
+    one = vg.recorded_dur if p == 1 else _k_durations(vg, p, 1)
+    V, A, Bv = solve(vg, [dur, _k_durations(vg, p, math.inf), one])
+    ends = pair_ends(vg, A, Bv)
+    # V alone outlives this: a copy, so the passes' sums it may be a column of can go
+    return parts, dur, V.copy(), run_end(vg, V), ends
 
 
 def _prefill(sc: Scenario) -> float:
@@ -171,11 +175,13 @@ def whatif(vg: VGraph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> What
     """Re-time ``vg`` under ``sc``: the same :class:`WhatIf` as the loops give."""
     parts, dur, V, end, ends = _retimed(vg, sc)
     p = _prefill(sc)
-    links = path_links(vg, V)
-    new_cats, new_steps = tally(vg, V, links, dur, end, parts)
+    new_cats, new_ids, new_ns = tally_arrays(vg, V, path_links(vg, V), dur, end, parts)
+    del parts, dur, V  # before the recorded instants are made: 32 MB fewer at once
     rec = np.empty(2 * len(vg) + 1, np.int64)
     rec[0:-1:2], rec[1::2], rec[-1] = vg.c.t0, vg.c.t1, vg.start_ns
-    old_cats, old_steps = tally(vg, rec, vg.back_link, vg.recorded_dur, vg.end_ns, None)
+    old = tally_arrays(vg, rec, vg.back_link, vg.recorded_dur, vg.end_ns, None)
+    del rec
+    old_cats, old_ids, old_ns = old
     ceiling = _ceiling(vg, sc, ends)
     if ends is not None:
         t_inf, t_one = ends[0] - vg.start_ns, ends[1] - vg.start_ns
@@ -189,13 +195,13 @@ def whatif(vg: VGraph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> What
         Contribution(c, old_cats.get(c, 0), new_cats.get(c, 0))
         for c in category_order(set(old_cats) | set(new_cats))
     )
-    step_ids = sorted(old_steps.keys() | new_steps.keys())
-    named = [i for i in step_ids if i >= 0]
-    labels = iter(vg.c.step_label.take(pa.array(named, pa.int64())).to_pylist())
+    step_ids = np.union1d(old_ids, new_ids)  # ascending: -1 (the run's level) first
+    named = step_ids[step_ids >= 0]
+    labels = vg.c.step_label.take(pa.array(named, pa.int64())).to_pylist()
     steps = _contributions(
-        ["run" if i < 0 else str(next(labels)) for i in step_ids],
-        list(map(old_steps.get, step_ids, itertools.repeat(0))),
-        list(map(new_steps.get, step_ids, itertools.repeat(0))),
+        ["run"] * (len(step_ids) - len(named)) + list(map(str, labels)),
+        _spread(step_ids, old_ids, old_ns).tolist(),
+        _spread(step_ids, new_ids, new_ns).tolist(),
     )
     return WhatIf(
         sc,
@@ -211,9 +217,63 @@ def whatif(vg: VGraph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> What
     )
 
 
+def _spread(ids: I64, keys: I64, values: I64) -> I64:
+    """``values`` at their ``keys``' places among ``ids`` (every key is one), 0 elsewhere."""
+    out = np.zeros(len(ids), np.int64)
+    out[np.searchsorted(ids, keys)] = values
+    return out
+
+
 def _contributions(
     names: list[str], measured: list[int], predicted: list[int]
 ) -> tuple[Contribution, ...]:
     """``tuple(map(Contribution, names, measured, predicted))``, a column at a time
     (:func:`frozen_rows`: a long run has 200,000 steps)."""
     return frozen_rows(Contribution, name=names, measured_ns=measured, predicted_ns=predicted)
+
+
+def pair_ends(vg: VGraph, A: I64, Bv: I64) -> tuple[int, int] | None:
+    """:func:`agentloop.analysis.passes.retime_pair`'s verdict from the two passes' instants:
+    the run's ends at x = 0 and x = 1 when no max changed hands between them, else None."""
+    cd, sent = vg.cd, 2 * len(vg)
+    if A[sent] or Bv[sent]:  # solve's passes have the run's start at 0 already: no copies
+        A, Bv = A.copy(), Bv.copy()
+        A[sent] = Bv[sent] = 0
+    # two candidates (a start's parent and one after span, or two children): the later at one
+    # end must not be the earlier at the other
+    a, b = cd.two_a, cd.two_b
+    if (np.sign(A[a] - A[b]) * np.sign(Bv[a] - Bv[b]) < 0).any():
+        return None
+    if len(cd.wide) and not _wide_ok(cd, A, Bv):
+        return None
+    if not len(vg.roots):
+        return (vg.end_ns, vg.end_ns)
+    ra, rb = A[2 * vg.roots + 1], Bv[2 * vg.roots + 1]
+    if not ((ra == ra.max()) & (rb == rb.max())).any():
+        return None
+    return int(ra.max()) + vg.run_end_gap, int(rb.max()) + vg.run_end_gap
+
+
+def _wide_ok(cd: Cands, A: I64, Bv: I64) -> bool:
+    """:func:`pair_ends` for the positions of three or more candidates: a start's, in order,
+    must each compare at both ends with the max so far; of a parent's end's, some child must
+    end last at both ends."""
+    off, cand = cd.wide_off, cd.wide_idx
+    at_start = (cd.wide & 1) == 0
+    if at_start.any():  # rank by rank over the starts' lists, the max so far kept
+        first = off[:-1][at_start]
+        lens = np.diff(off)[at_start]
+        sa, sb = A[cand[first]], Bv[cand[first]]
+        for k in range(1, int(lens.max())):
+            live = lens > k
+            x = cand[first[live] + k]
+            ea, eb, a0, b0 = A[x], Bv[x], sa[live], sb[live]
+            if ((ea > a0) & (eb < b0)).any() or ((ea < a0) & (eb > b0)).any():
+                return False
+            sa[live], sb[live] = np.maximum(a0, ea), np.maximum(b0, eb)
+    if at_start.all():
+        return True
+    ca, cb = A[cand], Bv[cand]
+    cnt = np.diff(off)
+    hit = (ca == np.repeat(seg_max(ca, off), cnt)) & (cb == np.repeat(seg_max(cb, off), cnt))
+    return bool(np.logical_or.reduceat(hit, off[:-1])[~at_start].all())

@@ -1,0 +1,70 @@
+"""The vectorised analysis's memory-saving forms give the same results as the plain ones."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from agentloop.analysis import cands, vector, vwhatif
+from agentloop.analysis.columnar import columns_of
+from agentloop.analysis.graph import build_graph
+from agentloop.analysis.synthetic import agent_lines
+from agentloop.analysis.whatif import Scenario
+from agentloop.config.tiers import SpeedProfile
+from agentloop.trace.reader import parse_lines
+
+SCENARIOS = [
+    Scenario.multipliers(4.0, 2.0),
+    Scenario.tier("fast", SpeedProfile(output_tps=400.0, prefill_tps=9000.0, base_latency_s=0.05)),
+]
+
+
+def long_columns():  # past cands.DIRECT_BELOW positions: the hops, peels and runs, not doubling
+    return columns_of(build_graph(parse_lines(list(agent_lines(6_000, tools_per_step=3)))))
+
+
+def test_positions_are_int32_while_they_fit_and_int64_past_2_to_the_31():
+    """The index type is int32 up to 2^31 - 1 positions or slots, int64 from 2^31."""
+    assert (cands.index_type(2**31 - 1), cands.index_type(2**31)) == (np.int32, np.int64)
+
+
+def test_a_graph_of_int64_positions_gives_the_same_whatif_as_int32():
+    """The graph a trace past 2^31 positions gets (int64 positions, slots and indices) re-times
+    a run to the same WhatIf as the int32 graph every smaller trace gets."""
+    c = long_columns()
+    small, wide = vector.build(c), vector.build(c, np.int64)
+    assert 2 * len(small) >= cands.DIRECT_BELOW
+    assert (small.back_link.dtype, small.cd.first.dtype) == (np.int32, np.int32)
+    assert (wide.back_link.dtype, wide.cd.first.dtype) == (np.int64, np.int64)
+    for sc in SCENARIOS:
+        assert vwhatif.whatif(small, sc) == vwhatif.whatif(wide, sc), sc.label
+
+
+def test_sums_made_in_spent_weights_equal_sums_of_a_copy():
+    """Summing in the caller's weights (``spend``) gives the sums a copy gives, for one column
+    and several."""
+    vg = vector.build(long_columns())
+    sent = 2 * len(vg)
+    links = vg.back_link.copy()
+    links[sent] = sent
+    rec = np.empty(sent + 1, np.int64)
+    rec[0:-1:2], rec[1::2], rec[sent] = vg.c.t0, vg.c.t1, 0
+    rng = np.random.default_rng(3)
+    for shape in ((sent + 1,), (sent + 1, 3)):
+        w = rng.integers(0, 10**9, shape)
+        kept = cands.sum_links(vg.cd, links, w, rec)
+        assert kept.tolist() == cands.sum_links(vg.cd, links, w.copy(), rec, spend=True).tolist()
+
+
+def test_tally_arrays_are_the_tallys_dict():
+    """The step tallies as arrays (ids ascending, the run's level first) are the dict's items."""
+    vg = vector.build(long_columns())
+    V = vector.solve(vg, [vg.recorded_dur * 2])[0]
+    links = vector.path_links(vg, V)
+    end = vector.run_end(vg, V)
+    cats, steps = vector.tally(vg, V, links, vg.recorded_dur * 2, end, None)
+    cats2, ids, ns = vector.tally_arrays(vg, V, links, vg.recorded_dur * 2, end, None)
+    assert (cats, sorted(steps.items())) == (
+        cats2,
+        list(zip(ids.tolist(), ns.tolist(), strict=True)),
+    )
+    assert ids[0] == -1 and (np.diff(ids) > 0).all()
