@@ -210,6 +210,104 @@ HANDED_OVER: dict[str, Callable[[], list[bytes]]] = {
 }
 
 
+def edited(old: bytes, new: bytes, where: bytes = b'"gen_ai.tool.name":"a"') -> list[bytes]:
+    """The fuzz's base trace with ``old`` replaced by ``new`` in the first line holding
+    ``where`` (a tool span's end record, unless told)."""
+    lines = base_lines()
+    i = next(k for k, line in enumerate(lines) if where in line)
+    assert old in lines[i]
+    lines[i] = lines[i].replace(old, new, 1)
+    return lines
+
+
+def with_tool_data(value: bytes) -> list[bytes]:
+    """A tool span's ``data`` holding ``value`` as written: a key no column reads."""
+    return edited(b'"output":""', b'"output":"","data":{"x":' + value + b"}")
+
+
+# what a typed decoder may read otherwise than the checked reader (a missing key and null, a
+# number past a column's int64 or a float's range, text JSON does not allow, a key twice, two
+# records on a line), each with whether the checked path refuses the file (a count past int64:
+# the reader takes it, the columns' int64 arrays cannot)
+TRAPS: dict[str, tuple[Callable[[], list[bytes]], bool]] = {
+    "a tool's ok null (missing: false)": (lambda: edited(b'"ok":true', b'"ok":null'), True),
+    "a tool's output null (missing: empty)": (
+        lambda: edited(b'"output":""', b'"output":null'),
+        True,
+    ),
+    "a tool's arguments null, spaced": (
+        lambda: edited(b'"output":""', b'"output":"","arguments" :  null'),
+        True,
+    ),
+    "a tool's call id null, escaped": (
+        lambda: edited(b'"output":""', b'"output":"","gen_ai.tool.call\\u002eid":null'),
+        True,
+    ),
+    "a tool's queue time null": (lambda: edited(b'"ok":true', b'"queued_ns":null'), True),
+    "a count written as a float": (lambda: edited(b'"ok":true', b'"queued_ns":1.0'), True),
+    "a count past int64": (lambda: edited(b'"ok":true', b'"queued_ns":9223372036854775808'), True),
+    "a step past int64": (
+        lambda: edited(b'"step":1,', b'"step":9223372036854775808,', b'"timing"'),
+        True,
+    ),
+    "a key twice in a record": (lambda: edited(b'"ok":true', b'"ok":true,"ok":false'), False),
+    "a model's output text": (
+        lambda: edited(b'"output":{"text":""', b'"output":"","x":{"text":""', b'"timing"'),
+        True,
+    ),
+    "a tool's output an object": (lambda: edited(b'"output":""', b'"output":{}'), True),
+    "a model's output text null": (
+        lambda: edited(b'"output":{"text":""', b'"output":{"text":null', b'"timing"'),
+        True,
+    ),
+    "NaN in a key no column reads": (lambda: with_tool_data(b"NaN"), True),
+    "-Infinity in a key no column reads": (lambda: with_tool_data(b"[1, -Infinity]"), True),
+    "1e400 in a key no column reads": (lambda: with_tool_data(b"1e400"), True),
+    "not UTF-8 in a key no column reads": (lambda: with_tool_data(b'"\xff"'), True),
+    "a lone surrogate in a key no column reads": (lambda: with_tool_data(b'"\\ud800"'), True),
+    "a record that is null": (
+        lambda: [*base_lines()[:1], b"null", *base_lines()[1:]],
+        True,
+    ),
+    "null after a record on its line": (
+        lambda: edited(b'"output":""}}', b'"output":""}}null'),
+        True,
+    ),
+    "two records on one line": (
+        lambda: edited(b'"output":""}}', b'"output":""}}{"type":"span_end","id":"s1","t":1}'),
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRAPS))
+def test_a_trap_for_a_typed_decoder_is_handed_over_or_agrees(tmp_path: Path, name: str):
+    """A null the checked reader refuses where it takes a missing key, a number or text JSON
+    does not allow, a value of another type: the screen hands over what the checked path
+    refuses, and builds the checked path's columns or hands over the rest."""
+    make, refused = TRAPS[name]
+    p = write(tmp_path, make())
+    fast = fast_columns(p)
+    try:
+        ref = checked(p)
+    except (TraceFileError, OverflowError):
+        assert refused
+        assert fast is None
+    else:
+        assert not refused
+        assert fast is None or [] == differences(fast, ref)
+
+
+def test_text_that_looks_like_a_trap_is_read_fast(tmp_path: Path):
+    """``null``, ``NaN``, ``Infinity`` and a key's name inside text, a null under a key no
+    default hangs on, an escaped control character: the screen still builds the columns."""
+    text = b'"output":"\\"ok\\":null, ok: null Info NaNs \\u001b[0m","data":{"ok":{},"y":null}'
+    p = write(tmp_path, edited(b'"output":""', text))
+    fast = fast_columns(p)
+    assert fast is not None
+    assert [] == differences(fast, checked(p))
+
+
 def write(tmp_path: Path, lines: list[bytes], name: str = "t.jsonl") -> Path:
     p = tmp_path / name
     p.write_bytes(b"".join(line + b"\n" for line in lines))

@@ -5,7 +5,8 @@ These (for :mod:`agentloop.analysis.fastcols`) are a screen, not a schema: each 
 msgspec decodes a trace's span records in C with no Python dict per record. Every field here is
 at least as strict as the checked reader's fast paths (:func:`agentloop.trace.reader.
 parse_lines`, :mod:`agentloop.trace.span_attrs`): a key they need is required here, an instant
-is an integer in ``0 .. MAX_INSTANT_NS``, a count an integer >= 0, a boolean a boolean. What a
+is an integer in ``0 .. MAX_INSTANT_NS``, a count an integer >= 0, a boolean a boolean, and an
+integer the columns hold fits their int64 (a larger one was an OverflowError out of the builder). What a
 Struct rejects is not an error of its own: the builder hands the whole file to the checked
 reader, which says what is wrong in its words, or accepts an unusual shape these leave out.
 
@@ -37,7 +38,9 @@ STATUSES = ("ok", "error", "cancelled", "in_flight")  # the last: a span still o
 Kind = Literal["run", "agent", "step", "model", "tool", "setup", "check"]
 Status = Literal["ok", "error", "cancelled"]
 Instant = Annotated[int, Meta(ge=0, le=MAX_INSTANT_NS)]
-Count = Annotated[int, Meta(ge=0)]
+_INT64 = 2**63 - 1  # the columns' int64: a larger integer is handed over, not an OverflowError
+Count = Annotated[int, Meta(ge=0, le=_INT64)]
+Int = Annotated[int, Meta(ge=-_INT64 - 1, le=_INT64)]
 
 
 class StartAttrs(
@@ -45,9 +48,9 @@ class StartAttrs(
 ):
     """What the columns read of a span's start attributes (a step's label: step, agent)."""
 
-    step: int | None = None
+    step: Int | None = None
     agent: str | None = None
-    inv: int | None = None
+    inv: Int | None = None
 
 
 class SpanStart(Struct, tag="span_start", tag_field="type", gc=False):
@@ -108,7 +111,7 @@ class EndAttrs(
 ):
     """A span's end attributes: a model's (UNSET: the key is missing) and a tool's."""
 
-    step: int | UnsetType | None = UNSET
+    step: Int | UnsetType | None = UNSET
     tier: str | None = None
     inp: Count | UnsetType = UNSET
     out: Count | UnsetType = UNSET
