@@ -12,6 +12,8 @@ import pytest
 
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.report import build_report
+from agentloop.analysis.runend import COLUMNAR_BYTES
+from agentloop.analysis.synthetic import agent_lines
 from agentloop.cli import main
 from agentloop.replay import replay
 from agentloop.trace.fields import MAX_INSTANT_NS
@@ -119,6 +121,21 @@ DAMAGE: list[tuple[str, Callable[[list[Record]], int], Callable[[Record], None],
     ("step-string", _model_end, _set(["attrs", "step"], "1"), "attrs.step"),
     ("tool-ok-string", _tool_end, _set(["attrs", "ok"], "yes"), "attrs.ok"),
     ("tool-queue-negative", _tool_end, _set(["attrs", "queued_ns"], -1), "attrs.queued_ns"),
+    # past int64, the columns' type: was an OverflowError out of columns_of on a big trace
+    ("tool-queue-past-int64", _tool_end, _set(["attrs", "queued_ns"], 2**63), "attrs.queued_ns"),
+    (
+        "tokens-past-int64",
+        _model_end,
+        _set(["attrs", "gen_ai.usage.output_tokens"], 2**63),
+        "attrs.gen_ai.usage.output_tokens",
+    ),
+    ("step-past-int64", _model_end, _set(["attrs", "step"], -(2**63)), "attrs.step"),
+    (
+        "attempt-wait-past-int64",
+        _model_end,
+        _set(["attrs", "attempts", 0, "wait_ns"], 2**64 - 1),
+        "attrs.attempts[0].wait_ns",
+    ),
     ("run-end-negative", _end, _set(["t"], 0), "t"),
     ("run-end-string", _end, _set(["t"], "23746171990"), "t"),
     ("status-number", _end, _set(["status"], 1), "status"),
@@ -172,6 +189,26 @@ def test_a_damaged_field_is_exit_2_naming_file_line_and_field(
             err[err.find(str(path)) :][: len(f"{path}, line {line}, field '{field}'")],
         )
         assert "Traceback" not in err
+
+
+def test_a_count_past_int64_in_a_big_trace_is_exit_2_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Past the columnar size a trace is analysed on int64 columns: a count the checked reader
+    let through (2**63 fits JSON and Python) was an OverflowError out of ``columns_of``."""
+    lines = list(agent_lines(2_300))
+    model_end = next(k for k, x in enumerate(lines) if b'"gen_ai.usage.output_tokens"' in x)
+    rec = orjson.loads(lines[model_end])
+    rec["attrs"]["gen_ai.usage.output_tokens"] = 2**63
+    lines[model_end] = orjson.dumps(rec)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"".join(x + b"\n" for x in lines))
+    assert path.stat().st_size >= COLUMNAR_BYTES
+    for argv in (["whatif", str(path), "--speedup", "2"], ["report", str(path), "--json"]):
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert (2, True) == (code, "Traceback" not in err), err
+        assert f"{path}, line {model_end + 1}, field 'attrs.gen_ai.usage.output_tokens'" in err
 
 
 @pytest.mark.parametrize("path", [STANDARD, ULTRAFAST], ids=["standard", "ultrafast"])

@@ -5,8 +5,8 @@ These (for :mod:`agentloop.analysis.fastcols`) are a screen, not a schema: each 
 msgspec decodes a trace's span records in C with no Python dict per record. Every field here is
 at least as strict as the checked reader's fast paths (:func:`agentloop.trace.reader.
 parse_lines`, :mod:`agentloop.trace.span_attrs`): a key they need is required here, an instant
-is an integer in ``0 .. MAX_INSTANT_NS``, a count an integer >= 0, a boolean a boolean, and an
-integer the columns hold fits their int64 (a larger one was an OverflowError out of the builder). What a
+is an integer in ``0 .. MAX_INSTANT_NS``, a count an integer in ``0 .. MAX_COUNT`` (int64, as
+the reader bounds it), a step within ``MAX_COUNT`` either side, a boolean a boolean. What a
 Struct rejects is not an error of its own: the builder hands the whole file to the checked
 reader, which says what is wrong in its words, or accepts an unusual shape these leave out.
 
@@ -24,7 +24,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from agentloop.trace import attrs as A
-from agentloop.trace.fields import MAX_INSTANT_NS
+from agentloop.trace.fields import MAX_COUNT, MAX_INSTANT_NS
 
 
 class NotClean(Exception):
@@ -38,9 +38,8 @@ STATUSES = ("ok", "error", "cancelled", "in_flight")  # the last: a span still o
 Kind = Literal["run", "agent", "step", "model", "tool", "setup", "check"]
 Status = Literal["ok", "error", "cancelled"]
 Instant = Annotated[int, Meta(ge=0, le=MAX_INSTANT_NS)]
-_INT64 = 2**63 - 1  # the columns' int64: a larger integer is handed over, not an OverflowError
-Count = Annotated[int, Meta(ge=0, le=_INT64)]
-Int = Annotated[int, Meta(ge=-_INT64 - 1, le=_INT64)]
+Count = Annotated[int, Meta(ge=0, le=MAX_COUNT)]
+Int = Annotated[int, Meta(ge=-MAX_COUNT, le=MAX_COUNT)]
 
 
 class StartAttrs(

@@ -12,6 +12,7 @@ from typing import Any
 
 from agentloop.trace import attrs as A
 from agentloop.trace.fields import (
+    MAX_COUNT,
     Where,
     int_,
     json_kind,
@@ -21,6 +22,7 @@ from agentloop.trace.fields import (
     opt_int,
     opt_str,
     str_,
+    too_large,
 )
 from agentloop.trace.span_types import (
     Attempt,
@@ -124,6 +126,8 @@ def model_attrs_checked(attrs: Mapping[str, Any], w: Where) -> ModelAttrs:
     step = attrs.get(A.STEP)
     if step is not None and type(step) is not int:
         w.fail(f"attrs.{A.STEP}", f"must be an integer, not {json_kind(step)}")
+    if step is not None and abs(step) > MAX_COUNT:
+        too_large(w, f"attrs.{A.STEP}", step)
     n_out = int_(w, attrs, A.GEN_AI_USAGE_OUTPUT_TOKENS, f"attrs.{A.GEN_AI_USAGE_OUTPUT_TOKENS}")
     n_r = int_(
         w,

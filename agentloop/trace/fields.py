@@ -12,7 +12,7 @@ same helpers for one set of messages. The records (:mod:`agentloop.trace.schema`
 span attributes (:mod:`agentloop.trace.span_attrs`) are both checked with them.
 
 Each check takes the :class:`Where`, the object, the key and the field's name for the message, and
-returns the value typed: ``int_`` (an integer >= 0), ``str_``, ``obj`` (an object, ``{}`` when
+returns the value typed: ``int_`` (an integer from 0 to :data:`MAX_COUNT`), ``str_``, ``obj`` (an object, ``{}`` when
 absent or null), ``num`` (a finite number >= 0), ``opt_*`` (null allowed); ``instant`` checks a
 value already read. ``int_`` and ``str_`` end in ``_`` so as not to shadow the builtins.
 """
@@ -26,8 +26,10 @@ from typing import Any, NoReturn
 from agentloop.errors import TraceFileError
 
 MAX_INSTANT_NS = 100 * 86_400 * 10**9  # 100 days on the run's clock: later is a damaged file
+MAX_COUNT = 2**63 - 1  # a count's (and a step's) bound: the analysis columns hold them in int64
 
 __all__ = [
+    "MAX_COUNT",
     "MAX_INSTANT_NS",
     "Where",
     "instant",
@@ -39,6 +41,7 @@ __all__ = [
     "opt_int",
     "opt_str",
     "str_",
+    "too_large",
 ]
 
 
@@ -77,7 +80,13 @@ def int_(
         if v is None and default is None:
             w.fail(fld, "missing (an integer >= 0)")
         w.fail(fld, f"must be an integer >= 0, not {json_kind(v)} {v!r:.40}")
+    if v > MAX_COUNT:
+        too_large(w, fld, v)
     return v
+
+
+def too_large(w: Where, fld: str, v: int) -> NoReturn:
+    w.fail(fld, f"{v!r:.40} is past the largest count a trace holds ({MAX_COUNT}, int64)")
 
 
 def opt_int(w: Where, d: Mapping[str, Any], key: str, fld: str) -> int | None:
@@ -86,6 +95,8 @@ def opt_int(w: Where, d: Mapping[str, Any], key: str, fld: str) -> int | None:
         return None
     if type(v) is not int or v < 0:
         w.fail(fld, f"must be an integer >= 0 or null, not {json_kind(v)} {v!r:.40}")
+    if v > MAX_COUNT:
+        too_large(w, fld, v)
     return v
 
 

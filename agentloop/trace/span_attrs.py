@@ -18,7 +18,7 @@ from typing import Any
 
 from agentloop.trace import attrs as A
 from agentloop.trace._span_checks import model_attrs_checked, tool_attrs_checked
-from agentloop.trace.fields import MAX_INSTANT_NS, Where
+from agentloop.trace.fields import MAX_COUNT, MAX_INSTANT_NS, Where
 from agentloop.trace.span_types import (
     Attempt,
     ModelAttrs,
@@ -105,7 +105,7 @@ def _model_attrs_fast(attrs: Mapping[str, Any]) -> ModelAttrs | None:
         and type(n_r) is int
         and type(n_c) is int
         and type(wait) is int
-        and (step is None or type(step) is int)
+        and (step is None or (type(step) is int and abs(step) <= MAX_COUNT))
         and type(s) is int
         and type(chunks) is int
         and type(build) is int
@@ -113,7 +113,8 @@ def _model_attrs_fast(attrs: Mapping[str, Any]) -> ModelAttrs | None:
         and type(rt) is int
         and type(calls) is list
         and type(att) is list
-        and n_in | n_out | n_r | n_c | wait | s | chunks | build | rt >= 0  # none negative
+        # none negative, none past int64: the bitwise or of counts in range stays in range
+        and 0 <= n_in | n_out | n_r | n_c | wait | s | chunks | build | rt <= MAX_COUNT
     ):
         return None
     if type(f) is int and type(fv) is int and type(la) is int and type(e) is int:
@@ -134,9 +135,9 @@ def _model_attrs_fast(attrs: Mapping[str, Any]) -> ModelAttrs | None:
             and type(t1) is int
             and 0 <= t0 <= t1 <= MAX_INSTANT_NS
             and (err is None or type(err) is str)
-            and (status is None or (type(status) is int and status >= 0))
+            and (status is None or (type(status) is int and 0 <= status <= MAX_COUNT))
             and type(wt) is int
-            and wt >= 0
+            and 0 <= wt <= MAX_COUNT
         ):
             return None
         attempts.append(_new(Attempt, (t0, t1, err, status, wt)))
@@ -196,7 +197,7 @@ def tool_attrs(attrs: Mapping[str, Any], span_name: str, w: Where) -> ToolAttrs:
         and type(out) is str
         and (data is None or type(data) is dict)
         and type(queued) is int
-        and queued >= 0
+        and 0 <= queued <= MAX_COUNT
     ):
         return _new(ToolAttrs, (name, cid, args, ok, out, {} if data is None else data, queued))
     return tool_attrs_checked(attrs, span_name, w)
