@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -216,9 +217,10 @@ LAUNCH = (
 def cli(args: list[str]) -> tuple[float, float]:
     """Seconds and peak memory (MB) of one ``agentloop`` command in a fresh process, started
     by a small launcher: a child forked from this (big) process would inherit its high-water
-    mark."""
-    exe = shutil.which("agentloop") or "agentloop"
-    wall, peak, _, _ = timed([exe, *args])
+    mark. The command is this tree's (``python -m agentloop`` with ``PYTHONPATH`` here), not
+    whichever ``agentloop`` script is installed: a worktree's benchmark measured main's CLI."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    wall, peak, _, _ = timed([sys.executable, "-m", "agentloop", *args], env, ROOT)
     return wall, peak
 
 
@@ -302,8 +304,6 @@ def versus(old: Path, target: Path, runs: int, extra: list[str]) -> None:
     ``PYTHONPATH`` at its tree; checks that the two print the same bytes. A cache both can read is made first (unless the layout
     changed, the two share it). Each process starts in its tree's folder: ``python -m`` puts
     the working folder first on ``sys.path``, ahead of ``PYTHONPATH``."""
-    import os
-
     target = target.resolve()
     cmd = "report" if "report" in extra else "whatif"
     cold = "cold" in extra
