@@ -33,9 +33,9 @@ import msgspec
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from agentloop.analysis import _fastshape as F
+from agentloop.analysis._fastids import resolve
 from agentloop.analysis._fastmodels import model_columns
 from agentloop.analysis._fastreport import calls, outside
 from agentloop.analysis._fastshape import NotClean
@@ -167,7 +167,7 @@ def _records(
     afters = [r.after for r in starts]
     after_off = np.zeros(n + 1, I64)
     np.cumsum(np.fromiter(map(len, afters), I64, n), out=after_off[1:])
-    ids, (eid, parent, after_idx) = _resolve(
+    ids, (eid, parent, after_idx) = resolve(
         [r.id for r in starts],
         [e.id for e in ends],
         [r.parent for r in starts],
@@ -296,41 +296,6 @@ def _encode(codes: np.ndarray, values: tuple[str, ...]) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(
         pa.array(renumber[codes]), pa.array([values[c] for c in order], pa.string())
     )
-
-
-def _resolve(ids: list[str], *refs: list[Any]) -> tuple[pa.Array, list[np.ndarray]]:
-    """The ids as an Arrow array, and each list of references as span indices (-1: None, -2:
-    an id that never started); NotClean when an id starts twice. The writer's ids ("s1",
-    "s2", ... in start order) are read as numbers in Arrow; any others through a dict."""
-    n, arr = len(ids), pa.array(ids, pa.string())
-    own = _writer_numbers(arr)
-    if own is not None and np.array_equal(own, np.arange(1, n + 1)):
-        out = [_writer_numbers(pa.array(r, pa.string())) for r in refs]
-        if all(k is not None for k in out):
-            return arr, [np.where(k > n, -2, k - 1) for k in out]  # type: ignore[operator]
-    idx: dict[str | None, int] = dict(zip(ids, range(n), strict=True))
-    if len(idx) != n:
-        raise NotClean("a span started twice")
-    idx[None] = -1  # a root's parent (an id is a string)
-    return arr, [np.fromiter(map(idx.get, r, itertools.repeat(-2)), I64, len(r)) for r in refs]
-
-
-def _writer_numbers(a: pa.Array) -> np.ndarray | None:
-    """k for each "s<k>" of ``a`` (k >= 1, written as the writer writes it), 0 for a null; None
-    when another string is there."""
-    digits = pc.utf8_slice_codeunits(a, 1)
-    try:
-        k = pc.cast(digits, pa.int64())
-    except pa.ArrowInvalid:
-        return None
-    ok = pc.and_(
-        pc.and_(pc.starts_with(a, "s"), pc.greater(k, 0)),
-        pc.equal(pc.cast(k, pa.string()), digits),
-    )
-    if pc.all(ok).as_py() not in (True, None):
-        return None
-    got: np.ndarray = np.asarray(pc.fill_null(k, 0), I64)
-    return got
 
 
 def _step_labels(starts: list[F.SpanStart], keep: np.ndarray, is_step: np.ndarray) -> pa.Array:
