@@ -21,9 +21,6 @@ from agentloop.trace.reader import Trace
 I64 = np.int64
 
 
-_MARK = "\x00"  # where a call's step number goes in its label's form
-
-
 def calls(
     trace: Trace,
     starts: list[F.SpanStart],
@@ -46,7 +43,7 @@ def calls(
     who = [starts[j].attrs for j in rows]
     done = [ends[k].attrs if k >= 0 else None for k in end_of[rows].tolist()]
     used = [k >= 0 for k in end_of[rows].tolist()]
-    if any(a is not None and _MARK in (a.agent or "") for a in who):
+    if any(a is not None and F.MARK in (a.agent or "") for a in who):
         return _each(trace, who, done, used)
     forms: dict[tuple[Any, ...], int] = {}
     at = forms.setdefault
@@ -61,7 +58,7 @@ def calls(
         {}
         if agent is None and inv is None and nostep is None
         else {
-            A.STEP: None if nostep else _MARK,
+            A.STEP: None if nostep else F.MARK,
             A.GEN_AI_AGENT_NAME: agent,
             A.AGENT_INVOCATION: inv,
         }
@@ -74,7 +71,7 @@ def calls(
     steps = [0 if a is None else a.step for a in who]
     # codes in order of first appearance: Arrow's dictionary encoding gives them so
     labels = pa.array(
-        [f.replace(_MARK, str(n)) for f, n in zip(form, steps, strict=True)], pa.string()
+        [f.replace(F.MARK, str(n)) for f, n in zip(form, steps, strict=True)], pa.string()
     ).dictionary_encode()
     per[:, 3] = np.asarray(labels.indices)
     return {

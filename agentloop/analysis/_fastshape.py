@@ -38,6 +38,10 @@ STATUSES = ("ok", "error", "cancelled", "in_flight")  # the last: a span still o
 Kind = Literal["run", "agent", "step", "model", "tool", "setup", "check"]
 Status = Literal["ok", "error", "cancelled"]
 Instant = Annotated[int, Meta(ge=0, le=MAX_INSTANT_NS)]
+# where a step's number goes in a label's form: the step and call labels are made once per
+# agent and invocation with this mark, then filled in per span (an agent name holding it is
+# labelled span by span)
+MARK = "\x00"
 Count = Annotated[int, Meta(ge=0, le=MAX_COUNT)]
 Int = Annotated[int, Meta(ge=-MAX_COUNT, le=MAX_COUNT)]
 

@@ -51,7 +51,6 @@ from agentloop.trace.schema import EndRecord, RunHeader, parse_header, parse_rec
 I64 = np.int64
 _KIND = {k: i for i, k in enumerate(F.KINDS)}
 _STATUS = {k: i for i, k in enumerate(F.STATUSES)}
-_MARK = "\x00"  # where a step's number goes in its label's form (see _step_labels)
 _BOUNDARY = b'}\n{"type":"'  # between two records as the writer writes them
 
 
@@ -311,15 +310,15 @@ def _step_labels(starts: list[F.SpanStart], keep: np.ndarray, is_step: np.ndarra
     for j in np.flatnonzero(keep)[rows].tolist():
         sp = starts[j]
         a = sp.attrs
-        if a is None or a.step is None or _MARK in (a.agent or ""):
+        if a is None or a.step is None or F.MARK in (a.agent or ""):
             who = {} if a is None else {A.GEN_AI_AGENT_NAME: a.agent, A.AGENT_INVOCATION: a.inv}
             out.append(step_text({**who, A.STEP: None if a is None else a.step}, sp.name))
             continue
         form = made.get((a.agent, a.inv))
         if form is None:
-            who = {A.STEP: _MARK, A.GEN_AI_AGENT_NAME: a.agent, A.AGENT_INVOCATION: a.inv}
+            who = {A.STEP: F.MARK, A.GEN_AI_AGENT_NAME: a.agent, A.AGENT_INVOCATION: a.inv}
             form = made[a.agent, a.inv] = step_text(who, "")
-        out.append(form.replace(_MARK, str(a.step)))
+        out.append(form.replace(F.MARK, str(a.step)))
     labels[rows] = out
     return pa.array(labels, pa.string())
 
