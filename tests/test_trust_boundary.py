@@ -259,7 +259,7 @@ async def test_a_command_that_stops_the_init_cannot_stretch_the_tool_timeout(
 def test_the_verdict_restores_the_tasks_tests_without_following_links(tmp_path: Path) -> None:
     """A snapshot never follows a planted link: a tests/ folder swapped for a link to a host
     folder is replaced by a real one, and the host folder is left untouched."""
-    from agentloop.sandbox.verdict import snapshot
+    from agentloop.sandbox.verdict import fill_snapshot
 
     pristine = tmp_path / "pristine"
     (pristine / "tests").mkdir(parents=True)
@@ -271,7 +271,9 @@ def test_the_verdict_restores_the_tasks_tests_without_following_links(tmp_path: 
     work.mkdir()
     (work / "tests").symlink_to(host)
     os.mkfifo(work / "pipe")
-    snap = snapshot(work, pristine)
+    snap = tmp_path / "ws"
+    snap.mkdir()
+    fill_snapshot(work, snap, pristine)
     assert "real\n" == (snap / "tests" / "test_x.py").read_text()
     assert not (snap / "tests").is_symlink()
     assert not (snap / "pipe").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,8 +31,14 @@ async def test_command_timeout_kills_the_group(tmp_path: Path) -> None:
     assert (124, "timed out after 0.3 s") == (code, out)
 
 
-async def test_prepare_copies_the_workspace_fresh(tmp_path: Path) -> None:
-    """Each run gets its own copy; changes in one never reach the task's folder."""
+async def test_prepare_copies_the_workspace_fresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each run gets its own copy; changes in one never reach the task's folder; nothing but
+    the copy is left behind (the task's tests saved for the success check went with the run)."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     src = tmp_path / "src"
     src.mkdir()
     (src / "a.txt").write_text("original")
@@ -41,6 +48,7 @@ async def test_prepare_copies_the_workspace_fresh(tmp_path: Path) -> None:
     assert "original" == (src / "a.txt").read_text()
     assert "x\n" == (work / "made.txt").read_text()
     assert not (src / "made.txt").exists()
+    assert [] == list(scratch.iterdir())
 
 
 async def test_success_check_needs_command_and_text(tmp_path: Path) -> None:

@@ -151,15 +151,6 @@ def save_tests(work: Path) -> Path:
     return dest
 
 
-def snapshot(work: Path, pristine: Path | None) -> Path:
-    """A private copy of the workspace for a verdict (blocking); its folder's parent is ours."""
-    top = Path(tempfile.mkdtemp(prefix=SNAPSHOT_PREFIX))
-    snap = top / "ws"
-    snap.mkdir(mode=0o755)
-    fill_snapshot(work, snap, pristine)
-    return snap
-
-
 def fill_snapshot(work: Path, snap: Path, pristine: Path | None) -> None:
     """Copy ``work`` into the empty ``snap`` and put the task's tests back (blocking)."""
     copy_tree(work, snap)

@@ -283,9 +283,10 @@ async def build_setup(task: Task, venv: Path) -> None:
 
 
 async def prepare(task: Task, root: Path | None = None) -> Path:
-    """Copy the task's workspace and run its setup (in a jail closed right after); the copy."""
+    """Copy the task's workspace and run its setup (in a jail closed right after); the copy,
+    the caller's from now on (never swept), and nothing else left behind."""
     place = await prepare_run(task, root)
-    await place.jail.aclose()
+    await place.close(keep=True)
     return place.path
 
 
