@@ -659,7 +659,7 @@ async def test_sigterm_ends_a_run_with_a_hung_tool(tmp_path: Path) -> None:
 @pytest.mark.slow
 async def test_sigkilled_run_leaves_no_process_and_its_copy_is_swept(tmp_path: Path) -> None:
     """A run killed with SIGKILL leaves no process (the jail dies with it), and the next run's
-    start deletes its working copy."""
+    start deletes its working copy and the task's tests saved beside it (never in /tmp)."""
     token = str(int.from_bytes(os.urandom(4)))
     task = _hung_task(tmp_path, token)
     proc = _run_cli(task, tmp_path / "traces", tmp_path)
@@ -671,8 +671,10 @@ async def test_sigkilled_run_leaves_no_process_and_its_copy_is_swept(tmp_path: P
     finally:
         await asyncio.to_thread(reap, proc)
     assert [] == await _no_pids_with(token)
-    left = list((tmp_path / "agentloop-work").glob("hung-cli-*"))
-    assert 2 == len(left)  # the copy and its owner mark, until the next start
+    left = sorted(p.name for p in (tmp_path / "agentloop-work").glob("hung-cli-*"))
+    copy, tests = left[0], left[2]  # each with its owner mark, until the next start
+    assert [copy, f"{copy}.owner", tests, f"{tests}.owner"] == left
+    assert tests.startswith(f"{copy}.tests-")
     t = Task(name="next", prompt="p", system="s")
     work = await asyncio.to_thread(workspace.make_copy, t, tmp_path / "agentloop-work")
     assert [] == list((tmp_path / "agentloop-work").glob("hung-cli-*"))

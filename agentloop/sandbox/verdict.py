@@ -32,15 +32,15 @@ import contextlib
 import os
 import shutil
 import stat
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path, PurePath
 from typing import BinaryIO
 
 from agentloop.sandbox.jail import BwrapJail, Jail, JailSpec, give_to
+from agentloop.sandbox.owned import owned_folder, remove
 
-SNAPSHOT_PREFIX = "agentloop-verdict-"
-TESTS_PREFIX = "agentloop-tests-"
+SNAPSHOT_INFIX = ".verdict-"  # a snapshot's folder: beside the run's copy, named after it
+TESTS_INFIX = ".tests-"  # the task's saved tests: likewise
 
 
 def is_test_file(rel: PurePath) -> bool:
@@ -140,8 +140,9 @@ def restore_tests(snap: Path, pristine: Path) -> None:
 
 def save_tests(work: Path) -> Path:
     """A private copy of the workspace's test files (blocking): taken right after setup, before
-    the model's first command, for the success check to put back."""
-    top = Path(tempfile.mkdtemp(prefix=TESTS_PREFIX))
+    the model's first command, for the success check to put back; in a folder beside ``work``
+    owned as the copy is (:mod:`agentloop.sandbox.owned`: a killed run's is swept)."""
+    top = owned_folder(work.name + TESTS_INFIX, work.parent)
     dest = top / "tests"
     dest.mkdir()
     for path, rel in _test_files(work):
@@ -172,7 +173,7 @@ async def verdict_jail(
     # the snapshot's folder is made empty and bound first, and filled once the jail is up: a
     # turn's tool calls run at once, and an edit beside run_tests lands while the jail starts,
     # as it did when the tests read the live workspace
-    top = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=SNAPSHOT_PREFIX))
+    top = await asyncio.to_thread(owned_folder, work.name + SNAPSHOT_INFIX, work.parent)
     snap = top / "ws"
     await asyncio.to_thread(snap.mkdir, 0o755)
     spec = JailSpec(
@@ -195,4 +196,4 @@ async def verdict_jail(
         yield vj
     finally:
         await asyncio.shield(vj.close_now())
-        await asyncio.to_thread(shutil.rmtree, top, True)
+        await asyncio.to_thread(remove, top)

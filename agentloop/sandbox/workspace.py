@@ -1,9 +1,8 @@
 """A run's place: a fresh copy of the task's workspace, the run's jail, its setup and success check.
 
-Working copies live under one folder agentloop owns (``$TMPDIR/agentloop-work``), each beside a
-``<copy>.owner`` file naming the owning process (pid and start time). A new run first sweeps
-the copies whose owner is gone (at most once per ``SWEEP_EVERY_S`` in one process), so runs
-killed with SIGKILL leave nothing behind for long.
+Working copies are folders a run owns (:mod:`agentloop.sandbox.owned`: under
+``$TMPDIR/agentloop-work``, each marked with its owner process, swept once that is gone), as are
+the task's tests saved for the success check, beside the copy.
 Setup commands and the success check run in the run's jail through :func:`agentloop.sandbox.proc.run`,
 like the tools' commands: a service a setup command starts with ``&`` lives for the whole run.
 """
@@ -12,11 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
-import tempfile
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,88 +23,20 @@ from agentloop.log import get_logger
 from agentloop.sandbox import proc, taskenv
 from agentloop.sandbox.closer import JailCloser
 from agentloop.sandbox.context import scrubbed_env
-from agentloop.sandbox.jail import NO_BWRAP, Jail, JailSpec, open_jail, sweep_cgroups
+from agentloop.sandbox.jail import NO_BWRAP, Jail, JailSpec, open_jail
+from agentloop.sandbox.owned import disown, make_owned, remove
 from agentloop.sandbox.venvcache import install_commands
 from agentloop.sandbox.verdict import save_tests, verdict_jail
 
-WORK_DIR = "agentloop-work"
-OWNER_SUFFIX = ".owner"
 SETUP_OUTPUT_CAP = 16_000  # bytes of a setup / check command's output kept (head and tail)
-# one sweep per folder per this many seconds in one process: a sweep reads every copy's mark, so
-# a thousand runs starting together (a suite) each sweeping made a million reads, 140 s of the
-# thread pool before the first run's jail started
-SWEEP_EVERY_S = 5.0
-_last_sweep: dict[Path, float] = {}
 # what wraps each stage of a run's preparation ("copy", "jail", "setup commands"): the caller's
 # (a run times each as a part of its set-up span); the sandbox only names them
 Stage = Callable[[str], contextlib.AbstractAsyncContextManager[object]]
-_sweep_lock = threading.Lock()
-
-
-def work_root() -> Path:
-    """The one folder that holds every run's working copy."""
-    return Path(tempfile.gettempdir()) / WORK_DIR
-
-
-def _start_time(pid: int) -> str | None:
-    """A process's start time (clock ticks since boot): with the pid, it names one process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else None
-
-
-def _owner_alive(marker: Path) -> bool:
-    try:
-        pid_s, start = marker.read_text().split()
-        return _start_time(int(pid_s)) == start
-    except (OSError, ValueError):
-        return False
-
-
-def sweep(root: Path) -> list[Path]:
-    """Delete working copies under ``root`` whose owning process is gone (blocking); the copies."""
-    swept = []
-    with contextlib.suppress(OSError):
-        for marker in root.glob("*" + OWNER_SUFFIX):
-            if not _owner_alive(marker):
-                copy = marker.with_suffix("")
-                shutil.rmtree(copy, ignore_errors=True)
-                with contextlib.suppress(OSError):
-                    marker.unlink()
-                swept.append(copy)
-    sweep_cgroups()
-    return swept
 
 
 def make_copy(task: Task, root: Path | None) -> Path:
     """A new, owned, empty working folder (blocking), after sweeping abandoned ones."""
-    base = root if root is not None else work_root()
-    base.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(OSError):  # traversable, not listable: a run's own uid (jail.py)
-        os.chmod(base, 0o711)
-    with _sweep_lock:
-        due = time.monotonic() - _last_sweep.get(base, -SWEEP_EVERY_S) >= SWEEP_EVERY_S
-        if due:
-            _last_sweep[base] = time.monotonic()
-    if due:
-        sweep(base)
-    made = Path(os.path.realpath(tempfile.mkdtemp(prefix=f"{task.name}-", dir=base)))
-    # written aside and renamed: a concurrent run's sweep (another thread) must never read a
-    # half-written mark, take the owner for dead and delete this live copy
-    tmp = made.with_name(made.name + ".owner-new")
-    tmp.write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
-    tmp.replace(made.with_name(made.name + OWNER_SUFFIX))
-    return made
-
-
-def remove(work: Path) -> None:
-    """Delete a run's working copy and its owner mark (blocking; call via ``asyncio.to_thread``)."""
-    shutil.rmtree(work, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        work.with_name(work.name + OWNER_SUFFIX).unlink()
+    return make_owned(f"{task.name}-", root)
 
 
 @dataclass
@@ -127,10 +54,9 @@ class Place:
         it down behind), the copy goes unless kept."""
         await self.jail.aclose(closer)
         if self.tests is not None:
-            await asyncio.to_thread(shutil.rmtree, self.tests.parent, True)
-        if keep:
-            with contextlib.suppress(OSError):  # a kept copy is the user's now: never swept
-                await asyncio.to_thread(self.path.with_name(self.path.name + OWNER_SUFFIX).unlink)
+            await asyncio.to_thread(remove, self.tests.parent)
+        if keep:  # a kept copy is the user's now: never swept
+            await asyncio.to_thread(disown, self.path)
         else:
             await asyncio.to_thread(remove, self.path)
 

@@ -30,9 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import shutil
 import signal
-import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -48,6 +46,7 @@ from agentloop.events import RunEvent
 from agentloop.handle import RunHandle
 from agentloop.loop.ending import RunResult
 from agentloop.redact import redactor
+from agentloop.sandbox.owned import make_owned, remove
 
 TASK_CPUS = 0.25
 POLL_S = 1.0  # the longest one wait of the server on the relay (a long poll)
@@ -60,12 +59,13 @@ Item = tuple[bytes | None, bytes, bool]
 
 @contextlib.contextmanager
 def _scratch() -> Iterator[Path]:
-    """A worker's private folder for one run's trace, removed after the run."""
-    folder = Path(tempfile.mkdtemp(prefix="agentloop-ray-"))
+    """A worker's private folder for one run's trace, removed after the run; owned as a run's
+    copy is (:mod:`agentloop.sandbox.owned`): a worker killed mid-run leaves it to the sweep."""
+    folder = make_owned("ray-")
     try:
         yield folder
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove(folder)
 
 
 def _run_one(task: Any, config: RunConfig) -> dict[str, Any]:
