@@ -2,7 +2,7 @@
 
 A run's working copy, the task's tests saved for its success check, a verdict's snapshot and a
 Ray worker's scratch folder all live under one folder agentloop owns (``$TMPDIR/agentloop-work``,
-:func:`work_root`; the saved tests and snapshots beside their run's copy), each beside a
+:func:`work_root`; the saved tests beside their run's copy wherever that is), each beside a
 ``<folder>.owner`` file naming the owning process (pid and start time). A new run first sweeps
 the folders whose owner is gone (at most once per ``SWEEP_EVERY_S`` in one process), so runs
 killed with SIGKILL, which clean up nothing, leave nothing behind for long.

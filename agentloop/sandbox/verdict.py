@@ -37,10 +37,10 @@ from pathlib import Path, PurePath
 from typing import BinaryIO
 
 from agentloop.sandbox.jail import BwrapJail, Jail, JailSpec, give_to
-from agentloop.sandbox.owned import owned_folder, remove
+from agentloop.sandbox.owned import make_owned, owned_folder, remove
 
-SNAPSHOT_INFIX = ".verdict-"  # a snapshot's folder: beside the run's copy, named after it
-TESTS_INFIX = ".tests-"  # the task's saved tests: likewise
+SNAPSHOT_INFIX = ".verdict-"  # a snapshot's folder, named after the workspace, in the work root
+TESTS_INFIX = ".tests-"  # the task's saved tests, likewise, beside the run's copy
 
 
 def is_test_file(rel: PurePath) -> bool:
@@ -173,7 +173,7 @@ async def verdict_jail(
     # the snapshot's folder is made empty and bound first, and filled once the jail is up: a
     # turn's tool calls run at once, and an edit beside run_tests lands while the jail starts,
     # as it did when the tests read the live workspace
-    top = await asyncio.to_thread(owned_folder, work.name + SNAPSHOT_INFIX, work.parent)
+    top = await asyncio.to_thread(make_owned, work.name + SNAPSHOT_INFIX)  # under the work root
     snap = top / "ws"
     await asyncio.to_thread(snap.mkdir, 0o755)
     spec = JailSpec(
