@@ -146,7 +146,7 @@ def build(c: Columns, ix: type[np.signedinteger[Any]] | None = None) -> VGraph:
     sop = np.empty(sent + 1, ix)
     sop[0::2][:n], sop[1::2], sop[sent] = step_of, step_of, -1
     del step_of
-    return VGraph(
+    vg = VGraph(
         c=c,
         cd=cd,
         is_leaf=is_leaf,
@@ -163,6 +163,8 @@ def build(c: Columns, ix: type[np.signedinteger[Any]] | None = None) -> VGraph:
         tool_code=_codes(tc),
         tool_names=tc.dictionary.to_pylist(),
     )
+    c.drop_pages()  # what the graph was made from; the passes read a third of it again
+    return vg
 
 
 def _root_tops(off: Ix, idx: Ix, V: I64, roots: Ix) -> I64:
