@@ -100,10 +100,10 @@ def _whatif_file(path: Path, scenario: Scenario) -> tuple[WhatIf, dict[str, Any]
     with analysis_status(path), gc_paused():
         columns = store.columns_for_analysis(path)
     if columns is not None:
-        from agentloop.analysis import vector, vwhatif
+        from agentloop.analysis import vwhatif
 
         with gc_paused():  # a row per step: 200,000 objects in a long run, no cycles
-            w = vwhatif.whatif(vector.build(columns), scenario)
+            w = vwhatif.whatif_columns(columns, scenario)
         return dataclasses.replace(w, lateness=columns.lateness), unsplit_fields(
             list(columns.unsplit)
         )
