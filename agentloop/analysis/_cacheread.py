@@ -24,7 +24,7 @@ from agentloop.analysis.columnar import (
     Columns,
 )
 from agentloop.analysis.lateness import Lateness
-from agentloop.analysis.vector import equals
+from agentloop.analysis.strcols import equals
 
 MODEL_WIDTH = len(PART_COLUMNS) + 2  # a model span's numbers in the cache: parts, cached, timed
 

@@ -34,7 +34,8 @@ from agentloop.analysis.report_rows import (
     path_json,
     steps_json,
 )
-from agentloop.analysis.vector import VGraph, build, kind_is, on_path, tally
+from agentloop.analysis.strcols import kind_is
+from agentloop.analysis.vector import VGraph, build, on_path, tally
 from agentloop.analysis.whatif import tier_line
 from agentloop.trace.run_header import RunHeader, parse_header
 
@@ -112,7 +113,8 @@ def path_columns(vg: VGraph, idx: I64, ns: I64, gap: B) -> PathColumns:
     starts = np.flatnonzero(first)
     merged = np.add.reduceat(ns, starts) if len(starts) else ns[:0]
     i, g = idx[starts], gap[starts]
-    step = np.where(i >= 0, vg.step_at[2 * np.maximum(i, 0)], -1)
+    step = np.full(len(i), -1, vg.step_of.dtype)  # a gap before the first span: run level
+    step[i >= 0] = vg.step_of[i[i >= 0]]
     c = vg.c
     at = np.maximum(i, 0)
     return PathColumns(

@@ -181,7 +181,10 @@ def whatif_columns(c: Columns, sc: Scenario, curve: tuple[float, ...] = CURVE_K)
     """:func:`whatif` of ``c``'s graph, the graph gone before the step rows are made (a long
     run's 200,000 rows of Python objects, made beside a million spans' graph arrays: the
     warm command's peak)."""
-    w, steps = _retimed_steps(build(c), sc, curve)
+    vg = build(c)
+    release_heap()
+    w, steps = _retimed_steps(vg, sc, curve)
+    del vg
     c.drop_pages()  # the step labels are a few of the file's pages
     release_heap()
     return _with_steps(c, w, steps)
