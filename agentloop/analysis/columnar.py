@@ -123,20 +123,27 @@ class Columns:
             view.obj.madvise(mmap.MADV_DONTNEED)
 
 
-def release_heap() -> None:
-    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing
-    where there is none). glibc keeps what numpy frees for its next allocations, and a big
-    trace's next phase does not take it: the step rows and the JSON are Python objects, which
-    live in arenas of their own, made in another thread. A million spans' freed graph arrays
-    stayed resident through both (the warm ``whatif``'s peak; the call takes milliseconds)."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
+def map_big_blocks() -> None:
+    """Have the C heap give every block from 1 MiB its own mapping, returned to the system as
+    soon as it is freed (glibc's ``mallopt(M_MMAP_THRESHOLD)``; nothing where there is none).
+    By default glibc raises that threshold as big blocks are freed (up to 32 MiB): past the
+    first, a big trace's arrays come from a heap that keeps their pages once they are freed,
+    and the next phase's arrays or Python objects take new ones (40-50 MB of a warm whatif's
+    peak). A process-wide choice: the analysis commands make it, not the library."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "mallopt"):
+        libc.mallopt(_M_MMAP_THRESHOLD, 1 << 20)
+
+
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 
 
 @functools.cache
-def _malloc_trim() -> Any:
-    return getattr(ctypes.CDLL(None), "malloc_trim", None)
+def _libc() -> Any:
+    try:
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
 
 
 def frozen_rows(cls: type[T], **columns: list[Any]) -> tuple[T, ...]:

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from agentloop.analysis.breakdown import category_order
 from agentloop.analysis.cands import Cands, seg_max
-from agentloop.analysis.columnar import F64, I64, Columns, frozen_rows, release_heap
+from agentloop.analysis.columnar import F64, I64, Columns, frozen_rows
 from agentloop.analysis.vector import VGraph, build, path_links, run_end, solve, tally_arrays
 from agentloop.analysis.whatif import CURVE_K, Contribution, Scenario, WhatIf
 from agentloop.model.speed import SpeedProfile
@@ -181,12 +181,8 @@ def whatif_columns(c: Columns, sc: Scenario, curve: tuple[float, ...] = CURVE_K)
     """:func:`whatif` of ``c``'s graph, the graph gone before the step rows are made (a long
     run's 200,000 rows of Python objects, made beside a million spans' graph arrays: the
     warm command's peak)."""
-    vg = build(c)
-    release_heap()
-    w, steps = _retimed_steps(vg, sc, curve)
-    del vg
+    w, steps = _retimed_steps(build(c), sc, curve)
     c.drop_pages()  # the step labels are a few of the file's pages
-    release_heap()
     return _with_steps(c, w, steps)
 
 

@@ -164,7 +164,9 @@ def _columns(path: Path) -> Any:
     """The columns of a trace big enough to report on them (:func:`store.columns_for_analysis`),
     else None."""
     from agentloop.analysis import store
+    from agentloop.analysis.columnar import map_big_blocks
 
+    map_big_blocks()  # before the arrays: a big trace's freed ones go back to the system
     with analysis_status(path), gc_paused():
         return store.columns_for_analysis(path)
 
