@@ -220,6 +220,7 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
     links[sent] = sent
     rec = np.empty(sent + 1, np.int64)
     rec[0:-1:2], rec[1::2], rec[sent] = vg.c.t0, vg.c.t1, 0
+    vg.c.drop_pages()  # the instants and the model columns the durations came from: 35 MB
     if todo:
         W = _weights(vg, todo)
         Vs = sum_links(vg.cd, links, W, rec, spend=True)
