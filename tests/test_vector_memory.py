@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +21,16 @@ SCENARIOS = [
     Scenario.multipliers(4.0, 2.0),
     Scenario.tier("fast", SpeedProfile(output_tps=400.0, prefill_tps=9000.0, base_latency_s=0.05)),
 ]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = {
+    "capture_output": True,
+    "text": True,
+    "check": True,
+    "timeout": 60,
+    "env": {**os.environ, "PYTHONPATH": str(ROOT)},
+}
 
 
 def long_columns():  # past cands.DIRECT_BELOW positions: the hops, peels and runs, not doubling
@@ -101,3 +114,34 @@ def test_dropped_pages_leave_the_process_and_the_columns_as_they_were(tmp_path: 
     g = build_graph(parse_lines(trace.read_bytes().splitlines()))
     for sc in SCENARIOS:
         assert vwhatif.whatif_columns(c, sc) == whatif(g, sc), sc.label
+
+
+FREED = """
+import sys
+import numpy as np
+from agentloop.analysis.columnar import map_big_blocks
+if sys.argv[1] == "mapped":
+    map_big_blocks()
+def anon():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+a = np.ones(4_000_000)  # 32 MB, freed: glibc's default raises its threshold to that
+del a
+b = np.ones(2_000_000)  # 16 MB
+keep = np.ones(1_000)  # something after it
+before = anon()
+del b
+print(before - anon())
+"""
+
+
+def test_a_freed_big_array_leaves_the_process_once_big_blocks_are_mapped():
+    """After ``map_big_blocks`` a freed 16 MB array's pages leave the process at once, even
+    after a bigger block was freed (glibc's default then keeps them on its heap)."""
+    freed = {
+        how: int(subprocess.run([sys.executable, "-c", FREED, how], **RUN).stdout)
+        for how in ("default", "mapped")
+    }
+    assert freed["mapped"] > 15_000  # kB
+    assert freed["default"] < 1_000  # kB: what the call is for
