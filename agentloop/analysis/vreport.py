@@ -23,7 +23,7 @@ from agentloop.analysis._table import secs
 from agentloop.analysis.agents import render_usage_rows, usage_of_columns
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, MODEL_PARTS, TOOL_QUEUE
 from agentloop.analysis.breakdown import category_order
-from agentloop.analysis.columnar import I64, B, Columns
+from agentloop.analysis.columnar import I64, B, Columns, release_heap
 from agentloop.analysis.cost import CostBreakdown
 from agentloop.analysis.report import Report, report_json, unsplit_fields
 from agentloop.analysis.report_rows import (
@@ -387,12 +387,8 @@ def report_of(c: Columns, path: object = None) -> ColumnReport:
     c.drop_pages()
     steps = step_columns(vg)
     c.drop_pages()
-    return ColumnReport(
-        vg,
-        header,
-        report,
-        steps,
-        path_columns(vg, idx, ns, gap),
-        cost.of_columns(c, header),
-        on,
+    out = ColumnReport(
+        vg, header, report, steps, path_columns(vg, idx, ns, gap), cost.of_columns(c, header), on
     )
+    release_heap()  # before the text is made: what the arrays left on the heap
+    return out

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from agentloop.analysis.breakdown import category_order
 from agentloop.analysis.cands import Cands, seg_max
-from agentloop.analysis.columnar import F64, I64, Columns, frozen_rows
+from agentloop.analysis.columnar import F64, I64, Columns, frozen_rows, release_heap
 from agentloop.analysis.vector import VGraph, build, path_links, run_end, solve, tally_arrays
 from agentloop.analysis.whatif import CURVE_K, Contribution, Scenario, WhatIf
 from agentloop.model.speed import SpeedProfile
@@ -183,6 +183,7 @@ def whatif_columns(c: Columns, sc: Scenario, curve: tuple[float, ...] = CURVE_K)
     warm command's peak)."""
     w, steps = _retimed_steps(build(c), sc, curve)
     c.drop_pages()  # the step labels are a few of the file's pages
+    release_heap()
     return _with_steps(c, w, steps)
 
 
