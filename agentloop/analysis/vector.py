@@ -155,6 +155,8 @@ def build(c: Columns, ix: type[np.signedinteger[Any]] | None = None) -> VGraph:
     del n_kids
     cd = cands_of(off, cand)
     roots = idx[c.parent < 0]
+    step_of = _steps(c, ix)
+    c.drop_pages()  # the parents, the after lists and the kinds: read for the last time
     start_ns = int(c.t0[roots].min()) if len(roots) else 0
     V0 = np.empty(sent + 1, np.int64)
     V0[0:-1:2], V0[1::2], V0[sent] = c.t0, c.t1, start_ns  # the path sees the run's start
@@ -177,7 +179,7 @@ def build(c: Columns, ix: type[np.signedinteger[Any]] | None = None) -> VGraph:
         parents=parents,
         parent_close=c.t1[parents] - top[1::2][parents],
         back_link=np.append(back, np.array([sent - 1], back.dtype)),
-        step_of=_steps(c, ix),
+        step_of=step_of,
         roots=roots,
         start_ns=start_ns,
         run_end_gap=c.end_ns - int(c.t1[roots].max()) if len(roots) else 0,
@@ -220,18 +222,17 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
     todo = [d for d, s in zip(durs, same, strict=True) if not s]
     links = vg.back_link.copy()
     links[sent] = sent
-    rec = np.empty(sent + 1, np.int64)
-    rec[0:-1:2], rec[1::2], rec[sent] = vg.c.t0, vg.c.t1, 0
-    vg.c.drop_pages()  # the instants and the model columns the durations came from: 35 MB
     if todo:
-        W = _weights(vg, todo)
-        Vs = sum_links(vg.cd, links, W, rec, spend=True)
-        del W
+        W, key = _weights(vg, todo), recorded(vg, 0)
+        vg.c.drop_pages()  # the instants and the model columns the durations came from: 35 MB
+        Vs = sum_links(vg.cd, links, W, key, spend=True)
+        del W, key  # the rounds below order by the instants they improve on
     out = []
     j = 0
     for d, s in zip(durs, same, strict=True):
         if s:
-            out.append(rec.copy())
+            out.append(recorded(vg, 0))
+            vg.c.drop_pages()
             continue
         V, pol, w = Vs[:, j], links, None
         j += 1
@@ -245,10 +246,17 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
             pol[:-1][worse] = arg[worse]
             del arg, worse
             w = _weights(vg, [d])[:, 0] if w is None else w
-            V = sum_links(vg.cd, pol, w, rec)
+            V = sum_links(vg.cd, pol, w, V)  # the last round's instants: an order near this
         del arg, worse  # the last round's, before the next pass's: 10 MB
         out.append(V)
     return out
+
+
+def recorded(vg: VGraph, start: int) -> I64:
+    """The recorded instants as one list of positions, the run's start at ``start``."""
+    rec = np.empty(2 * len(vg) + 1, np.int64)
+    rec[0:-1:2], rec[1::2], rec[-1] = vg.c.t0, vg.c.t1, start
+    return rec
 
 
 def run_end(vg: VGraph, V: I64) -> int:

@@ -16,7 +16,15 @@ import pyarrow as pa
 from agentloop.analysis.breakdown import category_order
 from agentloop.analysis.cands import Cands, seg_max
 from agentloop.analysis.columnar import F64, I64, Columns, frozen_rows, release_heap
-from agentloop.analysis.vector import VGraph, build, path_links, run_end, solve, tally_arrays
+from agentloop.analysis.vector import (
+    VGraph,
+    build,
+    path_links,
+    recorded,
+    run_end,
+    solve,
+    tally_arrays,
+)
 from agentloop.analysis.whatif import CURVE_K, Contribution, Scenario, WhatIf
 from agentloop.model.speed import SpeedProfile
 
@@ -196,10 +204,9 @@ def _retimed_steps(
     p = _prefill(sc)
     new_cats, new_ids, new_ns = tally_arrays(vg, V, path_links(vg, V), dur, end, parts)
     del parts, dur, V  # before the recorded instants are made: 32 MB fewer at once
-    rec = np.empty(2 * len(vg) + 1, np.int64)
-    rec[0:-1:2], rec[1::2], rec[-1] = vg.c.t0, vg.c.t1, vg.start_ns
-    old = tally_arrays(vg, rec, vg.back_link, vg.recorded_dur, vg.end_ns, None)
-    del rec
+    old = tally_arrays(
+        vg, recorded(vg, vg.start_ns), vg.back_link, vg.recorded_dur, vg.end_ns, None
+    )
     old_cats, old_ids, old_ns = old
     ceiling = _ceiling(vg, sc, ends)
     if ends is not None:
