@@ -119,8 +119,13 @@ class Columns:
         columns built in memory. The cache's instants are views of the mapping itself
         (:func:`agentloop.analysis.store.from_table`): their base names it."""
         view = self.t0.base
-        if isinstance(view, memoryview) and isinstance(view.obj, mmap.mmap):
-            view.obj.madvise(mmap.MADV_DONTNEED)
+        dontneed = getattr(mmap, "MADV_DONTNEED", None)  # none on Windows
+        if (
+            dontneed is not None
+            and isinstance(view, memoryview)
+            and isinstance(view.obj, mmap.mmap)
+        ):
+            view.obj.madvise(dontneed)
 
 
 def map_big_blocks() -> None:
