@@ -35,16 +35,9 @@ from agentloop.analysis.report_rows import (
     steps_json,
 )
 from agentloop.analysis.strcols import kind_is
-from agentloop.analysis.vector import VGraph, build, on_path, tally
+from agentloop.analysis.vector import VGraph, build, on_path, recorded, tally
 from agentloop.analysis.whatif import tier_line
 from agentloop.trace.run_header import RunHeader, parse_header
-
-
-def recorded_instants(vg: VGraph) -> I64:
-    """The recorded instants V (the run's start last, as the path sees it)."""
-    rec = np.empty(2 * len(vg) + 1, np.int64)
-    rec[0:-1:2], rec[1::2], rec[-1] = vg.c.t0, vg.c.t1, vg.start_ns
-    return rec
 
 
 def path_order(vg: VGraph, V: I64, links: I64) -> I64:
@@ -68,7 +61,7 @@ def segments(vg: VGraph) -> tuple[I64, I64, B]:
     total = vg.end_ns
     if not len(vg.roots):
         return np.array([-1]), np.array([total - vg.start_ns]), np.array([True])
-    V = recorded_instants(vg)
+    V = recorded(vg, vg.start_ns)  # the run's start last, as the path sees it
     vs = path_order(vg, V, vg.back_link)
     vals = np.concatenate([[total], V[vs], [vg.start_ns]])
     idx = np.concatenate([[-1], vs >> 1])
@@ -215,7 +208,9 @@ def build_report(vg: VGraph, header: RunHeader) -> Report:
     ``steps`` and ``path`` are empty (:func:`step_columns` and :func:`path_columns` give them
     as columns; :class:`ColumnReport` puts them together)."""
     c: Columns = vg.c
-    critical, _ = tally(vg, recorded_instants(vg), vg.back_link, vg.recorded_dur, vg.end_ns, None)
+    critical, _ = tally(
+        vg, recorded(vg, vg.start_ns), vg.back_link, vg.recorded_dur, vg.end_ns, None
+    )
     used = busy(vg, critical)
     return Report(
         task=header.task.name,
@@ -254,6 +249,7 @@ class ColumnReport(NamedTuple):
     path: PathColumns
     spent: CostBreakdown
     on_path: B  # per span: its own time is on the recorded critical path
+    tier_line: str | None = None  # the headline's faster-tier line, if asked for (report_of)
 
     @property
     def report(self) -> Report:
@@ -305,11 +301,12 @@ class ColumnReport(NamedTuple):
         agents = self.usage("agent") if self.has_sub_agents else None
         return render_usage_rows(self.usage("tier"), agents)
 
-    def faster_tier_line(self, tiers: dict[str, Any] | None) -> str:
-        """:func:`agentloop.analysis.whatif.faster_tier_line`, re-timed on the columns."""
-        from agentloop.analysis import vwhatif
 
-        return tier_line(Recorded(self.header), tiers, lambda sc: vwhatif.headline(self.vg, sc))
+def _tier_line(vg: VGraph, header: RunHeader, tiers: dict[str, Any] | None) -> str:
+    """:func:`agentloop.analysis.whatif.faster_tier_line`, re-timed on the columns."""
+    from agentloop.analysis import vwhatif
+
+    return tier_line(Recorded(header), tiers, lambda sc: vwhatif.headline(vg, sc))
 
 
 def _secs(ns: Any) -> jsontext.Column:
@@ -374,11 +371,13 @@ def _chunks(
     return jsontext.Chunked(lambda a, n: text(values[a : a + n]))
 
 
-def report_of(c: Columns, path: object = None) -> ColumnReport:
+def report_of(c: Columns, path: object = None, tiers: dict[str, Any] | None = None) -> ColumnReport:
     """The report, cost and critical path of a trace's columns (``path``: its file, named in
-    a header's error)."""
+    a header's error; ``tiers``: the headline's faster-tier line is re-timed first, before the
+    report's rows are made beside the passes' arrays)."""
     vg = build(c)
     header = parse_header(c.header, path)
+    line = None if tiers is None else _tier_line(vg, header, tiers)
     idx, ns, gap = segments(vg)
     on = np.zeros(len(vg), np.bool_)
     on[idx[~gap]] = True
@@ -388,7 +387,14 @@ def report_of(c: Columns, path: object = None) -> ColumnReport:
     steps = step_columns(vg)
     c.drop_pages()
     out = ColumnReport(
-        vg, header, report, steps, path_columns(vg, idx, ns, gap), cost.of_columns(c, header), on
+        vg,
+        header,
+        report,
+        steps,
+        path_columns(vg, idx, ns, gap),
+        cost.of_columns(c, header),
+        on,
+        line,
     )
     release_heap()  # before the text is made: what the arrays left on the heap
     return out
