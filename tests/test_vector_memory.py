@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 
-from agentloop.analysis import cands, vector, vwhatif
+from agentloop.analysis import cands, store, vector, vwhatif
 from agentloop.analysis.columnar import columns_of
 from agentloop.analysis.graph import build_graph
 from agentloop.analysis.synthetic import agent_lines
-from agentloop.analysis.whatif import Scenario
+from agentloop.analysis.whatif import Scenario, whatif
 from agentloop.config.tiers import SpeedProfile
 from agentloop.trace.reader import parse_lines
 
@@ -16,6 +21,16 @@ SCENARIOS = [
     Scenario.multipliers(4.0, 2.0),
     Scenario.tier("fast", SpeedProfile(output_tps=400.0, prefill_tps=9000.0, base_latency_s=0.05)),
 ]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = {
+    "capture_output": True,
+    "text": True,
+    "check": True,
+    "timeout": 60,
+    "env": {**os.environ, "PYTHONPATH": str(ROOT)},
+}
 
 
 def long_columns():  # past cands.DIRECT_BELOW positions: the hops, peels and runs, not doubling
@@ -68,3 +83,65 @@ def test_tally_arrays_are_the_tallys_dict():
         list(zip(ids.tolist(), ns.tolist(), strict=True)),
     )
     assert ids[0] == -1 and (np.diff(ids) > 0).all()
+
+
+def _mapped_kb(path: Path) -> int:
+    """Resident kB of this process's mappings of ``path`` (``/proc/self/smaps``)."""
+    kb, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5:  # a mapping's first line
+            inside = line.endswith(" " + str(path))
+        elif inside and head[0] == "Rss:":
+            kb += int(head[1])
+    return kb
+
+
+def test_dropped_pages_leave_the_process_and_the_columns_as_they_were(tmp_path: Path):
+    """After ``drop_pages`` the cache's mapping holds no resident page, and the columns read
+    back (from the page cache) the same values: the what-if on them is the loops'."""
+    trace = tmp_path / "run.jsonl"
+    trace.write_bytes(b"".join(line + b"\n" for line in agent_lines(6_000, tools_per_step=3)))
+    store.load_columns(trace)  # writes the cache
+    c = store.read_cache(trace)
+    assert c is not None
+    before = (c.t0.tolist(), c.parts.tolist(), c.after_idx.tolist())
+    mapped = store.cache_path(trace).resolve()
+    assert _mapped_kb(mapped) > 400  # t0, parts and the after lists read: 0.8 MB of the file
+    c.drop_pages()
+    assert _mapped_kb(mapped) == 0
+    assert (c.t0.tolist(), c.parts.tolist(), c.after_idx.tolist()) == before
+    g = build_graph(parse_lines(trace.read_bytes().splitlines()))
+    for sc in SCENARIOS:
+        assert vwhatif.whatif_columns(c, sc) == whatif(g, sc), sc.label
+
+
+FREED = """
+import sys
+import numpy as np
+from agentloop.analysis.columnar import map_big_blocks
+if sys.argv[1] == "mapped":
+    map_big_blocks()
+def anon():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+a = np.ones(4_000_000)  # 32 MB, freed: glibc's default raises its threshold to that
+del a
+b = np.ones(2_000_000)  # 16 MB
+keep = np.ones(1_000)  # something after it
+before = anon()
+del b
+print(before - anon())
+"""
+
+
+def test_a_freed_big_array_leaves_the_process_once_big_blocks_are_mapped():
+    """After ``map_big_blocks`` a freed 16 MB array's pages leave the process at once, even
+    after a bigger block was freed (glibc's default then keeps them on its heap)."""
+    freed = {
+        how: int(subprocess.run([sys.executable, "-c", FREED, how], **RUN).stdout)
+        for how in ("default", "mapped")
+    }
+    assert freed["mapped"] > 15_000  # kB
+    assert freed["default"] < 1_000  # kB: what the call is for

@@ -195,7 +195,7 @@ def usage_of_columns(vg: Any, header: Any, on_path: Any, by: str) -> list[dict[s
 
     from agentloop.analysis.columnar import CALL_COLUMNS
     from agentloop.analysis.cost import _call_sums, call_parts, in_order_sums
-    from agentloop.analysis.vector import kind_is
+    from agentloop.analysis.strcols import kind_is
 
     c = vg.c
     tiers = {t.name: t for t in header.all_tiers}

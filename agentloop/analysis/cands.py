@@ -29,6 +29,7 @@ from agentloop.analysis.columnar import I64, B
 # positions and candidate slots: int32 while they fit (:func:`index_type`), else int64
 Ix = npt.NDArray[np.signedinteger[Any]]
 
+_STRIDE = 1 << 16  # positions at a time where a whole-length temporary is not needed
 _PEEL = 4  # rounds of peeling at most: a tool's start and end, a model call's end, ...
 # below this many positions, pointer doubling over all of them (a few whole-array operations a
 # round) costs less than preparing the hops, peels and runs (a suite's runs of 2,000 positions)
@@ -91,12 +92,14 @@ def latest(cd: Cands, V: I64) -> tuple[I64, Ix]:
     a, b = cd.two_a, cd.two_b
     later = V[b] >= V[a]
     arg[cd.two] = np.where(later, b, a)
-    if len(cd.wide):
+    if len(cd.wide):  # each temporary freed as soon as it is read: a million spans' are 14 MB
         ev = V[cd.wide_idx]
-        top = seg_max(ev, cd.wide_off)
-        at = np.arange(len(ev), dtype=cd.wide_off.dtype)
-        slot = np.where(ev == np.repeat(top, np.diff(cd.wide_off)), at, -1)
-        del ev, at
+        top = np.repeat(seg_max(ev, cd.wide_off), np.diff(cd.wide_off))
+        off = np.not_equal(ev, top, out=np.empty(len(ev), np.bool_))  # not the latest
+        del ev, top
+        slot = np.arange(len(off), dtype=cd.wide_off.dtype)
+        slot[off] = -1
+        del off
         arg[cd.wide] = cd.wide_idx[np.maximum.reduceat(slot, cd.wide_off[:-1])]
     return V[arg], arg
 
@@ -140,48 +143,45 @@ def sum_links(
         # when its layer is summed, and no layer links to its own or an earlier one
         order = live[np.argsort(key[live], kind="stable")]
         del live
-        w[order] = _along_runs(links, w, order)
+        _along_runs(links, w, order)
     for layer in reversed(layers):
         w[layer] += w[links[layer]]
     return w
 
 
-def _along_runs(links: Ix, w: np.ndarray, order: Ix) -> np.ndarray:
+def _along_runs(links: Ix, w: np.ndarray, order: Ix) -> None:
     """:func:`sum_links` for the positions ``order`` (their links are among them or the run's
-    start), in that order: a run of positions each linking to the one before it is one
-    cumulative sum; the runs' first positions are summed over the runs alone, by pointer
-    doubling (a recorded critical path in instant order is one run). In place where it can:
-    each whole-length temporary is as big as ``w``."""
+    start), in that order, into ``w``: a run of positions each linking to the one before it is
+    one cumulative sum; the runs' first positions are summed over the runs alone, by pointer
+    doubling (a recorded critical path in instant order is one run). A column of ``w`` at a
+    time: each whole-length temporary is one column's."""
     sent, m = len(links) - 1, len(order)
     at = np.full(sent + 1, m, links.dtype)  # a position's slot in order; the run's start: m
     at[order] = np.arange(m, dtype=links.dtype)
     head = np.empty(m, np.bool_)
     head[0] = True
     head[1:] = links[order[1:]] != order[:-1]
-    C = np.take(w, order, axis=0)
-    np.cumsum(C, axis=0, out=C)
     run = np.cumsum(head, dtype=links.dtype) - 1  # each slot's run
     starts = np.flatnonzero(head)
     del head
-    before = C[starts] - w[order[starts]]  # the sums before each run
-    u = at[links[order[starts]]]  # the slot each run's first position links to (m: the start)
+    first = order[starts]
+    u = at[links[first]]  # the slot each run's first position links to (m: the start)
     del at
     inside = u < m
+    u = u[inside]
     up = np.full(len(starts) + 1, len(starts), np.int64)  # the run linked to; the root: last
-    up[:-1][inside] = run[u[inside]]
-    X = np.zeros((len(starts) + 1, *w.shape[1:]), w.dtype)  # V of what each run's head links to
-    X[:-1][inside] = C[u[inside]] - before[run[u[inside]]]
-    X = _tree_sums(up, X)
-    # C becomes X[run] + C - before[run] (integers: exact in any order), a column at a time
-    # through one buffer
-    C2, X2, before2 = C.reshape(m, -1), X.reshape(len(X), -1), before.reshape(len(before), -1)
-    buf = np.empty(m, C.dtype)
-    for j in range(C2.shape[1]):
-        np.take(X2[:, j], run, out=buf)
-        C2[:, j] += buf
-        np.take(before2[:, j], run, out=buf)
-        C2[:, j] -= buf
-    return C
+    up[:-1][inside] = run[u]
+    for col in w.reshape(len(w), -1).T:  # views: what is written lands in w
+        C = col[order]  # np.take would copy a strided column whole first
+        np.cumsum(C, out=C)
+        before = C[starts] - col[first]  # the sums before each run
+        X = np.zeros(len(starts) + 1, w.dtype)  # V of what each run's head links to
+        X[:-1][inside] = C[u] - before[run[u]]
+        X = _tree_sums(up, X)
+        shift = X[:-1] - before  # C becomes C + X[run] - before[run]: exact in any order
+        for k in range(0, m, _STRIDE):  # a slice at a time: no whole-length gather
+            C[k : k + _STRIDE] += shift[run[k : k + _STRIDE]]
+        col[order] = C
 
 
 def _tree_sums(anc: Ix, acc: np.ndarray) -> np.ndarray:

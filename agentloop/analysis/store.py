@@ -33,18 +33,10 @@ import orjson
 import pyarrow as pa
 
 from agentloop._version import __version__
-from agentloop.analysis.cands import index_type
-from agentloop.analysis.columnar import (
-    CALL_COLUMNS,
-    CALL_NAMES,
-    PART_COLUMNS,
-    USAGE_COLUMNS,
-    Columns,
-    columns_of,
-)
-from agentloop.analysis.lateness import Lateness
+from agentloop.analysis._cacheread import MODEL_WIDTH, columns_from
+from agentloop.analysis.columnar import USAGE_COLUMNS as USAGE_COLUMNS  # the cache's, too
+from agentloop.analysis.columnar import Columns, columns_of
 from agentloop.analysis.runend import COLUMNAR_BYTES
-from agentloop.analysis.vector import equals
 
 # 3: a sub-run step's label names its agent (issue 23); 4: Arrow IPC with a CRC trailer instead
 # of Parquet, and the trace's lateness, unsplit calls and usage; 5: a model span's numbers as
@@ -55,7 +47,6 @@ from agentloop.analysis.vector import equals
 CACHE_VERSION = "7"
 CACHE_DIR = ".agentloop-cache"
 _EDGE = 16 * 1024  # bytes of the source's head and tail in its digest
-MODEL_WIDTH = len(PART_COLUMNS) + 2  # a model span's numbers in the cache: parts, cached, timed
 _META = b"agentloop.columns"
 _MAGIC = b"ALC5"  # the trailer: <CRC-32 of the Arrow file, 4 bytes little-endian><_MAGIC>
 _TRAILER = struct.Struct("<I4s")
@@ -140,134 +131,18 @@ def _lists(rows: np.ndarray, width: int, values: np.ndarray) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(off), pa.array(values))
 
 
-def _rows(t: pa.Table, name: str, width: int, count: int | None = None) -> np.ndarray:
-    """The values of list column ``name``, ``width`` to a row (a view of the file); ValueError
-    unless its offsets span exactly its values and those make whole rows (``count`` of them,
-    if given). The offsets between are not read: the values are taken flat, in order, so only
-    their number matters (a million spans' offsets of four columns touched 16 MB of the file)."""
-    col = _column(t, name)
-    off = np.asarray(col.offsets)
-    values = np.asarray(col.values.to_numpy(zero_copy_only=False))
-    n = len(values)
-    if len(off) != t.num_rows + 1 or off[0] != 0 or off[-1] != n or n % width:
-        raise ValueError(name)
-    if count is not None and n != count * width:
-        raise ValueError(name)
-    return values.reshape(-1, width)
+def from_table(
+    t: pa.Table, meta: dict[str, Any] | None = None, pages: mmap.mmap | None = None
+) -> Columns:
+    """Columns from a cache table (``meta``: its metadata, if already read; ``pages``: the
+    mapped file it is a view of); ValueError, KeyError or TypeError when its arrays do not fit
+    (:func:`agentloop.analysis._cacheread.columns_from`)."""
+    return columns_from(t, _meta(t) if meta is None else meta, pages)
 
 
-def from_table(t: pa.Table, meta: dict[str, Any] | None = None) -> Columns:
-    """Columns from a cache table (``meta``: its metadata, if already read); ValueError,
-    KeyError or TypeError when its arrays do not fit."""
-    meta = _meta(t) if meta is None else meta
-    n = t.num_rows
-    parent, after_off, after_idx = _links(t)
-    t0, t1 = _ints(t, "t0", n), _ints(t, "t1", n)
-    if (t1 < t0).any():
-        raise ValueError("a span ends before it starts")
-    is_model = _bools(t, "is_model")
-    models = int(is_model.sum())
-    nums = _rows(t, "model", MODEL_WIDTH, models)
-    usage = _rows(t, "usage", len(USAGE_COLUMNS))
-    if ((nums[:, -1] != 0) & (nums[:, -1] != 1)).any():
-        raise ValueError("model")
-    calls = _calls(t, meta, usage)
-    return Columns(
-        header=meta["header"],
-        end=meta["end"],
-        problems=tuple(meta["problems"]),
-        ids=_column(t, "id"),
-        kinds=_column(t, "kind"),
-        names=_column(t, "name"),
-        statuses=_column(t, "status"),
-        step_label=_column(t, "step_label"),
-        tool_category=_column(t, "tool_category"),
-        parent=parent,
-        after_off=after_off,
-        after_idx=after_idx,
-        t0=t0,
-        t1=t1,
-        in_flight=_bools(t, "in_flight"),
-        queued_ns=_ints(t, "queued_ns", n),
-        is_model=is_model,
-        parts=nums[:, : len(PART_COLUMNS)],
-        output_tps=_rows(t, "output_tps", 1, models)[:, 0],
-        timed=nums[:, -1] == 1,
-        cached_tokens=nums[:, len(PART_COLUMNS)],
-        end_ns=int(meta["end_ns"]),
-        tools_by_name=bool(meta["tools_by_name"]),
-        usage=usage,
-        lateness=Lateness(**meta["lateness"]),
-        unsplit=tuple(meta["unsplit"]),
-        calls=calls,
-        call_names={k: list(meta["call_names"][k]) for k in CALL_NAMES},
-        trims=tuple(meta["trims"]),
-        outside={  # JSON has lists only: the open kinds are a tuple (report._two_times)
-            k: tuple(v) if k == "outside_open" else v for k, v in meta["outside"].items()
-        },
-    )
-
-
-def _calls(t: pa.Table, meta: dict[str, Any], usage: np.ndarray) -> np.ndarray:
-    """The call rows: one per model span, their codes in range of ``call_names``, as many
-    marked with a usage row as there are usage rows (ValueError otherwise)."""
-    calls = _rows(t, "calls", len(CALL_COLUMNS))
-    if len(calls) != int(equals(_column(t, "kind"), "model").sum()):
-        raise ValueError("calls")
-    names = meta["call_names"]
-    for k in CALL_NAMES:
-        col = calls[:, CALL_COLUMNS.index(k)]
-        if len(col) and (col.min() < 0 or col.max() >= len(names[k])):
-            raise ValueError("calls")
-    used = calls[:, -1]
-    if ((used != 0) & (used != 1)).any() or used.sum() != len(usage):
-        raise ValueError("calls")
-    return calls
-
-
-def _column(t: pa.Table, name: str) -> pa.Array:
-    """Column ``name`` as one array: its one chunk as it is, a view of the mapped file (the
-    file holds one record batch; ``combine_chunks`` would copy every column, 140 MB for a
-    million spans)."""
-    col = t.column(name)
-    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-
-
-def _ints(t: pa.Table, name: str, n: int) -> np.ndarray:
-    a = np.asarray(_column(t, name).to_numpy(), np.int64)
-    if len(a) != n:
-        raise ValueError(name)
-    return a
-
-
-def _bools(t: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(_column(t, name).to_numpy(zero_copy_only=False), bool)
-
-
-def _links(t: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The parent index and the ``after`` lists (offsets, indices) of each span, every index
-    one of an earlier span (ValueError otherwise)."""
-    n = t.num_rows
-    after = _column(t, "after")
-    after_off = np.asarray(after.offsets, np.int64)
-    after_idx = np.asarray(after.values, np.int64)
-    parent = _ints(t, "parent", n)
-    idx = np.arange(n, dtype=index_type(n))
-    owner = np.repeat(idx, np.diff(after_off))
-    if (
-        after_off[0] != 0
-        or (np.diff(after_off) < 0).any()
-        or after_off[-1] != len(after_idx)
-        or ((parent < -1) | (parent >= idx)).any()
-        or ((after_idx < 0) | (after_idx >= owner)).any()
-    ):
-        raise ValueError("indices out of range")
-    return parent, after_off, after_idx
-
-
-def _open(path: Path) -> pa.Table | None:
-    """The table of a cache file whose trailer's CRC matches its bytes (memory-mapped: the
-    arrays are views of the file), else None. The CRC reads through a buffer, not the mapping:
+def _open(path: Path) -> tuple[pa.Table, mmap.mmap] | None:
+    """The table of a cache file whose trailer's CRC matches its bytes and the mapping it is
+    a view of (the arrays are views of the file), else None. The CRC reads through a buffer, not the mapping:
     a mapped page counts in resident memory once read, and ``whatif`` never reads the ids and
     names (30 MB of a million spans' 152 MB). One descriptor: the file mapped is the one checked."""
     with path.open("rb") as f:
@@ -278,8 +153,8 @@ def _open(path: Path) -> pa.Table | None:
         crc_want, magic = _TRAILER.unpack(f.read(_TRAILER.size))
         if magic != _MAGIC or crc != crc_want:
             return None
-        data = pa.py_buffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)).slice(0, body)
-    return pa.ipc.open_file(data).read_all()
+        pages = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return pa.ipc.open_file(pa.py_buffer(pages).slice(0, body)).read_all(), pages
 
 
 def _crc(f: Any, size: int) -> int:
@@ -321,11 +196,14 @@ def read_cache(trace: Path) -> Columns | None:
     path = cache_path(trace)
     try:
         key = source_key(trace)
-        t = _open(path)
-        meta = None if t is None else _meta(t)
-        if t is None or meta is None or meta.get("key") != key:
+        opened = _open(path)
+        if opened is None:
             return None
-        return from_table(t, meta)
+        t, pages = opened
+        meta = _meta(t)
+        if meta.get("key") != key:
+            return None
+        return from_table(t, meta, pages)
     except (OSError, pa.ArrowException, KeyError, ValueError, TypeError, orjson.JSONDecodeError):
         return None
 

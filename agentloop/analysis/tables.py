@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from agentloop.analysis.columnar import Columns
-from agentloop.analysis.vector import VGraph, build, kind_is, on_path, tally
+from agentloop.analysis.strcols import kind_is
+from agentloop.analysis.vector import VGraph, build, on_path, tally
 
 TABLES = ("runs", "spans", "model_calls", "tool_calls", "critical_path")
 
@@ -39,7 +40,7 @@ def trace_tables(run: str, c: Columns, extra: dict[str, Any] | None = None) -> d
     tier = (header.get("tier") or {}).get("name")
     task = (header.get("task") or {}).get("name")
     runs = np.full(n, run, object)
-    step_of = vg.step_at[1::2]
+    step_of = vg.step_of
     step = pc.if_else(
         pa.array(step_of >= 0),
         c.step_label.take(pa.array(np.maximum(step_of, 0))),
@@ -156,7 +157,7 @@ def _tool_calls(
             "status": c.statuses.take(pa.array(tools, pa.int64())).cast(pa.string()),
             "start_ns": t0[tools],
             "duration_ns": (t1 - t0)[tools],
-            "queued_ns": vg.queue[tools],
+            "queued_ns": vg.queue_at(tools),
             "in_flight": c.in_flight[tools],
             "on_critical_path": on[tools],
         }

@@ -24,11 +24,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, TOOL_QUEUE
 from agentloop.analysis.cands import Cands, Ix, cands_of, index_type, latest, sum_links
 from agentloop.analysis.columnar import I64, B, Columns
+from agentloop.analysis.strcols import codes, kind_is
+
+_SLICE = 1 << 16  # positions gathered at a time (:func:`on_path`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,14 +41,14 @@ class VGraph:
     cd: Cands  # each position's candidates, by width
     is_leaf: B
     start_gap: I64
-    close_gap: I64  # 0 for a leaf
+    parents: Ix  # the spans with children, ascending ...
+    parent_close: I64  # ... and their recorded close gaps (a leaf's is 0)
     back_link: Ix  # per position: the recorded critical path's next position back
-    step_at: Ix  # per position: the step span owning it, -1 at run level
+    step_of: Ix  # per span: the step span owning it, -1 at run level
     roots: Ix
     start_ns: int
     run_end_gap: int
     recorded_dur: I64
-    queue: I64
     models: Ix  # indices of the re-timed model spans, ascending
     tool_code: Ix  # per span: index of its tool category in tool_names, -1 for none
     tool_names: list[str]
@@ -61,6 +63,30 @@ class VGraph:
     @property
     def measured_ns(self) -> int:
         return self.c.end_ns - self.start_ns
+
+    # per span or position, made when asked (a million spans' are 8 MB each; the passes read
+    # the compact forms)
+    @property
+    def close_gap(self) -> I64:
+        """Per span: the recorded close gap, 0 for a leaf."""
+        out = np.zeros(len(self), np.int64)
+        out[self.parents] = self.parent_close
+        return out
+
+    @property
+    def step_at(self) -> Ix:
+        """Per position: the step span owning it, -1 at run level."""
+        return np.append(np.repeat(self.step_of, 2), np.array([-1], self.step_of.dtype))
+
+    @property
+    def queue(self) -> I64:
+        """Per span: its recorded wait for ``max_parallel_tools`` (:meth:`queue_at`)."""
+        return self.queue_at(slice(None))
+
+    def queue_at(self, at: Any) -> I64:
+        """The queue time of the spans ``at``: the recorded wait, within the start gap."""
+        out: I64 = np.maximum(0, np.minimum(self.c.queued_ns[at], self.start_gap[at]))
+        return out
 
 
 def _candidates(c: Columns, is_leaf: B, n_kids: Ix) -> tuple[Ix, Ix]:
@@ -129,6 +155,8 @@ def build(c: Columns, ix: type[np.signedinteger[Any]] | None = None) -> VGraph:
     del n_kids
     cd = cands_of(off, cand)
     roots = idx[c.parent < 0]
+    step_of = _steps(c, ix)
+    c.drop_pages()  # the parents, the after lists and the kinds: read for the last time
     start_ns = int(c.t0[roots].min()) if len(roots) else 0
     V0 = np.empty(sent + 1, np.int64)
     V0[0:-1:2], V0[1::2], V0[sent] = c.t0, c.t1, start_ns  # the path sees the run's start
@@ -142,27 +170,26 @@ def build(c: Columns, ix: type[np.signedinteger[Any]] | None = None) -> VGraph:
     if not isinstance(tc, pa.DictionaryArray):
         tc = tc.dictionary_encode()
     del V0
-    step_of = _steps(c, ix)
-    sop = np.empty(sent + 1, ix)
-    sop[0::2][:n], sop[1::2], sop[sent] = step_of, step_of, -1
-    del step_of
-    return VGraph(
+    parents = idx[~is_leaf]
+    vg = VGraph(
         c=c,
         cd=cd,
         is_leaf=is_leaf,
         start_gap=start_gap,
-        close_gap=np.where(is_leaf, 0, c.t1 - top[1::2]),
+        parents=parents,
+        parent_close=c.t1[parents] - top[1::2][parents],
         back_link=np.append(back, np.array([sent - 1], back.dtype)),
-        step_at=sop,
+        step_of=step_of,
         roots=roots,
         start_ns=start_ns,
         run_end_gap=c.end_ns - int(c.t1[roots].max()) if len(roots) else 0,
         recorded_dur=c.t1 - c.t0,
-        queue=np.maximum(0, np.minimum(c.queued_ns, start_gap)),
         models=idx[c.is_model],
-        tool_code=_codes(tc),
+        tool_code=codes(tc),
         tool_names=tc.dictionary.to_pylist(),
     )
+    c.drop_pages()  # what the graph was made from; the passes read a third of it again
+    return vg
 
 
 def _root_tops(off: Ix, idx: Ix, V: I64, roots: Ix) -> I64:
@@ -180,7 +207,7 @@ def _weights(vg: VGraph, durs: list[I64]) -> I64:
     for j, dur in enumerate(durs):
         W[0:-1:2, j] = vg.start_gap
         np.copyto(W[1::2, j], dur, where=vg.is_leaf)
-        np.copyto(W[1::2, j], vg.close_gap, where=~vg.is_leaf)
+        W[1::2, j][vg.parents] = vg.parent_close
     return W
 
 
@@ -195,17 +222,17 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
     todo = [d for d, s in zip(durs, same, strict=True) if not s]
     links = vg.back_link.copy()
     links[sent] = sent
-    rec = np.empty(sent + 1, np.int64)
-    rec[0:-1:2], rec[1::2], rec[sent] = vg.c.t0, vg.c.t1, 0
     if todo:
-        W = _weights(vg, todo)
-        Vs = sum_links(vg.cd, links, W, rec, spend=True)
-        del W
+        W, key = _weights(vg, todo), recorded(vg, 0)
+        vg.c.drop_pages()  # the instants and the model columns the durations came from: 35 MB
+        Vs = sum_links(vg.cd, links, W, key, spend=True)
+        del W, key  # the rounds below order by the instants they improve on
     out = []
     j = 0
     for d, s in zip(durs, same, strict=True):
         if s:
-            out.append(rec.copy())
+            out.append(recorded(vg, 0))
+            vg.c.drop_pages()
             continue
         V, pol, w = Vs[:, j], links, None
         j += 1
@@ -219,10 +246,17 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
             pol[:-1][worse] = arg[worse]
             del arg, worse
             w = _weights(vg, [d])[:, 0] if w is None else w
-            V = sum_links(vg.cd, pol, w, rec)
+            V = sum_links(vg.cd, pol, w, V)  # the last round's instants: an order near this
         del arg, worse  # the last round's, before the next pass's: 10 MB
         out.append(V)
     return out
+
+
+def recorded(vg: VGraph, start: int) -> I64:
+    """The recorded instants as one list of positions, the run's start at ``start``."""
+    rec = np.empty(2 * len(vg) + 1, np.int64)
+    rec[0:-1:2], rec[1::2], rec[-1] = vg.c.t0, vg.c.t1, start
+    return rec
 
 
 def run_end(vg: VGraph, V: I64) -> int:
@@ -253,9 +287,10 @@ def on_path(vg: VGraph, V: I64, links: Ix) -> I64:
     seen = np.zeros(sent + 1, np.bool_)
     seen[v0] = seen[sent] = True  # the run's start: where every chain ends
     members = np.array([v0], np.int64)
-    # intp, the type numpy indexes by (int32 indices are converted at every gather: twice the
-    # time), in two buffers taken in turns rather than a new array a round
-    jump, buf = links.astype(np.intp), np.empty(sent + 1, np.intp)
+    # in links' type (int32 while it fits), in two buffers taken in turns rather than a new
+    # array a round; gathered a slice at a time, so numpy's conversion of int32 indices to its
+    # own index type is a slice's, not a whole intp copy (the time is the same: 0.12 s a call)
+    jump, buf = links.copy(), np.empty_like(links)
     jump[sent] = sent
     while True:  # members: the chain's first 2^k positions; one chain has no repeats
         nxt = jump[members]
@@ -264,7 +299,8 @@ def on_path(vg: VGraph, V: I64, links: Ix) -> I64:
             break
         seen[new] = True
         members = np.concatenate([members, new])
-        np.take(jump, jump, out=buf)
+        for k in range(0, sent + 1, _SLICE):
+            np.take(jump, jump[k : k + _SLICE], out=buf[k : k + _SLICE])
         jump, buf = buf, jump
     seen[sent] = False
     return np.flatnonzero(seen)
@@ -299,7 +335,7 @@ def _step_sums(vg: VGraph, V: I64, links: Ix, pos: I64, total: int) -> tuple[I64
     ``vg.start_ns``); the run's level (-1) also gets the time after the latest root's end."""
     sent = len(V) - 1
     v0 = 2 * int(vg.roots[int(np.argmax(V[2 * vg.roots + 1]))]) + 1
-    owner = vg.step_at[pos] + 1
+    owner = vg.step_of[pos >> 1] + 1  # pos holds no run's start
     back = links[pos]
     seg = V[back]
     seg[back == sent] = vg.start_ns
@@ -341,47 +377,8 @@ def _categories(vg: VGraph, leaves: I64, dur: I64, total: int, parts: I64 | None
             cats[name] = int(new[rows, k].sum())
         for k, name in ((3, "tail"), (4, "wait"), (5, "retry"), (6, "overhead")):
             cats[name] = int(c.parts[rows, k].sum())
-    queued = int(vg.queue[leaves].sum())
+    queued = int(vg.queue_at(leaves).sum())
     if queued:
         cats[TOOL_QUEUE] = queued
     cats[FRAMEWORK] = cats.get(FRAMEWORK, 0) + gap_ns - queued
     return cats
-
-
-def _codes(d: pa.DictionaryArray) -> Ix:
-    """A dictionary column's indices, -1 for null (int32 or wider: without nulls, the cache's
-    own int32 indices, not a copy)."""
-    ix = d.indices
-    if not ix.null_count:
-        return _wide(ix.to_numpy())
-    bits, vals = ix.buffers()[:2]  # a null's slot holds any value: the validity bitmap says
-    n, at = len(ix), ix.offset
-    raw = np.frombuffer(
-        vals, dtype=ix.type.to_pandas_dtype(), count=n, offset=at * ix.type.bit_width // 8
-    )
-    valid = np.unpackbits(np.frombuffer(bits, np.uint8), bitorder="little")[at : at + n]
-    return np.where(valid.astype(np.bool_), _wide(raw), -1)
-
-
-def _wide(codes: np.ndarray) -> Ix:
-    """Codes as int32 or int64: a narrower type would wrap at ``codes + 1``."""
-    out: Ix = codes if codes.dtype in (np.int32, np.int64) else codes.astype(np.int32)
-    return out
-
-
-def kind_is(c: Columns, kind: str) -> B:
-    """Per span: whether its kind is ``kind``."""
-    return equals(c.kinds, kind)
-
-
-def equals(col: pa.Array, value: str) -> B:
-    """Per row of a string column: whether it is ``value`` (null: no). A dictionary column's
-    codes are compared, as they lie in the file: Arrow's comparison decodes every string first
-    (a million spans' kinds: 20 MB)."""
-    if isinstance(col, pa.DictionaryArray) and not col.null_count:
-        names = col.dictionary.to_pylist()
-        if value not in names:
-            return np.zeros(len(col), np.bool_)
-        out: B = col.indices.to_numpy() == names.index(value)
-        return out
-    return np.asarray(pc.equal(col, value).fill_null(False), np.bool_)

@@ -23,7 +23,7 @@ from agentloop.analysis._table import secs
 from agentloop.analysis.agents import render_usage_rows, usage_of_columns
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, MODEL_PARTS, TOOL_QUEUE
 from agentloop.analysis.breakdown import category_order
-from agentloop.analysis.columnar import I64, B, Columns
+from agentloop.analysis.columnar import I64, B, Columns, release_heap
 from agentloop.analysis.cost import CostBreakdown
 from agentloop.analysis.report import Report, report_json, unsplit_fields
 from agentloop.analysis.report_rows import (
@@ -34,16 +34,10 @@ from agentloop.analysis.report_rows import (
     path_json,
     steps_json,
 )
-from agentloop.analysis.vector import VGraph, build, kind_is, on_path, tally
+from agentloop.analysis.strcols import kind_is
+from agentloop.analysis.vector import VGraph, build, on_path, recorded, tally
 from agentloop.analysis.whatif import tier_line
 from agentloop.trace.run_header import RunHeader, parse_header
-
-
-def recorded_instants(vg: VGraph) -> I64:
-    """The recorded instants V (the run's start last, as the path sees it)."""
-    rec = np.empty(2 * len(vg) + 1, np.int64)
-    rec[0:-1:2], rec[1::2], rec[-1] = vg.c.t0, vg.c.t1, vg.start_ns
-    return rec
 
 
 def path_order(vg: VGraph, V: I64, links: I64) -> I64:
@@ -67,7 +61,7 @@ def segments(vg: VGraph) -> tuple[I64, I64, B]:
     total = vg.end_ns
     if not len(vg.roots):
         return np.array([-1]), np.array([total - vg.start_ns]), np.array([True])
-    V = recorded_instants(vg)
+    V = recorded(vg, vg.start_ns)  # the run's start last, as the path sees it
     vs = path_order(vg, V, vg.back_link)
     vals = np.concatenate([[total], V[vs], [vg.start_ns]])
     idx = np.concatenate([[-1], vs >> 1])
@@ -112,7 +106,8 @@ def path_columns(vg: VGraph, idx: I64, ns: I64, gap: B) -> PathColumns:
     starts = np.flatnonzero(first)
     merged = np.add.reduceat(ns, starts) if len(starts) else ns[:0]
     i, g = idx[starts], gap[starts]
-    step = np.where(i >= 0, vg.step_at[2 * np.maximum(i, 0)], -1)
+    step = np.full(len(i), -1, vg.step_of.dtype)  # a gap before the first span: run level
+    step[i >= 0] = vg.step_of[i[i >= 0]]
     c = vg.c
     at = np.maximum(i, 0)
     return PathColumns(
@@ -156,18 +151,17 @@ def step_columns(vg: VGraph) -> StepColumns:
     summed, as columns."""
     c, n = vg.c, len(vg)
     steps = np.flatnonzero(kind_is(c, "step"))
-    row = np.full(n + 1, -1, np.int64)
+    row = np.full(n + 1, -1, vg.step_of.dtype)  # int32 while it fits: 4 MB, not 8
     row[steps] = np.arange(len(steps))
     par = row[c.parent]  # the parent's step row (-1: not a step's child; a root's parent: -1)
     sums = np.zeros((len(steps) + 1, 8), np.int64)  # base reas dec other in out reas cached
-    m = vg.models
+    m = par[vg.models]
     p = c.parts
-    vals = np.stack(
-        [p[:, 0], p[:, 1], p[:, 2], p[:, 3:7].sum(axis=1), p[:, 7], p[:, 8] + p[:, 9], p[:, 8]],
-        axis=1,
-    )
-    np.add.at(sums[:, :7], par[m], vals)
-    np.add.at(sums[:, 7], par[m], c.cached_tokens)
+    for k, col in enumerate(  # a column at a time: the stacked rows were 11 MB
+        (p[:, 0], p[:, 1], p[:, 2], p[:, 3:7].sum(axis=1), p[:, 7], p[:, 8] + p[:, 9], p[:, 8])
+    ):
+        np.add.at(sums[:, k], m, col)
+    np.add.at(sums[:, 7], m, c.cached_tokens)
     other = np.flatnonzero(kind_is(c, "model") & ~c.is_model)  # in flight, or a parent
     np.add.at(sums[:, 3], par[other], vg.recorded_dur[other])
     tools = np.flatnonzero(kind_is(c, "tool") & (par >= 0))  # ascending: a step's in order
@@ -214,7 +208,9 @@ def build_report(vg: VGraph, header: RunHeader) -> Report:
     ``steps`` and ``path`` are empty (:func:`step_columns` and :func:`path_columns` give them
     as columns; :class:`ColumnReport` puts them together)."""
     c: Columns = vg.c
-    critical, _ = tally(vg, recorded_instants(vg), vg.back_link, vg.recorded_dur, vg.end_ns, None)
+    critical, _ = tally(
+        vg, recorded(vg, vg.start_ns), vg.back_link, vg.recorded_dur, vg.end_ns, None
+    )
     used = busy(vg, critical)
     return Report(
         task=header.task.name,
@@ -253,6 +249,7 @@ class ColumnReport(NamedTuple):
     path: PathColumns
     spent: CostBreakdown
     on_path: B  # per span: its own time is on the recorded critical path
+    tier_line: str | None = None  # the headline's faster-tier line, if asked for (report_of)
 
     @property
     def report(self) -> Report:
@@ -304,11 +301,12 @@ class ColumnReport(NamedTuple):
         agents = self.usage("agent") if self.has_sub_agents else None
         return render_usage_rows(self.usage("tier"), agents)
 
-    def faster_tier_line(self, tiers: dict[str, Any] | None) -> str:
-        """:func:`agentloop.analysis.whatif.faster_tier_line`, re-timed on the columns."""
-        from agentloop.analysis import vwhatif
 
-        return tier_line(Recorded(self.header), tiers, lambda sc: vwhatif.headline(self.vg, sc))
+def _tier_line(vg: VGraph, header: RunHeader, tiers: dict[str, Any] | None) -> str:
+    """:func:`agentloop.analysis.whatif.faster_tier_line`, re-timed on the columns."""
+    from agentloop.analysis import vwhatif
+
+    return tier_line(Recorded(header), tiers, lambda sc: vwhatif.headline(vg, sc))
 
 
 def _secs(ns: Any) -> jsontext.Column:
@@ -373,20 +371,30 @@ def _chunks(
     return jsontext.Chunked(lambda a, n: text(values[a : a + n]))
 
 
-def report_of(c: Columns, path: object = None) -> ColumnReport:
+def report_of(c: Columns, path: object = None, tiers: dict[str, Any] | None = None) -> ColumnReport:
     """The report, cost and critical path of a trace's columns (``path``: its file, named in
-    a header's error)."""
+    a header's error; ``tiers``: the headline's faster-tier line is re-timed first, before the
+    report's rows are made beside the passes' arrays)."""
     vg = build(c)
     header = parse_header(c.header, path)
+    line = None if tiers is None else _tier_line(vg, header, tiers)
     idx, ns, gap = segments(vg)
     on = np.zeros(len(vg), np.bool_)
     on[idx[~gap]] = True
-    return ColumnReport(
+    c.drop_pages()  # between the parts: each reads columns of the file the next does not
+    report = build_report(vg, header)
+    c.drop_pages()
+    steps = step_columns(vg)
+    c.drop_pages()
+    out = ColumnReport(
         vg,
         header,
-        build_report(vg, header),
-        step_columns(vg),
+        report,
+        steps,
         path_columns(vg, idx, ns, gap),
         cost.of_columns(c, header),
         on,
+        line,
     )
+    release_heap()  # before the text is made: what the arrays left on the heap
+    return out

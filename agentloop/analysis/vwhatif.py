@@ -7,6 +7,7 @@ distinct (input, reasoning, visible, cached) token count, not once per model cal
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -14,8 +15,16 @@ import pyarrow as pa
 
 from agentloop.analysis.breakdown import category_order
 from agentloop.analysis.cands import Cands, seg_max
-from agentloop.analysis.columnar import F64, I64, frozen_rows
-from agentloop.analysis.vector import VGraph, path_links, run_end, solve, tally_arrays
+from agentloop.analysis.columnar import F64, I64, Columns, frozen_rows, release_heap
+from agentloop.analysis.vector import (
+    VGraph,
+    build,
+    path_links,
+    recorded,
+    run_end,
+    solve,
+    tally_arrays,
+)
 from agentloop.analysis.whatif import CURVE_K, Contribution, Scenario, WhatIf
 from agentloop.model.speed import SpeedProfile
 
@@ -173,14 +182,31 @@ def headline(vg: VGraph, sc: Scenario) -> WhatIf:
 
 def whatif(vg: VGraph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> WhatIf:
     """Re-time ``vg`` under ``sc``: the same :class:`WhatIf` as the loops give."""
+    return _with_steps(vg.c, *_retimed_steps(vg, sc, curve))
+
+
+def whatif_columns(c: Columns, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> WhatIf:
+    """:func:`whatif` of ``c``'s graph, the graph gone before the step rows are made (a long
+    run's 200,000 rows of Python objects, made beside a million spans' graph arrays: the
+    warm command's peak)."""
+    w, steps = _retimed_steps(build(c), sc, curve)
+    c.drop_pages()  # the step labels are a few of the file's pages
+    release_heap()
+    return _with_steps(c, w, steps)
+
+
+def _retimed_steps(
+    vg: VGraph, sc: Scenario, curve: tuple[float, ...]
+) -> tuple[WhatIf, tuple[I64, I64, I64, I64, I64]]:
+    """:func:`whatif` without its step rows, and what makes them: the recorded and predicted
+    path's step ids and ns (:func:`_with_steps`)."""
     parts, dur, V, end, ends = _retimed(vg, sc)
     p = _prefill(sc)
     new_cats, new_ids, new_ns = tally_arrays(vg, V, path_links(vg, V), dur, end, parts)
     del parts, dur, V  # before the recorded instants are made: 32 MB fewer at once
-    rec = np.empty(2 * len(vg) + 1, np.int64)
-    rec[0:-1:2], rec[1::2], rec[-1] = vg.c.t0, vg.c.t1, vg.start_ns
-    old = tally_arrays(vg, rec, vg.back_link, vg.recorded_dur, vg.end_ns, None)
-    del rec
+    old = tally_arrays(
+        vg, recorded(vg, vg.start_ns), vg.back_link, vg.recorded_dur, vg.end_ns, None
+    )
     old_cats, old_ids, old_ns = old
     ceiling = _ceiling(vg, sc, ends)
     if ends is not None:
@@ -196,25 +222,32 @@ def whatif(vg: VGraph, sc: Scenario, curve: tuple[float, ...] = CURVE_K) -> What
         for c in category_order(set(old_cats) | set(new_cats))
     )
     step_ids = np.union1d(old_ids, new_ids)  # ascending: -1 (the run's level) first
-    named = step_ids[step_ids >= 0]
-    labels = vg.c.step_label.take(pa.array(named, pa.int64())).to_pylist()
-    steps = _contributions(
-        ["run"] * (len(step_ids) - len(named)) + list(map(str, labels)),
-        _spread(step_ids, old_ids, old_ns).tolist(),
-        _spread(step_ids, new_ids, new_ns).tolist(),
-    )
-    return WhatIf(
+    w = WhatIf(
         sc,
         vg.measured_ns,
         end - vg.start_ns,
         ceiling,
         cats,
-        steps,
+        (),
         points,
         vg.c.complete,
         int(vg.c.parts[:, 7].sum()),
         int(vg.c.cached_tokens.sum()),
     )
+    return w, (step_ids, old_ids, old_ns, new_ids, new_ns)
+
+
+def _with_steps(c: Columns, w: WhatIf, steps: tuple[I64, I64, I64, I64, I64]) -> WhatIf:
+    """``w`` with its step rows: each step on either path, its label and ns on each."""
+    step_ids, old_ids, old_ns, new_ids, new_ns = steps
+    named = step_ids[step_ids >= 0]
+    labels = c.step_label.take(pa.array(named, pa.int64())).to_pylist()
+    rows = _contributions(
+        ["run"] * (len(step_ids) - len(named)) + list(map(str, labels)),
+        _spread(step_ids, old_ids, old_ns).tolist(),
+        _spread(step_ids, new_ids, new_ns).tolist(),
+    )
+    return dataclasses.replace(w, steps=rows)
 
 
 def _spread(ids: I64, keys: I64, values: I64) -> I64:

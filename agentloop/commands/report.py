@@ -164,7 +164,9 @@ def _columns(path: Path) -> Any:
     """The columns of a trace big enough to report on them (:func:`store.columns_for_analysis`),
     else None."""
     from agentloop.analysis import store
+    from agentloop.analysis.columnar import map_big_blocks
 
+    map_big_blocks()  # before the arrays: a big trace's freed ones go back to the system
     with analysis_status(path), gc_paused():
         return store.columns_for_analysis(path)
 
@@ -173,13 +175,15 @@ def _on_columns(args: argparse.Namespace, columns: Any) -> int:
     """The report of a big trace from its columns: the same output as the loops'."""
     from agentloop.analysis.vreport import report_of
 
+    tiers = None if args.json else load_tiers()  # the text's headline: re-timed first
     with gc_paused():  # a row per step and per path segment: no cycles
-        r = report_of(columns, args.trace)
+        r = report_of(columns, args.trace, tiers)
         if args.json:
             write_parts(r.document_text(JSON_OPTIONS))
             return 0
-        line = r.faster_tier_line(load_tiers())
-        _print_text(r.text_report, line, list(columns.unsplit), r.usage_text(), r.spent)
+        _print_text(
+            r.text_report, r.tier_line or "", list(columns.unsplit), r.usage_text(), r.spent
+        )
     return 0
 
 
