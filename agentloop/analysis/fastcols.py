@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+from io import FileIO
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from agentloop.analysis import _fastread
 from agentloop.analysis import _fastshape as F
 from agentloop.analysis._fastids import resolve
 from agentloop.analysis._fastmodels import model_columns
@@ -44,71 +46,29 @@ from agentloop.analysis.attribution import tool_category
 from agentloop.analysis.columnar import Columns
 from agentloop.errors import TraceFileError
 from agentloop.trace import attrs as A
-from agentloop.trace.fields import Where
 from agentloop.trace.reader import NO_END, OUTSIDE_KINDS, SpanRecord, Trace, late_header
-from agentloop.trace.schema import EndRecord, RunHeader, parse_header, parse_record
+from agentloop.trace.schema import EndRecord, RunHeader
 
 I64 = np.int64
 _KIND = {k: i for i, k in enumerate(F.KINDS)}
 _STATUS = {k: i for i, k in enumerate(F.STATUSES)}
-_BOUNDARY = b'}\n{"type":"'  # between two records as the writer writes them
 
 
-def fast_columns(path: Path) -> Columns | None:
+def fast_columns(path: Path, window: int = _fastread.WINDOW) -> Columns | None:
     """The columns of the trace at ``path`` if it is a clean trace in the writer's shape, else
-    None (the caller loads it through the checked reader)."""
+    None (the caller loads it through the checked reader). ``window``: the bytes read at a time
+    (:func:`agentloop.analysis._fastread.read_records`)."""
     try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    try:
-        return _build(data, path)
-    except (NotClean, msgspec.MsgspecError, TraceFileError, ValueError):
+        with path.open("rb", buffering=0) as f:
+            return _build(f, path, window)
+    except (NotClean, msgspec.MsgspecError, TraceFileError, ValueError, OSError):
         return None  # orjson's and UnicodeDecodeError are ValueErrors
 
 
-def _decode(data: bytes, path: Path) -> tuple[RunHeader, EndRecord | None, list[Any]]:
-    """The header (checked), the end record (checked) and the span records (typed).
-
-    The reader takes a line as a record (``bytes.splitlines``); msgspec decodes the records one
-    after the other, whatever the lines. They agree when every line boundary is a record's
-    closing brace, a newline and the next record's opening (``}\\n{"type":"``, as the writer
-    writes): a brace, then a newline, then a brace cannot sit inside a JSON value, so no record
-    spans two lines, and as many records as lines put one on each. No ``\\r`` either (the
-    reader splits there too), and UTF-8 throughout (orjson refuses a line that is not).
-    """
-    if not data.isascii():
-        data.decode()
-    head = data.find(b"\n")
-    stop = len(data) - data.endswith(b"\n")
-    lines = data.count(b"\n", 0, stop) + 1
-    if (
-        head < 0
-        or data.endswith(b"\n\n")
-        or data.find(b"\r") >= 0
-        or data.count(_BOUNDARY, 0, stop) != lines - 1
-    ):
-        raise NotClean("not one record a line in the writer's shape")
-    try:
-        run = parse_header(orjson.loads(data[:head]), path)
-    except (TypeError, KeyError) as exc:  # the reader's to report (or to crash on, as it does)
-        raise NotClean("header") from exc
-    recs = F.decoder().decode_lines(memoryview(data)[head + 1 : stop])
-    end = None
-    if recs and type(recs[-1]) is F.RunEnd:
-        last = data[data.rfind(b"\n", 0, stop) + 1 : stop]
-        rec = parse_record(orjson.loads(last), Where(path, lines))
-        if type(rec) is not EndRecord:
-            raise NotClean("end")
-        end = rec
-        recs.pop()
-    return run, end, recs
-
-
-def _build(data: bytes, path: Path) -> Columns:
-    """The columns of a trace's bytes; NotClean (or msgspec's, orjson's, the header's error)
-    when the screen does not recognise it."""
-    run, end, recs = _decode(data, path)
+def _build(f: FileIO, path: Path, window: int) -> Columns:
+    """The columns of the trace open in ``f``; NotClean (or msgspec's, orjson's, the header's
+    error) when the screen does not recognise it."""
+    run, end, recs = _fastread.read_records(f, path, window)
     flags = list(map(F.SpanStart.__instancecheck__, recs))
     starts = list(itertools.compress(recs, flags))
     ends = list(itertools.compress(recs, map(operator.not_, flags)))
@@ -119,7 +79,7 @@ def _build(data: bytes, path: Path) -> Columns:
     r = _records(starts, ends, is_start)
     keep = _kept(r["kind"], r["parent"], r["after_off"])
     if not keep.all():
-        run = _late_header(run, starts, ends, r, keep, data, path)
+        run = _late_header(run, starts, ends, r, keep, f, path)
     s = _graph(r, keep, end)
     trace = Trace(path, run, {}, end)  # the header and end record: what the formulas read
     end_kind, kept = r["kind"][r["eid"]], keep[r["eid"]]
@@ -261,7 +221,7 @@ def _late_header(
     ends: list[F.SpanEnd],
     r: dict[str, Any],
     keep: np.ndarray,
-    data: bytes,
+    f: FileIO,
     path: Path,
 ) -> RunHeader:
     """The header with what the set-up span learnt (:func:`agentloop.trace.reader.
@@ -269,19 +229,20 @@ def _late_header(
     outside: dict[str, SpanRecord] = {}
     for j in np.flatnonzero(~keep & (r["parent"] < 0) & (r["kind"] == _KIND["setup"])).tolist():
         k = np.flatnonzero(r["eid"] == j)
-        attrs = {} if not k.size else _attrs_at(data, int(r["pos_e"][k[0]]) + 1)
+        attrs = {} if not k.size else _attrs_at(f, int(r["pos_e"][k[0]]) + 1)
         sp = starts[j]
         outside[sp.id] = SpanRecord(sp.id, None, "setup", sp.name, sp.t, [], attrs=attrs)
     return late_header(run, outside, path)
 
 
-def _attrs_at(data: bytes, line: int) -> dict[str, Any]:
-    """The ``attrs`` of the record on line ``line`` (0: the header), as written."""
-    at = 0
-    for _ in range(line):  # the set-up ends before the run starts: a few lines in
-        at = data.index(b"\n", at) + 1
-    stop = data.find(b"\n", at)
-    attrs = orjson.loads(data[at : stop if stop >= 0 else len(data)]).get("attrs")
+def _attrs_at(f: FileIO, line: int) -> dict[str, Any]:
+    """The ``attrs`` of the record on line ``line`` (0: the header), as written: read again
+    from the file already read (the same descriptor, so the same file)."""
+    f.seek(0)
+    with open(f.fileno(), "rb", closefd=False) as lines:
+        # the set-up ends before the run starts: a few lines in
+        text = next(itertools.islice(lines, line, None), b"")  # gone: orjson refuses
+    attrs = orjson.loads(text).get("attrs")
     return attrs if type(attrs) is dict else {}
 
 

@@ -1,0 +1,124 @@
+"""A trace's lines into typed records through one reused buffer, for the cold builder
+(:mod:`agentloop.analysis.fastcols`), with the screen's checks of the lines.
+
+The file is read in windows of :data:`WINDOW` bytes into one ``bytearray`` (``readinto``), each
+window cut after its last newline, its lines decoded by msgspec from a ``memoryview`` of the
+buffer (the strings are copied out, so the buffer is filled again for the next window); the
+part line after the cut is moved to the buffer's front. Reading the whole file (``read_bytes``)
+held its 394 MB (a million spans) beside the records and cost ~96,000 page faults on first
+touch. No ``mmap``: a file truncated under a mapping is a SIGBUS, a crash.
+
+The checks are the whole file's, made window by window (a newline never sits inside a UTF-8
+sequence, so a window cut after one splits none): UTF-8
+throughout, no ``\\r``, every newline but a final one the writer's record boundary
+``}\\n{"type":"`` (one inside a window is counted there; a window's last one is checked at the
+seam, against the next window's first bytes: a blank line anywhere fails this), the header on
+the first line, the end record only as the last line's.
+"""
+
+from __future__ import annotations
+
+from io import FileIO
+from typing import Any
+
+import numpy as np
+import orjson
+
+from agentloop.analysis import _fastshape as F
+from agentloop.analysis._fastshape import NotClean
+from agentloop.trace.fields import Where
+from agentloop.trace.schema import EndRecord, RunHeader, parse_header, parse_record
+
+WINDOW = 16 << 20  # bytes read at a time (a line longer than this grows the buffer)
+_HEAD = b'{"type":"'  # how a record starts as the writer writes it
+_BOUNDARY = b"}\n" + _HEAD  # between two records as the writer writes them
+_NL = 0x0A
+
+
+class _Lines:
+    """What the windows read so far add up to: the header, the records, the end record, the
+    lines counted, and what the last window's final newline still needs of the next."""
+
+    def __init__(self, path: Any) -> None:
+        self.path = path
+        self.run: RunHeader | None = None
+        self.end: EndRecord | None = None
+        self.recs: list[Any] = []
+        self.lines = 0  # newlines before the window at hand
+        self.seam: bool | None = None  # whether the last window ended "}\n" (None: no window)
+
+    def take(self, buf: bytearray, cut: int) -> None:
+        """Check and decode ``buf[:cut]``, whole lines (the last window: the file's rest)."""
+        if cut == 0:
+            return  # the file ended with the last window: its final newline was the file's
+        if self.seam is not None and not (self.seam and buf.startswith(_HEAD, 0, cut)):
+            raise NotClean("a line boundary not the writer's")
+        if np.frombuffer(buf, np.uint8, cut).max() >= 0x80:
+            with memoryview(buf) as mv:
+                str(mv[:cut], "utf-8")  # UnicodeDecodeError (a ValueError) if not UTF-8
+        stop = cut - (buf[cut - 1] == _NL)
+        nl = buf.count(b"\n", 0, stop)
+        if buf.find(b"\r", 0, cut) >= 0 or buf.count(_BOUNDARY, 0, stop) != nl:
+            raise NotClean("not one record a line in the writer's shape")
+        self._decode(buf, cut, stop, nl)
+        self.seam = buf.endswith(b"}\n", 0, cut)
+        self.lines += nl + (stop < cut)
+
+    def _decode(self, buf: bytearray, cut: int, stop: int, nl: int) -> None:
+        """The header (on the first window) and the records of ``buf[:stop]`` (``stop``: ``cut``
+        less a final newline; ``nl``: the newlines before it)."""
+        start = 0
+        with memoryview(buf) as mv:
+            if self.run is None:
+                start = buf.find(b"\n", 0, cut) + 1  # the window may end with it
+                if start == 0:
+                    raise NotClean("no line after the header")
+                try:
+                    self.run = parse_header(orjson.loads(mv[: start - 1]), self.path)
+                except (TypeError, KeyError) as exc:  # the reader's to report (or crash on)
+                    raise NotClean("header") from exc
+            got = F.decoder().decode_lines(mv[start:stop])
+            if got and type(got[-1]) is F.RunEnd:  # the end record, if this is the last line
+                text = mv[buf.rfind(b"\n", 0, stop) + 1 : stop]
+                rec = parse_record(orjson.loads(text), Where(self.path, self.lines + nl + 1))
+                if type(rec) is not EndRecord:
+                    raise NotClean("end")
+                self.end = rec
+        self.recs.extend(got)
+
+
+def read_records(
+    f: FileIO, path: Any, window: int = WINDOW
+) -> tuple[RunHeader, EndRecord | None, list[Any]]:
+    """The header (checked), the end record (checked) and the span records (typed) of the
+    trace open in ``f`` (read from where it stands), ``window`` bytes at a time; NotClean (or
+    msgspec's, orjson's, the header's error) when its lines are not the writer's."""
+    buf, filled, eof = bytearray(window), 0, False
+    out = _Lines(path)
+    while not eof:
+        filled, eof = _fill(f, buf, filled)
+        cut = filled if eof else buf.rfind(b"\n", 0, filled) + 1
+        if not cut and not eof:  # a line longer than the buffer
+            buf = buf + bytearray(len(buf))
+            continue
+        out.take(buf, cut)
+        buf[: filled - cut] = buf[cut:filled]  # the part line, to the front
+        filled -= cut
+    if out.run is None:
+        raise NotClean("no header line")
+    end = out.end if out.recs and type(out.recs[-1]) is F.RunEnd else None
+    if end is not None:
+        out.recs.pop()
+    return out.run, end, out.recs
+
+
+def _fill(f: FileIO, buf: bytearray, filled: int) -> tuple[int, bool]:
+    """``buf`` filled from ``f`` after its first ``filled`` bytes: how far, and whether the file
+    ended first."""
+    with memoryview(buf) as mv:
+        while filled < len(buf):
+            got = f.readinto(mv[filled:])
+            if not got:
+                return filled, True
+            filled += got
+    return filled, False
