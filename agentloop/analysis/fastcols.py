@@ -52,6 +52,8 @@ from agentloop.trace.schema import EndRecord, RunHeader
 I64 = np.int64
 _KIND = {k: i for i, k in enumerate(F.KINDS)}
 _STATUS = {k: i for i, k in enumerate(F.STATUSES)}
+_CODE = np.int8  # a span's kind and status: an index into F.KINDS, F.STATUSES
+_t, _kind, _status = (operator.attrgetter(k) for k in ("t", "kind", "status"))
 
 
 def fast_columns(path: Path, window: int = _fastread.WINDOW) -> Columns | None:
@@ -81,13 +83,14 @@ def _build(f: FileIO, path: Path, window: int) -> Columns:
     if not keep.all():
         run = _late_header(run, starts, ends, r, keep, f, path)
     s = _graph(r, keep, end)
+    del r["owner"], r["pos_e"]  # 16 MB of a million spans' peak
     trace = Trace(path, run, {}, end)  # the header and end record: what the formulas read
     end_kind, kept = r["kind"][r["eid"]], keep[r["eid"]]
     is_tool, is_model = end_kind == _KIND["tool"], end_kind == _KIND["model"]
     if not kept.all():  # the reader types the set-up's and check's spans too, then drops them
         _tools(ends, r["eid"], is_tool & ~kept, r["names"], len(keep))
         model_columns(trace, ends, r["eid"], is_model & ~kept, r, np.zeros(len(keep), bool))
-    eid, n = s["new"][r["eid"]], len(s["t0"])
+    eid, n = s["eid"], len(s["t0"])
     names = r["names"].filter(pa.array(keep)) if not keep.all() else r["names"]
     tools = _tools(ends, eid, is_tool & kept, names, n)
     has_kids = np.bincount(s["parent"][s["parent"] >= 0], minlength=n) > 0
@@ -137,8 +140,8 @@ def _records(
         raise NotClean("a span_end names a span that did not start before it")
     if m and (np.bincount(eid, minlength=n) > 1).any():
         raise NotClean("a span ended twice")
-    t0 = np.fromiter([r.t for r in starts], I64, n)
-    t1e = np.fromiter([e.t for e in ends], I64, m)
+    t0 = np.fromiter(map(_t, starts), I64, n)
+    t1e = np.fromiter(map(_t, ends), I64, m)
     if (t1e < t0[eid]).any():
         raise NotClean("a span ends before it starts")
     if ((parent < -1) | (parent >= np.arange(n))).any():
@@ -146,13 +149,13 @@ def _records(
     owner = np.repeat(np.arange(n), np.diff(after_off))
     if ((after_idx < 0) | (after_idx >= owner)).any():
         raise NotClean("an 'after' span unknown or not started before its span")
-    status = np.full(n, F.STATUSES.index("in_flight"), I64)
-    status[eid] = np.fromiter(map(_STATUS.__getitem__, [e.status for e in ends]), I64, m)
+    status = np.full(n, F.STATUSES.index("in_flight"), _CODE)
+    status[eid] = np.fromiter(map(_STATUS.__getitem__, map(_status, ends)), _CODE, m)
     t1 = np.full(n, -1, I64)
     t1[eid] = t1e
     return {
         "ids": ids,
-        "kind": np.fromiter(map(_KIND.__getitem__, [r.kind for r in starts]), I64, n),
+        "kind": np.fromiter(map(_KIND.__getitem__, map(_kind, starts)), _CODE, n),
         "names": pa.array([r.name for r in starts], pa.string()),
         "eid": eid,
         "pos_e": pos_e,
@@ -183,15 +186,27 @@ def _kept(kind: np.ndarray, parent: np.ndarray, after_off: np.ndarray) -> np.nda
 
 def _graph(r: dict[str, Any], keep: np.ndarray, end: EndRecord | None) -> dict[str, Any]:
     """The kept spans' columns, renumbered, with the Graph's view: in-flight spans ending at
-    the run's end; the end record not before the first root span (the reader's check)."""
+    the run's end; the end record not before the first root span (the reader's check).
+    Every span kept (a trace without set-up or check spans): ``r``'s own arrays, not copies
+    (50 MB of a million spans' peak)."""
+    whole = bool(keep.all())
     new = np.cumsum(keep) - 1
+
+    def kept(a: np.ndarray) -> np.ndarray:
+        return a if whole else a[keep]
+
+    def renumbered(idx: np.ndarray) -> np.ndarray:
+        return idx if whole else new[idx]
+
     aft = keep[r["owner"]]
-    if not keep[r["after_idx"][aft]].all():
+    if not whole and not keep[r["after_idx"][aft]].all():
         raise NotClean("an 'after' names a set-up or check span: the Graph notes it")
-    after_off = np.zeros(int(keep.sum()) + 1, I64)
-    np.cumsum(np.diff(r["after_off"])[keep], out=after_off[1:])
-    parent = r["parent"][keep]
-    t0, t1 = r["t0"][keep], r["t1"][keep]
+    after_off = r["after_off"]
+    if not whole:
+        after_off = np.zeros(int(keep.sum()) + 1, I64)
+        np.cumsum(np.diff(r["after_off"])[keep], out=after_off[1:])
+    parent = kept(r["parent"])
+    t0, t1 = kept(r["t0"]), kept(r["t1"])
     in_flight = t1 < 0
     roots = t0[parent < 0]
     if end is not None:
@@ -201,13 +216,13 @@ def _graph(r: dict[str, Any], keep: np.ndarray, end: EndRecord | None) -> dict[s
     else:
         end_ns = int(max(t0.max(initial=0), t1.max(initial=0)))
     return {
-        "new": new,
-        "ids": r["ids"].filter(pa.array(keep)) if not keep.all() else r["ids"],
-        "kind": r["kind"][keep],
-        "status": r["status"][keep],
-        "parent": np.where(parent >= 0, new[parent], -1),
+        "eid": renumbered(r["eid"]),
+        "ids": r["ids"] if whole else r["ids"].filter(pa.array(keep)),
+        "kind": kept(r["kind"]),
+        "status": kept(r["status"]),
+        "parent": parent if whole else np.where(parent >= 0, new[parent], -1),
         "after_off": after_off,
-        "after_idx": new[r["after_idx"][aft]],
+        "after_idx": renumbered(r["after_idx"] if whole else r["after_idx"][aft]),
         "t0": t0,
         "t1": np.where(in_flight, end_ns, t1),
         "in_flight": in_flight,
