@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from agentloop.analysis import _fastread
 from agentloop.analysis import _fastshape as F
-from agentloop.analysis._fastids import resolve
+from agentloop.analysis._fastids import Refs
 from agentloop.analysis._fastmodels import model_columns
 from agentloop.analysis._fastreport import calls, outside
 from agentloop.analysis._fastshape import NotClean
@@ -70,15 +70,12 @@ def fast_columns(path: Path, window: int = _fastread.WINDOW) -> Columns | None:
 def _build(f: FileIO, path: Path, window: int) -> Columns:
     """The columns of the trace open in ``f``; NotClean (or msgspec's, orjson's, the header's
     error) when the screen does not recognise it."""
-    run, end, recs = _fastread.read_records(f, path, window)
-    flags = list(map(F.SpanStart.__instancecheck__, recs))
-    starts = list(itertools.compress(recs, flags))
-    ends = list(itertools.compress(recs, map(operator.not_, flags)))
-    if not starts or not set(map(type, ends)) <= {F.SpanEnd}:
-        raise NotClean("no spans, or an end record before the last line")
-    is_start = np.array(flags, np.bool_)
-    del recs, flags
-    r = _records(starts, ends, is_start)
+    got = _fastread.read_records(f, path, window)
+    run, end, starts, ends = got.run, got.end, got.starts, got.ends
+    if not starts:
+        raise NotClean("no spans")
+    r = _records(starts, ends, got.is_start, got.refs)
+    del got
     keep = _kept(r["kind"], r["parent"], r["after_off"])
     if not keep.all():
         run = _late_header(run, starts, ends, r, keep, f, path)
@@ -120,21 +117,15 @@ def _build(f: FileIO, path: Path, window: int) -> Columns:
 
 
 def _records(
-    starts: list[F.SpanStart], ends: list[F.SpanEnd], is_start: np.ndarray
+    starts: list[F.SpanStart], ends: list[F.SpanEnd], is_start: np.ndarray, refs: Refs
 ) -> dict[str, Any]:
     """Every span's raw columns, and the reader's checks of the records' ids and order: every
     id starts once, every span_end names a span that started before it, once, and not earlier
     than its start; the screen's: parents and ``after`` spans known and started before."""
     n, m = len(starts), len(ends)
-    afters = [r.after for r in starts]
+    ids, (eid, parent, after_idx), counts = refs.resolved()
     after_off = np.zeros(n + 1, I64)
-    np.cumsum(np.fromiter(map(len, afters), I64, n), out=after_off[1:])
-    ids, (eid, parent, after_idx) = resolve(
-        [r.id for r in starts],
-        [e.id for e in ends],
-        [r.parent for r in starts],
-        list(itertools.chain.from_iterable(afters)),
-    )
+    np.cumsum(counts, out=after_off[1:])
     pos_s, pos_e = np.flatnonzero(is_start), np.flatnonzero(~is_start)
     if m and ((eid < 0).any() or (pos_s[eid] > pos_e).any()):
         raise NotClean("a span_end names a span that did not start before it")
@@ -245,8 +236,8 @@ def _late_header(
     for j in np.flatnonzero(~keep & (r["parent"] < 0) & (r["kind"] == _KIND["setup"])).tolist():
         k = np.flatnonzero(r["eid"] == j)
         attrs = {} if not k.size else _attrs_at(f, int(r["pos_e"][k[0]]) + 1)
-        sp = starts[j]
-        outside[sp.id] = SpanRecord(sp.id, None, "setup", sp.name, sp.t, [], attrs=attrs)
+        sp, sid = starts[j], r["ids"][j].as_py()  # the reader took the records' ids out
+        outside[sid] = SpanRecord(sid, None, "setup", sp.name, sp.t, [], attrs=attrs)
     return late_header(run, outside, path)
 
 
