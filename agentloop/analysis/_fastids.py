@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,14 +32,74 @@ def resolve(ids: list[str], *refs: list[str | None]) -> tuple[pa.Array, list[np.
     if own is not None and np.array_equal(own, np.arange(1, n + 1)):
         out = [writer_numbers(r) for r in refs]
         if all(k is not None for k in out):
-            arr = pc.binary_join_element_wise("s", pc.cast(pa.array(own), pa.string()), "")
-            return arr, [np.where(k > n, -2, k - 1) for k in out]  # type: ignore[operator]
+            return _numbered(own, out)  # type: ignore[arg-type]
     idx: dict[str | None, int] = dict(zip(ids, range(n), strict=True))
     if len(idx) != n:
         raise NotClean("a span started twice")
     idx[None] = -1  # a root's parent (an id is a string)
     got = [np.fromiter(map(idx.get, r, itertools.repeat(-2)), I64, len(r)) for r in refs]
     return pa.array(ids, pa.string()), got
+
+
+def _numbered(own: np.ndarray, refs: list[np.ndarray]) -> tuple[pa.Array, list[np.ndarray]]:
+    """:func:`resolve` of the writer's ids, 1 to n in order, from their numbers."""
+    n = len(own)
+    arr = pc.binary_join_element_wise("s", pc.cast(pa.array(own), pa.string()), "")
+    return arr, [np.where(k > n, -2, k - 1) for k in refs]
+
+
+class Refs:
+    """The span records' ids and references (:class:`~agentloop.analysis._fastshape.StartRefs`,
+    ``EndRef``), taken a window at a time (for :mod:`agentloop.analysis._fastread`): as the
+    writer's numbers while every window's are the writer's, the strings then dropped (a million
+    spans' ids, parents and ``after`` lists are 310 MB); else as strings from there on, the
+    earlier windows' numbers written back as the strings they were read from
+    (``writer_numbers`` takes only ``s<k>`` as the writer writes it: the round trip is exact)."""
+
+    def __init__(self) -> None:
+        self.numbers: list[list[np.ndarray]] = []  # a window's ids, end ids, parents, afters
+        self.strings: list[list[str | None]] | None = None  # the same, as strings
+        self.lengths: list[np.ndarray] = []  # each span's number of afters
+
+    def take(self, starts: list[Any], ends: list[Any]) -> None:
+        """Take the ids and references of a window's start and end records."""
+        afters = [r.after for r in starts]
+        self.lengths.append(np.fromiter(map(len, afters), I64, len(afters)))
+        got: list[list[str | None]] = [
+            [r.id for r in starts],
+            [e.id for e in ends],
+            [r.parent for r in starts],
+            list(itertools.chain.from_iterable(afters)),
+        ]
+        if self.strings is None:
+            nums = [writer_numbers(g) for g in got]
+            if all(k is not None for k in nums):
+                self.numbers.append(nums)  # type: ignore[arg-type]
+                return
+            self.strings = self._as_written()
+        for have, new in zip(self.strings, got, strict=True):
+            have.extend(new)
+
+    def _as_written(self) -> list[list[str | None]]:
+        """The numbers taken so far as the strings they were (0: a root's parent, None)."""
+        cols = [[f"s{k}" if k else None for k in self._column(i).tolist()] for i in range(4)]
+        self.numbers = []
+        return cols
+
+    def _column(self, i: int) -> np.ndarray:
+        return np.concatenate([w[i] for w in self.numbers]) if self.numbers else np.zeros(0, I64)
+
+    def resolved(self) -> tuple[pa.Array, list[np.ndarray], np.ndarray]:
+        """:func:`resolve` of everything taken (the span ids; the end records', the parents'
+        and the afters' span indices), and each span's number of afters."""
+        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, I64)
+        if self.strings is None:
+            own = self._column(0)
+            if np.array_equal(own, np.arange(1, len(own) + 1)):
+                return (*_numbered(own, [self._column(i) for i in (1, 2, 3)]), lengths)
+            self.strings = self._as_written()
+        ids, *refs = self.strings
+        return (*resolve(ids, *refs), lengths)  # type: ignore[arg-type]
 
 
 def writer_numbers(refs: list[str] | list[str | None]) -> np.ndarray | None:

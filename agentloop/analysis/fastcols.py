@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+from io import FileIO
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +35,9 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from agentloop.analysis import _fastread
 from agentloop.analysis import _fastshape as F
-from agentloop.analysis._fastids import resolve
+from agentloop.analysis._fastids import Refs
 from agentloop.analysis._fastmodels import model_columns
 from agentloop.analysis._fastreport import calls, outside
 from agentloop.analysis._fastshape import NotClean
@@ -44,90 +46,48 @@ from agentloop.analysis.attribution import tool_category
 from agentloop.analysis.columnar import Columns
 from agentloop.errors import TraceFileError
 from agentloop.trace import attrs as A
-from agentloop.trace.fields import Where
 from agentloop.trace.reader import NO_END, OUTSIDE_KINDS, SpanRecord, Trace, late_header
-from agentloop.trace.schema import EndRecord, RunHeader, parse_header, parse_record
+from agentloop.trace.schema import EndRecord, RunHeader
 
 I64 = np.int64
 _KIND = {k: i for i, k in enumerate(F.KINDS)}
 _STATUS = {k: i for i, k in enumerate(F.STATUSES)}
-_BOUNDARY = b'}\n{"type":"'  # between two records as the writer writes them
+_CODE = np.int8  # a span's kind and status: an index into F.KINDS, F.STATUSES
+_t, _kind, _status = (operator.attrgetter(k) for k in ("t", "kind", "status"))
 
 
-def fast_columns(path: Path) -> Columns | None:
+def fast_columns(path: Path, window: int = _fastread.WINDOW) -> Columns | None:
     """The columns of the trace at ``path`` if it is a clean trace in the writer's shape, else
-    None (the caller loads it through the checked reader)."""
+    None (the caller loads it through the checked reader). ``window``: the bytes read at a time
+    (:func:`agentloop.analysis._fastread.read_records`)."""
     try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    try:
-        return _build(data, path)
-    except (NotClean, msgspec.MsgspecError, TraceFileError, ValueError):
+        with path.open("rb", buffering=0) as f:
+            return _build(f, path, window)
+    except (NotClean, msgspec.MsgspecError, TraceFileError, ValueError, OSError):
         return None  # orjson's and UnicodeDecodeError are ValueErrors
 
 
-def _decode(data: bytes, path: Path) -> tuple[RunHeader, EndRecord | None, list[Any]]:
-    """The header (checked), the end record (checked) and the span records (typed).
-
-    The reader takes a line as a record (``bytes.splitlines``); msgspec decodes the records one
-    after the other, whatever the lines. They agree when every line boundary is a record's
-    closing brace, a newline and the next record's opening (``}\\n{"type":"``, as the writer
-    writes): a brace, then a newline, then a brace cannot sit inside a JSON value, so no record
-    spans two lines, and as many records as lines put one on each. No ``\\r`` either (the
-    reader splits there too), and UTF-8 throughout (orjson refuses a line that is not).
-    """
-    if not data.isascii():
-        data.decode()
-    head = data.find(b"\n")
-    stop = len(data) - data.endswith(b"\n")
-    lines = data.count(b"\n", 0, stop) + 1
-    if (
-        head < 0
-        or data.endswith(b"\n\n")
-        or data.find(b"\r") >= 0
-        or data.count(_BOUNDARY, 0, stop) != lines - 1
-    ):
-        raise NotClean("not one record a line in the writer's shape")
-    try:
-        run = parse_header(orjson.loads(data[:head]), path)
-    except (TypeError, KeyError) as exc:  # the reader's to report (or to crash on, as it does)
-        raise NotClean("header") from exc
-    recs = F.decoder().decode_lines(memoryview(data)[head + 1 : stop])
-    end = None
-    if recs and type(recs[-1]) is F.RunEnd:
-        last = data[data.rfind(b"\n", 0, stop) + 1 : stop]
-        rec = parse_record(orjson.loads(last), Where(path, lines))
-        if type(rec) is not EndRecord:
-            raise NotClean("end")
-        end = rec
-        recs.pop()
-    return run, end, recs
-
-
-def _build(data: bytes, path: Path) -> Columns:
-    """The columns of a trace's bytes; NotClean (or msgspec's, orjson's, the header's error)
-    when the screen does not recognise it."""
-    run, end, recs = _decode(data, path)
-    flags = list(map(F.SpanStart.__instancecheck__, recs))
-    starts = list(itertools.compress(recs, flags))
-    ends = list(itertools.compress(recs, map(operator.not_, flags)))
-    if not starts or not set(map(type, ends)) <= {F.SpanEnd}:
-        raise NotClean("no spans, or an end record before the last line")
-    is_start = np.array(flags, np.bool_)
-    del recs, flags
-    r = _records(starts, ends, is_start)
+def _build(f: FileIO, path: Path, window: int) -> Columns:
+    """The columns of the trace open in ``f``; NotClean (or msgspec's, orjson's, the header's
+    error) when the screen does not recognise it."""
+    got = _fastread.read_records(f, path, window)
+    run, end, starts, ends = got.run, got.end, got.starts, got.ends
+    if not starts:
+        raise NotClean("no spans")
+    r = _records(starts, ends, got.is_start, got.refs)
+    del got
     keep = _kept(r["kind"], r["parent"], r["after_off"])
     if not keep.all():
-        run = _late_header(run, starts, ends, r, keep, data, path)
+        run = _late_header(run, starts, ends, r, keep, f, path)
     s = _graph(r, keep, end)
+    del r["owner"], r["pos_e"]  # 16 MB of a million spans' peak
     trace = Trace(path, run, {}, end)  # the header and end record: what the formulas read
     end_kind, kept = r["kind"][r["eid"]], keep[r["eid"]]
     is_tool, is_model = end_kind == _KIND["tool"], end_kind == _KIND["model"]
     if not kept.all():  # the reader types the set-up's and check's spans too, then drops them
         _tools(ends, r["eid"], is_tool & ~kept, r["names"], len(keep))
         model_columns(trace, ends, r["eid"], is_model & ~kept, r, np.zeros(len(keep), bool))
-    eid, n = s["new"][r["eid"]], len(s["t0"])
+    eid, n = s["eid"], len(s["t0"])
     names = r["names"].filter(pa.array(keep)) if not keep.all() else r["names"]
     tools = _tools(ends, eid, is_tool & kept, names, n)
     has_kids = np.bincount(s["parent"][s["parent"] >= 0], minlength=n) > 0
@@ -157,28 +117,22 @@ def _build(data: bytes, path: Path) -> Columns:
 
 
 def _records(
-    starts: list[F.SpanStart], ends: list[F.SpanEnd], is_start: np.ndarray
+    starts: list[F.SpanStart], ends: list[F.SpanEnd], is_start: np.ndarray, refs: Refs
 ) -> dict[str, Any]:
     """Every span's raw columns, and the reader's checks of the records' ids and order: every
     id starts once, every span_end names a span that started before it, once, and not earlier
     than its start; the screen's: parents and ``after`` spans known and started before."""
     n, m = len(starts), len(ends)
-    afters = [r.after for r in starts]
+    ids, (eid, parent, after_idx), counts = refs.resolved()
     after_off = np.zeros(n + 1, I64)
-    np.cumsum(np.fromiter(map(len, afters), I64, n), out=after_off[1:])
-    ids, (eid, parent, after_idx) = resolve(
-        [r.id for r in starts],
-        [e.id for e in ends],
-        [r.parent for r in starts],
-        list(itertools.chain.from_iterable(afters)),
-    )
+    np.cumsum(counts, out=after_off[1:])
     pos_s, pos_e = np.flatnonzero(is_start), np.flatnonzero(~is_start)
     if m and ((eid < 0).any() or (pos_s[eid] > pos_e).any()):
         raise NotClean("a span_end names a span that did not start before it")
     if m and (np.bincount(eid, minlength=n) > 1).any():
         raise NotClean("a span ended twice")
-    t0 = np.fromiter([r.t for r in starts], I64, n)
-    t1e = np.fromiter([e.t for e in ends], I64, m)
+    t0 = np.fromiter(map(_t, starts), I64, n)
+    t1e = np.fromiter(map(_t, ends), I64, m)
     if (t1e < t0[eid]).any():
         raise NotClean("a span ends before it starts")
     if ((parent < -1) | (parent >= np.arange(n))).any():
@@ -186,13 +140,13 @@ def _records(
     owner = np.repeat(np.arange(n), np.diff(after_off))
     if ((after_idx < 0) | (after_idx >= owner)).any():
         raise NotClean("an 'after' span unknown or not started before its span")
-    status = np.full(n, F.STATUSES.index("in_flight"), I64)
-    status[eid] = np.fromiter(map(_STATUS.__getitem__, [e.status for e in ends]), I64, m)
+    status = np.full(n, F.STATUSES.index("in_flight"), _CODE)
+    status[eid] = np.fromiter(map(_STATUS.__getitem__, map(_status, ends)), _CODE, m)
     t1 = np.full(n, -1, I64)
     t1[eid] = t1e
     return {
         "ids": ids,
-        "kind": np.fromiter(map(_KIND.__getitem__, [r.kind for r in starts]), I64, n),
+        "kind": np.fromiter(map(_KIND.__getitem__, map(_kind, starts)), _CODE, n),
         "names": pa.array([r.name for r in starts], pa.string()),
         "eid": eid,
         "pos_e": pos_e,
@@ -223,15 +177,27 @@ def _kept(kind: np.ndarray, parent: np.ndarray, after_off: np.ndarray) -> np.nda
 
 def _graph(r: dict[str, Any], keep: np.ndarray, end: EndRecord | None) -> dict[str, Any]:
     """The kept spans' columns, renumbered, with the Graph's view: in-flight spans ending at
-    the run's end; the end record not before the first root span (the reader's check)."""
+    the run's end; the end record not before the first root span (the reader's check).
+    Every span kept (a trace without set-up or check spans): ``r``'s own arrays, not copies
+    (50 MB of a million spans' peak)."""
+    whole = bool(keep.all())
     new = np.cumsum(keep) - 1
+
+    def kept(a: np.ndarray) -> np.ndarray:
+        return a if whole else a[keep]
+
+    def renumbered(idx: np.ndarray) -> np.ndarray:
+        return idx if whole else new[idx]
+
     aft = keep[r["owner"]]
-    if not keep[r["after_idx"][aft]].all():
+    if not whole and not keep[r["after_idx"][aft]].all():
         raise NotClean("an 'after' names a set-up or check span: the Graph notes it")
-    after_off = np.zeros(int(keep.sum()) + 1, I64)
-    np.cumsum(np.diff(r["after_off"])[keep], out=after_off[1:])
-    parent = r["parent"][keep]
-    t0, t1 = r["t0"][keep], r["t1"][keep]
+    after_off = r["after_off"]
+    if not whole:
+        after_off = np.zeros(int(keep.sum()) + 1, I64)
+        np.cumsum(np.diff(r["after_off"])[keep], out=after_off[1:])
+    parent = kept(r["parent"])
+    t0, t1 = kept(r["t0"]), kept(r["t1"])
     in_flight = t1 < 0
     roots = t0[parent < 0]
     if end is not None:
@@ -241,13 +207,13 @@ def _graph(r: dict[str, Any], keep: np.ndarray, end: EndRecord | None) -> dict[s
     else:
         end_ns = int(max(t0.max(initial=0), t1.max(initial=0)))
     return {
-        "new": new,
-        "ids": r["ids"].filter(pa.array(keep)) if not keep.all() else r["ids"],
-        "kind": r["kind"][keep],
-        "status": r["status"][keep],
-        "parent": np.where(parent >= 0, new[parent], -1),
+        "eid": renumbered(r["eid"]),
+        "ids": r["ids"] if whole else r["ids"].filter(pa.array(keep)),
+        "kind": kept(r["kind"]),
+        "status": kept(r["status"]),
+        "parent": parent if whole else np.where(parent >= 0, new[parent], -1),
         "after_off": after_off,
-        "after_idx": new[r["after_idx"][aft]],
+        "after_idx": renumbered(r["after_idx"] if whole else r["after_idx"][aft]),
         "t0": t0,
         "t1": np.where(in_flight, end_ns, t1),
         "in_flight": in_flight,
@@ -261,7 +227,7 @@ def _late_header(
     ends: list[F.SpanEnd],
     r: dict[str, Any],
     keep: np.ndarray,
-    data: bytes,
+    f: FileIO,
     path: Path,
 ) -> RunHeader:
     """The header with what the set-up span learnt (:func:`agentloop.trace.reader.
@@ -269,19 +235,20 @@ def _late_header(
     outside: dict[str, SpanRecord] = {}
     for j in np.flatnonzero(~keep & (r["parent"] < 0) & (r["kind"] == _KIND["setup"])).tolist():
         k = np.flatnonzero(r["eid"] == j)
-        attrs = {} if not k.size else _attrs_at(data, int(r["pos_e"][k[0]]) + 1)
-        sp = starts[j]
-        outside[sp.id] = SpanRecord(sp.id, None, "setup", sp.name, sp.t, [], attrs=attrs)
+        attrs = {} if not k.size else _attrs_at(f, int(r["pos_e"][k[0]]) + 1)
+        sp, sid = starts[j], r["ids"][j].as_py()  # the reader took the records' ids out
+        outside[sid] = SpanRecord(sid, None, "setup", sp.name, sp.t, [], attrs=attrs)
     return late_header(run, outside, path)
 
 
-def _attrs_at(data: bytes, line: int) -> dict[str, Any]:
-    """The ``attrs`` of the record on line ``line`` (0: the header), as written."""
-    at = 0
-    for _ in range(line):  # the set-up ends before the run starts: a few lines in
-        at = data.index(b"\n", at) + 1
-    stop = data.find(b"\n", at)
-    attrs = orjson.loads(data[at : stop if stop >= 0 else len(data)]).get("attrs")
+def _attrs_at(f: FileIO, line: int) -> dict[str, Any]:
+    """The ``attrs`` of the record on line ``line`` (0: the header), as written: read again
+    from the file already read (the same descriptor, so the same file)."""
+    f.seek(0)
+    with open(f.fileno(), "rb", closefd=False) as lines:
+        # the set-up ends before the run starts: a few lines in
+        text = next(itertools.islice(lines, line, None), b"")  # gone: orjson refuses
+    attrs = orjson.loads(text).get("attrs")
     return attrs if type(attrs) is dict else {}
 
 

@@ -25,6 +25,7 @@ import mmap
 import os
 import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ _META = b"agentloop.columns"
 _MAGIC = b"ALC5"  # the trailer: <CRC-32 of the Arrow file, 4 bytes little-endian><_MAGIC>
 _TRAILER = struct.Struct("<I4s")
 _CHUNK = 1 << 20  # bytes read at a time for the CRC
+Writer = Callable[[Path, Columns, dict[str, Any]], object]  # writes a trace's cache from a key
 
 
 def cache_path(trace: Path) -> Path:
@@ -209,12 +211,15 @@ def read_cache(trace: Path) -> Columns | None:
 
 
 def write_cache(trace: Path, c: Columns, key: dict[str, Any]) -> Path | None:
-    """Write the cache of ``trace`` made from the source ``key`` names (taken before reading
-    it, so a trace that grew meanwhile is stale next time), atomically: a reader sees the old
-    file or the new one. None when its folder cannot be written."""
+    """Write the cache of ``trace`` atomically, from the source ``key`` names (taken before the
+    read: a trace grown meanwhile is stale next time); None when its folder cannot be written."""
+    return write_table(trace, to_table(c, key))
+
+
+def write_table(trace: Path, table: pa.Table) -> Path | None:
+    """:func:`write_cache` of the columns' table (:func:`to_table`)."""
     path = cache_path(trace)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    table = to_table(c, key)
     try:
         path.parent.mkdir(exist_ok=True)
         # straight into the file (in C++, from the arrays' own buffers), its CRC then read back
@@ -235,10 +240,10 @@ def write_cache(trace: Path, c: Columns, key: dict[str, Any]) -> Path | None:
     return path
 
 
-def load_columns(trace: Path) -> Columns:
+def load_columns(trace: Path, write: Writer = write_cache) -> Columns:
     """The columns of ``trace``: from a valid cache, else built (by the fast cold builder of
     :mod:`agentloop.analysis.fastcols` for a clean trace, else through the checked reader: a
-    bad trace raises its TraceFileError), writing the cache for next time."""
+    bad trace raises its TraceFileError), the cache then written by ``write`` for next time."""
     c = read_cache(trace)
     if c is not None:
         return c
@@ -256,18 +261,18 @@ def load_columns(trace: Path) -> Columns:
         if c is None:
             c = columns_of(build_graph(load_quickly(trace)))  # a missing file: its message
     if key is not None:
-        write_cache(trace, c, key)
+        write(trace, c, key)
     return c
 
 
-def columns_for_analysis(trace: Path) -> Columns | None:
+def columns_for_analysis(trace: Path, write: Writer = write_cache) -> Columns | None:
     """The columns of a trace big enough for the vectorised analysis to pay (a valid cache, or
-    one made now), else None: the caller analyses it with the loops."""
+    one made now and written by ``write``), else None: the caller analyses it with the loops."""
     try:
         big = trace.stat().st_size >= COLUMNAR_BYTES or cache_path(trace).is_file()
     except OSError:
         return None  # the checked reader says what is wrong with the path
     if not big:
         return None
-    c = load_columns(trace)
+    c = load_columns(trace, write)
     return c if c.tools_by_name else None

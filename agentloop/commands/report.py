@@ -131,9 +131,9 @@ def _load_showing(path: Path) -> Trace:
 
 async def main(args: argparse.Namespace) -> int:
     if args.html is None and not args.transcript:  # those read text, not numbers: the loops
-        columns = await asyncio.to_thread(_columns, args.trace)
-        if columns is not None:  # a big trace: on its columns, cached beside it (issue 27)
-            return _on_columns(args, columns)
+        done = await asyncio.to_thread(_report_on_columns, args)
+        if done is not None:  # a big trace: on its columns, cached beside it (issue 27)
+            return done
     trace = await asyncio.to_thread(_load_showing, args.trace)
     graph = build_graph(trace)
     report = build_report(graph)
@@ -160,15 +160,18 @@ async def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _columns(path: Path) -> Any:
-    """The columns of a trace big enough to report on them (:func:`store.columns_for_analysis`),
-    else None."""
+def _report_on_columns(args: argparse.Namespace) -> int | None:
+    """The report of a trace big enough to report on its columns
+    (:func:`store.columns_for_analysis`, a cold trace's cache written meanwhile), else None."""
     from agentloop.analysis import store
+    from agentloop.analysis.cachewrite import written_meanwhile
     from agentloop.analysis.columnar import map_big_blocks
 
     map_big_blocks()  # before the arrays: a big trace's freed ones go back to the system
-    with analysis_status(path), gc_paused():
-        return store.columns_for_analysis(path)
+    with written_meanwhile() as write:
+        with analysis_status(args.trace), gc_paused():
+            columns = store.columns_for_analysis(args.trace, write)
+        return None if columns is None else _on_columns(args, columns)
 
 
 def _on_columns(args: argparse.Namespace, columns: Any) -> int:

@@ -96,19 +96,21 @@ def _whatif_file(path: Path, scenario: Scenario) -> tuple[WhatIf, dict[str, Any]
     with the client's lateness and the imported calls that could not be split
     (:func:`unsplit_fields`), the same from either."""
     from agentloop.analysis import store
+    from agentloop.analysis.cachewrite import written_meanwhile
     from agentloop.analysis.columnar import map_big_blocks
 
     map_big_blocks()  # before the arrays: a big trace's freed ones go back to the system
-    with analysis_status(path), gc_paused():
-        columns = store.columns_for_analysis(path)
-    if columns is not None:
-        from agentloop.analysis import vwhatif
+    with written_meanwhile() as write:  # a cold trace's cache written during the analysis
+        with analysis_status(path), gc_paused():
+            columns = store.columns_for_analysis(path, write)
+        if columns is not None:
+            from agentloop.analysis import vwhatif
 
-        with gc_paused():  # a row per step: 200,000 objects in a long run, no cycles
-            w = vwhatif.whatif_columns(columns, scenario)
-        return dataclasses.replace(w, lateness=columns.lateness), unsplit_fields(
-            list(columns.unsplit)
-        )
+            with gc_paused():  # a row per step: 200,000 objects in a long run, no cycles
+                w = vwhatif.whatif_columns(columns, scenario)
+            return dataclasses.replace(w, lateness=columns.lateness), unsplit_fields(
+                list(columns.unsplit)
+            )
     from agentloop.analysis.graph import build_graph
     from agentloop.analysis.report import unsplit_json
     from agentloop.analysis.whatif import whatif, with_lateness

@@ -1,0 +1,182 @@
+"""A trace's lines into typed records through one reused buffer, for the cold builder
+(:mod:`agentloop.analysis.fastcols`), with the screen's checks of the lines.
+
+The file is read in windows of :data:`WINDOW` bytes into one ``bytearray`` (``readinto``), each
+window cut after its last newline, its lines decoded by msgspec from a ``memoryview`` of the
+buffer (the strings are copied out, so the buffer is filled again for the next window); the
+part line after the cut is moved to the buffer's front. Reading the whole file (``read_bytes``)
+held its 394 MB (a million spans) beside the records and cost ~96,000 page faults on first
+touch. No ``mmap``: a file truncated under a mapping is a SIGBUS, a crash. Each window is
+decoded twice, by the record Structs and by the ids' (:class:`~agentloop.analysis._fastshape.
+StartRefs`, ``EndRef``), whose ids :class:`~agentloop.analysis._fastids.Refs` takes as numbers
+before they are dropped: the Structs kept for the columns hold no id strings.
+
+The checks are the whole file's, made window by window (a newline never sits inside a UTF-8
+sequence, so a window cut after one splits none): UTF-8
+throughout, no ``\\r``, every newline but a final one the writer's record boundary
+``}\\n{"type":"`` (one inside a window is counted there; a window's last one is checked at the
+seam, against the next window's first bytes: a blank line anywhere fails this), the header on
+the first line, the end record only as the last line's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import operator
+from io import FileIO
+from typing import Any
+
+import numpy as np
+import orjson
+
+from agentloop.analysis import _fastshape as F
+from agentloop.analysis._fastids import Refs
+from agentloop.analysis._fastshape import NotClean
+from agentloop.trace.fields import Where
+from agentloop.trace.schema import EndRecord, RunHeader, parse_header, parse_record
+
+WINDOW = 16 << 20  # bytes read at a time (a line longer than this grows the buffer)
+_HEAD = b'{"type":"'  # how a record starts as the writer writes it
+_BOUNDARY = b"}\n" + _HEAD  # between two records as the writer writes them
+_NL = 0x0A
+_PIECE = 64 << 10  # bytes decoded by one decoder before the other takes them
+
+
+@dataclasses.dataclass
+class Records:
+    """A trace's records as :func:`read_records` hands them over."""
+
+    run: RunHeader
+    end: EndRecord | None
+    starts: list[F.SpanStart]  # their ids and references in ``refs``
+    ends: list[F.SpanEnd]
+    is_start: np.ndarray  # each span record, in file order: a start or an end
+    refs: Refs
+
+
+class _Lines:
+    """What the windows read so far add up to: the header, the span records (and their ids,
+    taken out), the end record, the lines counted, and what the last window's final newline
+    still needs of the next."""
+
+    def __init__(self, path: Any) -> None:
+        self.path = path
+        self.run: RunHeader | None = None
+        self.end: EndRecord | None = None
+        self.starts: list[F.SpanStart] = []
+        self.ends: list[F.SpanEnd] = []
+        self.flags: list[np.ndarray] = []
+        self.refs = Refs()
+        self.lines = 0  # newlines before the window at hand
+        self.seam: bool | None = None  # whether the last window ended "}\n" (None: no window)
+
+    def take(self, buf: bytearray, cut: int) -> None:
+        """Check and decode ``buf[:cut]``, whole lines (the last window: the file's rest)."""
+        if cut == 0:
+            return  # the file ended with the last window: its final newline was the file's
+        if self.seam is not None and not (self.seam and buf.startswith(_HEAD, 0, cut)):
+            raise NotClean("a line boundary not the writer's")
+        if np.frombuffer(buf, np.uint8, cut).max() >= 0x80:
+            with memoryview(buf) as mv:
+                str(mv[:cut], "utf-8")  # UnicodeDecodeError (a ValueError) if not UTF-8
+        stop = cut - (buf[cut - 1] == _NL)
+        nl = buf.count(b"\n", 0, stop)
+        if buf.find(b"\r", 0, cut) >= 0 or buf.count(_BOUNDARY, 0, stop) != nl:
+            raise NotClean("not one record a line in the writer's shape")
+        self._split(*self._decode(buf, cut, stop, nl))
+        self.seam = buf.endswith(b"}\n", 0, cut)
+        self.lines += nl + (stop < cut)
+
+    def _decode(self, buf: bytearray, cut: int, stop: int, nl: int) -> tuple[list[Any], list[Any]]:
+        """The header (on the first window) and the span records of ``buf[:stop]`` (``stop``:
+        ``cut`` less a final newline; ``nl``: the newlines before it), the end record kept
+        when it is their last."""
+        start = 0
+        with memoryview(buf) as mv:
+            if self.run is None:
+                start = buf.find(b"\n", 0, cut) + 1  # the window may end with it
+                if start == 0:
+                    raise NotClean("no line after the header")
+                try:
+                    self.run = parse_header(orjson.loads(mv[: start - 1]), self.path)
+                except (TypeError, KeyError) as exc:  # the reader's to report (or crash on)
+                    raise NotClean("header") from exc
+            got, refs = _both(buf, mv, start, stop)
+            if got and self.end is not None:
+                raise NotClean("a record after the end record")
+            if got and type(got[-1]) is F.RunEnd:  # the end record, if this is the last line
+                text = mv[buf.rfind(b"\n", 0, stop) + 1 : stop]
+                rec = parse_record(orjson.loads(text), Where(self.path, self.lines + nl + 1))
+                if type(rec) is not EndRecord:
+                    raise NotClean("end")
+                self.end = rec
+                got.pop()
+                refs.pop()
+        return got, refs
+
+    def _split(self, got: list[Any], refs: list[Any]) -> None:
+        """A window's span records into the starts and the ends, their ids taken apart (both
+        decoders type a record by its ``type``: the two lists are in step)."""
+        flags = list(map(F.SpanStart.__instancecheck__, got))
+        starts = list(itertools.compress(got, flags))
+        ends = list(itertools.compress(got, map(operator.not_, flags)))
+        if not set(map(type, ends)) <= {F.SpanEnd}:
+            raise NotClean("an end record before the last line")
+        self.refs.take(
+            list(itertools.compress(refs, flags)),
+            list(itertools.compress(refs, map(operator.not_, flags))),
+        )
+        self.flags.append(np.array(flags, np.bool_))
+        self.starts += starts
+        self.ends += ends
+
+
+def read_records(f: FileIO, path: Any, window: int = WINDOW) -> Records:
+    """The header (checked), the end record (checked) and the span records (typed) of the
+    trace open in ``f`` (read from where it stands), ``window`` bytes at a time; NotClean (or
+    msgspec's, orjson's, the header's error) when its lines are not the writer's."""
+    buf, filled, eof = bytearray(window), 0, False
+    out = _Lines(path)
+    while not eof:
+        filled, eof = _fill(f, buf, filled)
+        cut = filled if eof else buf.rfind(b"\n", 0, filled) + 1
+        if not cut and not eof:  # a line longer than the buffer
+            buf = buf + bytearray(len(buf))
+            continue
+        out.take(buf, cut)
+        buf[: filled - cut] = buf[cut:filled]  # the part line, to the front
+        filled -= cut
+    if out.run is None:
+        raise NotClean("no header line")
+    flags = np.concatenate(out.flags) if out.flags else np.zeros(0, np.bool_)
+    return Records(out.run, out.end, out.starts, out.ends, flags, out.refs)
+
+
+def _both(buf: bytearray, mv: memoryview, start: int, stop: int) -> tuple[list[Any], list[Any]]:
+    """The records of ``buf[start:stop]`` and their ids, decoded a piece at a time by the two
+    decoders in turn, so that the ids' objects share memory pages with the records': once the
+    ids are dropped, the next window's fill their places (decoded apart, their pages were
+    emptied, given back and faulted in again, window after window)."""
+    got: list[Any] = []
+    refs: list[Any] = []
+    full, ids = F.decoder(), F.ref_decoder()
+    while start < stop:
+        end = buf.find(b"\n", min(start + _PIECE, stop), stop)
+        end = stop if end < 0 else end
+        got += full.decode_lines(mv[start:end])
+        refs += ids.decode_lines(mv[start:end])
+        start = end + 1
+    return got, refs
+
+
+def _fill(f: FileIO, buf: bytearray, filled: int) -> tuple[int, bool]:
+    """``buf`` filled from ``f`` after its first ``filled`` bytes: how far, and whether the file
+    ended first."""
+    with memoryview(buf) as mv:
+        while filled < len(buf):
+            got = f.readinto(mv[filled:])
+            if not got:
+                return filled, True
+            filled += got
+    return filled, False
