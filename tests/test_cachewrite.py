@@ -100,3 +100,12 @@ def test_a_writer_that_raises_is_logged_not_raised(
     """A failure past the folder's (a bug in the writer) is a warning on stderr."""
     _quietly(tmp_path / "run.jsonl", None)
     assert "cache_write_failed" in capsys.readouterr().err
+
+
+def test_a_write_stopped_by_any_error_leaves_no_temporary_file(tmp_path: Path):
+    """Not only an OSError: whatever stops the write (here a table that is not one, after the
+    temporary file was made), the temporary file goes and the error is the caller's."""
+    p = fanout_run([2, 1]).write(tmp_path / "run.jsonl")
+    with pytest.raises(AttributeError):
+        store.write_table(p, None)
+    assert [] == list(store.cache_path(p).parent.iterdir())

@@ -233,10 +233,12 @@ def write_table(trace: Path, table: pa.Table) -> Path | None:
             f.seek(size)
             f.write(_TRAILER.pack(crc, _MAGIC))
         os.replace(tmp, path)
-    except OSError:
+    except BaseException as exc:  # no half-written file left behind, whatever stopped it
         with contextlib.suppress(OSError):
             tmp.unlink()
-        return None
+        if isinstance(exc, OSError):
+            return None
+        raise
     return path
 
 
