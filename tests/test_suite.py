@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -19,7 +20,7 @@ from agentloop.suite.records import RunRecord, load_suite, summarize_tasks
 from agentloop.suite.run import run_suite
 from agentloop.suite.stats import quantile
 from agentloop.trace.reader import load_trace
-from tests.conftest import instant_tier, instant_tiers_file
+from tests.conftest import held_drift_s, instant_tier, instant_tiers_file
 
 # a priced simulated tier, declared in the task files themselves (USD per million tokens)
 PRICED = """tiers:
@@ -283,12 +284,35 @@ def test_suite_compare_puts_measured_beside_predicted_with_intervals(
         # runs this short (about 1 s on ultrafast) keep some start-up contention of runs
         # starting together in B's first calls: -6% to -0.2% measured in six pairs (before the
         # suite's simulator had a process of its own and runs kept their connection, up to
-        # 40%); the shipped suites' runs are within 0.2%
-        assert abs(t["error_pct"]) < 15
+        # 40%); the shipped suites' runs are within 0.2%. What a busy machine put between the
+        # two sides is allowed on top, as the runs' traces measured it (-17% once in CI
+        # beside a benchmark, the suite's four workers with it)
+        machine = _machine_pct(a, b, t["task"] if t is not data["suite"] else None)
+        assert abs(t["error_pct"]) < 15 + machine, (t, f"the machine's share {machine:.1f}%")
         assert 0 < t["output_share_a"] < 1
     assert 2 < data["suite"]["measured_speedup"]["value"] < 12.5
     assert 0 == main(["compare", str(a), str(b)])
     assert "tool noise" in capsys.readouterr().out
+
+
+def _machine_pct(a: Path, b: Path, task: str | None) -> float:
+    """What the machine, not the model, may have put between a task's prediction (A's runs
+    re-timed) and B's measured runs, as a share of B's mean time: both sides' recorded
+    lateness bounds and the held categories' drift between the runs paired in order
+    (:func:`tests.conftest.held_drift_s`), means per run (``task`` None: every run)."""
+    from agentloop.analysis.graph import build_graph
+    from agentloop.analysis.lateness import of_trace
+    from agentloop.suite.records import load_suite, trace_paths
+
+    def runs(folder: Path) -> tuple[list[RunRecord], list[Any]]:
+        got = [r for r in load_suite(folder).runs if task is None or r.task == task]
+        return got, [load_trace(p) for p in trace_paths(folder, got) if p is not None]
+
+    (_, ta), (rb, tb) = runs(a), runs(b)
+    late = [of_trace(t).sum_bound_s for t in ta + tb]
+    held = [held_drift_s(build_graph(x), build_graph(y)) for x, y in zip(ta, tb, strict=False)]
+    b_s = sum(r.elapsed_s for r in rb) / len(rb)
+    return 100 * (sum(late) / len(tb) + sum(held) / len(held)) / b_s
 
 
 def test_suite_whatif_predicts_wall_time_and_cost_at_a_concurrency(
