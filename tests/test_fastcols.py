@@ -24,6 +24,14 @@ from agentloop.errors import TraceFileError
 from agentloop.trace.fields import MAX_INSTANT_NS
 from agentloop.trace.reader import load_trace
 
+# the fuzz tests' settings: the same examples every run (derandomised), a tmp_path per test
+FUZZ = settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+
 S = 1_000_000_000
 MS = 1_000_000
 ROOT = Path(__file__).resolve().parents[1]
@@ -447,12 +455,7 @@ def mutate(data: st.DataObject, lines: list[bytes]) -> bytes:
     return raw[:at] + insert + raw[at:]
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@FUZZ
 @given(data=st.data())
 def test_a_mutated_trace_is_handed_over_or_agrees_with_the_checked_path(tmp_path: Path, data):
     """Whatever a mutation does (types, ranges, ids, order, a cut, a stray byte), the screen

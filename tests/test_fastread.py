@@ -7,12 +7,12 @@ from pathlib import Path
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from agentloop.analysis.fastcols import fast_columns
 from agentloop.analysis.synthetic import agent_lines
-from tests.test_fastcols import base_lines, checked, differences, mutate, with_setup, write
+from tests.test_fastcols import FUZZ, base_lines, checked, differences, mutate, with_setup, write
 
 
 def line_ends(raw: bytes) -> list[int]:
@@ -98,12 +98,7 @@ def test_an_end_record_closing_an_earlier_window_is_not_the_end(tmp_path: Path):
     assert fast_columns(p, window=line_ends(p.read_bytes())[6]) is None
 
 
-@settings(
-    max_examples=300,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@FUZZ
 @given(data=st.data())
 def test_a_mutated_trace_in_small_windows_is_read_as_in_one(tmp_path: Path, data):
     """Whatever a mutation does, small windows take the same decision as one window holding
