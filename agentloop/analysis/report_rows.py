@@ -186,14 +186,32 @@ class Picked:
         return pc.if_else(pa.array(where, pa.bool_()), self.text, got)
 
 
+class PathColumns(NamedTuple):
+    """The report's ``path`` as columns (:func:`path_json`; made by
+    :func:`agentloop.analysis.vreport.path_columns`):
+    texts picked from the trace's columns as they are asked for (a million Python strings
+    cost 150 MB) and the ns."""
+
+    step: Picked
+    kind: Picked
+    name: Picked
+    ns: Any  # int64, a value per segment
+
+    def rows(self) -> tuple[tuple[str, str, str, int], ...]:
+        """The report's ``path``: a tuple per segment."""
+        cols = (self.step, self.kind, self.name)
+        texts = [c.whole().to_numpy(zero_copy_only=False).tolist() for c in cols]
+        return tuple(zip(*texts, self.ns.tolist(), strict=True))
+
+
 class PathRowsView(Sequence[tuple[str, str, str, int]]):
-    """The critical path's segments of :class:`agentloop.analysis.vreport.PathColumns`, each
+    """The critical path's segments of :class:`PathColumns`, each
     made when asked for (a long run's million segments, of which the text lists 60)."""
 
     __slots__ = ("cols",)
 
-    def __init__(self, cols: Any) -> None:
-        self.cols = cols  # step, kind, name: Picked; ns: int64
+    def __init__(self, cols: PathColumns) -> None:
+        self.cols = cols
 
     def __len__(self) -> int:
         return len(self.cols.ns)

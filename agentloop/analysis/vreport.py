@@ -12,7 +12,7 @@ byte for byte.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -26,7 +26,9 @@ from agentloop.analysis.breakdown import category_order
 from agentloop.analysis.columnar import I64, B, Columns, release_heap
 from agentloop.analysis.cost import CostBreakdown
 from agentloop.analysis.report import Report, report_json, unsplit_fields
+from agentloop.analysis.report_json import path_text, steps_text
 from agentloop.analysis.report_rows import (
+    PathColumns,
     PathRowsView,
     Picked,
     StepColumns,
@@ -67,23 +69,6 @@ def segments(vg: VGraph) -> tuple[I64, I64, B]:
     idx = np.concatenate([[-1], vs >> 1])
     leaf_end = ((vs & 1) == 1) & vg.is_leaf[vs >> 1]
     return idx, vals[:-1] - vals[1:], np.concatenate([[True], ~leaf_end])
-
-
-class PathColumns(NamedTuple):
-    """The report's ``path`` as columns (:func:`agentloop.analysis.report_rows.path_json`):
-    texts picked from the trace's columns as they are asked for (a million Python strings
-    cost 150 MB) and the ns."""
-
-    step: Picked
-    kind: Picked
-    name: Picked
-    ns: I64
-
-    def rows(self) -> tuple[tuple[str, str, str, int], ...]:
-        """The report's ``path``: a tuple per segment."""
-        cols = (self.step, self.kind, self.name)
-        texts = [c.whole().to_numpy(zero_copy_only=False).tolist() for c in cols]
-        return tuple(zip(*texts, self.ns.tolist(), strict=True))
 
 
 def _take(col: pa.Array, idx: I64) -> list[Any]:
@@ -274,7 +259,7 @@ class ColumnReport(NamedTuple):
     def document_text(self, option: int) -> Iterator[Any]:
         """``orjson.dumps(self.document(), option=option)`` (``option``: with
         ``OPT_INDENT_2``) as pieces to write one after another (:func:`jsontext.dump`), the
-        steps and path made a column at a time (:func:`steps_text`)."""
+        steps and path made a column at a time (:mod:`agentloop.analysis.report_json`)."""
         return jsontext.dump(self.document(text=True), option)
 
     def document(self, text: bool = False) -> dict[str, Any]:
@@ -307,68 +292,6 @@ def _tier_line(vg: VGraph, header: RunHeader, tiers: dict[str, Any] | None) -> s
     from agentloop.analysis import vwhatif
 
     return tier_line(Recorded(header), tiers, lambda sc: vwhatif.headline(vg, sc))
-
-
-def _secs(ns: Any) -> jsontext.Column:
-    return jsontext.numbers(np.asarray(ns, np.int64) / 1e9)  # as report._seconds divides
-
-
-def _ints(v: Any) -> jsontext.Column:
-    return jsontext.numbers(np.asarray(v, np.int64))
-
-
-def steps_text(sc: StepColumns) -> jsontext.Raw:
-    """:func:`agentloop.analysis.report.steps_json` as the indented JSON text orjson writes
-    of it in the report (the list at two spaces), made a column at a time, a chunk of steps
-    at a time (:class:`jsontext.Chunked`)."""
-    off = np.asarray(sc.tool_off, np.int64)
-
-    def tools(at: int, n: int) -> jsontext.Column:  # steps at .. at + n: their tool rows
-        lo, hi = int(off[at]), int(off[at + n])
-        rows = [
-            ("name", jsontext.strings(sc.tool_names[lo:hi])),
-            ("seconds", _secs(sc.tool_ns[lo:hi])),
-        ]
-        return jsontext.listings(rows, off[at : at + n + 1] - lo, 6)
-
-    def model(at: int, n: int) -> jsontext.Column:
-        parts = ("base", "reasoning", "decode", "other")
-        return jsontext.records([(k, _secs(getattr(sc, k)[at : at + n])) for k in parts], 6)
-
-    fields = [
-        ("step", _chunks(jsontext.strings, sc.step)),
-        ("start_s", _chunks(_secs, sc.start_ns)),
-        ("duration_s", _chunks(_secs, sc.duration_ns)),
-        ("model_s", jsontext.Chunked(model)),
-        ("tools", jsontext.Chunked(tools)),
-        ("input_tokens", _chunks(_ints, sc.input_tokens)),
-        ("output_tokens", _chunks(_ints, sc.output_tokens)),
-        ("reasoning_tokens", _chunks(_ints, sc.reasoning_tokens)),
-        ("cached_tokens", _chunks(_ints, sc.cached_tokens)),
-        ("cumulative_s", _chunks(_secs, sc.cumulative_ns)),
-        ("in_flight", _chunks(lambda v: jsontext.bools(np.asarray(v, np.bool_)), sc.in_flight)),
-    ]
-    return jsontext.listing(fields, len(sc.step), 2)
-
-
-def path_text(p: PathColumns) -> jsontext.Raw:
-    """:func:`agentloop.analysis.report.path_json` as :func:`steps_text` writes the steps."""
-    fields = [
-        (k, _chunks(jsontext.strings, col))
-        for k, col in (("step", p.step), ("kind", p.kind), ("name", p.name))
-    ]
-    return jsontext.listing([*fields, ("seconds", _chunks(_secs, p.ns))], len(p.step), 2)
-
-
-def _chunks(
-    text: Callable[[Any], jsontext.Column | jsontext.Quoted], values: Any
-) -> jsontext.Chunked:
-    """The JSON of ``values`` (a list, an array or :class:`Picked`) made by ``text`` a chunk
-    of rows at a time, as they are written: whole, a million path segments' seconds alone were
-    60 MB of text and offsets at once."""
-    if isinstance(values, Picked):
-        return jsontext.Chunked(lambda a, n: text(values.slice(a, n)))
-    return jsontext.Chunked(lambda a, n: text(values[a : a + n]))
 
 
 def report_of(c: Columns, path: object = None, tiers: dict[str, Any] | None = None) -> ColumnReport:
