@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -23,6 +24,7 @@ from agentloop.analysis._table import secs
 from agentloop.analysis.agents import render_usage_rows, usage_of_columns
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, MODEL_PARTS, TOOL_QUEUE
 from agentloop.analysis.breakdown import category_order
+from agentloop.analysis.cands import Ix
 from agentloop.analysis.columnar import I64, B, Columns, release_heap
 from agentloop.analysis.cost import CostBreakdown
 from agentloop.analysis.report import Report, report_json, unsplit_fields
@@ -81,7 +83,7 @@ def _take(col: pa.Array, idx: I64) -> list[Any]:
     return got.tolist()  # type: ignore[no-any-return]
 
 
-def path_columns(vg: VGraph, idx: I64, ns: I64, gap: B) -> PathColumns:
+def path_columns(vg: VGraph | RowGraph, idx: I64, ns: I64, gap: B) -> PathColumns:
     """The report's ``path`` as columns: the segments in time order, adjacent framework gaps
     merged into the first, each a step label, a kind ("gap" for a gap), a span name
     (framework for a gap) and ns."""
@@ -103,7 +105,31 @@ def path_columns(vg: VGraph, idx: I64, ns: I64, gap: B) -> PathColumns:
     )
 
 
-def _leaf_codes(vg: VGraph) -> tuple[I64, list[str]]:
+@dataclass(frozen=True, slots=True)
+class RowGraph:
+    """What the step rows and the per-tier table read of a :class:`VGraph` once its passes are
+    done: the candidate lists, gaps and links it holds besides (a million spans' 47 MB) are
+    freed before the rows are made (:func:`report_of`)."""
+
+    c: Columns
+    step_of: Ix  # per span: the step span owning it, -1 at run level
+    models: Ix  # indices of the re-timed model spans, ascending
+    recorded_dur: I64
+    tool_code: Ix  # per span: index of its tool category in tool_names, -1 for none
+    tool_names: list[str]
+    start_ns: int
+
+    def __len__(self) -> int:
+        return len(self.c)
+
+    @classmethod
+    def of(cls, vg: VGraph) -> RowGraph:
+        return cls(
+            vg.c, vg.step_of, vg.models, vg.recorded_dur, vg.tool_code, vg.tool_names, vg.start_ns
+        )
+
+
+def _leaf_codes(vg: VGraph | RowGraph) -> tuple[I64, list[str]]:
     """Per span: its leaf category as a code into the names (``report._leaf_category``):
     in flight, else a tool's category, else framework."""
     names = [*vg.tool_names, IN_FLIGHT, FRAMEWORK]
@@ -131,7 +157,7 @@ def busy(vg: VGraph, critical: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def step_columns(vg: VGraph) -> StepColumns:
+def step_columns(vg: VGraph | RowGraph) -> StepColumns:
     """A row per step span (``report._step_row``), its direct children's time and tokens
     summed, as columns."""
     c, n = vg.c, len(vg)
@@ -227,7 +253,7 @@ class Recorded(NamedTuple):
 class ColumnReport(NamedTuple):
     """Everything ``report`` prints of a big trace, worked out on its columns."""
 
-    vg: VGraph
+    vg: RowGraph
     header: RunHeader
     head: Report  # steps and path empty: they are the columns below
     steps: StepColumns
@@ -306,15 +332,18 @@ def report_of(c: Columns, path: object = None, tiers: dict[str, Any] | None = No
     on[idx[~gap]] = True
     c.drop_pages()  # between the parts: each reads columns of the file the next does not
     report = build_report(vg, header)
+    rg = RowGraph.of(vg)
+    del vg  # the passes are done: their lists and links go before the rows are made
+    release_heap()
     c.drop_pages()
-    steps = step_columns(vg)
+    steps = step_columns(rg)
     c.drop_pages()
     out = ColumnReport(
-        vg,
+        rg,
         header,
         report,
         steps,
-        path_columns(vg, idx, ns, gap),
+        path_columns(rg, idx, ns, gap),
         cost.of_columns(c, header),
         on,
         line,
