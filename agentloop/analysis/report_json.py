@@ -7,7 +7,7 @@ and a million path segments, 220 MB of text.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -76,3 +76,15 @@ def _chunks(
     if isinstance(values, Picked):
         return jsontext.Chunked(lambda a, n: text(values.slice(a, n)))
     return jsontext.Chunked(lambda a, n: text(values[a : a + n]))
+
+
+def dropping(parts: Iterator[Any], drop: Callable[[], None]) -> Iterator[Any]:
+    """``parts`` as they are, ``drop`` (:meth:`agentloop.analysis.columnar.Columns.drop_pages`)
+    called before the first and every :data:`DROP_EVERY` after."""
+    for k, part in enumerate(parts):
+        if not k % DROP_EVERY:
+            drop()
+        yield part
+
+
+DROP_EVERY = 16  # parts written between two drops of the cache's pages: 65,536 rows of a list
