@@ -205,9 +205,11 @@ def read_cache(trace: Path) -> Columns | None:
         meta = _meta(t)
         if meta.get("key") != key:
             return None
-        return from_table(t, meta, pages)
+        c = from_table(t, meta, pages)
     except (OSError, pa.ArrowException, KeyError, ValueError, TypeError, orjson.JSONDecodeError):
         return None
+    c.drop_pages()  # what the checks read: the analysis reads again only what it needs
+    return c
 
 
 def write_cache(trace: Path, c: Columns, key: dict[str, Any]) -> Path | None:
