@@ -251,15 +251,17 @@ class Recorded(NamedTuple):
 
 
 class ColumnReport(NamedTuple):
-    """Everything ``report`` prints of a big trace, worked out on its columns."""
+    """Everything ``report`` prints of a big trace, worked out on its columns (the graph not
+    kept: the rows are columns, the per-tier and per-agent tables made already)."""
 
-    vg: RowGraph
+    c: Columns
     header: RunHeader
     head: Report  # steps and path empty: they are the columns below
     steps: StepColumns
     path: PathColumns
     spent: CostBreakdown
-    on_path: B  # per span: its own time is on the recorded critical path
+    tiers: list[dict[str, Any]]  # :func:`agentloop.analysis.agents.usage` by tier ...
+    agents: list[dict[str, Any]] | None  # ... and by agent, when there are sub-agents
     tier_line: str | None = None  # the headline's faster-tier line, if asked for (report_of)
 
     @property
@@ -275,13 +277,6 @@ class ColumnReport(NamedTuple):
             self.head, steps=StepRowsView(self.steps), path=PathRowsView(self.path)
         )
 
-    def usage(self, by: str) -> list[dict[str, Any]]:
-        return usage_of_columns(self.vg, self.header, self.on_path, by)
-
-    @property
-    def has_sub_agents(self) -> bool:
-        return bool(kind_is(self.vg.c, "agent").any())
-
     def document_text(self, option: int) -> Iterator[Any]:
         """``orjson.dumps(self.document(), option=option)`` (``option``: with
         ``OPT_INDENT_2``) as pieces to write one after another (:func:`jsontext.dump`), the
@@ -290,7 +285,7 @@ class ColumnReport(NamedTuple):
         read the model columns, and the path's texts are picked from the names as they are
         written (a million spans' resident pages grew 58 -> 121 MB while it wrote)."""
         doc = jsontext.dump(self.document(text=True), option)
-        return dropping(doc, self.vg.c.drop_pages)
+        return dropping(doc, self.c.drop_pages)
 
     def document(self, text: bool = False) -> dict[str, Any]:
         """What ``report --json`` prints: :func:`agentloop.analysis.report.report_document`,
@@ -305,16 +300,15 @@ class ColumnReport(NamedTuple):
             rows = self.path.rows()
             doc["critical_path"] = path_json(*zip(*rows, strict=True)) if rows else []
         doc["cost"] = cost.as_json(self.spent)
-        doc["tiers"] = self.usage("tier")
-        if self.has_sub_agents:
-            doc["agents"] = self.usage("agent")
-        doc.update(unsplit_fields(list(self.vg.c.unsplit)))
+        doc["tiers"] = self.tiers
+        if self.agents is not None:
+            doc["agents"] = self.agents
+        doc.update(unsplit_fields(list(self.c.unsplit)))
         return doc
 
     def usage_text(self) -> str:
         """:func:`agentloop.analysis.agents.render_usage`."""
-        agents = self.usage("agent") if self.has_sub_agents else None
-        return render_usage_rows(self.usage("tier"), agents)
+        return render_usage_rows(self.tiers, self.agents)
 
 
 def _tier_line(vg: VGraph, header: RunHeader, tiers: dict[str, Any] | None) -> str:
@@ -348,16 +342,24 @@ def report_of(c: Columns, path: object = None, tiers: dict[str, Any] | None = No
     del vg  # the passes are done: their lists and links go before the rows are made
     release_heap()
     c.drop_pages()
+    # the per-tier and per-agent tables made now, so the report keeps no graph
+    per_tier = usage_of_columns(rg, header, on, "tier")
+    subs = kind_is(c, "agent").any()
+    per_agent = usage_of_columns(rg, header, on, "agent") if subs else None
+    del on
+    release_heap()
+    c.drop_pages()
     steps = step_columns(rg)
     c.drop_pages()
     out = ColumnReport(
-        rg,
+        c,
         header,
         report,
         steps,
         path_columns(rg, idx, ns, gap),
         cost.of_columns(c, header),
-        on,
+        per_tier,
+        per_agent,
         line,
     )
     release_heap()  # before the text is made: what the arrays left on the heap
