@@ -129,12 +129,13 @@ class RowGraph:
         )
 
 
-def _leaf_codes(vg: VGraph | RowGraph) -> tuple[I64, list[str]]:
-    """Per span: its leaf category as a code into the names (``report._leaf_category``):
+def _leaf_codes(vg: VGraph | RowGraph, at: I64) -> tuple[Ix, list[str]]:
+    """Spans ``at``: their leaf category as a code into the names (``report._leaf_category``):
     in flight, else a tool's category, else framework."""
     names = [*vg.tool_names, IN_FLIGHT, FRAMEWORK]
-    code = np.where(vg.tool_code >= 0, vg.tool_code, len(names) - 1)
-    return np.where(vg.c.in_flight, len(names) - 2, code), names
+    tc = vg.tool_code[at]
+    code = np.where(tc >= 0, tc, len(names) - 1)
+    return np.where(vg.c.in_flight[at], len(names) - 2, code).astype(tc.dtype), names
 
 
 def busy(vg: VGraph, critical: dict[str, int]) -> dict[str, int]:
@@ -145,10 +146,10 @@ def busy(vg: VGraph, critical: dict[str, int]) -> dict[str, int]:
         for k, name in enumerate(MODEL_PARTS):
             out[name] = int(c.parts[:, k].sum())
     others = np.flatnonzero(vg.is_leaf & ~c.is_model)
-    code, names = _leaf_codes(vg)
+    code, names = _leaf_codes(vg, others)
     sums = np.zeros(len(names), np.int64)
-    np.add.at(sums, code[others], vg.recorded_dur[others])
-    for k in np.unique(code[others]).tolist():
+    np.add.at(sums, code, vg.recorded_dur[others])
+    for k in np.unique(code).tolist():
         out[names[k]] = int(sums[k])
     out[FRAMEWORK] = out.get(FRAMEWORK, 0) + critical.get(FRAMEWORK, 0)
     queued = int(vg.queue.sum())
@@ -159,13 +160,46 @@ def busy(vg: VGraph, critical: dict[str, int]) -> dict[str, int]:
 
 def step_columns(vg: VGraph | RowGraph) -> StepColumns:
     """A row per step span (``report._step_row``), its direct children's time and tokens
-    summed, as columns."""
-    c, n = vg.c, len(vg)
+    summed, as columns; the labels and tool names as Arrow strings (200,000 steps' labels as
+    Python strings were 12 MB)."""
+    c = vg.c
     steps = np.flatnonzero(kind_is(c, "step"))
-    row = np.full(n + 1, -1, vg.step_of.dtype)  # int32 while it fits: 4 MB, not 8
+    row = np.full(len(vg) + 1, -1, vg.step_of.dtype)  # int32 while it fits: 4 MB, not 8
     row[steps] = np.arange(len(steps))
     par = row[c.parent]  # the parent's step row (-1: not a step's child; a root's parent: -1)
-    sums = np.zeros((len(steps) + 1, 8), np.int64)  # base reas dec other in out reas cached
+    del row
+    s = _step_sums(vg, par, len(steps))[:-1]
+    c.drop_pages()  # the parents and the model columns, read for the last time
+    names, tool_ns, off = _step_tools(vg, par, len(steps))
+    del par
+    label = c.step_label
+    t0, t1 = c.t0[steps], c.t1[steps]
+    return StepColumns(
+        step=label.take(pa.array(steps)) if len(label) else pa.nulls(len(steps), pa.string()),
+        start_ns=t0 - vg.start_ns,
+        duration_ns=t1 - t0,
+        base=s[:, 0],
+        reasoning=s[:, 1],
+        decode=s[:, 2],
+        other=s[:, 3],
+        tool_names=names,
+        tool_ns=tool_ns,
+        tool_off=off,  # arrays, not lists: 200,000 steps' ints as objects were 35 MB
+        input_tokens=s[:, 4],
+        output_tokens=s[:, 5],
+        reasoning_tokens=s[:, 6],
+        cumulative_ns=t1 - vg.start_ns,
+        in_flight=c.in_flight[steps],
+        cached_tokens=s[:, 7],
+    )
+
+
+def _step_sums(vg: VGraph | RowGraph, par: Ix, n: int) -> I64:
+    """Per step row (``par``: each span's parent's row, -1 for none), its direct children's
+    base, reasoning, decode, other, input, output, reasoning and cached tokens (a last row for
+    the spans of no step)."""
+    c = vg.c
+    sums = np.zeros((n + 1, 8), np.int64)
     m = par[vg.models]
     p = c.parts
     for k, col in enumerate(  # a column at a time: the stacked rows were 11 MB
@@ -175,31 +209,18 @@ def step_columns(vg: VGraph | RowGraph) -> StepColumns:
     np.add.at(sums[:, 7], m, c.cached_tokens)
     other = np.flatnonzero(kind_is(c, "model") & ~c.is_model)  # in flight, or a parent
     np.add.at(sums[:, 3], par[other], vg.recorded_dur[other])
-    tools = np.flatnonzero(kind_is(c, "tool") & (par >= 0))  # ascending: a step's in order
-    code, names = _leaf_codes(vg)
-    short = [k.removeprefix("tool:") for k in names]
-    order = np.argsort(par[tools], kind="stable")
-    tools = tools[order]
-    off = np.searchsorted(par[tools], np.arange(len(steps) + 1))
-    s = sums[:-1]
-    return StepColumns(
-        step=_take(c.step_label, steps),
-        start_ns=c.t0[steps] - vg.start_ns,
-        duration_ns=c.t1[steps] - c.t0[steps],
-        base=s[:, 0],
-        reasoning=s[:, 1],
-        decode=s[:, 2],
-        other=s[:, 3],
-        tool_names=[short[k] for k in code[tools].tolist()],
-        tool_ns=vg.recorded_dur[tools],
-        tool_off=off,  # arrays, not lists: 200,000 steps' ints as objects were 35 MB
-        input_tokens=s[:, 4],
-        output_tokens=s[:, 5],
-        reasoning_tokens=s[:, 6],
-        cumulative_ns=c.t1[steps] - vg.start_ns,
-        in_flight=c.in_flight[steps],
-        cached_tokens=s[:, 7],
-    )
+    return sums
+
+
+def _step_tools(vg: VGraph | RowGraph, par: Ix, n: int) -> tuple[pa.Array, I64, I64]:
+    """The tools of each of ``n`` step rows, a step's in index order: their names (Arrow
+    strings, coded), ns and the offsets of each step's (``par``: as :func:`_step_sums`)."""
+    tools = np.flatnonzero(kind_is(vg.c, "tool") & (par >= 0))  # ascending
+    tools = tools[np.argsort(par[tools], kind="stable")]
+    off = np.searchsorted(par[tools], np.arange(n + 1))
+    code, names = _leaf_codes(vg, tools)
+    short = pa.array([k.removeprefix("tool:") for k in names], pa.string())
+    return pa.DictionaryArray.from_arrays(code, short), vg.recorded_dur[tools], off
 
 
 def in_flight(vg: VGraph) -> tuple[str, ...]:
