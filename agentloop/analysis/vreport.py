@@ -240,9 +240,10 @@ def build_report(vg: VGraph, header: RunHeader) -> Report:
     ``steps`` and ``path`` are empty (:func:`step_columns` and :func:`path_columns` give them
     as columns; :class:`ColumnReport` puts them together)."""
     c: Columns = vg.c
-    critical, _ = tally(
-        vg, recorded(vg, vg.start_ns), vg.back_link, vg.recorded_dur, vg.end_ns, None
-    )
+    V = recorded(vg, vg.start_ns)
+    c.drop_pages()  # the instants, copied into V: the tally reads the model columns
+    critical, _ = tally(vg, V, vg.back_link, vg.recorded_dur, vg.end_ns, None)
+    del V
     used = busy(vg, critical)
     return Report(
         task=header.task.name,
