@@ -108,8 +108,9 @@ def path_columns(vg: VGraph | RowGraph, idx: I64, ns: I64, gap: B) -> PathColumn
 @dataclass(frozen=True, slots=True)
 class RowGraph:
     """What the step rows and the per-tier table read of a :class:`VGraph` once its passes are
-    done: the candidate lists, gaps and links it holds besides (a million spans' 47 MB) are
-    freed before the rows are made (:func:`report_of`)."""
+    done: the gaps and links it holds besides (a million spans' 20 MB; its candidate lists went
+    once the headline was re-timed, 30 MB) are freed before the rows are made
+    (:func:`report_of`)."""
 
     c: Columns
     step_of: Ix  # per span: the step span owning it, -1 at run level
@@ -361,7 +362,7 @@ def report_of(c: Columns, path: object = None, tiers: dict[str, Any] | None = No
     c.drop_pages()  # between the parts: each reads columns of the file the next does not
     report = build_report(vg, header)
     rg = RowGraph.of(vg)
-    del vg  # the passes are done: their lists and links go before the rows are made
+    del vg  # the passes are done: the gaps and links go before the rows are made
     release_heap()
     c.drop_pages()
     # the per-tier and per-agent tables made now, so the report keeps no graph
