@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentloop.analysis import store
+from agentloop.analysis._cacheread import CallNames
 from agentloop.analysis.columnar import Columns, columns_of
 from agentloop.analysis.fastcols import fast_columns
 from agentloop.analysis.graph import build_graph
@@ -44,10 +45,12 @@ def checked(path: Path) -> Columns:
 
 
 def differences(a: Columns, b: Columns) -> list[str]:
-    """The fields of two Columns that differ (arrays by dtype, shape and value)."""
+    """The fields of two Columns that differ (arrays by dtype, shape and value; a cache's call
+    names, read when asked for, as the dict of lists they read as)."""
     out = []
     for f in dataclasses.fields(Columns):
-        x, y = getattr(a, f.name), getattr(b, f.name)
+        x, y = (getattr(c, f.name) for c in (a, b))
+        x, y = (dict(v) if isinstance(v, CallNames) else v for v in (x, y))
         if isinstance(x, np.ndarray):
             same = x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y)
         elif isinstance(x, pa.Array):

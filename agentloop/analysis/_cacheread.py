@@ -10,9 +10,11 @@ them.
 from __future__ import annotations
 
 import mmap
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 
 from agentloop.analysis.cands import index_type
@@ -27,6 +29,37 @@ from agentloop.analysis.lateness import Lateness
 from agentloop.analysis.strcols import equals
 
 MODEL_WIDTH = len(PART_COLUMNS) + 2  # a model span's numbers in the cache: parts, cached, timed
+CALL_NAMES_KEY = b"agentloop.call_names."  # + tier, agent, label: the schema metadata's key
+
+
+class CallNames(Mapping[str, list[str]]):
+    """:attr:`Columns.call_names` of a cache: each list (JSON in the schema metadata under its
+    own key, :data:`CALL_NAMES_KEY`) parsed when first asked for, ValueError unless it is as
+    many strings as the columns' metadata says. A long run's 200,000 cost step labels are
+    14 MB as Python strings: ``report`` reads them for its cost, ``whatif`` never."""
+
+    __slots__ = ("_counts", "_got", "_schema")
+
+    def __init__(self, schema: pa.Schema, counts: dict[str, int]) -> None:
+        self._schema = schema
+        self._counts = counts
+        self._got: dict[str, list[str]] = {}
+
+    def __getitem__(self, k: str) -> list[str]:
+        got = self._got.get(k)
+        if got is None:
+            n = self._counts[k]
+            got = orjson.loads((self._schema.metadata or {})[CALL_NAMES_KEY + k.encode()])
+            if not isinstance(got, list) or len(got) != n or not all(type(x) is str for x in got):
+                raise ValueError("call names")
+            self._got[k] = got
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._counts)
+
+    def __len__(self) -> int:
+        return len(self._counts)
 
 
 def _rows(t: pa.Table, name: str, width: int, count: int | None = None) -> np.ndarray:
@@ -60,7 +93,8 @@ def columns_from(t: pa.Table, meta: dict[str, Any], pages: mmap.mmap | None) -> 
     usage = _rows(t, "usage", len(USAGE_COLUMNS))
     if ((nums[:, -1] != 0) & (nums[:, -1] != 1)).any():
         raise ValueError("model")
-    calls = _calls(t, meta, usage)
+    names = {k: int(meta["call_names"][k]) for k in CALL_NAMES}  # how many of each
+    calls = _calls(t, names, usage)
     return Columns(
         header=meta["header"],
         end=meta["end"],
@@ -89,7 +123,7 @@ def columns_from(t: pa.Table, meta: dict[str, Any], pages: mmap.mmap | None) -> 
         lateness=Lateness(**meta["lateness"]),
         unsplit=tuple(meta["unsplit"]),
         calls=calls,
-        call_names={k: list(meta["call_names"][k]) for k in CALL_NAMES},
+        call_names=CallNames(t.schema, names),
         trims=tuple(meta["trims"]),
         outside={  # JSON has lists only: the open kinds are a tuple (report._two_times)
             k: tuple(v) if k == "outside_open" else v for k, v in meta["outside"].items()
@@ -97,16 +131,16 @@ def columns_from(t: pa.Table, meta: dict[str, Any], pages: mmap.mmap | None) -> 
     )
 
 
-def _calls(t: pa.Table, meta: dict[str, Any], usage: np.ndarray) -> np.ndarray:
-    """The call rows: one per model span, their codes in range of ``call_names``, as many
-    marked with a usage row as there are usage rows (ValueError otherwise)."""
+def _calls(t: pa.Table, names: dict[str, int], usage: np.ndarray) -> np.ndarray:
+    """The call rows: one per model span, their codes in range of the call names (``names``:
+    how many of each), as many marked with a usage row as there are usage rows (ValueError
+    otherwise)."""
     calls = _rows(t, "calls", len(CALL_COLUMNS))
     if len(calls) != int(equals(_column(t, "kind"), "model").sum()):
         raise ValueError("calls")
-    names = meta["call_names"]
     for k in CALL_NAMES:
         col = calls[:, CALL_COLUMNS.index(k)]
-        if len(col) and (col.min() < 0 or col.max() >= len(names[k])):
+        if len(col) and (col.min() < 0 or col.max() >= names[k]):
             raise ValueError("calls")
     used = calls[:, -1]
     if ((used != 0) & (used != 1)).any() or used.sum() != len(usage):

@@ -100,7 +100,7 @@ class Columns:
     # names its codes index; the context trims (report.recorded_trims); the wall time's parts
     # outside the agent's (report._two_times)
     calls: I64
-    call_names: dict[str, list[str]]
+    call_names: Mapping[str, list[str]]  # a cache's: each list read when first asked for
     trims: tuple[dict[str, Any], ...]
     outside: dict[str, Any]
 

@@ -37,14 +37,14 @@ class StepColumns(NamedTuple):
     array), each step's tools flat (``tool_off``: step k's are ``tool_off[k]:tool_off[k + 1]``):
     what :func:`steps_json` writes, made from the loops' rows or from a trace's arrays."""
 
-    step: list[str]
+    step: Any  # a list of str, or an Arrow string array
     start_ns: Any
     duration_ns: Any
     base: Any
     reasoning: Any
     decode: Any
     other: Any
-    tool_names: list[str]
+    tool_names: Any  # a list of str, or an Arrow string array
     tool_ns: Any
     tool_off: Any
     input_tokens: Any
@@ -84,13 +84,13 @@ class StepColumns(NamedTuple):
         b = max(a, b)
         off = _ints(self.tool_off[a : b + 1])
         t0, t1 = (off[0], off[-1]) if len(off) else (0, 0)
-        names, ns = self.tool_names[t0:t1], _ints(self.tool_ns[t0:t1])
+        names, ns = _texts(self.tool_names[t0:t1]), _ints(self.tool_ns[t0:t1])
         base, reasoning, decode, other = (
             _ints(c[a:b]) for c in (self.base, self.reasoning, self.decode, self.other)
         )
         return frozen_rows(
             StepRow,
-            step=self.step[a:b],
+            step=_texts(self.step[a:b]),
             start_ns=_ints(self.start_ns[a:b]),
             duration_ns=_ints(self.duration_ns[a:b]),
             model=[
@@ -138,7 +138,7 @@ class StepRowsView(Sequence[StepRow]):
 
     def labels(self) -> list[str]:
         """Each step's label, without making its row."""
-        return list(self.cols.step)
+        return _texts(self.cols.step)
 
 
 def step_labels(steps: Sequence[StepRow]) -> Iterable[str]:
@@ -186,14 +186,32 @@ class Picked:
         return pc.if_else(pa.array(where, pa.bool_()), self.text, got)
 
 
+class PathColumns(NamedTuple):
+    """The report's ``path`` as columns (:func:`path_json`; made by
+    :func:`agentloop.analysis.vreport.path_columns`):
+    texts picked from the trace's columns as they are asked for (a million Python strings
+    cost 150 MB) and the ns."""
+
+    step: Picked
+    kind: Picked
+    name: Picked
+    ns: Any  # int64, a value per segment
+
+    def rows(self) -> tuple[tuple[str, str, str, int], ...]:
+        """The report's ``path``: a tuple per segment."""
+        cols = (self.step, self.kind, self.name)
+        texts = [c.whole().to_numpy(zero_copy_only=False).tolist() for c in cols]
+        return tuple(zip(*texts, self.ns.tolist(), strict=True))
+
+
 class PathRowsView(Sequence[tuple[str, str, str, int]]):
-    """The critical path's segments of :class:`agentloop.analysis.vreport.PathColumns`, each
+    """The critical path's segments of :class:`PathColumns`, each
     made when asked for (a long run's million segments, of which the text lists 60)."""
 
     __slots__ = ("cols",)
 
-    def __init__(self, cols: Any) -> None:
-        self.cols = cols  # step, kind, name: Picked; ns: int64
+    def __init__(self, cols: PathColumns) -> None:
+        self.cols = cols
 
     def __len__(self) -> int:
         return len(self.cols.ns)
@@ -243,6 +261,11 @@ def _ints(col: Any) -> list[Any]:
     return col.tolist() if hasattr(col, "tolist") else list(col)
 
 
+def _texts(col: Any) -> list[Any]:
+    """A column of strings (a list or an Arrow array) as a list of Python values."""
+    return col.to_pylist() if hasattr(col, "to_pylist") else list(col)
+
+
 def _seconds(ns: Any) -> list[float]:
     """ns as seconds (``ns / 1e9`` each: numpy divides as Python does), in one array pass."""
     import numpy as np
@@ -252,7 +275,7 @@ def _seconds(ns: Any) -> list[float]:
 
 def steps_json(sc: StepColumns) -> list[dict[str, Any]]:
     """The report's ``steps`` as JSON rows; times in seconds."""
-    names, secs_ = sc.tool_names, _seconds(sc.tool_ns)
+    names, secs_ = _texts(sc.tool_names), _seconds(sc.tool_ns)
     tools = [
         [{"name": n, "seconds": v} for n, v in zip(names[a:b], secs_[a:b], strict=True)]
         for a, b in itertools.pairwise(_ints(sc.tool_off))
@@ -278,7 +301,7 @@ def steps_json(sc: StepColumns) -> list[dict[str, Any]]:
             "in_flight": fl,
         }
         for s, t0, dur, m, tl, i, o, rs, ca, cu, fl in zip(
-            sc.step,
+            _texts(sc.step),
             _seconds(sc.start_ns),
             _seconds(sc.duration_ns),
             model,

@@ -34,9 +34,9 @@ import orjson
 import pyarrow as pa
 
 from agentloop._version import __version__
-from agentloop.analysis._cacheread import MODEL_WIDTH, columns_from
+from agentloop.analysis._cacheread import CALL_NAMES_KEY, MODEL_WIDTH, columns_from
+from agentloop.analysis.columnar import CALL_NAMES, Columns, columns_of
 from agentloop.analysis.columnar import USAGE_COLUMNS as USAGE_COLUMNS  # the cache's, too
-from agentloop.analysis.columnar import Columns, columns_of
 from agentloop.analysis.runend import COLUMNAR_BYTES
 
 # 3: a sub-run step's label names its agent (issue 23); 4: Arrow IPC with a CRC trailer instead
@@ -44,8 +44,10 @@ from agentloop.analysis.runend import COLUMNAR_BYTES
 # one list per row (the model columns took 112 MB of nulls for a million spans); 6: the usage
 # rows as a column (in the metadata as JSON they took 0.2 s to read for 200,000 calls); 7: what
 # ``report`` reads (issue 27): each model span's tier, agent, invocation and cost label, the
-# context trims and the wall time's parts outside the agent's
-CACHE_VERSION = "7"
+# context trims and the wall time's parts outside the agent's; 8: the call names (tiers, agents,
+# the cost's step labels) each under a metadata key of its own, parsed when asked for, not in
+# the metadata every read parses (a long run's 200,000 labels: 14 MB only ``report`` reads)
+CACHE_VERSION = "8"
 CACHE_DIR = ".agentloop-cache"
 _EDGE = 16 * 1024  # bytes of the source's head and tail in its digest
 _META = b"agentloop.columns"
@@ -119,11 +121,12 @@ def to_table(c: Columns, key: dict[str, Any]) -> pa.Table:
         "tools_by_name": c.tools_by_name,
         "lateness": dataclasses.asdict(c.lateness),
         "unsplit": list(c.unsplit),
-        "call_names": c.call_names,
+        "call_names": {k: len(c.call_names[k]) for k in CALL_NAMES},  # the lists: keys of their own
         "trims": list(c.trims),
         "outside": c.outside,
     }
-    return pa.table(cols).replace_schema_metadata({_META: orjson.dumps(meta)})
+    names = {CALL_NAMES_KEY + k.encode(): orjson.dumps(list(c.call_names[k])) for k in CALL_NAMES}
+    return pa.table(cols).replace_schema_metadata({_META: orjson.dumps(meta), **names})
 
 
 def _lists(rows: np.ndarray, width: int, values: np.ndarray) -> pa.Array:
@@ -205,9 +208,11 @@ def read_cache(trace: Path) -> Columns | None:
         meta = _meta(t)
         if meta.get("key") != key:
             return None
-        return from_table(t, meta, pages)
+        c = from_table(t, meta, pages)
     except (OSError, pa.ArrowException, KeyError, ValueError, TypeError, orjson.JSONDecodeError):
         return None
+    c.drop_pages()  # what the checks read: the analysis reads again only what it needs
+    return c
 
 
 def write_cache(trace: Path, c: Columns, key: dict[str, Any]) -> Path | None:
