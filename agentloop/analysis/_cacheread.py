@@ -178,7 +178,7 @@ def _links(t: pa.Table, pages: mmap.mmap | None) -> tuple[np.ndarray, np.ndarray
     one of an earlier span (ValueError otherwise)."""
     n = t.num_rows
     after = _column(t, "after")
-    after_off = np.asarray(after.offsets, np.int64)
+    after_off = np.asarray(after.offsets)  # the file's int32, a view (as the builders make it)
     after_idx = np.asarray(after.values, np.int64)
     parent = _ints(t, "parent", n, pages)
     idx = np.arange(n, dtype=index_type(n))

@@ -80,7 +80,9 @@ class Columns:
     step_label: pa.Array  # a step span's label (its step attribute, else its name), else null
     tool_category: pa.Array  # a finished tool span's category (tool:<name>), else null
     parent: I64  # -1 for a root
-    after_off: I64  # span i's after indices are after_idx[after_off[i]:after_off[i + 1]]
+    # span i's after indices are after_idx[after_off[i]:after_off[i + 1]]; int32 while they fit
+    # (:func:`agentloop.analysis.cands.index_type`), as the cache holds them
+    after_off: npt.NDArray[np.signedinteger[Any]]
     after_idx: I64
     t0: I64
     t1: I64  # spans in flight end at the trace's end instant
@@ -180,12 +182,13 @@ def frozen_rows(cls: type[T], **columns: list[Any]) -> tuple[T, ...]:
 def columns_of(g: Graph) -> Columns:
     """The columns of a Graph built from a checked trace (:func:`agentloop.analysis.graph.
     build_graph`); in-flight spans keep the Graph's end instant."""
+    from agentloop.analysis.cands import index_type
     from agentloop.analysis.report import _two_times, unsplit_calls
     from agentloop.loop.context_window import recorded_trims
 
     trace, spans, n = g.trace, g.spans, len(g)
     after_len = np.fromiter(map(len, g.after), np.int64, n)
-    after_off = np.zeros(n + 1, np.int64)
+    after_off = np.zeros(n + 1, index_type(int(after_len.sum())))
     np.cumsum(after_len, out=after_off[1:])
     cats, by_name = _tool_categories(g)
     kinds = g.kinds

@@ -43,6 +43,7 @@ from agentloop.analysis._fastreport import calls, outside
 from agentloop.analysis._fastshape import NotClean
 from agentloop.analysis.agents import step_text
 from agentloop.analysis.attribution import tool_category
+from agentloop.analysis.cands import index_type
 from agentloop.analysis.columnar import Columns
 from agentloop.errors import TraceFileError
 from agentloop.trace import attrs as A
@@ -124,7 +125,7 @@ def _records(
     than its start; the screen's: parents and ``after`` spans known and started before."""
     n, m = len(starts), len(ends)
     ids, (eid, parent, after_idx), counts = refs.resolved()
-    after_off = np.zeros(n + 1, I64)
+    after_off = np.zeros(n + 1, index_type(len(after_idx)))  # as the cache and columns_of
     np.cumsum(counts, out=after_off[1:])
     pos_s, pos_e = np.flatnonzero(is_start), np.flatnonzero(~is_start)
     if m and ((eid < 0).any() or (pos_s[eid] > pos_e).any()):
@@ -194,7 +195,7 @@ def _graph(r: dict[str, Any], keep: np.ndarray, end: EndRecord | None) -> dict[s
         raise NotClean("an 'after' names a set-up or check span: the Graph notes it")
     after_off = r["after_off"]
     if not whole:
-        after_off = np.zeros(int(keep.sum()) + 1, I64)
+        after_off = np.zeros(int(keep.sum()) + 1, r["after_off"].dtype)
         np.cumsum(np.diff(r["after_off"])[keep], out=after_off[1:])
     parent = kept(r["parent"])
     t0, t1 = kept(r["t0"]), kept(r["t1"])
