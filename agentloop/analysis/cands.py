@@ -144,8 +144,10 @@ def sum_links(
         order = live[np.argsort(key[live], kind="stable")]
         del live
         _along_runs(links, w, order)
-    for layer in reversed(layers):
-        w[layer] += w[links[layer]]
+    for layer in reversed(layers):  # a slice at a time: a layer is up to a quarter of the
+        for k in range(0, len(layer), _STRIDE):  # positions, three gathers of it 24 MB
+            part = layer[k : k + _STRIDE]  # none links to another of its layer
+            w[part] += w[links[part]]
     return w
 
 
