@@ -223,8 +223,9 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
     links = vg.back_link.copy()
     links[sent] = sent
     if todo:
-        W, key = _weights(vg, todo), recorded(vg, 0)
+        key = recorded(vg, 0)  # before the weights: its 16 MB of the file's pages gone first
         vg.c.drop_pages()  # the instants and the model columns the durations came from: 35 MB
+        W = _weights(vg, todo)
         Vs = sum_links(vg.cd, links, W, key, spend=True)
         del W, key  # the rounds below order by the instants they improve on
     out = []
