@@ -142,7 +142,7 @@ def sum_links(
     if len(live):  # the sums replace the weights in w: a peeled position's weight is read
         # when its layer is summed, and no layer links to its own or an earlier one
         order = live[np.argsort(key[live], kind="stable")]
-        del live
+        del live, key  # the caller's to keep, or not (vector.solve's: 16 MB)
         _along_runs(links, w, order)
     for layer in reversed(layers):  # a slice at a time: a layer is up to a quarter of the
         for k in range(0, len(layer), _STRIDE):  # positions, three gathers of it 24 MB

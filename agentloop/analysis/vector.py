@@ -223,11 +223,9 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
     links = vg.back_link.copy()
     links[sent] = sent
     if todo:
-        key = recorded(vg, 0)  # before the weights: its 16 MB of the file's pages gone first
-        vg.c.drop_pages()  # the instants and the model columns the durations came from: 35 MB
-        W = _weights(vg, todo)
-        Vs = sum_links(vg.cd, links, W, key, spend=True)
-        del W, key  # the rounds below order by the instants they improve on
+        # the key first, its file pages gone before the weights are made; no name holds it, so
+        # sum_links lets it go once it has its order (16 MB fewer while it sums)
+        Vs = sum_links(vg.cd, links, key=_recorded_key(vg), w=_weights(vg, todo), spend=True)
     out = []
     j = 0
     for d, s in zip(durs, same, strict=True):
@@ -251,6 +249,14 @@ def solve(vg: VGraph, durs: list[I64]) -> list[I64]:
         del arg, worse  # the last round's, before the next pass's: 10 MB
         out.append(V)
     return out
+
+
+def _recorded_key(vg: VGraph) -> I64:
+    """The recorded instants (:func:`recorded`, the run's start at 0), the pages of the file
+    they and the durations were read from let go: the instants and model columns, 35 MB."""
+    key = recorded(vg, 0)
+    vg.c.drop_pages()
+    return key
 
 
 def recorded(vg: VGraph, start: int) -> I64:
