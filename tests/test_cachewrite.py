@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -109,3 +110,19 @@ def test_a_write_stopped_by_any_error_leaves_no_temporary_file(tmp_path: Path):
     with pytest.raises(AttributeError):
         store.write_table(p, None)
     assert [] == list(store.cache_path(p).parent.iterdir())
+
+
+def test_a_killed_writers_temporary_file_goes_with_the_next_write(tmp_path: Path):
+    """A writer killed mid-write (SIGKILL cleans nothing) leaves its ``.tmp``: the next write of
+    that cache removes it; a live writer's stays."""
+    p = fanout_run([2, 1]).write(tmp_path / "run.jsonl")
+    cache = store.cache_path(p)
+    cache.parent.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = cache.with_name(f".{cache.name}.{gone.pid}.tmp")
+    dead.write_bytes(b"half a cache")
+    live = cache.with_name(f".{cache.name}.1.tmp")  # pid 1 is alive
+    live.write_bytes(b"another writer's")
+    assert store.write_table(p, store.to_table(checked(p), store.source_key(p))) == cache
+    assert sorted([cache.name, live.name]) == sorted(f.name for f in cache.parent.iterdir())

@@ -227,6 +227,7 @@ def write_table(trace: Path, table: pa.Table) -> Path | None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(exist_ok=True)
+        _sweep_tmps(path)
         # straight into the file (in C++, from the arrays' own buffers), its CRC then read back
         # from the page cache: a 150 MB buffer made for it cost 1.0 s of first-touched memory
         # against 0.1 s (a million spans, a fresh process)
@@ -245,6 +246,21 @@ def write_table(trace: Path, table: pa.Table) -> Path | None:
             return None
         raise
     return path
+
+
+def _sweep_tmps(path: Path) -> None:
+    """Remove the temporary files of this cache whose writer is gone (a SIGKILLed analysis
+    leaves its ``.tmp``, as big as the cache; any other end removes its own)."""
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2 : -4]
+        if pid.isdigit() and int(pid) > 0:
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            except OSError:
+                pass  # alive, another user's
 
 
 def load_columns(trace: Path, write: Writer = write_cache) -> Columns:
