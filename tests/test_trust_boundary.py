@@ -89,11 +89,15 @@ async def _sh(place: workspace.Place, command: str, timeout_s: float = 15) -> tu
     return await workspace.run_command(command, place.path, env, timeout_s, place.jail)
 
 
-async def _wait_for(path: Path, bound_s: float = 20.0) -> str:
+async def _wait_for(path: Path, bound_s: float = 60.0) -> str:
+    """The line a planted program writes to ``path``, once it is whole: the file exists from its
+    ``open`` on, empty until the write (read in between once in CI: ``''``)."""
     end = time.monotonic() + bound_s
-    while not path.exists() and time.monotonic() < end:
+    text = ""
+    while not text.endswith("\n") and time.monotonic() < end:
         await asyncio.sleep(0.05)
-    return path.read_text() if path.exists() else ""
+        text = path.read_text() if path.exists() else ""
+    return text
 
 
 @pytest.mark.slow
