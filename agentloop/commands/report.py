@@ -102,6 +102,25 @@ def analysis_status(path: Path, cached: bool = True) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def big_trace_columns(path: Path) -> Iterator[Any]:
+    """The columns of a trace big enough to analyse on them (:func:`agentloop.analysis.store.
+    columns_for_analysis`), else None, for the block to analyse: a cold trace's cache is
+    written meanwhile, by a thread joined when the block ends (:mod:`agentloop.analysis.
+    cachewrite`); the C heap gives big blocks their own mappings first
+    (:func:`agentloop.analysis.columnar.map_big_blocks`: a big trace's freed arrays go back to
+    the system)."""
+    from agentloop.analysis import store
+    from agentloop.analysis.cachewrite import written_meanwhile
+    from agentloop.analysis.columnar import map_big_blocks
+
+    map_big_blocks()
+    with written_meanwhile() as write:
+        with analysis_status(path), gc_paused():
+            columns = store.columns_for_analysis(path, write)
+        yield columns
+
+
 def emit_json(data: dict[str, Any]) -> None:
     """``data`` as indented JSON on stdout. The bytes go to stdout's binary buffer when it has
     one: a long run's report is 200 MB of JSON, and decoding it to text, adding the newline and
@@ -161,16 +180,9 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def _report_on_columns(args: argparse.Namespace) -> int | None:
-    """The report of a trace big enough to report on its columns
-    (:func:`store.columns_for_analysis`, a cold trace's cache written meanwhile), else None."""
-    from agentloop.analysis import store
-    from agentloop.analysis.cachewrite import written_meanwhile
-    from agentloop.analysis.columnar import map_big_blocks
-
-    map_big_blocks()  # before the arrays: a big trace's freed ones go back to the system
-    with written_meanwhile() as write:
-        with analysis_status(args.trace), gc_paused():
-            columns = store.columns_for_analysis(args.trace, write)
+    """The report of a trace big enough to report on its columns (:func:`big_trace_columns`),
+    else None."""
+    with big_trace_columns(args.trace) as columns:
         return None if columns is None else _on_columns(args, columns)
 
 

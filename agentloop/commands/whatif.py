@@ -12,7 +12,7 @@ from agentloop.analysis.graph import gc_paused
 from agentloop.analysis.report import unsplit_fields, unsplit_note
 from agentloop.analysis.whatif import Scenario, WhatIf, whatif_json
 from agentloop.analysis.whatif_text import render_whatif
-from agentloop.commands.report import analysis_status, emit_json
+from agentloop.commands.report import big_trace_columns, emit_json
 from agentloop.config.tiers import get_tier, load_tiers, require_profile
 from agentloop.errors import ConfigError
 
@@ -95,14 +95,7 @@ def _whatif_file(path: Path, scenario: Scenario) -> tuple[WhatIf, dict[str, Any]
     """A big trace on its columns (cached beside it), a small one with the loops: one result,
     with the client's lateness and the imported calls that could not be split
     (:func:`unsplit_fields`), the same from either."""
-    from agentloop.analysis import store
-    from agentloop.analysis.cachewrite import written_meanwhile
-    from agentloop.analysis.columnar import map_big_blocks
-
-    map_big_blocks()  # before the arrays: a big trace's freed ones go back to the system
-    with written_meanwhile() as write:  # a cold trace's cache written during the analysis
-        with analysis_status(path), gc_paused():
-            columns = store.columns_for_analysis(path, write)
+    with big_trace_columns(path) as columns:  # a cold trace's cache written meanwhile
         if columns is not None:
             from agentloop.analysis import vwhatif
 
