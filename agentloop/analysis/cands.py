@@ -29,7 +29,7 @@ from agentloop.analysis.columnar import I64, B
 # positions and candidate slots: int32 while they fit (:func:`index_type`), else int64
 Ix = npt.NDArray[np.signedinteger[Any]]
 
-_STRIDE = 1 << 16  # positions at a time where a whole-length temporary is not needed
+STRIDE = 1 << 16  # positions at a time where a whole-length temporary is not needed
 _PEEL = 4  # rounds of peeling at most: a tool's start and end, a model call's end, ...
 # below this many positions, pointer doubling over all of them (a few whole-array operations a
 # round) costs less than preparing the hops, peels and runs (a suite's runs of 2,000 positions)
@@ -145,8 +145,8 @@ def sum_links(
         del live, key  # the caller's to keep, or not (vector.solve's: 16 MB)
         _along_runs(links, w, order)
     for layer in reversed(layers):  # a slice at a time: a layer is up to a quarter of the
-        for k in range(0, len(layer), _STRIDE):  # positions, three gathers of it 24 MB
-            part = layer[k : k + _STRIDE]  # none links to another of its layer
+        for k in range(0, len(layer), STRIDE):  # positions, three gathers of it 24 MB
+            part = layer[k : k + STRIDE]  # none links to another of its layer
             w[part] += w[links[part]]
     return w
 
@@ -181,8 +181,8 @@ def _along_runs(links: Ix, w: np.ndarray, order: Ix) -> None:
         X[:-1][inside] = C[u] - before[run[u]]
         X = _tree_sums(up, X)
         shift = X[:-1] - before  # C becomes C + X[run] - before[run]: exact in any order
-        for k in range(0, m, _STRIDE):  # a slice at a time: no whole-length gather
-            C[k : k + _STRIDE] += shift[run[k : k + _STRIDE]]
+        for k in range(0, m, STRIDE):  # a slice at a time: no whole-length gather
+            C[k : k + STRIDE] += shift[run[k : k + STRIDE]]
         col[order] = C
 
 

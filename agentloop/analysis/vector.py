@@ -26,11 +26,9 @@ import numpy as np
 import pyarrow as pa
 
 from agentloop.analysis.attribution import FRAMEWORK, IN_FLIGHT, TOOL_QUEUE
-from agentloop.analysis.cands import Cands, Ix, cands_of, index_type, latest, sum_links
+from agentloop.analysis.cands import STRIDE, Cands, Ix, cands_of, index_type, latest, sum_links
 from agentloop.analysis.columnar import I64, B, Columns
 from agentloop.analysis.strcols import codes, kind_is
-
-_SLICE = 1 << 16  # positions gathered at a time (:func:`on_path`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,8 +304,8 @@ def on_path(vg: VGraph, V: I64, links: Ix) -> I64:
             break
         seen[new] = True
         members = np.concatenate([members, new])
-        for k in range(0, sent + 1, _SLICE):
-            np.take(jump, jump[k : k + _SLICE], out=buf[k : k + _SLICE])
+        for k in range(0, sent + 1, STRIDE):
+            np.take(jump, jump[k : k + STRIDE], out=buf[k : k + STRIDE])
         jump, buf = buf, jump
     seen[sent] = False
     return np.flatnonzero(seen)
