@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -148,3 +149,22 @@ def test_ids_not_the_writers_from_a_window_on_give_the_checked_columns(
     fast = fast_columns(p, window=window)
     assert fast is not None
     assert [] == differences(fast, checked(p))
+
+
+@pytest.mark.parametrize("window", [256, 4096])
+def test_ids_the_writers_then_not_give_the_checked_columns(tmp_path: Path, window: int):
+    """The windows take an end record's model or tool values by its span's kind, known from
+    the ids while they are the writer's in order (``s1``, ``s2``, ...): a trace whose later
+    spans are named otherwise, or numbered out of order, is read as the checked path reads it,
+    its later end records' values taken whichever their kind."""
+    for renamed in (b'"x', b'"s9'):
+        lines = list(agent_lines(12, tools_per_step=2))
+        p = write(tmp_path, [re.sub(rb'"s(\d+)"', later(renamed), k) for k in lines], "r.jsonl")
+        fast = fast_columns(p, window=window)
+        assert fast is not None, renamed
+        assert [] == differences(fast, checked(p)), renamed
+
+
+def later(renamed: bytes) -> Callable[[re.Match[bytes]], bytes]:
+    """A reference to a span from the 30th on, named ``renamed`` + its number."""
+    return lambda m: m[0] if int(m[1]) < 30 else renamed + m[1] + b'"'

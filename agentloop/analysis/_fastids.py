@@ -49,10 +49,10 @@ def _numbered(own: np.ndarray, refs: list[np.ndarray]) -> tuple[pa.Array, list[n
 
 
 class Refs:
-    """The span records' ids and references (:class:`~agentloop.analysis._fastshape.StartRefs`,
-    ``EndRef``), taken a window at a time (for :mod:`agentloop.analysis._fastread`): as the
-    writer's numbers while every window's are the writer's, the strings then dropped (a million
-    spans' ids, parents and ``after`` lists are 310 MB); else as strings from there on, the
+    """The span records' ids and references (``id``, ``parent``, ``after`` of the records'
+    Structs), taken a window at a time (for :mod:`agentloop.analysis._fastread`): as the
+    writer's numbers while every window's are the writer's, the strings dropped with the
+    window's Structs (a million spans' ids, parents and ``after`` lists are 310 MB); else as strings from there on, the
     earlier windows' numbers written back as the strings they were read from
     (``writer_numbers`` takes only ``s<k>`` as the writer writes it: the round trip is exact)."""
 
@@ -60,9 +60,12 @@ class Refs:
         self.numbers: list[list[np.ndarray]] = []  # a window's ids, end ids, parents, afters
         self.strings: list[list[str | None]] | None = None  # the same, as strings
         self.lengths: list[np.ndarray] = []  # each span's number of afters
+        self.ordered = 0  # the ids taken so far are s1 .. s<ordered> in order (-1: not)
 
-    def take(self, starts: list[Any], ends: list[Any]) -> None:
-        """Take the ids and references of a window's start and end records."""
+    def take(self, starts: list[Any], ends: list[Any]) -> np.ndarray | None:
+        """Take the ids and references of a window's start and end records; the end records'
+        span numbers less one (their spans' indices, while every id is the writer's and they
+        started in order), else None."""
         afters = [r.after for r in starts]
         self.lengths.append(np.fromiter(map(len, afters), I64, len(afters)))
         got: list[list[str | None]] = [
@@ -75,10 +78,22 @@ class Refs:
             nums = [writer_numbers(g) for g in got]
             if all(k is not None for k in nums):
                 self.numbers.append(nums)  # type: ignore[arg-type]
-                return
+                return self._in_order(*nums[:2])  # type: ignore[arg-type]
             self.strings = self._as_written()
         for have, new in zip(self.strings, got, strict=True):
             have.extend(new)
+        return None
+
+    def _in_order(self, own: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
+        """``ends`` less one while every span so far started in order (``own``: a window's)."""
+        if self.ordered < 0 or not np.array_equal(
+            own, np.arange(self.ordered + 1, self.ordered + 1 + len(own))
+        ):
+            self.ordered = -1
+            return None
+        self.ordered += len(own)
+        spans: np.ndarray = ends - 1
+        return spans
 
     def _as_written(self) -> list[list[str | None]]:
         """The numbers taken so far as the strings they were (0: a root's parent, None)."""
@@ -96,7 +111,9 @@ class Refs:
         if self.strings is None:
             own = self._column(0)
             if np.array_equal(own, np.arange(1, len(own) + 1)):
-                return (*_numbered(own, [self._column(i) for i in (1, 2, 3)]), lengths)
+                nums = [self._column(i) for i in (1, 2, 3)]
+                self.numbers = []  # taken once: the windows' arrays dropped
+                return (*_numbered(own, nums), lengths)
             self.strings = self._as_written()
         ids, *refs = self.strings
         return (*resolve(ids, *refs), lengths)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""A trace's lines into typed records through one reused buffer, for the cold builder
+"""A trace's lines into arrays through one reused buffer, for the cold builder
 (:mod:`agentloop.analysis.fastcols`), with the screen's checks of the lines.
 
 The file is read in windows of :data:`WINDOW` bytes into one ``bytearray`` (``readinto``), each
@@ -6,10 +6,10 @@ window cut after its last newline, its lines decoded by msgspec from a ``memoryv
 buffer (the strings are copied out, so the buffer is filled again for the next window); the
 part line after the cut is moved to the buffer's front. Reading the whole file (``read_bytes``)
 held its 394 MB (a million spans) beside the records and cost ~96,000 page faults on first
-touch. No ``mmap``: a file truncated under a mapping is a SIGBUS, a crash. Each window is
-decoded twice, by the record Structs and by the ids' (:class:`~agentloop.analysis._fastshape.
-StartRefs`, ``EndRef``), whose ids :class:`~agentloop.analysis._fastids.Refs` takes as numbers
-before they are dropped: the Structs kept for the columns hold no id strings.
+touch. No ``mmap``: a file truncated under a mapping is a SIGBUS, a crash. Each window's
+records are taken as arrays before the next window is decoded, their ids as numbers by
+:class:`~agentloop.analysis._fastids.Refs`, their values by :mod:`agentloop.analysis._fastwin`:
+no window's Structs outlive it (a million spans' were ~0.75 GB held at once).
 
 The checks are the whole file's, made window by window (a newline never sits inside a UTF-8
 sequence, so a window cut after one splits none): UTF-8
@@ -33,6 +33,7 @@ import orjson
 from agentloop.analysis import _fastshape as F
 from agentloop.analysis._fastids import Refs
 from agentloop.analysis._fastshape import NotClean
+from agentloop.analysis._fastwin import Ends, Starts
 from agentloop.trace.fields import Where
 from agentloop.trace.schema import EndRecord, RunHeader, parse_header, parse_record
 
@@ -40,32 +41,31 @@ WINDOW = 16 << 20  # bytes read at a time (a line longer than this grows the buf
 _HEAD = b'{"type":"'  # how a record starts as the writer writes it
 _BOUNDARY = b"}\n" + _HEAD  # between two records as the writer writes them
 _NL = 0x0A
-_PIECE = 64 << 10  # bytes decoded by one decoder before the other takes them
 
 
 @dataclasses.dataclass
 class Records:
-    """A trace's records as :func:`read_records` hands them over."""
+    """A trace's records as :func:`read_records` hands them over: their values as arrays."""
 
     run: RunHeader
     end: EndRecord | None
-    starts: list[F.SpanStart]  # their ids and references in ``refs``
-    ends: list[F.SpanEnd]
+    starts: Starts  # their ids and references in ``refs``
+    ends: Ends
     is_start: np.ndarray  # each span record, in file order: a start or an end
     refs: Refs
 
 
 class _Lines:
-    """What the windows read so far add up to: the header, the span records (and their ids,
-    taken out), the end record, the lines counted, and what the last window's final newline
-    still needs of the next."""
+    """What the windows read so far add up to: the header, the span records' values (and their
+    ids, taken out), the end record, the lines counted, and what the last window's final
+    newline still needs of the next."""
 
     def __init__(self, path: Any) -> None:
         self.path = path
         self.run: RunHeader | None = None
         self.end: EndRecord | None = None
-        self.starts: list[F.SpanStart] = []
-        self.ends: list[F.SpanEnd] = []
+        self.starts = Starts()
+        self.ends = Ends()
         self.flags: list[np.ndarray] = []
         self.refs = Refs()
         self.lines = 0  # newlines before the window at hand
@@ -84,11 +84,11 @@ class _Lines:
         nl = buf.count(b"\n", 0, stop)
         if buf.find(b"\r", 0, cut) >= 0 or buf.count(_BOUNDARY, 0, stop) != nl:
             raise NotClean("not one record a line in the writer's shape")
-        self._split(*self._decode(buf, cut, stop, nl))
+        self._split(self._decode(buf, cut, stop, nl))
         self.seam = buf.endswith(b"}\n", 0, cut)
         self.lines += nl + (stop < cut)
 
-    def _decode(self, buf: bytearray, cut: int, stop: int, nl: int) -> tuple[list[Any], list[Any]]:
+    def _decode(self, buf: bytearray, cut: int, stop: int, nl: int) -> list[Any]:
         """The header (on the first window) and the span records of ``buf[:stop]`` (``stop``:
         ``cut`` less a final newline; ``nl``: the newlines before it), the end record kept
         when it is their last."""
@@ -102,7 +102,7 @@ class _Lines:
                     self.run = parse_header(orjson.loads(mv[: start - 1]), self.path)
                 except (TypeError, KeyError) as exc:  # the reader's to report (or crash on)
                     raise NotClean("header") from exc
-            got, refs = _both(buf, mv, start, stop)
+            got = F.decoder().decode_lines(mv[start:stop]) if start < stop else []
             if got and self.end is not None:
                 raise NotClean("a record after the end record")
             if got and type(got[-1]) is F.RunEnd:  # the end record, if this is the last line
@@ -112,24 +112,27 @@ class _Lines:
                     raise NotClean("end")
                 self.end = rec
                 got.pop()
-                refs.pop()
-        return got, refs
+        return got
 
-    def _split(self, got: list[Any], refs: list[Any]) -> None:
-        """A window's span records into the starts and the ends, their ids taken apart (both
-        decoders type a record by its ``type``: the two lists are in step)."""
+    def _split(self, got: list[Any]) -> None:
+        """A window's span records into the starts and the ends, their ids and their values
+        taken as arrays (:mod:`agentloop.analysis._fastids`, :mod:`agentloop.analysis.
+        _fastwin`); the Structs then dropped."""
         flags = list(map(F.SpanStart.__instancecheck__, got))
         starts = list(itertools.compress(got, flags))
         ends = list(itertools.compress(got, map(operator.not_, flags)))
         if not set(map(type, ends)) <= {F.SpanEnd}:
             raise NotClean("an end record before the last line")
-        self.refs.take(
-            list(itertools.compress(refs, flags)),
-            list(itertools.compress(refs, map(operator.not_, flags))),
-        )
+        spans = self.refs.take(starts, ends)
         self.flags.append(np.array(flags, np.bool_))
-        self.starts += starts
-        self.ends += ends
+        self.starts.take(starts)
+        kinds = None
+        if spans is not None:  # the end records' span kinds (-1: not started yet)
+            known = self.starts.kinds_so_far()
+            kinds = np.full(len(spans), -1, np.int8)
+            ok = spans < len(known)
+            kinds[ok] = known[spans[ok]]
+        self.ends.take(ends, kinds)
 
 
 def read_records(f: FileIO, path: Any, window: int = WINDOW) -> Records:
@@ -151,23 +154,6 @@ def read_records(f: FileIO, path: Any, window: int = WINDOW) -> Records:
         raise NotClean("no header line")
     flags = np.concatenate(out.flags) if out.flags else np.zeros(0, np.bool_)
     return Records(out.run, out.end, out.starts, out.ends, flags, out.refs)
-
-
-def _both(buf: bytearray, mv: memoryview, start: int, stop: int) -> tuple[list[Any], list[Any]]:
-    """The records of ``buf[start:stop]`` and their ids, decoded a piece at a time by the two
-    decoders in turn, so that the ids' objects share memory pages with the records': once the
-    ids are dropped, the next window's fill their places (decoded apart, their pages were
-    emptied, given back and faulted in again, window after window)."""
-    got: list[Any] = []
-    refs: list[Any] = []
-    full, ids = F.decoder(), F.ref_decoder()
-    while start < stop:
-        end = buf.find(b"\n", min(start + _PIECE, stop), stop)
-        end = stop if end < 0 else end
-        got += full.decode_lines(mv[start:end])
-        refs += ids.decode_lines(mv[start:end])
-        start = end + 1
-    return got, refs
 
 
 def _fill(f: FileIO, buf: bytearray, filled: int) -> tuple[int, bool]:

@@ -1,8 +1,9 @@
 """The fast cold builder's report rows: each model call's tier, agent and step; time outside the agent.
 
 For :mod:`agentloop.analysis.fastcols`: the same values as :func:`agentloop.analysis.columnar.
-columns_of` gives ``calls``, ``call_names`` and ``outside``, from the typed records the builder
-decoded. The call rows are made by their one owner, :func:`agentloop.analysis.columnar.calls_of`.
+columns_of` gives ``calls``, ``call_names`` and ``outside``, from the values the builder took
+of the records (:mod:`agentloop.analysis._fastwin`). The call rows are made by their one owner,
+:func:`agentloop.analysis.columnar.calls_of`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from agentloop.analysis import _fastshape as F
+from agentloop.analysis._fastwin import NONE, Taken, optional
 from agentloop.analysis.columnar import calls_of
 from agentloop.trace import attrs as A
 from agentloop.trace.reader import Trace
@@ -23,52 +25,62 @@ I64 = np.int64
 
 def calls(
     trace: Trace,
-    starts: list[F.SpanStart],
-    ends: list[F.SpanEnd],
+    st: dict[str, Any],
+    agents: list[str],
+    model: Taken,
     r: dict[str, Any],
     keep: np.ndarray,
     is_model: np.ndarray,
 ) -> dict[str, Any]:
     """Each kept model span's call row (:func:`agentloop.analysis.columnar.calls_of`, the one
-    owner), from the attributes the Structs kept: the agent, invocation and step it started
-    with, the tier it ended on; a finished call has a usage row.
+    owner), from the start values the builder took (``st``, :class:`~agentloop.analysis.
+    _fastwin.Starts`: the agent, invocation and step it started with) and the tier it ended on
+    (``model``); a finished call has a usage row.
 
     calls_of is asked once per distinct (agent, invocation, tier, finished, numbered), in order
     of first appearance, with a mark for the step number in the label, filled in per call (a
     call of calls_of per call: 0.74 s for 200,000 calls, load ~2.5); the labels' codes are
     then given in order of first appearance, as calls_of gives them."""
-    rows = np.flatnonzero(keep)[np.flatnonzero(is_model)].tolist()
-    end_of = np.full(len(starts), -1, I64)
-    end_of[r["eid"]] = np.arange(len(ends))
-    who = [starts[j].attrs for j in rows]
-    done = [ends[k].attrs if k >= 0 else None for k in end_of[rows].tolist()]
-    used = [k >= 0 for k in end_of[rows].tolist()]
-    if any(a is not None and F.MARK in (a.agent or "") for a in who):
-        return _each(trace, who, done, used)
+    rows = np.flatnonzero(keep)[np.flatnonzero(is_model)]
+    end_of = np.full(len(keep), -1, I64)
+    end_of[r["eid"]] = np.arange(len(r["eid"]))
+    ended = end_of[rows]
+    used = ended >= 0
+    mrow = np.full(len(rows), -1, I64)
+    mrow[used] = model.row[ended[used]]
+    tier = np.full(len(rows), NONE, np.int32)
+    tier[mrow >= 0] = model.cols["tier"][mrow[mrow >= 0]]
+    has = st["has"][rows].tolist()
+    agent = st["agent"][rows].tolist()
+    inv = optional(st["inv"][rows], st["inv_none"][rows])
+    step = optional(st["step"][rows], st["step_none"][rows])
+    names = [None, *agents]  # a code + 1: its string (-1: None)
+    tiers = [None, *model.codes]
+    if any(F.MARK in a for a in agents):
+        return _each(trace, has, [names[c + 1] for c in agent], inv, step, tier, tiers, used)
     forms: dict[tuple[Any, ...], int] = {}
     at = forms.setdefault
     combo = [
-        at(
-            (None, None, None, t, u) if a is None else (a.agent, a.inv, a.step is None, t, u),
-            len(forms),
+        at((h, a if h else NONE, i, None if not h else s is None, t, u), len(forms))
+        for h, a, i, s, t, u in zip(
+            has, agent, inv, step, tier.tolist(), used.tolist(), strict=True
         )
-        for a, t, u in zip(who, [None if e is None else e.tier for e in done], used, strict=True)
     ]
     starts_of: list[Mapping[str, Any]] = [
         {}
-        if agent is None and inv is None and nostep is None
+        if not h
         else {
             A.STEP: None if nostep else F.MARK,
-            A.GEN_AI_AGENT_NAME: agent,
-            A.AGENT_INVOCATION: inv,
+            A.GEN_AI_AGENT_NAME: names[a + 1],
+            A.AGENT_INVOCATION: i,
         }
-        for agent, inv, nostep, _, _ in forms
+        for h, a, i, nostep, _, _ in forms
     ]
-    tiers: list[Mapping[str, Any]] = [{A.TIER: t} for *_, t, _ in forms]
-    got = calls_of(trace, starts_of, tiers, [u for *_, u in forms])
+    ended_on: list[Mapping[str, Any]] = [{A.TIER: tiers[t + 1]} for *_, t, _ in forms]
+    got = calls_of(trace, starts_of, ended_on, [u for *_, u in forms])
     per = got["calls"][combo]
     form = [got["call_names"]["label"][c] for c in per[:, 3].tolist()]
-    steps = [0 if a is None else a.step for a in who]
+    steps = [0 if not h else n for h, n in zip(has, step, strict=True)]
     # codes in order of first appearance: Arrow's dictionary encoding gives them so
     labels = pa.array(
         [f.replace(F.MARK, str(n)) for f, n in zip(form, steps, strict=True)], pa.string()
@@ -80,18 +92,28 @@ def calls(
     }
 
 
-def _each(trace: Trace, who: list[Any], done: list[Any], used: list[bool]) -> dict[str, Any]:
+def _each(
+    trace: Trace,
+    has: list[bool],
+    agent: list[str | None],
+    inv: list[int | None],
+    step: list[int | None],
+    tier: np.ndarray,
+    tiers: list[str | None],
+    used: np.ndarray,
+) -> dict[str, Any]:
     """calls_of on every call's own attributes (an agent name holding the mark)."""
     return calls_of(
         trace,
         [
-            {}
-            if a is None
-            else {A.STEP: a.step, A.GEN_AI_AGENT_NAME: a.agent, A.AGENT_INVOCATION: a.inv}
-            for a in who
+            {A.STEP: s, A.GEN_AI_AGENT_NAME: a, A.AGENT_INVOCATION: i} if h else {}
+            for h, a, i, s in zip(has, agent, inv, step, strict=True)
         ],
-        [{} if a is None else {A.TIER: a.tier} for a in done],
-        used,
+        [
+            {A.TIER: tiers[t + 1]} if u else {}
+            for t, u in zip(tier.tolist(), used.tolist(), strict=True)
+        ],
+        used.tolist(),
     )
 
 

@@ -57,8 +57,11 @@ class StartAttrs(
 
 
 class SpanStart(Struct, tag="span_start", tag_field="type", gc=False):
-    """A span_start but its id and references (:class:`StartRefs`)."""
+    """A span_start record."""
 
+    id: Annotated[str, Meta(min_length=1)]
+    parent: str | None
+    after: list[str]
     kind: Kind
     name: str
     t: Instant
@@ -136,8 +139,9 @@ class EndAttrs(
 
 
 class SpanEnd(Struct, tag="span_end", tag_field="type", gc=False):
-    """A span_end but its id (:class:`EndRef`)."""
+    """A span_end record."""
 
+    id: str
     t: Instant
     status: Status
     attrs: EndAttrs | None
@@ -151,41 +155,7 @@ class RunEnd(Struct, tag="end", tag_field="type", gc=False):
 Record = SpanStart | SpanEnd | RunEnd
 
 
-# A record's ids, decoded from the same lines by a decoder of their own (_fastread): taken as
-# numbers a window at a time, then dropped (a million spans' id, parent and ``after`` strings
-# are 310 MB of the 1.0 GB of Structs). Decoding the lines twice costs what the ids' smaller
-# heap saves (cold build 9.17 s either way, five pairs, load 1.4-2.0); taken out of the Structs
-# after decoding instead, the same saving cost 1.5-2 s more user time (freeing, and the next
-# windows' objects scattered over the holes left)
-class StartRefs(Struct, tag="span_start", tag_field="type", gc=False):
-    id: Annotated[str, Meta(min_length=1)]
-    parent: str | None
-    after: list[str]
-
-
-class EndRef(Struct, tag="span_end", tag_field="type", gc=False):
-    id: str
-
-
-RefRecord = StartRefs | EndRef | RunEnd
-
-
-def end_attrs(ends: list[SpanEnd], rows: Any) -> list[EndAttrs]:
-    """The end attributes of ``ends[rows]`` (model or tool spans); NotClean when one is null
-    (the reader types it as empty: attributes the writer always writes are missing)."""
-    got = [ends[k].attrs for k in rows.tolist()]
-    if None in got:
-        raise NotClean("a model or tool span without end attributes")
-    return got
-
-
 @functools.cache
 def decoder() -> msgspec.json.Decoder[Record]:
     """The typed decoder of a span record line (made once, on first use)."""
     return msgspec.json.Decoder(Record)
-
-
-@functools.cache
-def ref_decoder() -> msgspec.json.Decoder[RefRecord]:
-    """The decoder of a span record line's ids (made once, on first use)."""
-    return msgspec.json.Decoder(RefRecord)

@@ -5,9 +5,11 @@ The checked path (:func:`agentloop.trace.reader.load_trace`, then
 builds a ``SpanRecord``, typed views and Graph lists for every span: 5.5x the time of
 ``orjson.loads`` on every line for a million spans (this path: 2.5x, end to end,
 ``tests/benchmarks/bench_analysis.py``). Here msgspec decodes each span record into
-the typed Structs of :mod:`agentloop.analysis._fastshape` (in C), the columns are taken from
-them in whole-list passes, and the reader's checks that span records (ids, order, instants,
-the model and tool end attributes) must pass are made on the arrays.
+the typed Structs of :mod:`agentloop.analysis._fastshape` (in C), a window of the file at a
+time, the values the columns are made of taken from each window's Structs as arrays before the
+next is decoded (:mod:`agentloop.analysis._fastread`, :mod:`agentloop.analysis._fastwin`), and
+the reader's checks that span records (ids, order, instants, the model and tool end
+attributes) must pass are made on the arrays.
 
 This is a screen, never a second door: :func:`fast_columns` returns None for anything it does
 not recognise as a clean trace in the shape the writer writes (a line msgspec rejects, an
@@ -25,7 +27,6 @@ vectorised in :func:`_split`, kept beside its source's order of operations so th
 from __future__ import annotations
 
 import itertools
-import operator
 from io import FileIO
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from agentloop.analysis._fastids import Refs
 from agentloop.analysis._fastmodels import model_columns
 from agentloop.analysis._fastreport import calls, outside
 from agentloop.analysis._fastshape import NotClean
+from agentloop.analysis._fastwin import NONE, Taken, optional
 from agentloop.analysis.agents import step_text
 from agentloop.analysis.attribution import tool_category
 from agentloop.analysis.cands import index_type
@@ -52,9 +54,7 @@ from agentloop.trace.schema import EndRecord, RunHeader
 
 I64 = np.int64
 _KIND = {k: i for i, k in enumerate(F.KINDS)}
-_STATUS = {k: i for i, k in enumerate(F.STATUSES)}
 _CODE = np.int8  # a span's kind and status: an index into F.KINDS, F.STATUSES
-_t, _kind, _status = (operator.attrgetter(k) for k in ("t", "kind", "status"))
 
 
 def fast_columns(path: Path, window: int = _fastread.WINDOW) -> Columns | None:
@@ -72,27 +72,32 @@ def _build(f: FileIO, path: Path, window: int) -> Columns:
     """The columns of the trace open in ``f``; NotClean (or msgspec's, orjson's, the header's
     error) when the screen does not recognise it."""
     got = _fastread.read_records(f, path, window)
-    run, end, starts, ends = got.run, got.end, got.starts, got.ends
-    if not starts:
+    run, end = got.run, got.end
+    if not got.is_start.any():
         raise NotClean("no spans")
-    r = _records(starts, ends, got.is_start, got.refs)
-    del got
+    st = got.starts.columns()
+    ends, model, tool = got.ends.columns()
+    agents = got.starts.agents.values
+    r = _records(st, ends, got.is_start, got.refs)
+    del got  # the windows' arrays, joined
     keep = _kept(r["kind"], r["parent"], r["after_off"])
     if not keep.all():
-        run = _late_header(run, starts, ends, r, keep, f, path)
+        run = _late_header(run, st, r, keep, f, path)
     s = _graph(r, keep, end)
     del r["owner"], r["pos_e"]  # 16 MB of a million spans' peak
     trace = Trace(path, run, {}, end)  # the header and end record: what the formulas read
     end_kind, kept = r["kind"][r["eid"]], keep[r["eid"]]
     is_tool, is_model = end_kind == _KIND["tool"], end_kind == _KIND["model"]
     if not kept.all():  # the reader types the set-up's and check's spans too, then drops them
-        _tools(ends, r["eid"], is_tool & ~kept, r["names"], len(keep))
-        model_columns(trace, ends, r["eid"], is_model & ~kept, r, np.zeros(len(keep), bool))
+        _tools(tool, *tool.rows(is_tool & ~kept, r["eid"]), r["names"], len(keep))
+        no_kids = np.zeros(len(keep), bool)
+        model_columns(trace, model, *model.rows(is_model & ~kept, r["eid"]), r, no_kids)
     eid, n = s["eid"], len(s["t0"])
     names = r["names"].filter(pa.array(keep)) if not keep.all() else r["names"]
-    tools = _tools(ends, eid, is_tool & kept, names, n)
+    tools = _tools(tool, *tool.rows(is_tool & kept, eid), names, n)
     has_kids = np.bincount(s["parent"][s["parent"] >= 0], minlength=n) > 0
-    models = model_columns(trace, ends, eid, is_model & kept, s, has_kids)
+    models = model_columns(trace, model, *model.rows(is_model & kept, eid), s, has_kids)
+    is_step = s["kind"] == _KIND["step"]
     return Columns(
         header=run.raw,
         end=None if end is None else end.raw,
@@ -101,7 +106,7 @@ def _build(f: FileIO, path: Path, window: int) -> Columns:
         kinds=_encode(s["kind"], F.KINDS),
         names=names,
         statuses=_encode(s["status"], F.STATUSES),
-        step_label=_step_labels(starts, keep, s["kind"] == _KIND["step"]),
+        step_label=_step_labels(st, agents, keep, is_step),
         parent=s["parent"],
         after_off=s["after_off"],
         after_idx=s["after_idx"],
@@ -111,19 +116,19 @@ def _build(f: FileIO, path: Path, window: int) -> Columns:
         end_ns=s["end_ns"],
         trims=(),  # no span_event records (handed over), no older trims (above)
         outside=outside(r, keep, s),
-        **calls(trace, starts, ends, r, keep, s["kind"] == _KIND["model"]),
+        **calls(trace, st, agents, model, r, keep, s["kind"] == _KIND["model"]),
         **tools,
         **models,
     )
 
 
 def _records(
-    starts: list[F.SpanStart], ends: list[F.SpanEnd], is_start: np.ndarray, refs: Refs
+    st: dict[str, Any], ends: dict[str, Any], is_start: np.ndarray, refs: Refs
 ) -> dict[str, Any]:
     """Every span's raw columns, and the reader's checks of the records' ids and order: every
     id starts once, every span_end names a span that started before it, once, and not earlier
     than its start; the screen's: parents and ``after`` spans known and started before."""
-    n, m = len(starts), len(ends)
+    n, m = len(st["t"]), len(ends["t"])
     ids, (eid, parent, after_idx), counts = refs.resolved()
     after_off = np.zeros(n + 1, index_type(len(after_idx)))  # as the cache and columns_of
     np.cumsum(counts, out=after_off[1:])
@@ -132,8 +137,7 @@ def _records(
         raise NotClean("a span_end names a span that did not start before it")
     if m and (np.bincount(eid, minlength=n) > 1).any():
         raise NotClean("a span ended twice")
-    t0 = np.fromiter(map(_t, starts), I64, n)
-    t1e = np.fromiter(map(_t, ends), I64, m)
+    t0, t1e = st["t"], ends["t"]
     if (t1e < t0[eid]).any():
         raise NotClean("a span ends before it starts")
     if ((parent < -1) | (parent >= np.arange(n))).any():
@@ -142,13 +146,13 @@ def _records(
     if ((after_idx < 0) | (after_idx >= owner)).any():
         raise NotClean("an 'after' span unknown or not started before its span")
     status = np.full(n, F.STATUSES.index("in_flight"), _CODE)
-    status[eid] = np.fromiter(map(_STATUS.__getitem__, map(_status, ends)), _CODE, m)
+    status[eid] = ends["status"]
     t1 = np.full(n, -1, I64)
     t1[eid] = t1e
     return {
         "ids": ids,
-        "kind": np.fromiter(map(_KIND.__getitem__, map(_kind, starts)), _CODE, n),
-        "names": pa.array([r.name for r in starts], pa.string()),
+        "kind": st["kind"],
+        "names": st["name"],
         "eid": eid,
         "pos_e": pos_e,
         "parent": parent,
@@ -223,13 +227,7 @@ def _graph(r: dict[str, Any], keep: np.ndarray, end: EndRecord | None) -> dict[s
 
 
 def _late_header(
-    run: RunHeader,
-    starts: list[F.SpanStart],
-    ends: list[F.SpanEnd],
-    r: dict[str, Any],
-    keep: np.ndarray,
-    f: FileIO,
-    path: Path,
+    run: RunHeader, st: dict[str, Any], r: dict[str, Any], keep: np.ndarray, f: FileIO, path: Path
 ) -> RunHeader:
     """The header with what the set-up span learnt (:func:`agentloop.trace.reader.
     late_header`), from its end record's attributes as written (its line, read again)."""
@@ -237,8 +235,8 @@ def _late_header(
     for j in np.flatnonzero(~keep & (r["parent"] < 0) & (r["kind"] == _KIND["setup"])).tolist():
         k = np.flatnonzero(r["eid"] == j)
         attrs = {} if not k.size else _attrs_at(f, int(r["pos_e"][k[0]]) + 1)
-        sp, sid = starts[j], r["ids"][j].as_py()  # the reader took the records' ids out
-        outside[sid] = SpanRecord(sid, None, "setup", sp.name, sp.t, [], attrs=attrs)
+        sid, name = r["ids"][j].as_py(), st["name"][j].as_py()  # the reader took the ids out
+        outside[sid] = SpanRecord(sid, None, "setup", name, int(st["t"][j]), [], attrs=attrs)
     return late_header(run, outside, path)
 
 
@@ -253,19 +251,26 @@ def _attrs_at(f: FileIO, line: int) -> dict[str, Any]:
     return attrs if type(attrs) is dict else {}
 
 
-def _encode(codes: np.ndarray, values: tuple[str, ...]) -> pa.DictionaryArray:
+def _encode(codes: np.ndarray, values: list[str] | tuple[str, ...]) -> pa.DictionaryArray:
     """``values[codes]`` dictionary-encoded as ``dictionary_encode`` does it: the dictionary in
     order of first appearance."""
+    got, order = _first_seen(codes, values)
+    return pa.DictionaryArray.from_arrays(pa.array(got), pa.array(order, pa.string()))
+
+
+def _first_seen(codes: np.ndarray, values: list[str] | tuple[str, ...]) -> tuple[Any, list[str]]:
+    """``codes`` (into ``values``) renumbered in order of first appearance, and the values in
+    that order."""
     seen, first = np.unique(codes, return_index=True)
     order = seen[np.argsort(first)]
     renumber = np.zeros(len(values), np.int32)
     renumber[order] = np.arange(len(order), dtype=np.int32)
-    return pa.DictionaryArray.from_arrays(
-        pa.array(renumber[codes]), pa.array([values[c] for c in order], pa.string())
-    )
+    return renumber[codes], [values[c] for c in order.tolist()]
 
 
-def _step_labels(starts: list[F.SpanStart], keep: np.ndarray, is_step: np.ndarray) -> pa.Array:
+def _step_labels(
+    st: dict[str, Any], agents: list[str], keep: np.ndarray, is_step: np.ndarray
+) -> pa.Array:
     """A kept step span's label (:func:`agentloop.analysis.agents.step_text`), else null.
 
     step_text's label of a numbered step, made once per agent and invocation with a mark where
@@ -273,46 +278,59 @@ def _step_labels(starts: list[F.SpanStart], keep: np.ndarray, is_step: np.ndarra
     200,000 steps."""
     labels = np.full(len(is_step), None, object)
     rows = np.flatnonzero(is_step)
-    made: dict[tuple[str | None, int | None], str] = {}
+    at = np.flatnonzero(keep)[rows]
+    marked = {c for c, a in enumerate(agents) if F.MARK in a}
+    made: dict[tuple[int, int | None], str] = {}
     out = []
-    for j in np.flatnonzero(keep)[rows].tolist():
-        sp = starts[j]
-        a = sp.attrs
-        if a is None or a.step is None or F.MARK in (a.agent or ""):
-            who = {} if a is None else {A.GEN_AI_AGENT_NAME: a.agent, A.AGENT_INVOCATION: a.inv}
-            out.append(step_text({**who, A.STEP: None if a is None else a.step}, sp.name))
+    for j, has, step, agent, inv in zip(
+        at.tolist(),
+        st["has"][at].tolist(),
+        optional(st["step"][at], st["step_none"][at]),
+        st["agent"][at].tolist(),
+        optional(st["inv"][at], st["inv_none"][at]),
+        strict=True,
+    ):
+        if not has or step is None or agent in marked:
+            name = st["name"][j].as_py()
+            if not has:
+                out.append(step_text({A.STEP: None}, name))
+                continue
+            who = {A.GEN_AI_AGENT_NAME: _str(agents, agent), A.AGENT_INVOCATION: inv}
+            out.append(step_text({**who, A.STEP: step}, name))
             continue
-        form = made.get((a.agent, a.inv))
+        form = made.get((agent, inv))
         if form is None:
-            who = {A.STEP: F.MARK, A.GEN_AI_AGENT_NAME: a.agent, A.AGENT_INVOCATION: a.inv}
-            form = made[a.agent, a.inv] = step_text(who, "")
-        out.append(form.replace(F.MARK, str(a.step)))
+            who = {
+                A.STEP: F.MARK,
+                A.GEN_AI_AGENT_NAME: _str(agents, agent),
+                A.AGENT_INVOCATION: inv,
+            }
+            form = made[agent, inv] = step_text(who, "")
+        out.append(form.replace(F.MARK, str(step)))
     labels[rows] = out
     return pa.array(labels, pa.string())
 
 
+def _str(values: list[str], code: int) -> str | None:
+    """The string of a code of :class:`agentloop.analysis._fastwin.Codes` (-1: None)."""
+    return values[code] if code >= 0 else None
+
+
 def _tools(
-    ends: list[F.SpanEnd], eid: np.ndarray, is_tool: np.ndarray, names: pa.Array, n: int
+    tool: Taken, rows: np.ndarray, span: np.ndarray, names: pa.Array, n: int
 ) -> dict[str, Any]:
     """The finished tool spans' category (dictionary-encoded in start order, as
     ``columns_of``'s) and queue time; whether each tool span name books one category. The
     reader's tool checks: a named tool (``gen_ai.tool.name``), its output text."""
-    rows = np.flatnonzero(is_tool)
-    rows = rows[np.argsort(eid[rows], kind="stable")]
-    span = eid[rows]
-    ta = F.end_attrs(ends, rows)
-    tool = [a.tool for a in ta]
-    if (
-        not set(map(type, tool)) <= {str}
-        or "" in tool
-        or F.Output in set(map(type, [a.output for a in ta]))
-    ):
+    c = tool.cols
+    code = c["tool"][rows]
+    empty = tool.codes.index("") if "" in tool.codes else NONE
+    if (code < 0).any() or (code == empty).any() or (c["output"][rows] == 0).any():
         raise NotClean("a tool span's end attributes")
     queued = np.zeros(n, I64)
-    queued[span] = np.fromiter([a.queued_ns for a in ta], I64, len(ta))
-    by_tool = pa.array(tool, pa.string()).dictionary_encode()
-    codes = np.asarray(by_tool.indices, np.int32)
-    cats = [tool_category(t, {A.GEN_AI_TOOL_NAME: t}) for t in by_tool.dictionary.to_pylist()]
+    queued[span] = c["queued"][rows]
+    codes, dictionary = _first_seen(code, tool.codes)
+    cats = [tool_category(t, {A.GEN_AI_TOOL_NAME: t}) for t in dictionary]
     at = np.zeros(n, np.int32)
     at[span] = codes
     has = np.zeros(n, np.bool_)

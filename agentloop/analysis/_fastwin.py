@@ -1,0 +1,286 @@
+"""A window's typed records into arrays, for the cold builder: the records dropped window by window.
+
+:mod:`agentloop.analysis._fastread` decodes a trace a window at a time into the Structs of
+:mod:`agentloop.analysis._fastshape`; :class:`Starts` and :class:`Ends` take from each window's
+Structs the values the columns are made of (:mod:`agentloop.analysis.fastcols`,
+``_fastmodels``, ``_fastreport``), as arrays, and the Structs are dropped before the next
+window is decoded: a million spans' Structs were ~0.75 GB held at once (the cold peak), and
+each window's now take the pages the last one's left. A value the Struct may leave out or
+null is kept with a sentinel the Structs' bounds cannot make (counts and instants are
+``>= 0``: -1), or a code (:data:`UNSET`, :data:`NONE`), never judged here: the builder's checks
+are made on the arrays of the rows they concern, as they were on the Structs.
+
+An end record's model or tool values are taken when its span's start was a model or tool
+span's: known from the window's ids while they are the writer's (``s1``, ``s2``, ... in start
+order, :class:`~agentloop.analysis._fastids.Refs`), else both kinds' for every end record.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from msgspec import UNSET
+
+from agentloop.analysis import _fastshape as F
+
+I64 = np.int64
+NONE, UNSET_CODE = -1, -2  # a string code's None and missing key
+_CODE = np.int8  # a span's kind or status: an index into F.KINDS, F.STATUSES
+_KIND = {k: i for i, k in enumerate(F.KINDS)}
+_STATUS = {k: i for i, k in enumerate(F.STATUSES)}
+_MODEL, _TOOL, _STEP = _KIND["model"], _KIND["tool"], _KIND["step"]
+_t, _kind, _status, _attrs = (operator.attrgetter(k) for k in ("t", "kind", "status", "attrs"))
+_COUNTS = ("inp", "out", "rea", "cac", "wait_ns")  # a model call's, -1: missing
+_INSTANTS = ("t_send", "t_first", "t_first_visible", "t_last", "t_end")  # -1: None
+_FLAT = ("t_start", "t_end", "failed", "wait")  # a model call's attempts, flattened
+
+
+class Codes:
+    """Strings (agents, tiers, tool names: a few distinct) as codes in order of first
+    appearance; :data:`NONE` for None, :data:`UNSET_CODE` for a missing key."""
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {None: NONE, UNSET: UNSET_CODE}
+        self.values: list[str] = []
+
+    def of(self, got: list[Any]) -> np.ndarray:
+        idx = self.index
+        for v in dict.fromkeys(got).keys() - idx.keys():
+            idx[v] = len(self.values)
+            self.values.append(v)
+        return np.fromiter(map(idx.__getitem__, got), np.int32, len(got))
+
+
+class _Parts:
+    """Named arrays taken a window at a time, joined when asked."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[Any]] = {}
+
+    def add(self, **cols: Any) -> None:
+        for k, v in cols.items():
+            self.parts.setdefault(k, []).append(v)
+
+    def joined(self) -> dict[str, Any]:
+        """Each name's arrays joined, the parts dropped as they are (one column's copy at a
+        time, not the whole table's)."""
+        out = {}
+        while self.parts:
+            k, v = self.parts.popitem()
+            out[k] = pa.concat_arrays(v) if isinstance(v[0], pa.Array) else np.concatenate(v)
+            del v
+        return out
+
+
+def _ints(values: list[Any], sentinel: int = -1) -> np.ndarray:
+    """``values`` as int64, None and missing as ``sentinel``."""
+    try:
+        return np.fromiter(values, I64, len(values))
+    except TypeError:  # a None or UNSET among them
+        return np.fromiter(
+            [sentinel if v is None or v is UNSET else v for v in values], I64, len(values)
+        )
+
+
+def optional(values: np.ndarray, none: np.ndarray) -> list[Any]:
+    """``values`` as a list, None where ``none``."""
+    return [None if z else v for v, z in zip(values.tolist(), none.tolist(), strict=True)]
+
+
+def _states(values: list[Any]) -> np.ndarray:
+    """0: a value, 1: None, 2: missing, for each of ``values``."""
+    return np.fromiter([(v is None) + 2 * (v is UNSET) for v in values], _CODE, len(values))
+
+
+class Starts:
+    """The span_start records' columns: kind, name, instant; a step's or model call's start
+    attributes (``has``: any; ``step`` and ``inv`` with their None, ``agent`` a code)."""
+
+    def __init__(self) -> None:
+        self.got = _Parts()
+        self.agents = Codes()
+
+    def take(self, starts: list[F.SpanStart]) -> None:
+        """Take a window's start records."""
+        n = len(starts)
+        kind = np.fromiter(map(_KIND.__getitem__, map(_kind, starts)), _CODE, n)
+        rows = np.flatnonzero((kind == _STEP) | (kind == _MODEL)).tolist()
+        attrs = [starts[j].attrs for j in rows]
+        has = np.zeros(n, np.bool_)
+        has[rows] = [a is not None for a in attrs]
+        got = [a for a in attrs if a is not None]
+        at = np.asarray(rows, I64)[has[rows]] if rows else np.zeros(0, I64)
+        step, inv = np.zeros(n, I64), np.zeros(n, I64)
+        step_none, inv_none = np.ones(n, np.bool_), np.ones(n, np.bool_)
+        agent = np.full(n, NONE, np.int32)
+        steps, invs = [a.step for a in got], [a.inv for a in got]
+        step[at], step_none[at] = _ints(steps, 0), [v is None for v in steps]
+        inv[at], inv_none[at] = _ints(invs, 0), [v is None for v in invs]
+        agent[at] = self.agents.of([a.agent for a in got])
+        self.got.add(
+            kind=kind,
+            t=np.fromiter(map(_t, starts), I64, n),
+            name=pa.array([r.name for r in starts], pa.string()),
+            has=has,
+            step=step,
+            step_none=step_none,
+            inv=inv,
+            inv_none=inv_none,
+            agent=agent,
+        )
+
+    def kinds_so_far(self) -> np.ndarray:
+        """The kinds of the start records taken so far (their windows' arrays joined)."""
+        kinds = self.got.parts["kind"]
+        if len(kinds) > 1:
+            kinds[:] = [np.concatenate(kinds)]
+        got: np.ndarray = kinds[0]
+        return got
+
+    def columns(self) -> dict[str, Any]:
+        """Every start record's values: ``kind``, ``t``, ``name`` (Arrow strings), ``has``
+        (start attributes, taken for steps and model calls), ``step``, ``step_none``, ``inv``,
+        ``inv_none``, ``agent`` (a code of ``agents``)."""
+        return self.got.joined()
+
+
+class Ends:
+    """The span_end records' columns: instant and status; a model call's values (``model``,
+    one row per end record taken as a model span's, ``at`` its record) and a tool call's
+    (``tool``, likewise); strings as codes (``tiers``, ``tools``)."""
+
+    def __init__(self) -> None:
+        self.got = _Parts()
+        self.model = _Parts()
+        self.flat = _Parts()  # the model rows' attempts
+        self.tool = _Parts()
+        self.tiers, self.tools = Codes(), Codes()
+        self.taken = 0  # end records before the window at hand
+
+    def take(self, ends: list[F.SpanEnd], kinds: np.ndarray | None) -> None:
+        """Take a window's end records; ``kinds``: each one's span kind (-1: unknown), None
+        when not known (both kinds' values are taken for every record)."""
+        m = len(ends)
+        self.got.add(
+            t=np.fromiter(map(_t, ends), I64, m),
+            status=np.fromiter(map(_STATUS.__getitem__, map(_status, ends)), _CODE, m),
+        )
+        every = np.arange(m)
+        model = every if kinds is None else np.flatnonzero(kinds == _MODEL)
+        tool = every if kinds is None else np.flatnonzero(kinds == _TOOL)
+        self._models(ends, model)
+        self._tools(ends, tool)
+        self.taken += m
+
+    def _models(self, ends: list[F.SpanEnd], rows: np.ndarray) -> None:
+        attrs = [ends[k].attrs for k in rows.tolist()]
+        got = [a for a in attrs if a is not None]
+        none = np.fromiter([a is None for a in attrs], np.bool_, len(attrs))
+        k, at = len(got), ~none
+
+        def col(values: Any, fill: Any, dtype: Any) -> np.ndarray:
+            out = np.full(len(attrs), fill, dtype)
+            out[at] = values
+            return out
+
+        cols = {f: col(_ints(list(map(operator.attrgetter(f), got))), -1, I64) for f in _COUNTS}
+        steps = [a.step for a in got]
+        timings = [a.timing for a in got]
+        timed = [type(t) is F.Timing for t in timings]
+        tm = list(itertools.compress(timings, timed))
+        for f in _INSTANTS:
+            inst = np.full(k, -1, I64)
+            inst[timed] = _ints(list(map(operator.attrgetter(f), tm)))
+            cols[f] = col(inst, -1, I64)
+        bounds = [a.bound for a in got]
+        self.model.add(
+            at=rows + self.taken,
+            none=none,
+            step=col(_ints(steps, 0), 0, I64),
+            step_state=col(_states(steps), 2, _CODE),
+            timing_state=col(_states(timings), 2, _CODE),
+            timed=col(np.asarray(timed, np.bool_), False, np.bool_),
+            tier=col(self.tiers.of([a.tier for a in got]), NONE, np.int32),
+            output=col(_output_codes([a.output for a in got]), 2, _CODE),
+            unknown_unset=col([a.unknown is UNSET for a in got], True, np.bool_),
+            trimmed_unset=col([a.trimmed is UNSET for a in got], True, np.bool_),
+            bound=col([0.0 if b is None else b for b in bounds], 0.0, np.float64),
+            bound_none=col([b is None for b in bounds], True, np.bool_),
+            late=col([a.late for a in got], False, np.bool_),
+            **cols,
+        )
+        self._attempts([a.attempts for a in got], at)
+
+    def _attempts(self, attempts: list[Any], at: np.ndarray) -> None:
+        """The model rows' attempts: each row's count (-1: the key missing, or no attributes)
+        and the attempts flattened, in order."""
+        count = np.full(len(at), -1, I64)
+        unset = [a is UNSET for a in attempts]
+        lists = [a for a in attempts if a is not UNSET]
+        count[np.flatnonzero(at)[np.logical_not(unset)]] = np.fromiter(map(len, lists), I64)
+        flat = list(itertools.chain.from_iterable(lists))
+        f = len(flat)
+        self.model.add(attempts=count)
+        self.flat.add(
+            t_start=np.fromiter([a.t_start for a in flat], I64, f),
+            t_end=np.fromiter([a.t_end for a in flat], I64, f),
+            failed=np.fromiter([a.error is not None for a in flat], np.bool_, f),
+            wait=np.fromiter([a.wait_ns for a in flat], I64, f),
+        )
+
+    def _tools(self, ends: list[F.SpanEnd], rows: np.ndarray) -> None:
+        attrs = [ends[k].attrs for k in rows.tolist()]
+        none = np.fromiter([a is None for a in attrs], np.bool_, len(attrs))
+        got = [a for a in attrs if a is not None]
+        tool = np.full(len(attrs), UNSET_CODE, np.int32)
+        tool[~none] = self.tools.of([a.tool for a in got])
+        output = np.full(len(attrs), 2, _CODE)
+        output[~none] = _output_codes([a.output for a in got])
+        queued = np.zeros(len(attrs), I64)
+        queued[~none] = np.fromiter([a.queued_ns for a in got], I64, len(got))
+        self.tool.add(at=rows + self.taken, none=none, tool=tool, output=output, queued=queued)
+
+    def columns(self) -> tuple[dict[str, Any], Taken, Taken]:
+        """The end records' columns (``t``, ``status``), the model rows' (the counts,
+        instants and codes; their attempts flattened in row order) and the tool rows'
+        (``tool``, ``output``, ``queued``)."""
+        m = self.taken
+        model = Taken(self.model.joined(), self.flat.joined(), self.tiers.values, m)
+        tool = Taken(self.tool.joined(), {}, self.tools.values, m)
+        return self.got.joined(), model, tool
+
+
+class Taken:
+    """The model or tool rows taken from the end records: ``cols`` (``at``: each row's end
+    record, ``none``: it had no attributes), ``flat`` (a model row's attempts), ``codes`` (the
+    strings of the tier or tool codes), ``row`` (each end record's row, -1: none taken)."""
+
+    def __init__(self, cols: dict[str, Any], flat: dict[str, Any], codes: list[str], m: int):
+        self.cols, self.flat, self.codes = cols, flat, codes
+        self.row = np.full(m, -1, I64)
+        self.row[cols["at"]] = np.arange(len(cols["at"]))
+
+    def rows(self, ends: np.ndarray, eid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of the end records ``ends`` (a mask) in their spans' order, and their
+        spans; NotClean when one was not taken (its span's kind misjudged: the ids were not the
+        writer's) or had no attributes (the reader types it as empty: attributes the writer
+        always writes are missing)."""
+        at = np.flatnonzero(ends)
+        at = at[np.argsort(eid[at], kind="stable")]
+        got = self.row[at]
+        if (got < 0).any() or self.cols["none"][got].any():
+            raise F.NotClean("a model or tool span without end attributes")
+        return got, eid[at]
+
+
+def _output_codes(outputs: list[Any]) -> np.ndarray:
+    """0: a model's output object, 1: a tool's text, 2: missing."""
+    return np.fromiter(
+        [0 if type(o) is F.Output else 1 if type(o) is str else 2 for o in outputs],
+        _CODE,
+        len(outputs),
+    )
