@@ -22,6 +22,7 @@ from agentloop.analysis._fastshape import NotClean
 I64 = np.int64
 _WIDEST = 18  # digits: 10**18 - 1 fits int64
 _S, _ZERO, _NINE = ord("s"), ord("0"), ord("9")
+_ID, _PARENT, _AFTER = (operator.attrgetter(k) for k in ("id", "parent", "after"))
 
 
 def resolve(ids: list[str], *refs: list[str | None]) -> tuple[pa.Array, list[np.ndarray]]:
@@ -66,16 +67,17 @@ class Refs:
         """Take the ids and references of a window's start and end records; the end records'
         span numbers less one (their spans' indices, while every id is the writer's and they
         started in order), else None."""
-        afters = [r.after for r in starts]
+        afters = list(map(_AFTER, starts))
         self.lengths.append(np.fromiter(map(len, afters), I64, len(afters)))
         got: list[list[str | None]] = [
-            [r.id for r in starts],
-            [e.id for e in ends],
-            [r.parent for r in starts],
+            list(map(_ID, starts)),
+            list(map(_ID, ends)),
+            list(map(_PARENT, starts)),
             list(itertools.chain.from_iterable(afters)),
         ]
         if self.strings is None:
-            nums = [writer_numbers(g) for g in got]
+            # only a parent may be None (the records' Structs type the rest as strings)
+            nums = [writer_numbers(g) if i == 2 else _numbers(g) for i, g in enumerate(got)]  # type: ignore[arg-type]
             if all(k is not None for k in nums):
                 self.numbers.append(nums)  # type: ignore[arg-type]
                 return self._in_order(*nums[:2])  # type: ignore[arg-type]

@@ -26,6 +26,7 @@ import pyarrow as pa
 from msgspec import UNSET
 
 from agentloop.analysis import _fastshape as F
+from agentloop.analysis.columnar import release_heap
 
 I64 = np.int64
 NONE, UNSET_CODE = -1, -2  # a string code's None and missing key
@@ -73,6 +74,7 @@ class _Parts:
             k, v = self.parts.popitem()
             out[k] = pa.concat_arrays(v) if isinstance(v[0], pa.Array) else np.concatenate(v)
             del v
+            release_heap()  # the parts' pages, freed on the C heap, back before the next copy
         return out
 
 
