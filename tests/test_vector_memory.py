@@ -159,3 +159,19 @@ def test_a_freed_big_array_leaves_the_process_once_big_blocks_are_mapped():
     }
     assert freed["mapped"] > 15_000  # kB
     assert freed["default"] < 1_000  # kB: what the call is for
+
+
+SMALL = """
+from agentloop.analysis.columnar import small_pages
+from numpy._core.multiarray import _set_madvise_hugepage
+print(_set_madvise_hugepage(True), end=" ")
+small_pages()
+print(_set_madvise_hugepage(True))
+"""
+
+
+def test_numpy_asks_for_no_huge_pages_once_the_analysis_chose_small_ones():
+    """``small_pages`` turns numpy's huge-page advice off (its switch returns what it was):
+    on by default, off after the call, so the call reaches the numpy installed."""
+    out = subprocess.run([sys.executable, "-c", SMALL], **RUN).stdout.split()
+    assert out == ["True", "False"]

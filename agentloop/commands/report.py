@@ -109,15 +109,18 @@ def big_trace_columns(path: Path) -> Iterator[Any]:
     written meanwhile, by a thread joined when the block ends (:mod:`agentloop.analysis.
     cachewrite`); the C heap gives big blocks their own mappings first
     (:func:`agentloop.analysis.columnar.map_big_blocks`: a big trace's freed arrays go back to
-    the system)."""
+    the system), and numpy asks for no huge pages (:func:`agentloop.analysis.columnar.
+    small_pages`)."""
     from agentloop.analysis import store
     from agentloop.analysis.cachewrite import written_meanwhile
-    from agentloop.analysis.columnar import map_big_blocks
+    from agentloop.analysis.columnar import map_big_blocks, release_heap, small_pages
 
     map_big_blocks()
+    small_pages()
     with written_meanwhile() as write:
         with analysis_status(path), gc_paused():
             columns = store.columns_for_analysis(path, write)
+        release_heap()  # what a cold build freed below map_big_blocks' size
         yield columns
 
 
