@@ -37,7 +37,7 @@ _MODEL, _TOOL, _STEP = _KIND["model"], _KIND["tool"], _KIND["step"]
 _t, _kind, _status, _attrs = (operator.attrgetter(k) for k in ("t", "kind", "status", "attrs"))
 _COUNTS = ("inp", "out", "rea", "cac", "wait_ns")  # a model call's, -1: missing
 _INSTANTS = ("t_send", "t_first", "t_first_visible", "t_last", "t_end")  # -1: None
-_FLAT = ("t_start", "t_end", "failed", "wait")  # a model call's attempts, flattened
+_TRIMMED = 1 << 20  # bytes of a column's parts from which the C heap is trimmed once joined
 
 
 class Codes:
@@ -73,8 +73,10 @@ class _Parts:
         while self.parts:
             k, v = self.parts.popitem()
             out[k] = pa.concat_arrays(v) if isinstance(v[0], pa.Array) else np.concatenate(v)
+            big = sum(a.nbytes for a in v) >= _TRIMMED
             del v
-            release_heap()  # the parts' pages, freed on the C heap, back before the next copy
+            if big:  # the parts' pages, freed on the C heap, back before the next copy
+                release_heap()  # (a walk of the heap: not for a small trace's)
         return out
 
 
