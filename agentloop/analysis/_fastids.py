@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -69,19 +70,20 @@ class Refs:
         started in order), else None."""
         afters = list(map(_AFTER, starts))
         self.lengths.append(np.fromiter(map(len, afters), I64, len(afters)))
-        got: list[list[str | None]] = [
-            list(map(_ID, starts)),
-            list(map(_ID, ends)),
-            list(map(_PARENT, starts)),
-            list(itertools.chain.from_iterable(afters)),
-        ]
+        flat = list(itertools.chain.from_iterable(afters))
         if self.strings is None:
             # only a parent may be None (the records' Structs type the rest as strings)
-            nums = [writer_numbers(g) if i == 2 else _numbers(g) for i, g in enumerate(got)]  # type: ignore[arg-type]
+            nums = [
+                _numbers(map(_ID, starts), len(starts)),
+                _numbers(map(_ID, ends), len(ends)),
+                writer_numbers(list(map(_PARENT, starts))),
+                _numbers(flat, len(flat)),
+            ]
             if all(k is not None for k in nums):
                 self.numbers.append(nums)  # type: ignore[arg-type]
                 return self._in_order(*nums[:2])  # type: ignore[arg-type]
             self.strings = self._as_written()
+        got = [list(map(_ID, starts)), list(map(_ID, ends)), list(map(_PARENT, starts)), flat]
         for have, new in zip(self.strings, got, strict=True):
             have.extend(new)
         return None
@@ -129,7 +131,7 @@ def writer_numbers(refs: list[str] | list[str | None]) -> np.ndarray | None:
         refs = list(refs)
         for i in nones:
             refs[i] = "s1"  # a stand-in, read as 0 below
-    k = _numbers(refs)  # type: ignore[arg-type]
+    k = _numbers(refs, len(refs))  # type: ignore[arg-type]
     if k is not None and nones:
         k[nones] = 0
     return k
@@ -144,11 +146,11 @@ def _nones(refs: list[str] | list[str | None]) -> list[int]:
     return found
 
 
-def _numbers(refs: list[str]) -> np.ndarray | None:
-    """k for each "s<k>" of ``refs``, read from their bytes joined: one "s" per item, at its
-    start (an item holding another, or none, is not the writer's), then 1 to 18 ASCII digits
-    not starting with 0; the digits, the "s"s taken out, cast to numbers by Arrow."""
-    m = len(refs)
+def _numbers(refs: Iterable[str], m: int) -> np.ndarray | None:
+    """k for each "s<k>" of the ``m`` strings ``refs``, read from their bytes joined: one "s"
+    per item, at its start (an item holding another, or none, is not the writer's), then 1 to
+    18 ASCII digits not starting with 0; the digits, the "s"s taken out, cast to numbers by
+    Arrow."""
     b = np.frombuffer("".join(refs).encode(), np.uint8)
     is_s = b == _S
     at = np.flatnonzero(is_s)

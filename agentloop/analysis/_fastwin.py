@@ -97,7 +97,32 @@ def optional(values: np.ndarray, none: np.ndarray) -> list[Any]:
 
 def _states(values: list[Any]) -> np.ndarray:
     """0: a value, 1: None, 2: missing, for each of ``values``."""
-    return np.fromiter([(v is None) + 2 * (v is UNSET) for v in values], _CODE, len(values))
+    got: np.ndarray = _is(values, None).astype(_CODE) + 2 * _is(values, UNSET).astype(_CODE)
+    return got
+
+
+def _get(field: str, items: list[Any]) -> list[Any]:
+    """Each item's ``field``."""
+    return list(map(operator.attrgetter(field), items))
+
+
+def _is(items: list[Any], value: Any) -> np.ndarray:
+    """Whether each item is ``value`` (None, UNSET)."""
+    return np.fromiter(map(operator.is_, items, itertools.repeat(value)), np.bool_, len(items))
+
+
+def _is_type(items: list[Any], cls: type) -> np.ndarray:
+    """Whether each item's type is ``cls``."""
+    return np.fromiter(
+        map(operator.is_, map(type, items), itertools.repeat(cls)), np.bool_, len(items)
+    )
+
+
+def _floats(values: list[Any], none: np.ndarray) -> np.ndarray:
+    """``values`` as float64, 0.0 where None (``none``)."""
+    if none.any():
+        values = [0.0 if z else v for v, z in zip(values, none.tolist(), strict=True)]
+    return np.fromiter(values, np.float64, len(values))
 
 
 class Starts:
@@ -113,22 +138,22 @@ class Starts:
         n = len(starts)
         kind = np.fromiter(map(_KIND.__getitem__, map(_kind, starts)), _CODE, n)
         rows = np.flatnonzero((kind == _STEP) | (kind == _MODEL)).tolist()
-        attrs = [starts[j].attrs for j in rows]
+        attrs = list(map(_attrs, map(starts.__getitem__, rows)))
         has = np.zeros(n, np.bool_)
-        has[rows] = [a is not None for a in attrs]
-        got = [a for a in attrs if a is not None]
+        has[rows] = ~_is(attrs, None)
+        got = list(filter(None, attrs))  # a Struct is true
         at = np.asarray(rows, I64)[has[rows]] if rows else np.zeros(0, I64)
         step, inv = np.zeros(n, I64), np.zeros(n, I64)
         step_none, inv_none = np.ones(n, np.bool_), np.ones(n, np.bool_)
         agent = np.full(n, NONE, np.int32)
-        steps, invs = [a.step for a in got], [a.inv for a in got]
-        step[at], step_none[at] = _ints(steps, 0), [v is None for v in steps]
-        inv[at], inv_none[at] = _ints(invs, 0), [v is None for v in invs]
-        agent[at] = self.agents.of([a.agent for a in got])
+        steps, invs = _get("step", got), _get("inv", got)
+        step[at], step_none[at] = _ints(steps, 0), _is(steps, None)
+        inv[at], inv_none[at] = _ints(invs, 0), _is(invs, None)
+        agent[at] = self.agents.of(_get("agent", got))
         self.got.add(
             kind=kind,
             t=np.fromiter(map(_t, starts), I64, n),
-            name=pa.array([r.name for r in starts], pa.string()),
+            name=pa.array(_get("name", starts), pa.string()),
             has=has,
             step=step,
             step_none=step_none,
@@ -181,9 +206,9 @@ class Ends:
         self.taken += m
 
     def _models(self, ends: list[F.SpanEnd], rows: np.ndarray) -> None:
-        attrs = [ends[k].attrs for k in rows.tolist()]
-        got = [a for a in attrs if a is not None]
-        none = np.fromiter([a is None for a in attrs], np.bool_, len(attrs))
+        attrs = list(map(_attrs, map(ends.__getitem__, rows.tolist())))
+        got = list(filter(None, attrs))  # a Struct is true
+        none = _is(attrs, None)
         k, at = len(got), ~none
 
         def col(values: Any, fill: Any, dtype: Any) -> np.ndarray:
@@ -191,61 +216,62 @@ class Ends:
             out[at] = values
             return out
 
-        cols = {f: col(_ints(list(map(operator.attrgetter(f), got))), -1, I64) for f in _COUNTS}
-        steps = [a.step for a in got]
-        timings = [a.timing for a in got]
-        timed = [type(t) is F.Timing for t in timings]
+        cols = {f: col(_ints(_get(f, got)), -1, I64) for f in _COUNTS}
+        steps = _get("step", got)
+        timings = _get("timing", got)
+        timed = _is_type(timings, F.Timing)
         tm = list(itertools.compress(timings, timed))
         for f in _INSTANTS:
             inst = np.full(k, -1, I64)
-            inst[timed] = _ints(list(map(operator.attrgetter(f), tm)))
+            inst[timed] = _ints(_get(f, tm))
             cols[f] = col(inst, -1, I64)
-        bounds = [a.bound for a in got]
+        bounds = _get("bound", got)
+        bound_none = _is(bounds, None)
         self.model.add(
             at=rows + self.taken,
             none=none,
             step=col(_ints(steps, 0), 0, I64),
             step_state=col(_states(steps), 2, _CODE),
             timing_state=col(_states(timings), 2, _CODE),
-            timed=col(np.asarray(timed, np.bool_), False, np.bool_),
-            tier=col(self.tiers.of([a.tier for a in got]), NONE, np.int32),
-            output=col(_output_codes([a.output for a in got]), 2, _CODE),
-            unknown_unset=col([a.unknown is UNSET for a in got], True, np.bool_),
-            trimmed_unset=col([a.trimmed is UNSET for a in got], True, np.bool_),
-            bound=col([0.0 if b is None else b for b in bounds], 0.0, np.float64),
-            bound_none=col([b is None for b in bounds], True, np.bool_),
-            late=col([a.late for a in got], False, np.bool_),
+            timed=col(timed, False, np.bool_),
+            tier=col(self.tiers.of(_get("tier", got)), NONE, np.int32),
+            output=col(_output_codes(_get("output", got)), 2, _CODE),
+            unknown_unset=col(_is(_get("unknown", got), UNSET), True, np.bool_),
+            trimmed_unset=col(_is(_get("trimmed", got), UNSET), True, np.bool_),
+            bound=col(_floats(bounds, bound_none), 0.0, np.float64),
+            bound_none=col(bound_none, True, np.bool_),
+            late=col(np.fromiter(_get("late", got), np.bool_, k), False, np.bool_),
             **cols,
         )
-        self._attempts([a.attempts for a in got], at)
+        self._attempts(_get("attempts", got), at)
 
     def _attempts(self, attempts: list[Any], at: np.ndarray) -> None:
         """The model rows' attempts: each row's count (-1: the key missing, or no attributes)
         and the attempts flattened, in order."""
         count = np.full(len(at), -1, I64)
-        unset = [a is UNSET for a in attempts]
-        lists = [a for a in attempts if a is not UNSET]
-        count[np.flatnonzero(at)[np.logical_not(unset)]] = np.fromiter(map(len, lists), I64)
+        unset = _is(attempts, UNSET)
+        lists = list(itertools.compress(attempts, ~unset))
+        count[np.flatnonzero(at)[~unset]] = np.fromiter(map(len, lists), I64, len(lists))
         flat = list(itertools.chain.from_iterable(lists))
         f = len(flat)
         self.model.add(attempts=count)
         self.flat.add(
-            t_start=np.fromiter([a.t_start for a in flat], I64, f),
-            t_end=np.fromiter([a.t_end for a in flat], I64, f),
-            failed=np.fromiter([a.error is not None for a in flat], np.bool_, f),
-            wait=np.fromiter([a.wait_ns for a in flat], I64, f),
+            t_start=np.fromiter(_get("t_start", flat), I64, f),
+            t_end=np.fromiter(_get("t_end", flat), I64, f),
+            failed=~_is(_get("error", flat), None),
+            wait=np.fromiter(_get("wait_ns", flat), I64, f),
         )
 
     def _tools(self, ends: list[F.SpanEnd], rows: np.ndarray) -> None:
-        attrs = [ends[k].attrs for k in rows.tolist()]
-        none = np.fromiter([a is None for a in attrs], np.bool_, len(attrs))
-        got = [a for a in attrs if a is not None]
+        attrs = list(map(_attrs, map(ends.__getitem__, rows.tolist())))
+        none = _is(attrs, None)
+        got = list(filter(None, attrs))  # a Struct is true
         tool = np.full(len(attrs), UNSET_CODE, np.int32)
-        tool[~none] = self.tools.of([a.tool for a in got])
+        tool[~none] = self.tools.of(_get("tool", got))
         output = np.full(len(attrs), 2, _CODE)
-        output[~none] = _output_codes([a.output for a in got])
+        output[~none] = _output_codes(_get("output", got))
         queued = np.zeros(len(attrs), I64)
-        queued[~none] = np.fromiter([a.queued_ns for a in got], I64, len(got))
+        queued[~none] = np.fromiter(_get("queued_ns", got), I64, len(got))
         self.tool.add(at=rows + self.taken, none=none, tool=tool, output=output, queued=queued)
 
     def columns(self) -> tuple[dict[str, Any], Taken, Taken]:
@@ -282,9 +308,8 @@ class Taken:
 
 
 def _output_codes(outputs: list[Any]) -> np.ndarray:
-    """0: a model's output object, 1: a tool's text, 2: missing."""
-    return np.fromiter(
-        [0 if type(o) is F.Output else 1 if type(o) is str else 2 for o in outputs],
-        _CODE,
-        len(outputs),
-    )
+    """0: a model's output object, 1: a tool's text, 2: missing (the Struct's only types)."""
+    return np.fromiter(map(_OUTPUT.__getitem__, map(type, outputs)), _CODE, len(outputs))
+
+
+_OUTPUT = {F.Output: 0, str: 1, type(UNSET): 2}
