@@ -58,11 +58,14 @@ class Refs:
     earlier windows' numbers written back as the strings they were read from
     (``writer_numbers`` takes only ``s<k>`` as the writer writes it: the round trip is exact)."""
 
-    def __init__(self) -> None:
+    def __init__(self, part: bool = False) -> None:
         self.numbers: list[list[np.ndarray]] = []  # a window's ids, end ids, parents, afters
         self.strings: list[list[str | None]] | None = None  # the same, as strings
         self.lengths: list[np.ndarray] = []  # each span's number of afters
-        self.ordered = 0  # the ids taken so far are s1 .. s<ordered> in order (-1: not)
+        # the ids taken so far are s<base + 1> .. s<ordered> in order (-1: not; None: a later
+        # part of the file, _fastsplit's, its base its first id less one)
+        self.ordered: int | None = None if part else 0
+        self.base = 0
 
     def take(self, starts: list[Any], ends: list[Any]) -> np.ndarray | None:
         """Take the ids and references of a window's start and end records; the end records'
@@ -89,14 +92,19 @@ class Refs:
         return None
 
     def _in_order(self, own: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
-        """``ends`` less one while every span so far started in order (``own``: a window's)."""
+        """``ends`` less one and the base (their spans' indices in this part) while every span
+        so far started in order (``own``: a window's)."""
+        if self.ordered is None:
+            if not len(own):
+                return None
+            self.ordered = self.base = int(own[0]) - 1
         if self.ordered < 0 or not np.array_equal(
             own, np.arange(self.ordered + 1, self.ordered + 1 + len(own))
         ):
             self.ordered = -1
             return None
         self.ordered += len(own)
-        spans: np.ndarray = ends - 1
+        spans: np.ndarray = ends - 1 - self.base
         return spans
 
     def _as_written(self) -> list[list[str | None]]:

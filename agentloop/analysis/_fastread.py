@@ -33,7 +33,7 @@ import orjson
 from agentloop.analysis import _fastshape as F
 from agentloop.analysis._fastids import Refs
 from agentloop.analysis._fastshape import NotClean
-from agentloop.analysis._fastwin import Ends, Starts
+from agentloop.analysis._fastwin import BOTH, Ends, Starts
 from agentloop.trace.fields import Where
 from agentloop.trace.schema import EndRecord, RunHeader, parse_header, parse_record
 
@@ -60,16 +60,18 @@ class _Lines:
     ids, taken out), the end record, the lines counted, and what the last window's final
     newline still needs of the next."""
 
-    def __init__(self, path: Any) -> None:
+    def __init__(self, path: Any, part: bool = False) -> None:
         self.path = path
+        self.part = part  # a later part of the file (_fastsplit's): no header line
         self.run: RunHeader | None = None
         self.end: EndRecord | None = None
         self.starts = Starts()
         self.ends = Ends()
         self.flags: list[np.ndarray] = []
-        self.refs = Refs()
+        self.refs = Refs(part)
         self.lines = 0  # newlines before the window at hand
-        self.seam: bool | None = None  # whether the last window ended "}\n" (None: no window)
+        # whether the last window ended "}\n" (None: no window; a part starts after one)
+        self.seam: bool | None = True if part else None
 
     def take(self, buf: bytearray, cut: int) -> None:
         """Check and decode ``buf[:cut]``, whole lines (the last window: the file's rest)."""
@@ -94,7 +96,7 @@ class _Lines:
         when it is their last."""
         start = 0
         with memoryview(buf) as mv:
-            if self.run is None:
+            if self.run is None and not self.part:
                 start = buf.find(b"\n", 0, cut) + 1  # the window may end with it
                 if start == 0:
                     raise NotClean("no line after the header")
@@ -130,8 +132,9 @@ class _Lines:
         if spans is not None:  # the end records' span kinds (-1: not started yet)
             known = self.starts.kinds_so_far()
             kinds = np.full(len(spans), -1, np.int8)
-            ok = spans < len(known)
+            ok = (spans >= 0) & (spans < len(known))
             kinds[ok] = known[spans[ok]]
+            kinds[spans < 0] = BOTH  # a span of an earlier part (_fastsplit's)
         self.ends.take(ends, kinds)
 
 
@@ -139,10 +142,17 @@ def read_records(f: FileIO, path: Any, window: int = WINDOW) -> Records:
     """The header (checked), the end record (checked) and the span records (typed) of the
     trace open in ``f`` (read from where it stands), ``window`` bytes at a time; NotClean (or
     msgspec's, orjson's, the header's error) when its lines are not the writer's."""
-    buf, filled, eof = bytearray(window), 0, False
-    out = _Lines(path)
+    return records_of(read_lines(f, _Lines(path), window))
+
+
+def read_lines(f: FileIO, out: _Lines, window: int, size: int | None = None) -> _Lines:
+    """``size`` bytes of ``f`` (None: to its end) from where it stands, read into ``out``
+    ``window`` bytes at a time."""
+    buf, filled, left = bytearray(window), 0, size
+    eof = False
     while not eof:
-        filled, eof = _fill(f, buf, filled)
+        filled, left = _fill(f, buf, filled, left)
+        eof = filled < len(buf)
         cut = filled if eof else buf.rfind(b"\n", 0, filled) + 1
         if not cut and not eof:  # a line longer than the buffer
             buf = buf + bytearray(len(buf))
@@ -150,19 +160,27 @@ def read_records(f: FileIO, path: Any, window: int = WINDOW) -> Records:
         out.take(buf, cut)
         buf[: filled - cut] = buf[cut:filled]  # the part line, to the front
         filled -= cut
+    return out
+
+
+def records_of(out: _Lines) -> Records:
+    """What ``out`` read of a whole trace, handed over."""
     if out.run is None:
         raise NotClean("no header line")
     flags = np.concatenate(out.flags) if out.flags else np.zeros(0, np.bool_)
     return Records(out.run, out.end, out.starts, out.ends, flags, out.refs)
 
 
-def _fill(f: FileIO, buf: bytearray, filled: int) -> tuple[int, bool]:
-    """``buf`` filled from ``f`` after its first ``filled`` bytes: how far, and whether the file
-    ended first."""
+def _fill(f: FileIO, buf: bytearray, filled: int, left: int | None) -> tuple[int, int | None]:
+    """``buf`` filled from ``f`` after its first ``filled`` bytes, ``left`` bytes at most (None:
+    to the file's end): how far, and how many bytes are left to read. Short of the buffer's
+    length: the file or the bytes to read ended."""
     with memoryview(buf) as mv:
-        while filled < len(buf):
-            got = f.readinto(mv[filled:])
+        while filled < len(buf) and left != 0:
+            want = len(buf) - filled if left is None else min(len(buf) - filled, left)
+            got = f.readinto(mv[filled : filled + want])
             if not got:
-                return filled, True
+                break
             filled += got
-    return filled, False
+            left = None if left is None else left - got
+    return filled, left

@@ -30,6 +30,7 @@ from agentloop.analysis.columnar import release_heap
 
 I64 = np.int64
 NONE, UNSET_CODE = -1, -2  # a string code's None and missing key
+BOTH = -2  # an end record's span kind not known here: both kinds' values are taken
 _CODE = np.int8  # a span's kind or status: an index into F.KINDS, F.STATUSES
 _KIND = {k: i for i, k in enumerate(F.KINDS)}
 _STATUS = {k: i for i, k in enumerate(F.STATUSES)}
@@ -191,16 +192,17 @@ class Ends:
         self.taken = 0  # end records before the window at hand
 
     def take(self, ends: list[F.SpanEnd], kinds: np.ndarray | None) -> None:
-        """Take a window's end records; ``kinds``: each one's span kind (-1: unknown), None
-        when not known (both kinds' values are taken for every record)."""
+        """Take a window's end records; ``kinds``: each one's span kind (-1: a span not started,
+        :data:`BOTH`: one not known here), None when none is known (both kinds' values are
+        taken for every record)."""
         m = len(ends)
         self.got.add(
             t=np.fromiter(map(_t, ends), I64, m),
             status=np.fromiter(map(_STATUS.__getitem__, map(_status, ends)), _CODE, m),
         )
         every = np.arange(m)
-        model = every if kinds is None else np.flatnonzero(kinds == _MODEL)
-        tool = every if kinds is None else np.flatnonzero(kinds == _TOOL)
+        model = every if kinds is None else np.flatnonzero((kinds == _MODEL) | (kinds == BOTH))
+        tool = every if kinds is None else np.flatnonzero((kinds == _TOOL) | (kinds == BOTH))
         self._models(ends, model)
         self._tools(ends, tool)
         self.taken += m

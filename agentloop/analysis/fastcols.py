@@ -36,7 +36,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from agentloop.analysis import _fastread
+from agentloop.analysis import _fastread, _fastsplit
 from agentloop.analysis import _fastshape as F
 from agentloop.analysis._fastids import Refs
 from agentloop.analysis._fastmodels import model_columns
@@ -57,21 +57,24 @@ _KIND = {k: i for i, k in enumerate(F.KINDS)}
 _CODE = np.int8  # a span's kind and status: an index into F.KINDS, F.STATUSES
 
 
-def fast_columns(path: Path, window: int = _fastread.WINDOW) -> Columns | None:
+def fast_columns(
+    path: Path, window: int = _fastread.WINDOW, split_bytes: int = _fastsplit.SPLIT_BYTES
+) -> Columns | None:
     """The columns of the trace at ``path`` if it is a clean trace in the writer's shape, else
     None (the caller loads it through the checked reader). ``window``: the bytes read at a time
-    (:func:`agentloop.analysis._fastread.read_records`)."""
+    (:func:`agentloop.analysis._fastread.read_records`); from ``split_bytes`` a second process
+    reads the later half (:mod:`agentloop.analysis._fastsplit`)."""
     try:
         with path.open("rb", buffering=0) as f:
-            return _build(f, path, window)
+            return _build(f, path, window, split_bytes)
     except (NotClean, msgspec.MsgspecError, TraceFileError, ValueError, OSError):
         return None  # orjson's and UnicodeDecodeError are ValueErrors
 
 
-def _build(f: FileIO, path: Path, window: int) -> Columns:
+def _build(f: FileIO, path: Path, window: int, split_bytes: int) -> Columns:
     """The columns of the trace open in ``f``; NotClean (or msgspec's, orjson's, the header's
     error) when the screen does not recognise it."""
-    got = _fastread.read_records(f, path, window)
+    got = _fastsplit.read_records(f, path, window, split_bytes)
     run, end = got.run, got.end
     if not got.is_start.any():
         raise NotClean("no spans")

@@ -1,0 +1,178 @@
+"""A big trace's later half read by a second process while this one reads the first: the cold builder's two cores.
+
+For :mod:`agentloop.analysis.fastcols`. The file is cut at a record boundary near its middle
+(the writer's ``}\\n{"type":"``); a worker (``python -c``, this package's own interpreter and
+path, nothing read from its command line but the path, the offset and the window) reads from
+there to the end as :func:`agentloop.analysis._fastread.read_lines` reads a file, a part with no
+header line, and hands its values back through a pipe (a pickle of arrays: no Structs cross);
+this process reads up to the cut meanwhile and appends the worker's values to its own, their
+string codes (agents, tiers, tool names) renumbered as its own. What crosses the cut is checked
+as it is between two windows: the first part ends ``}\\n``, the second starts ``{"type":"``;
+the end records of the later part whose spans started in the first take both kinds' values
+(:data:`agentloop.analysis._fastwin.BOTH`), and the ids must be the writer's in order across the
+cut. Anything else, a worker that fails or is not there, or ids that are not the writer's:
+the file is read whole in this process, as before (the same values, one core): the split is a
+speed-up, never a second reader. A screen's refusal in either part (NotClean) is the file's.
+
+Measured (``tests/benchmarks/bench_split_decode.py``): a second process pays with a core free
+(0.57x of one process's decode), not on a busy machine (0.61-1.08x at load 2.5-5.7).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from io import FileIO
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentloop.analysis import _fastread
+from agentloop.analysis._fastread import _HEAD, Records, _Lines
+from agentloop.analysis._fastshape import NotClean
+from agentloop.analysis._fastwin import Codes
+from agentloop.errors import TraceFileError
+
+SPLIT_BYTES = 64 << 20  # a trace from this size is read in two processes
+_LOOK = 1 << 20  # bytes searched for a record boundary past the middle
+_BOUNDARY = b"}\n" + _HEAD
+_WORKER = "from agentloop.analysis._fastsplit import serve; serve()"
+
+
+def read_records(f: FileIO, path: Path, window: int, split_bytes: int = SPLIT_BYTES) -> Records:
+    """:func:`agentloop.analysis._fastread.read_records` of the trace open in ``f`` (at its
+    start), its later half read by a worker when it is ``split_bytes`` or more."""
+    size = os.fstat(f.fileno()).st_size
+    cut = _cut(f, size) if size >= split_bytes else None
+    if cut is None:
+        return _fastread.read_records(f, path, window)
+    worker = _start(path, cut, window)
+    try:
+        f.seek(0)
+        first = _fastread.read_lines(f, _Lines(path), window, cut)
+        later = _result(worker)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        worker.wait()
+        assert worker.stdout is not None
+        worker.stdout.close()
+    if later is None or not _joined(first, later):
+        f.seek(0)
+        return _fastread.read_records(f, path, window)
+    return _fastread.records_of(first)
+
+
+def _cut(f: FileIO, size: int) -> int | None:
+    """Where the record after a writer's record boundary near the middle starts, if one is
+    found within :data:`_LOOK` bytes of it."""
+    f.seek(size // 2)
+    near = f.read(_LOOK)
+    at = near.find(_BOUNDARY)
+    f.seek(0)
+    return None if at < 0 else size // 2 + at + 2
+
+
+def _start(path: Path, cut: int, window: int) -> subprocess.Popen[bytes]:
+    """The worker reading ``path`` from ``cut``: this interpreter, this package first on its
+    path, the environment a tool's subprocess gets (no secret in it)."""
+    from agentloop.sandbox.context import scrubbed_env
+
+    env = scrubbed_env()
+    root = str(Path(__file__).resolve().parents[2])
+    paths = [root, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return subprocess.Popen(
+        [sys.executable, "-c", _WORKER, os.fsdecode(path), str(cut), str(window)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+
+
+def _result(worker: subprocess.Popen[bytes]) -> _Lines | None:
+    """What the worker read, or None when it failed; NotClean when its part is not clean."""
+    assert worker.stdout is not None
+    try:
+        verdict, later = pickle.load(worker.stdout)  # read as it comes: no copy of the bytes
+    except (EOFError, pickle.UnpicklingError, ValueError, TypeError):
+        return None
+    if worker.wait() != 0:
+        return None
+    if verdict == "not clean":
+        raise NotClean("the later part of a split trace")
+    return later if isinstance(later, _Lines) else None
+
+
+def serve() -> None:
+    """The worker: read the part from ``sys.argv``' offset to the end, pickle it to stdout."""
+    path, cut, window = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    import msgspec
+
+    try:
+        with path.open("rb", buffering=0) as f:
+            f.seek(cut)
+            out: Any = ("ok", _fastread.read_lines(f, _Lines(path, part=True), window))
+    except (NotClean, msgspec.MsgspecError, TraceFileError, ValueError) as exc:  # as fast_columns
+        out = ("not clean", type(exc).__name__)
+    sys.stdout.buffer.write(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _joined(first: _Lines, later: _Lines) -> bool:
+    """``later`` appended to ``first`` (True), or False when the ids are not the writer's in
+    order across the cut (the caller reads the file whole). NotClean when what crosses the
+    cut is not the writer's."""
+    if first.end is not None or not first.seam:
+        raise NotClean("an end record, or no record boundary, before the cut")
+    a, b = first.refs, later.refs
+    if a.strings is not None or b.strings is not None or a.ordered is None or a.ordered < 0:
+        return False
+    if b.ordered is not None and (b.ordered < 0 or b.base != a.ordered):
+        return False
+    a.numbers += b.numbers
+    a.lengths += b.lengths
+    a.ordered = a.ordered if b.ordered is None else b.ordered
+    first.flags += later.flags
+    first.end = later.end
+    _append(
+        first.starts.got.parts,
+        later.starts.got.parts,
+        {"agent": (first.starts.agents, later.starts.agents)},
+    )
+    e, f = first.ends, later.ends
+    _append(e.got.parts, f.got.parts, {})
+    _append(e.flat.parts, f.flat.parts, {})
+    _append(e.model.parts, f.model.parts, {"tier": (e.tiers, f.tiers)}, e.taken)
+    _append(e.tool.parts, f.tool.parts, {"tool": (e.tools, f.tools)}, e.taken)
+    e.taken += f.taken
+    return True
+
+
+def _append(
+    mine: dict[str, list[Any]],
+    theirs: dict[str, list[Any]],
+    codes: dict[str, tuple[Codes, Codes]],
+    taken: int = 0,
+) -> None:
+    """``theirs`` parts after ``mine``: their codes renumbered as ``codes`` says (name: mine,
+    theirs), their end records' positions (``at``) after ``taken``."""
+    for name, parts in theirs.items():
+        if name in codes:
+            own, other = codes[name]
+            table = own.of(other.values)
+            parts = [_renumbered(p, table) for p in parts]
+        elif name == "at":
+            parts = [p + taken for p in parts]
+        mine.setdefault(name, []).extend(parts)
+
+
+def _renumbered(codes: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """``codes`` through ``table`` (a code's new code), the sentinels (< 0) kept."""
+    out = codes.copy()
+    pos = codes >= 0
+    out[pos] = table[codes[pos]]
+    return out

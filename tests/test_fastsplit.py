@@ -1,0 +1,92 @@
+"""A big trace's later half read by a second process: the same columns, or the file read whole."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentloop.analysis import _fastread, _fastsplit
+from agentloop.analysis.fastcols import fast_columns
+from agentloop.analysis.synthetic import agent_lines
+from tests.test_fastcols import FAST, checked, differences, with_setup, write
+
+SPLIT = 0  # split_bytes: every trace is read in two processes
+
+
+@pytest.fixture
+def split_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file is not read whole in this process: the split must have been taken."""
+
+    def whole(*args: Any) -> Any:
+        raise AssertionError("read whole, not split")
+
+    monkeypatch.setattr(_fastsplit._fastread, "read_records", whole)
+
+
+@pytest.mark.parametrize(
+    ("name", "window"),
+    [
+        ("agent", _fastread.WINDOW),
+        ("agent, 5 tools", 333),
+        ("set-up and check spans", 64),
+        ("measured under load", _fastread.WINDOW),
+        ("killed", 200),
+    ],
+)
+def test_a_trace_read_in_two_processes_gives_the_checked_columns(
+    tmp_path: Path, split_only: None, name: str, window: int
+):
+    """Cut near its middle, the later half read by the worker (windows of ``window`` bytes in
+    both): every field the checked path's."""
+    p = write(tmp_path, FAST[name]())
+    fast = fast_columns(p, window=window, split_bytes=SPLIT)
+    assert fast is not None
+    assert [] == differences(fast, checked(p))
+
+
+def test_the_cut_at_each_record_of_a_short_trace_gives_the_checked_columns(tmp_path: Path):
+    """Traces of 3 to 7 steps: the cut falls on a different record each time (a start, an
+    end, the one before the end record)."""
+    for steps in range(3, 8):
+        p = write(tmp_path, list(agent_lines(steps, tools_per_step=2)), f"{steps}.jsonl")
+        fast = fast_columns(p, window=128, split_bytes=SPLIT)
+        assert fast is not None, steps
+        assert [] == differences(fast, checked(p)), steps
+
+
+@pytest.mark.parametrize("renamed", [b'"x', b'"s9'])
+def test_ids_not_the_writers_in_order_across_the_cut_are_read_whole(tmp_path: Path, renamed):
+    """The later spans named otherwise, or numbered out of order: the worker's values are not
+    joined to this process's (their spans' indices are not known across the cut); the file is
+    read whole, the same columns as the checked path's."""
+    lines = list(agent_lines(12, tools_per_step=2))
+    later = lambda m: m[0] if int(m[1]) < 30 else renamed + m[1] + b'"'  # noqa: E731
+    p = write(tmp_path, [re.sub(rb'"s(\d+)"', later, k) for k in lines])
+    fast = fast_columns(p, window=256, split_bytes=SPLIT)
+    assert fast is not None
+    assert [] == differences(fast, checked(p))
+
+
+def test_a_worker_that_fails_leaves_the_file_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A worker that exits with an error before it answers: the file is read in this process."""
+    monkeypatch.setattr(_fastsplit, "_WORKER", "import sys; sys.exit(3)")
+    p = write(tmp_path, with_setup())
+    fast = fast_columns(p, split_bytes=SPLIT)
+    assert fast is not None
+    assert [] == differences(fast, checked(p))
+
+
+def test_what_is_not_clean_in_either_half_is_handed_over(tmp_path: Path):
+    """A ``\\r`` as a record's whitespace in the last record (the worker's half), the end record
+    written before the cut too (this process's): handed over, as the whole file would be."""
+    lines = list(agent_lines(6))
+    lines[-2] = lines[-2].replace(b'"id":', b'\r"id":', 1)
+    assert fast_columns(write(tmp_path, lines, "late.jsonl"), split_bytes=SPLIT) is None
+    lines = list(agent_lines(6))
+    lines.insert(3, lines[-1])
+    assert fast_columns(write(tmp_path, lines, "early.jsonl"), split_bytes=SPLIT) is None
