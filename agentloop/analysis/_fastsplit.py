@@ -1,8 +1,9 @@
 """A big trace's later half read by a second process while this one reads the first: the cold builder's two cores.
 
-For :mod:`agentloop.analysis.fastcols`. The file is cut at a record boundary near its middle
-(the writer's ``}\\n{"type":"``); a worker (``python -c``, this package's own interpreter and
-path, nothing read from its command line but the path, the offset and the window) reads from
+For :mod:`agentloop.analysis.fastcols`. The file is cut at a record boundary past its middle
+(the writer's ``}\\n{"type":"``, :data:`HEAD_START` past it); a worker (``python -c``, this
+package's own interpreter and path, nothing read from its command line but the path, the
+offset and the window) reads from
 there to the end as :func:`agentloop.analysis._fastread.read_lines` reads a file, a part with no
 header line, and hands its values back through a pipe (a pickle of arrays: no Structs cross);
 this process reads up to the cut meanwhile and appends the worker's values to its own, their
