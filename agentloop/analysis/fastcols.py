@@ -3,7 +3,7 @@
 The checked path (:func:`agentloop.trace.reader.load_trace`, then
 :func:`agentloop.analysis.graph.build_graph`, then :func:`agentloop.analysis.columnar.columns_of`)
 builds a ``SpanRecord``, typed views and Graph lists for every span: 5.5x the time of
-``orjson.loads`` on every line for a million spans (this path: 2.5x, end to end,
+``orjson.loads`` on every line for a million spans (this path: 1.4-1.6x, end to end,
 ``tests/benchmarks/bench_analysis.py``). Here msgspec decodes each span record into
 the typed Structs of :mod:`agentloop.analysis._fastshape` (in C), a window of the file at a
 time, the values the columns are made of taken from each window's Structs as arrays before the
