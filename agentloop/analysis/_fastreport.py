@@ -58,13 +58,21 @@ def calls(
     tiers = [None, *model.codes]
     if any(F.MARK in a for a in agents):
         return _each(trace, has, [names[c + 1] for c in agent], inv, step, tier, tiers, used)
+    return _by_form(trace, (has, agent, inv, step, tier.tolist(), used.tolist()), names, tiers)
+
+
+def _by_form(
+    trace: Trace, per_call: tuple[list[Any], ...], names: list[str | None], tiers: list[str | None]
+) -> dict[str, Any]:
+    """The call rows of :func:`calls`, asked of calls_of once per distinct form; ``per_call``:
+    each call's has-attributes, agent code, invocation, step, tier code and finished; a code
+    + 1 indexes ``names`` and ``tiers``."""
+    has, _, _, step, _, _ = per_call
     forms: dict[tuple[Any, ...], int] = {}
     at = forms.setdefault
     combo = [
         at((h, a if h else NONE, i, None if not h else s is None, t, u), len(forms))
-        for h, a, i, s, t, u in zip(
-            has, agent, inv, step, tier.tolist(), used.tolist(), strict=True
-        )
+        for h, a, i, s, t, u in zip(*per_call, strict=True)
     ]
     starts_of: list[Mapping[str, Any]] = [
         {}
