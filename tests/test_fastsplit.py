@@ -90,3 +90,20 @@ def test_what_is_not_clean_in_either_half_is_handed_over(tmp_path: Path):
     lines = list(agent_lines(6))
     lines.insert(3, lines[-1])
     assert fast_columns(write(tmp_path, lines, "early.jsonl"), split_bytes=SPLIT) is None
+
+
+def test_no_worker_is_started_where_this_is_not_a_python_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Embedded in another program, ``sys.executable`` names that program: it is not run as a
+    worker (here a script that would leave a mark); the file is read whole."""
+    marked = tmp_path / "ran"
+    program = tmp_path / "server"
+    program.write_text(f"#!/bin/sh\ntouch {marked}\n")
+    program.chmod(0o755)
+    monkeypatch.setattr(_fastsplit.sys, "executable", str(program))
+    p = write(tmp_path, with_setup())
+    fast = fast_columns(p, split_bytes=SPLIT)
+    assert fast is not None
+    assert [] == differences(fast, checked(p))
+    assert not marked.exists()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import subprocess
 import sys
 from io import FileIO
@@ -52,7 +53,7 @@ def read_records(f: FileIO, path: Path, window: int, split_bytes: int = SPLIT_BY
     """:func:`agentloop.analysis._fastread.read_records` of the trace open in ``f`` (at its
     start), its later half read by a worker when it is ``split_bytes`` or more."""
     size = os.fstat(f.fileno()).st_size
-    cut = _cut(f, size) if size >= split_bytes else None
+    cut = _cut(f, size) if size >= split_bytes and _python() else None
     if cut is None:
         return _fastread.read_records(f, path, window)
     worker = _start(path, cut, window)
@@ -70,6 +71,13 @@ def read_records(f: FileIO, path: Path, window: int, split_bytes: int = SPLIT_BY
         f.seek(0)
         return _fastread.read_records(f, path, window)
     return _fastread.records_of(first)
+
+
+def _python() -> str | None:
+    """This interpreter's program when it is a Python's (``python3.11``, ``pypy3``): embedded
+    in another program (a server's), ``sys.executable`` is that program, not one to run."""
+    exe = sys.executable
+    return exe if re.fullmatch(r"(python|pypy)[\d.]*", Path(exe).name) else None
 
 
 def _cut(f: FileIO, size: int) -> int | None:
@@ -94,7 +102,7 @@ def _start(path: Path, cut: int, window: int) -> subprocess.Popen[bytes]:
     paths = [root, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     return subprocess.Popen(
-        [sys.executable, "-c", _WORKER, os.fsdecode(path), str(cut), str(window)],
+        [sys.executable, "-c", _WORKER, os.fsdecode(path), str(cut), str(window)],  # _python
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
