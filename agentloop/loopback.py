@@ -8,7 +8,9 @@ simulator's and the local tier's llama-server's (best effort: they serve even so
 A port is registered, for as long as its listener lives, as a file named after it in a folder
 only this user can write (``$XDG_RUNTIME_DIR/agentloop-ports``, else
 ``/tmp/agentloop-ports-UID``; mode 0700, checked to be ours and not a symlink), holding the
-owner's pid; a file whose pid is gone is stale and ignored. Files rather than a set in memory,
+owner's pid; a file whose pid is gone is stale: ignored, and removed by the next registration
+(entries are written, removed and swept under a lock, ``.lock`` in the folder, so a sweep never
+removes a port registered again meanwhile). Files rather than a set in memory,
 because the browser of a run in another agentloop process (a CLI run beside an ``agentloop
 serve``) must know the port too. ``/tmp`` rather than ``$TMPDIR``: processes with different
 ``TMPDIR`` values still agree on the folder.
@@ -17,6 +19,7 @@ serve``) must know the port too. ``/tmp`` rather than ``$TMPDIR``: processes wit
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import os
 import stat
@@ -65,13 +68,35 @@ def registered(port: int) -> Iterator[None]:
             "remove it, or set XDG_RUNTIME_DIR to a private folder"
         )
     entry = folder / str(int(port))
-    entry.write_text(str(os.getpid()))
+    with _locked(folder):
+        _sweep(folder)
+        entry.write_text(str(os.getpid()))
     try:
         yield
     finally:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError), _locked(folder):
             if entry.read_text() == str(os.getpid()):  # not another listener's since
                 entry.unlink()
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """The registry's lock held (``flock`` on ``.lock`` in it): one writer at a time."""
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _sweep(folder: Path) -> None:
+    """Remove the entries whose process is gone (under the lock: none is being written)."""
+    with contextlib.suppress(OSError):
+        for entry in folder.iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                if entry.name.isdigit() and not _alive(int(entry.read_text())):
+                    entry.unlink()
 
 
 def _alive(pid: int) -> bool:
