@@ -58,16 +58,28 @@ def test_the_cut_at_each_record_of_a_short_trace_gives_the_checked_columns(tmp_p
 
 
 @pytest.mark.parametrize("renamed", [b'"x', b'"s9'])
-def test_ids_not_the_writers_in_order_across_the_cut_are_read_whole(tmp_path: Path, renamed):
-    """The later spans named otherwise, or numbered out of order: the worker's values are not
-    joined to this process's (their spans' indices are not known across the cut); the file is
-    read whole, the same columns as the checked path's."""
+def test_ids_not_the_writers_in_order_across_the_cut_are_joined(
+    tmp_path: Path, split_only: None, renamed: bytes
+):
+    """The later spans named otherwise (the ids then kept as strings), or numbered out of
+    order: the later part's end records of spans it does not know take both kinds' values,
+    and the two parts' ids are joined: the checked path's columns."""
     lines = list(agent_lines(12, tools_per_step=2))
     later = lambda m: m[0] if int(m[1]) < 30 else renamed + m[1] + b'"'  # noqa: E731
     p = write(tmp_path, [re.sub(rb'"s(\d+)"', later, k) for k in lines])
     fast = fast_columns(p, window=256, split_bytes=SPLIT)
     assert fast is not None
     assert [] == differences(fast, checked(p))
+
+
+def test_a_sub_agents_trace_is_read_in_two_processes(tmp_path: Path, split_only: None):
+    """A sub-agent's spans are numbered apart from the run's (ids out of start order): the
+    two parts joined, the checked path's columns."""
+    for name in ("sub-agents", "sub-agents, tiers", "an agent name holding the mark"):
+        p = write(tmp_path, FAST[name](), f"{len(name)}.jsonl")
+        fast = fast_columns(p, window=512, split_bytes=SPLIT)
+        assert fast is not None, name
+        assert [] == differences(fast, checked(p)), name
 
 
 def test_a_worker_that_fails_leaves_the_file_read_whole(

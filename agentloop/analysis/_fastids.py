@@ -85,7 +85,7 @@ class Refs:
             if all(k is not None for k in nums):
                 self.numbers.append(nums)  # type: ignore[arg-type]
                 return self._in_order(*nums[:2])  # type: ignore[arg-type]
-            self.strings = self._as_written()
+            self.strings = self.as_written()
         got = [list(map(_ID, starts)), list(map(_ID, ends)), list(map(_PARENT, starts)), flat]
         for have, new in zip(self.strings, got, strict=True):
             have.extend(new)
@@ -107,7 +107,7 @@ class Refs:
         spans: np.ndarray = ends - 1 - self.base
         return spans
 
-    def _as_written(self) -> list[list[str | None]]:
+    def as_written(self) -> list[list[str | None]]:
         """The numbers taken so far as the strings they were (0: a root's parent, None)."""
         cols = [[f"s{k}" if k else None for k in self._column(i).tolist()] for i in range(4)]
         self.numbers = []
@@ -126,7 +126,7 @@ class Refs:
                 nums = [self._column(i) for i in (1, 2, 3)]
                 self.numbers = []  # taken once: the windows' arrays dropped
                 return (*_numbered(own, nums), lengths)
-            self.strings = self._as_written()
+            self.strings = self.as_written()
         ids, *refs = self.strings
         return (*resolve(ids, *refs), lengths)  # type: ignore[arg-type]
 

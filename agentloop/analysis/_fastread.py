@@ -129,12 +129,11 @@ class _Lines:
         self.flags.append(np.array(flags, np.bool_))
         self.starts.take(starts)
         kinds = None
-        if spans is not None:  # the end records' span kinds (-1: not started yet)
+        if spans is not None:  # the end records' span kinds, where known
             known = self.starts.kinds_so_far()
-            kinds = np.full(len(spans), -1, np.int8)
-            ok = (spans >= 0) & (spans < len(known))
+            kinds = np.full(len(spans), BOTH, np.int8)  # not started here (yet, or before the
+            ok = (spans >= 0) & (spans < len(known))  # part: _fastsplit's), or not in order
             kinds[ok] = known[spans[ok]]
-            kinds[spans < 0] = BOTH  # a span of an earlier part (_fastsplit's)
         self.ends.take(ends, kinds)
 
 

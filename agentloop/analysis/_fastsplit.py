@@ -9,11 +9,12 @@ header line, and hands its values back through a pipe (a pickle of arrays: no St
 this process reads up to the cut meanwhile and appends the worker's values to its own, their
 string codes (agents, tiers, tool names) renumbered as its own. What crosses the cut is checked
 as it is between two windows: the first part ends ``}\\n``, the second starts ``{"type":"``;
-the end records of the later part whose spans started in the first take both kinds' values
-(:data:`agentloop.analysis._fastwin.BOTH`), and the ids must be the writer's in order across the
-cut. Anything else, a worker that fails or is not there, or ids that are not the writer's:
-the file is read whole in this process, as before (the same values, one core): the split is a
-speed-up, never a second reader. A screen's refusal in either part (NotClean) is the file's.
+the end records of the later part whose spans it does not know (started in the first part)
+take both kinds' values (:data:`agentloop.analysis._fastwin.BOTH`); the ids are joined as the
+writer's numbers, or as strings where a part kept them so. A worker that fails or is not
+there: the file is read whole in this process, as before (the same values, one core): the split
+is a speed-up, never a second reader. A screen's refusal in either part (NotClean) is the
+file's.
 
 Measured: a second process pays with a core free (``tests/benchmarks/bench_split_decode.py``:
 0.57x of one process's decode), not on a busy machine (0.61-1.08x at load 2.5-5.7); a cold
@@ -67,9 +68,10 @@ def read_records(f: FileIO, path: Path, window: int, split_bytes: int = SPLIT_BY
         worker.wait()
         assert worker.stdout is not None
         worker.stdout.close()
-    if later is None or not _joined(first, later):
+    if later is None:  # the worker failed: the file read here
         f.seek(0)
         return _fastread.read_records(f, path, window)
+    _joined(first, later)
     return _fastread.records_of(first)
 
 
@@ -138,20 +140,21 @@ def serve() -> None:
     sys.stdout.buffer.write(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def _joined(first: _Lines, later: _Lines) -> bool:
-    """``later`` appended to ``first`` (True), or False when the ids are not the writer's in
-    order across the cut (the caller reads the file whole). NotClean when what crosses the
-    cut is not the writer's."""
+def _joined(first: _Lines, later: _Lines) -> None:
+    """``later`` appended to ``first``; NotClean when what crosses the cut is not the writer's.
+    Ids are joined as numbers while both parts kept them so, else as the strings they were."""
     if first.end is not None or not first.seam:
         raise NotClean("an end record, or no record boundary, before the cut")
     a, b = first.refs, later.refs
-    if a.strings is not None or b.strings is not None or a.ordered is None or a.ordered < 0:
-        return False
-    if b.ordered is not None and (b.ordered < 0 or b.base != a.ordered):
-        return False
-    a.numbers += b.numbers
+    if a.strings is None and b.strings is None:
+        a.numbers += b.numbers
+    else:
+        mine = a.strings if a.strings is not None else a.as_written()
+        theirs = b.strings if b.strings is not None else b.as_written()
+        for have, new in zip(mine, theirs, strict=True):
+            have.extend(new)
+        a.strings = mine
     a.lengths += b.lengths
-    a.ordered = a.ordered if b.ordered is None else b.ordered
     first.flags += later.flags
     first.end = later.end
     _append(
@@ -165,7 +168,6 @@ def _joined(first: _Lines, later: _Lines) -> bool:
     _append(e.model.parts, f.model.parts, {"tier": (e.tiers, f.tiers)}, e.taken)
     _append(e.tool.parts, f.tool.parts, {"tool": (e.tools, f.tools)}, e.taken)
     e.taken += f.taken
-    return True
 
 
 def _append(

@@ -192,9 +192,8 @@ class Ends:
         self.taken = 0  # end records before the window at hand
 
     def take(self, ends: list[F.SpanEnd], kinds: np.ndarray | None) -> None:
-        """Take a window's end records; ``kinds``: each one's span kind (-1: a span not started,
-        :data:`BOTH`: one not known here), None when none is known (both kinds' values are
-        taken for every record)."""
+        """Take a window's end records; ``kinds``: each one's span kind (:data:`BOTH`: not
+        known here), None when none is known (both kinds' values are taken for every record)."""
         m = len(ends)
         self.got.add(
             t=np.fromiter(map(_t, ends), I64, m),
