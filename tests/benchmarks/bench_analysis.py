@@ -20,8 +20,9 @@ Then the cold columns both ways: the checked path's (load, graph, ``columns_of``
 cold builder's (:mod:`agentloop.analysis.fastcols`, the same columns from typed records).
 
 Then, end to end (process start to answer, each a fresh ``agentloop`` process, its peak
-memory from ``wait4``): ``whatif --tier sim-ultrafast`` and ``report`` cold (no columnar cache:
-the checked load, then the cache is written) and warm (the cache read back), beside the
+memory from ``wait4``: the larger of its own and its worker's, which reads half a cold trace):
+``whatif --tier sim-ultrafast`` and ``report`` cold (no columnar cache: the columns built, then
+the cache written) and warm (the cache read back), beside the
 ``orjson.loads`` floor (targets: warm <= 3 s, cold <= 1.5x the floor, peak memory <= 2x the
 cache). Last, a suite of SUITE_RUNS traces (default 1,000 runs of 200 steps: about 1M spans in
 all): ``agentloop whatif SUITE --tier sim-ultrafast`` cold (every run's cache written) and warm
