@@ -163,14 +163,18 @@ def small_pages() -> None:
             return
 
 
-def release_heap() -> None:
+def release_heap(arrow: bool = False) -> None:
     """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing
     where there is none): what numpy freed below :func:`map_big_blocks`' size stays on the
     heap for the next arrays, and after the last of them the rows and the JSON are Python
-    objects, which live in arenas of their own (a warm ``whatif --json``: 338 -> 300 MB)."""
+    objects, which live in arenas of their own (a warm ``whatif --json``: 338 -> 300 MB).
+    ``arrow``: Arrow's memory pool's free memory too, which its allocator keeps for reuse
+    (after a cold build, the windows' strings: 20-40 MB of a cold ``whatif``'s peak)."""
     libc = _libc()
     if libc is not None and hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)
+    if arrow:
+        pa.default_memory_pool().release_unused()
 
 
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
