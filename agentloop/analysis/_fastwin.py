@@ -12,7 +12,9 @@ are made on the arrays of the rows they concern, as they were on the Structs.
 
 An end record's model or tool values are taken when its span's start was a model or tool
 span's: known from the window's ids while they are the writer's (``s1``, ``s2``, ... in start
-order, :class:`~agentloop.analysis._fastids.Refs`), else both kinds' for every end record.
+order, :class:`~agentloop.analysis._fastids.Refs`); both kinds' values when the span is not
+known where the record is read (ids not in that order, a span not started, or started before
+the part of the file read: :mod:`agentloop.analysis._fastsplit`).
 """
 
 from __future__ import annotations
@@ -51,9 +53,10 @@ class Codes:
 
     def of(self, got: list[Any]) -> np.ndarray:
         idx = self.index
-        for v in dict.fromkeys(got).keys() - idx.keys():
-            idx[v] = len(self.values)
-            self.values.append(v)
+        for v in dict.fromkeys(got):  # the distinct values, in order
+            if v not in idx:
+                idx[v] = len(self.values)
+                self.values.append(v)
         return np.fromiter(map(idx.__getitem__, got), np.int32, len(got))
 
 
