@@ -158,13 +158,17 @@ def test_ids_the_writers_then_not_give_the_checked_columns(tmp_path: Path, windo
     spans are named otherwise, or numbered out of order, is read as the checked path reads it,
     its later end records' values taken whichever their kind."""
     for renamed in (b'"x', b'"s9'):
-        lines = list(agent_lines(12, tools_per_step=2))
-        p = write(tmp_path, [re.sub(rb'"s(\d+)"', later(renamed), k) for k in lines], "r.jsonl")
+        p = write(tmp_path, renamed_from_the_30th(renamed), "r.jsonl")
         fast = fast_columns(p, window=window)
         assert fast is not None, renamed
         assert [] == differences(fast, checked(p)), renamed
 
 
-def later(renamed: bytes) -> Callable[[re.Match[bytes]], bytes]:
-    """A reference to a span from the 30th on, named ``renamed`` + its number."""
-    return lambda m: m[0] if int(m[1]) < 30 else renamed + m[1] + b'"'
+def renamed_from_the_30th(renamed: bytes) -> list[bytes]:
+    """A 12-step trace whose spans from the 30th on are named ``renamed`` + their number
+    (``"x30"``, or ``"s930"``: out of order), every reference to them too."""
+
+    def later(m: re.Match[bytes]) -> bytes:
+        return m[0] if int(m[1]) < 30 else renamed + m[1] + b'"'
+
+    return [re.sub(rb'"s(\d+)"', later, k) for k in agent_lines(12, tools_per_step=2)]

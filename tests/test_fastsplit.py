@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ from agentloop.analysis import _fastread, _fastsplit
 from agentloop.analysis.fastcols import fast_columns
 from agentloop.analysis.synthetic import agent_lines
 from tests.test_fastcols import FAST, checked, differences, with_setup, write
+from tests.test_fastread import renamed_from_the_30th
 
 SPLIT = 0  # split_bytes: every trace is read in two processes
 
@@ -64,9 +64,7 @@ def test_ids_not_the_writers_in_order_across_the_cut_are_joined(
     """The later spans named otherwise (the ids then kept as strings), or numbered out of
     order: the later part's end records of spans it does not know take both kinds' values,
     and the two parts' ids are joined: the checked path's columns."""
-    lines = list(agent_lines(12, tools_per_step=2))
-    later = lambda m: m[0] if int(m[1]) < 30 else renamed + m[1] + b'"'  # noqa: E731
-    p = write(tmp_path, [re.sub(rb'"s(\d+)"', later, k) for k in lines])
+    p = write(tmp_path, renamed_from_the_30th(renamed))
     fast = fast_columns(p, window=256, split_bytes=SPLIT)
     assert fast is not None
     assert [] == differences(fast, checked(p))
