@@ -92,11 +92,22 @@ def _locked(folder: Path) -> Iterator[None]:
 
 def _sweep(folder: Path) -> None:
     """Remove the entries whose process is gone (under the lock: none is being written)."""
+    for entry, _, alive in _entries(folder):
+        if not alive:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+
+
+def _entries(folder: Path) -> list[tuple[Path, int, bool]]:
+    """The registry's entries (a port's file, its port, whether the process it names is
+    alive; one that cannot be read or is not a port's left out)."""
+    found = []
     with contextlib.suppress(OSError):
         for entry in folder.iterdir():
             with contextlib.suppress(OSError, ValueError):
-                if entry.name.isdigit() and not _alive(int(entry.read_text())):
-                    entry.unlink()
+                if entry.name.isdigit():
+                    found.append((entry, int(entry.name), _alive(int(entry.read_text()))))
+    return found
 
 
 def _alive(pid: int) -> bool:
@@ -116,10 +127,4 @@ def own_ports() -> frozenset[int]:
     folder = ports_dir()
     if not _trusted(folder):
         return frozenset()
-    found = set()
-    with contextlib.suppress(OSError):
-        for entry in folder.iterdir():
-            with contextlib.suppress(OSError, ValueError):
-                if entry.name.isdigit() and _alive(int(entry.read_text())):
-                    found.add(int(entry.name))
-    return frozenset(found)
+    return frozenset(port for _, port, alive in _entries(folder) if alive)
