@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from agentloop.analysis import _fastread
-from agentloop.analysis._fastread import _HEAD, Records, _Lines
+from agentloop.analysis._fastread import _BOUNDARY, Records, _Lines
 from agentloop.analysis._fastshape import NotClean
 from agentloop.analysis._fastwin import Codes
 from agentloop.errors import TraceFileError
@@ -46,7 +46,6 @@ SPLIT_BYTES = 128 << 20  # a trace from this size is read in two processes
 # million spans (394 MB) cut in the middle: this process waited 0.84-0.89 s for the worker
 HEAD_START = 48 << 20
 _LOOK = 1 << 20  # bytes searched for a record boundary past the point chosen
-_BOUNDARY = b"}\n" + _HEAD
 _WORKER = "from agentloop.analysis._fastsplit import serve; serve()"
 
 
