@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from agentloop.analysis import _fastshape as F
-from agentloop.analysis._fastwin import NONE, Taken, optional
+from agentloop.analysis._fastwin import NONE, Taken, optional, text
 from agentloop.analysis.columnar import calls_of
 from agentloop.trace import attrs as A
 from agentloop.trace.reader import Trace
@@ -54,19 +54,19 @@ def calls(
     agent = st["agent"][rows].tolist()
     inv = optional(st["inv"][rows], st["inv_none"][rows])
     step = optional(st["step"][rows], st["step_none"][rows])
-    names = [None, *agents]  # a code + 1: its string (-1: None)
-    tiers = [None, *model.codes]
+    tiers = model.codes
     if any(F.MARK in a for a in agents):
-        return _each(trace, has, [names[c + 1] for c in agent], inv, step, tier, tiers, used)
-    return _by_form(trace, (has, agent, inv, step, tier.tolist(), used.tolist()), names, tiers)
+        who = [text(agents, c) for c in agent]
+        return _each(trace, has, who, inv, step, tier, tiers, used)
+    return _by_form(trace, (has, agent, inv, step, tier.tolist(), used.tolist()), agents, tiers)
 
 
 def _by_form(
-    trace: Trace, per_call: tuple[list[Any], ...], names: list[str | None], tiers: list[str | None]
+    trace: Trace, per_call: tuple[list[Any], ...], agents: list[str], tiers: list[str]
 ) -> dict[str, Any]:
     """The call rows of :func:`calls`, asked of calls_of once per distinct form; ``per_call``:
-    each call's has-attributes, agent code, invocation, step, tier code and finished; a code
-    + 1 indexes ``names`` and ``tiers``."""
+    each call's has-attributes, agent code (of ``agents``), invocation, step, tier code (of
+    ``tiers``) and finished."""
     has, _, _, step, _, _ = per_call
     forms: dict[tuple[Any, ...], int] = {}
     at = forms.setdefault
@@ -79,12 +79,12 @@ def _by_form(
         if not h
         else {
             A.STEP: None if nostep else F.MARK,
-            A.GEN_AI_AGENT_NAME: names[a + 1],
+            A.GEN_AI_AGENT_NAME: text(agents, a),
             A.AGENT_INVOCATION: i,
         }
         for h, a, i, nostep, _, _ in forms
     ]
-    ended_on: list[Mapping[str, Any]] = [{A.TIER: tiers[t + 1]} for *_, t, _ in forms]
+    ended_on: list[Mapping[str, Any]] = [{A.TIER: text(tiers, t)} for *_, t, _ in forms]
     got = calls_of(trace, starts_of, ended_on, [u for *_, u in forms])
     per = got["calls"][combo]
     form = [got["call_names"]["label"][c] for c in per[:, 3].tolist()]
@@ -107,7 +107,7 @@ def _each(
     inv: list[int | None],
     step: list[int | None],
     tier: np.ndarray,
-    tiers: list[str | None],
+    tiers: list[str],
     used: np.ndarray,
 ) -> dict[str, Any]:
     """calls_of on every call's own attributes (an agent name holding the mark)."""
@@ -118,7 +118,7 @@ def _each(
             for h, a, i, s in zip(has, agent, inv, step, strict=True)
         ],
         [
-            {A.TIER: tiers[t + 1]} if u else {}
+            {A.TIER: text(tiers, t)} if u else {}
             for t, u in zip(tier.tolist(), used.tolist(), strict=True)
         ],
         used.tolist(),

@@ -60,6 +60,11 @@ class Codes:
         return np.fromiter(map(idx.__getitem__, got), np.int32, len(got))
 
 
+def text(values: list[str], code: int) -> str | None:
+    """The string of a :class:`Codes` code (``values``: its ``values``; :data:`NONE`: None)."""
+    return values[code] if code >= 0 else None
+
+
 class _Parts:
     """Named arrays taken a window at a time, joined when asked."""
 

@@ -42,7 +42,7 @@ from agentloop.analysis._fastids import Refs
 from agentloop.analysis._fastmodels import model_columns
 from agentloop.analysis._fastreport import calls, outside
 from agentloop.analysis._fastshape import NotClean
-from agentloop.analysis._fastwin import NONE, Taken, optional
+from agentloop.analysis._fastwin import NONE, Taken, optional, text
 from agentloop.analysis.agents import step_text
 from agentloop.analysis.attribution import tool_category
 from agentloop.analysis.cands import index_type
@@ -298,25 +298,20 @@ def _step_labels(
             if not has:
                 out.append(step_text({A.STEP: None}, name))
                 continue
-            who = {A.GEN_AI_AGENT_NAME: _str(agents, agent), A.AGENT_INVOCATION: inv}
+            who = {A.GEN_AI_AGENT_NAME: text(agents, agent), A.AGENT_INVOCATION: inv}
             out.append(step_text({**who, A.STEP: step}, name))
             continue
         form = made.get((agent, inv))
         if form is None:
             who = {
                 A.STEP: F.MARK,
-                A.GEN_AI_AGENT_NAME: _str(agents, agent),
+                A.GEN_AI_AGENT_NAME: text(agents, agent),
                 A.AGENT_INVOCATION: inv,
             }
             form = made[agent, inv] = step_text(who, "")
         out.append(form.replace(F.MARK, str(step)))
     labels[rows] = out
     return pa.array(labels, pa.string())
-
-
-def _str(values: list[str], code: int) -> str | None:
-    """The string of a code of :class:`agentloop.analysis._fastwin.Codes` (-1: None)."""
-    return values[code] if code >= 0 else None
 
 
 def _tools(
