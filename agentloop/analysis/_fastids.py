@@ -54,9 +54,10 @@ class Refs:
     """The span records' ids and references (``id``, ``parent``, ``after`` of the records'
     Structs), taken a window at a time (for :mod:`agentloop.analysis._fastread`): as the
     writer's numbers while every window's are the writer's, the strings dropped with the
-    window's Structs (a million spans' ids, parents and ``after`` lists are 310 MB); else as strings from there on, the
-    earlier windows' numbers written back as the strings they were read from
-    (``writer_numbers`` takes only ``s<k>`` as the writer writes it: the round trip is exact)."""
+    window's Structs (a million spans' ids, parents and ``after`` lists are 310 MB); else as
+    strings from there on, the earlier windows' numbers written back as the strings they were
+    read from (``writer_numbers`` takes only ``s<k>`` as the writer writes it: the round trip
+    is exact)."""
 
     def __init__(self, part: bool = False) -> None:
         self.numbers: list[list[np.ndarray]] = []  # a window's ids, end ids, parents, afters

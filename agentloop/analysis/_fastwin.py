@@ -305,9 +305,9 @@ class Taken:
 
     def rows(self, ends: np.ndarray, eid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The rows of the end records ``ends`` (a mask) in their spans' order, and their
-        spans; NotClean when one was not taken (its span's kind misjudged: the ids were not the
-        writer's) or had no attributes (the reader types it as empty: attributes the writer
-        always writes are missing)."""
+        spans; NotClean when one was not taken (a guard: where an end record is read, its span's
+        kind is known or both kinds' values are taken) or had no attributes (the reader types it
+        as empty: attributes the writer always writes are missing)."""
         at = np.flatnonzero(ends)
         at = at[np.argsort(eid[at], kind="stable")]
         got = self.row[at]

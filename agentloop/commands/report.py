@@ -120,7 +120,7 @@ def big_trace_columns(path: Path) -> Iterator[Any]:
     with written_meanwhile() as write:
         with analysis_status(path), gc_paused():
             columns = store.columns_for_analysis(path, write)
-        release_heap(arrow=True)  # what a cold build freed below map_big_blocks' size
+        release_heap(arrow=True)  # what a cold build freed: the C heap's, Arrow's pool's
         yield columns
 
 
