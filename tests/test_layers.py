@@ -33,7 +33,7 @@ LAYERS: list[set[str]] = [
     {"trace"},  # the trace format: typed records written and read
     {"model"},  # the facts of a model call: speed, timing, tokens, prices, local servers
     {"log", "loopback", "protocols"},
-    {"errors", "events", "orphans", "redact", "script", "_version"},
+    {"errors", "events", "helper_procs", "redact", "script", "_version"},
     {"types"},
 ]
 

