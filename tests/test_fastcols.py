@@ -100,6 +100,14 @@ def marked_agent() -> list[bytes]:
     ]
 
 
+def odd_invocations() -> list[bytes]:
+    """Sub-agents' invocations the writer does not write (-1, 0): a label's form is made per
+    agent and invocation, -1 standing for none in the fast builder's key."""
+    lines = fanout_run([2, 1], rounds=2).lines()
+    inv = b'"agent.invocation":'
+    return [line.replace(inv + b"1", inv + b"-1").replace(inv + b"2", inv + b"0") for line in lines]
+
+
 def odd_edges() -> list[bytes]:
     """An ``after`` naming an unknown span: the Graph notes it, so the screen hands it over."""
     b = TraceBuilder()
@@ -184,6 +192,7 @@ FAST: dict[str, Callable[[], list[bytes]]] = {
     ).lines(),
     "killed": killed,
     "an agent name holding the mark": marked_agent,
+    "invocations -1 and 0": odd_invocations,
     "measured under load": measured_under_load,
     "set-up and check spans": with_setup,
     "check left open": check_left_open,

@@ -35,6 +35,7 @@ import msgspec
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from agentloop.analysis import _fastread, _fastsplit
 from agentloop.analysis import _fastshape as F
@@ -42,7 +43,7 @@ from agentloop.analysis._fastids import Refs
 from agentloop.analysis._fastmodels import model_columns
 from agentloop.analysis._fastreport import calls, outside
 from agentloop.analysis._fastshape import NotClean
-from agentloop.analysis._fastwin import NONE, Taken, optional, text
+from agentloop.analysis._fastwin import NONE, Taken, text
 from agentloop.analysis.agents import step_text
 from agentloop.analysis.attribution import tool_category
 from agentloop.analysis.cands import index_type
@@ -277,41 +278,59 @@ def _step_labels(
     """A kept step span's label (:func:`agentloop.analysis.agents.step_text`), else null.
 
     step_text's label of a numbered step, made once per agent and invocation with a mark where
-    the number goes, then filled in per step: a dict and a call per step cost 0.5 s for
-    200,000 steps."""
-    labels = np.full(len(is_step), None, object)
+    the number goes, its two sides then joined around each step's number by Arrow (a loop over
+    200,000 steps took 0.11 s); a step without a number, of an agent whose name holds the
+    mark or of a negative invocation is labelled by step_text itself."""
     rows = np.flatnonzero(is_step)
     at = np.flatnonzero(keep)[rows]
-    marked = {c for c, a in enumerate(agents) if F.MARK in a}
-    made: dict[tuple[int, int | None], str] = {}
-    out = []
-    for j, has, step, agent, inv in zip(
-        at.tolist(),
-        st["has"][at].tolist(),
-        optional(st["step"][at], st["step_none"][at]),
-        st["agent"][at].tolist(),
-        optional(st["inv"][at], st["inv_none"][at]),
-        strict=True,
-    ):
-        if not has or step is None or agent in marked:
-            name = st["name"][j].as_py()
-            if not has:
-                out.append(step_text({A.STEP: None}, name))
-                continue
-            who = {A.GEN_AI_AGENT_NAME: text(agents, agent), A.AGENT_INVOCATION: inv}
-            out.append(step_text({**who, A.STEP: step}, name))
-            continue
-        form = made.get((agent, inv))
-        if form is None:
-            who = {
-                A.STEP: F.MARK,
-                A.GEN_AI_AGENT_NAME: text(agents, agent),
-                A.AGENT_INVOCATION: inv,
-            }
-            form = made[agent, inv] = step_text(who, "")
-        out.append(form.replace(F.MARK, str(step)))
-    labels[rows] = out
-    return pa.array(labels, pa.string())
+    agent, inv_none = st["agent"][at], st["inv_none"][at]
+    inv = np.where(inv_none, -1, st["inv"][at])
+    marked = [c for c, a in enumerate(agents) if F.MARK in a]
+    fast = st["has"][at] & ~st["step_none"][at] & ~np.isin(agent, marked) & ((inv >= 0) | inv_none)
+    width = int(inv.max(initial=0)) + 2  # one number per (agent, invocation): a 1-d unique
+    pairs, form = np.unique(agent[fast].astype(I64) * width + inv[fast] + 1, return_inverse=True)
+    sides = [_around_mark(agents, k // width, k % width - 1) for k in pairs.tolist()]
+    steps = pc.cast(pa.array(st["step"][at][fast]), pa.string())
+    form = pa.array(form.reshape(-1).astype(np.int32))  # numpy 2.0's inverse kept the shape
+    before = pa.array([b for b, _ in sides], pa.string()).take(form)
+    after = pa.array([e for _, e in sides], pa.string()).take(form)
+    made = pc.binary_join_element_wise(before, steps, after, "")
+    slow = [
+        _slow_label(st, agents, j, int(inv[k]), bool(inv_none[k])) for k, j in _where_not(fast, at)
+    ]
+    where = np.full(len(is_step), -1, np.int64)  # each row's label in [made, slow], -1: null
+    where[rows[fast]] = np.arange(len(made))
+    where[rows[~fast]] = len(made) + np.arange(len(slow))
+    labels = pa.concat_arrays([made, pa.array(slow, pa.string())])
+    return labels.take(pa.array(where, mask=where < 0))
+
+
+def _around_mark(agents: list[str], agent: int, inv: int) -> tuple[str, str]:
+    """What comes before and after a step's number in the labels of ``agent``'s invocation
+    ``inv`` (-1: none)."""
+    who = {
+        A.STEP: F.MARK,
+        A.GEN_AI_AGENT_NAME: text(agents, agent),
+        A.AGENT_INVOCATION: None if inv == -1 else inv,
+    }
+    before, _, after = step_text(who, "").partition(F.MARK)
+    return before, after
+
+
+def _where_not(fast: np.ndarray, at: np.ndarray) -> list[tuple[int, int]]:
+    """(row among the steps, record index) of each step the fast path does not label."""
+    k = np.flatnonzero(~fast)
+    return list(zip(k.tolist(), at[k].tolist(), strict=True))
+
+
+def _slow_label(st: dict[str, Any], agents: list[str], j: int, inv: int, no_inv: bool) -> str:
+    """step_text's label of the step span started by record ``j``, from its own values."""
+    name = st["name"][j].as_py()
+    if not st["has"][j] or st["step_none"][j]:
+        return step_text({A.STEP: None}, name)
+    agent = int(st["agent"][j])
+    who = {A.GEN_AI_AGENT_NAME: text(agents, agent), A.AGENT_INVOCATION: None if no_inv else inv}
+    return step_text({**who, A.STEP: int(st["step"][j])}, name)
 
 
 def _tools(
