@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,19 @@ def odd_invocations() -> list[bytes]:
     return [line.replace(inv + b"1", inv + b"-1").replace(inv + b"2", inv + b"0") for line in lines]
 
 
+def calls_without_a_step() -> list[bytes]:
+    """Every third model call started without its step (a sub-agent's too): its call row's
+    label is the span's name, a form of its own beside the numbered calls of its agent."""
+    lines, k = [], 0
+    for line in fanout_run([2, 1], rounds=2).lines():
+        if b'"kind":"model"' in line and b'"type":"span_start"' in line:
+            k += 1
+            if k % 3 == 0:
+                line = re.sub(rb'"step":\d+,?', b"", line)
+        lines.append(line)
+    return lines
+
+
 def odd_edges() -> list[bytes]:
     """An ``after`` naming an unknown span: the Graph notes it, so the screen hands it over."""
     b = TraceBuilder()
@@ -193,6 +207,7 @@ FAST: dict[str, Callable[[], list[bytes]]] = {
     "killed": killed,
     "an agent name holding the mark": marked_agent,
     "invocations -1 and 0": odd_invocations,
+    "model calls without a step": calls_without_a_step,
     "measured under load": measured_under_load,
     "set-up and check spans": with_setup,
     "check left open": check_left_open,

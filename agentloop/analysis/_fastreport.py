@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from agentloop.analysis import _fastshape as F
 from agentloop.analysis._fastwin import NONE, Taken, optional, text
@@ -50,54 +51,81 @@ def calls(
     mrow[used] = model.row[ended[used]]
     tier = np.full(len(rows), NONE, np.int32)
     tier[mrow >= 0] = model.cols["tier"][mrow[mrow >= 0]]
-    has = st["has"][rows].tolist()
-    agent = st["agent"][rows].tolist()
-    inv = optional(st["inv"][rows], st["inv_none"][rows])
-    step = optional(st["step"][rows], st["step_none"][rows])
     tiers = model.codes
     if any(F.MARK in a for a in agents):
-        who = [text(agents, c) for c in agent]
+        has = st["has"][rows].tolist()
+        who = [text(agents, c) for c in st["agent"][rows].tolist()]
+        inv = optional(st["inv"][rows], st["inv_none"][rows])
+        step = optional(st["step"][rows], st["step_none"][rows])
         return _each(trace, has, who, inv, step, tier, tiers, used)
-    return _by_form(trace, (has, agent, inv, step, tier.tolist(), used.tolist()), agents, tiers)
+    per_call = {k: st[k][rows] for k in ("has", "agent", "inv", "inv_none", "step", "step_none")}
+    return _by_form(trace, {**per_call, "tier": tier, "used": used}, agents, tiers)
 
 
 def _by_form(
-    trace: Trace, per_call: tuple[list[Any], ...], agents: list[str], tiers: list[str]
+    trace: Trace, c: dict[str, np.ndarray], agents: list[str], tiers: list[str]
 ) -> dict[str, Any]:
-    """The call rows of :func:`calls`, asked of calls_of once per distinct form; ``per_call``:
-    each call's has-attributes, agent code (of ``agents``), invocation, step, tier code (of
-    ``tiers``) and finished."""
-    has, _, _, step, _, _ = per_call
-    forms: dict[tuple[Any, ...], int] = {}
-    at = forms.setdefault
-    combo = [
-        at((h, a if h else NONE, i, None if not h else s is None, t, u), len(forms))
-        for h, a, i, s, t, u in zip(*per_call, strict=True)
+    """The call rows of :func:`calls`, asked of calls_of once per distinct form; ``c``: each
+    call's has-attributes, agent code (of ``agents``), invocation, step (each with its none
+    flag), tier code (of ``tiers``) and finished. A form: the agent (none without attributes),
+    the invocation, whether the step is numbered, the tier, finished; the forms in order of
+    their first call, the labels' numbers then joined in by Arrow."""
+    has = c["has"]
+    parts = [
+        has,
+        np.where(has, c["agent"], NONE),
+        c["inv_none"],
+        np.where(c["inv_none"], 0, c["inv"]),
+        np.where(has, c["step_none"], 2),
+        c["tier"],
+        c["used"],
     ]
+    first, combo = _groups(parts)
     starts_of: list[Mapping[str, Any]] = [
         {}
         if not h
         else {
             A.STEP: None if nostep else F.MARK,
             A.GEN_AI_AGENT_NAME: text(agents, a),
-            A.AGENT_INVOCATION: i,
+            A.AGENT_INVOCATION: None if z else i,
         }
-        for h, a, i, nostep, _, _ in forms
+        for h, a, z, i, nostep in zip(*(p[first].tolist() for p in parts[:5]), strict=True)
     ]
-    ended_on: list[Mapping[str, Any]] = [{A.TIER: text(tiers, t)} for *_, t, _ in forms]
-    got = calls_of(trace, starts_of, ended_on, [u for *_, u in forms])
+    ended_on: list[Mapping[str, Any]] = [
+        {A.TIER: text(tiers, t)} for t in c["tier"][first].tolist()
+    ]
+    got = calls_of(trace, starts_of, ended_on, c["used"][first].tolist())
     per = got["calls"][combo]
-    form = [got["call_names"]["label"][c] for c in per[:, 3].tolist()]
-    steps = [0 if not h else n for h, n in zip(has, step, strict=True)]
+    sides = [f.partition(F.MARK) for f in got["call_names"]["label"]]
+    code = pa.array(per[:, 3].astype(np.int32))
+    marked = np.array([bool(m) for _, m, _ in sides], np.bool_)[per[:, 3]]
+    number = pc.if_else(pa.array(marked), pc.cast(pa.array(c["step"]), pa.string()), "")
+    before = pa.array([b for b, _, _ in sides], pa.string()).take(code)
+    after = pa.array([e for _, _, e in sides], pa.string()).take(code)
     # codes in order of first appearance: Arrow's dictionary encoding gives them so
-    labels = pa.array(
-        [f.replace(F.MARK, str(n)) for f, n in zip(form, steps, strict=True)], pa.string()
-    ).dictionary_encode()
+    labels = pc.binary_join_element_wise(before, number, after, "").dictionary_encode()
     per[:, 3] = np.asarray(labels.indices)
     return {
         "calls": per,
         "call_names": {**got["call_names"], "label": labels.dictionary.to_pylist()},
     }
+
+
+def _groups(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Rows grouped by their values in every one of ``parts``: each group's first row, in
+    order of first appearance, and each row's group (numbered so)."""
+    key = np.zeros(len(parts[0]), I64)
+    for p in parts:  # one column at a time, the key kept below the number of rows
+        _, code = np.unique(p, return_inverse=True)
+        _, key = np.unique(
+            key * (int(code.max(initial=0)) + 1) + code.reshape(-1), return_inverse=True
+        )
+        key = key.reshape(-1)
+    _, first, key = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    renumber = np.empty(len(order), I64)
+    renumber[order] = np.arange(len(order))
+    return first[order], renumber[key.reshape(-1)]
 
 
 def _each(
