@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentloop.analysis import store
+from agentloop.analysis import _fastreport, store
 from agentloop.analysis._cacheread import CallNames
 from agentloop.analysis.columnar import Columns, columns_of
 from agentloop.analysis.fastcols import fast_columns
@@ -503,3 +503,26 @@ def test_the_fuzz_base_traces_are_built_fast(tmp_path: Path):
     """The fuzz mutates traces the screen takes whole (else it would test only hand-overs)."""
     assert fast_columns(write(tmp_path, base_lines())) is not None
     assert fast_columns(write(tmp_path, with_setup())) is not None
+
+
+def test_call_forms_are_grouped_as_a_dict_of_their_values_would() -> None:
+    """_fastreport._groups (one key of every column's digits) against the dict it replaced:
+    the same groups, numbered and first seen in the same order, for values far apart (int64's
+    ends: renumbered, not overflowed) and columns of every width."""
+    rng = np.random.default_rng(27)
+    edges = np.iinfo(np.int64)
+    for _ in range(300):
+        n = int(rng.integers(0, 80))
+        parts = [
+            rng.integers(-3, 3, n),
+            rng.integers(0, 2, n).astype(bool),
+            rng.choice([-(2**40), 0, 2**40, 2**41], n),
+            rng.choice([edges.min, edges.max, 0, -1], n),
+            rng.integers(0, 4, n).astype(np.int8),
+            rng.integers(0, n + 1, n),
+        ]
+        first, group = _fastreport._groups(parts)
+        seen: dict[tuple[int, ...], int] = {}
+        want = [seen.setdefault(tuple(int(p[i]) for p in parts), len(seen)) for i in range(n)]
+        assert want == group.tolist()
+        assert [want.index(k) for k in range(len(seen))] == first.tolist()

@@ -41,7 +41,7 @@ from agentloop.analysis import _fastread, _fastsplit
 from agentloop.analysis import _fastshape as F
 from agentloop.analysis._fastids import Refs
 from agentloop.analysis._fastmodels import model_columns
-from agentloop.analysis._fastreport import calls, outside
+from agentloop.analysis._fastreport import calls, joined_around, outside
 from agentloop.analysis._fastshape import NotClean
 from agentloop.analysis._fastwin import NONE, Taken, text
 from agentloop.analysis.agents import step_text
@@ -286,22 +286,21 @@ def _step_labels(
     agent, inv_none = st["agent"][at], st["inv_none"][at]
     inv = np.where(inv_none, -1, st["inv"][at])
     marked = [c for c, a in enumerate(agents) if F.MARK in a]
-    fast = st["has"][at] & ~st["step_none"][at] & ~np.isin(agent, marked) & ((inv >= 0) | inv_none)
+    fast = st["has"][at] & ~st["step_none"][at] & ((inv >= 0) | inv_none)
+    if marked:
+        fast &= ~np.isin(agent, marked)
     width = int(inv.max(initial=0)) + 2  # one number per (agent, invocation): a 1-d unique
     pairs, form = np.unique(agent[fast].astype(I64) * width + inv[fast] + 1, return_inverse=True)
     sides = [_around_mark(agents, k // width, k % width - 1) for k in pairs.tolist()]
     steps = pc.cast(pa.array(st["step"][at][fast]), pa.string())
-    form = pa.array(form.reshape(-1).astype(np.int32))  # numpy 2.0's inverse kept the shape
-    before = pa.array([b for b, _ in sides], pa.string()).take(form)
-    after = pa.array([e for _, e in sides], pa.string()).take(form)
-    made = pc.binary_join_element_wise(before, steps, after, "")
+    made = steps if all(b == e == "" for b, e in sides) else joined_around(sides, form, steps)
     slow = [
         _slow_label(st, agents, j, int(inv[k]), bool(inv_none[k])) for k, j in _where_not(fast, at)
     ]
     where = np.full(len(is_step), -1, np.int64)  # each row's label in [made, slow], -1: null
     where[rows[fast]] = np.arange(len(made))
     where[rows[~fast]] = len(made) + np.arange(len(slow))
-    labels = pa.concat_arrays([made, pa.array(slow, pa.string())])
+    labels = pa.concat_arrays([made, pa.array(slow, pa.string())]) if slow else made
     return labels.take(pa.array(where, mask=where < 0))
 
 
