@@ -207,28 +207,6 @@ def held_drift_s(a: Any, b: Any) -> float:
     return sum(abs(r.predicted_ns - r.b_ns) for r in rows if r.predicted_ns == r.a_ns) / 1e9
 
 
-def embedded_late_s(trace: Trace) -> float:
-    """What a busy machine may have added to the model calls of a run on the embedded
-    simulator, read from its trace: per call, the client's own timing bound, or the worst
-    event-loop lag while the call ran (plus the sampler's step) where that is larger. The
-    embedded simulator writes its stream on the run's own loop, so a block there (a collection
-    in a long-lived test worker, a starved core) delays the model's bytes by up to its length,
-    and the reader thread stamps those late bytes truly: the call did take longer, and its
-    client bound says nothing of it. (CI failed once so: a 0.40 s block in the first call of a
-    sim-ultrafast run, whose bound was 1.3 ms.) Not for a suite's runs: its simulator is a
-    process of its own."""
-    from agentloop.clients._lag import SAMPLE_S
-    from agentloop.trace.attrs import LOOP_LAG_MAX_S
-
-    late = 0.0
-    for s in trace.spans.values():
-        m = s.model
-        if m is not None and m.timing_error_s is not None:
-            lag = s.attrs.get(LOOP_LAG_MAX_S)
-            late += max(m.timing_error_s, (lag or 0.0) + SAMPLE_S)
-    return late
-
-
 # A simulated tier for tests that are not about speed: a model call costs ~10 ms instead of
 # sim-ultrafast's 0.2 s plus 750 tok/s (an HLE question's 7,200 hidden tokens: 10 s). The text
 # is what a project's ./tiers.toml would say, so a subprocess test writes it beside its run.

@@ -8,11 +8,12 @@ import pytest
 
 from agentloop.analysis.compare import compare
 from agentloop.analysis.graph import build_graph, load_quickly
+from agentloop.analysis.lateness import of_trace
 from agentloop.analysis.whatif import Scenario, whatif
 from agentloop.api import run_task
 from agentloop.config.tasks import load_task
 from agentloop.config.tiers import get_tier, load_tiers
-from tests.conftest import SleepTool, embedded_late_s, held_drift_s
+from tests.conftest import SleepTool, held_drift_s
 
 TASK = """\
 name: whatif-e2e
@@ -41,7 +42,7 @@ script:
 @pytest.mark.pacing
 async def test_whatif_predicts_the_ultrafast_run_within_3_percent(tmp_path: Path) -> None:
     """A run on sim-standard re-timed to sim-ultrafast predicts the real sim-ultrafast run (3%,
-    plus what each run's trace recorded of the machine's lateness and what the two runs measured
+    plus what each run's client measured of its own lateness and what the two runs measured
     differently in the categories the what-if holds: tools, overhead, framework)."""
     (tmp_path / "task.yaml").write_text(TASK)
     task = load_task(tmp_path / "task.yaml", {"sleep"})
@@ -53,7 +54,7 @@ async def test_whatif_predicts_the_ultrafast_run_within_3_percent(tmp_path: Path
         assert "ok" == result.status and 4 == result.steps
         trace = load_quickly(result.trace_path)
         traces[tier] = build_graph(trace)
-        late_s += embedded_late_s(trace)  # what a busy machine may have added to its calls
+        late_s += of_trace(trace).sum_bound_s  # what a busy machine may have added to its calls
     a, b = traces["sim-standard"], traces["sim-ultrafast"]
     ultra = get_tier(load_tiers(), "sim-ultrafast")
     w = whatif(a, Scenario.tier(ultra.name, ultra.profile))

@@ -48,9 +48,9 @@ async def hog(stop: asyncio.Event, chunk_ms: float) -> None:
         await asyncio.sleep(0)
 
 
-async def one_call(chunk_ms: float | None) -> ModelResponse:
+async def one_call(chunk_ms: float | None, server_on_loop: bool = False) -> ModelResponse:
     async with SimServer(profile=PROFILE, filler_tokens=100) as sim:  # ~1 s of decode
-        client = OpenAIClient(TIER, base_url=sim.base_url)
+        client = OpenAIClient(TIER, base_url=sim.base_url, server_on_loop=server_on_loop)
         stop = asyncio.Event()
         try:
             await client.complete(REQUEST)  # warm the connection
@@ -86,6 +86,22 @@ async def test_a_call_read_by_a_busy_loop_is_marked_under_load(
     # and the trace's typed view reads it back
     typed = model_attrs(a | {A.WAIT_NS: 0}, Where("t.jsonl", 3))
     assert typed.under_load and typed.timing_error_s == a[A.TIMING_ERROR_S]
+
+
+@pytest.mark.parametrize("on_loop", [True, False])
+async def test_a_simulator_on_the_loop_is_as_late_as_the_loop(on_loop: bool) -> None:
+    """Read by its reader thread, a stream is stamped as its bytes arrive; but a simulator on
+    the same loop (the embedded default) sends them late when the loop is blocked. Its client
+    (``server_on_loop``) takes the loop's lag as the call's bound; a client whose server is
+    elsewhere keeps its stamps' own, smaller one."""
+    resp = await one_call(chunk_ms=60, server_on_loop=on_loop)
+    a = span_attrs(resp)
+    lag, bound = a[A.LOOP_LAG_MAX_S], a[A.TIMING_ERROR_S]
+    assert isinstance(lag, float) and isinstance(bound, float) and lag >= 0.04
+    if on_loop:
+        assert bound >= lag and a[A.TIMING_UNDER_LOAD] is True
+    else:
+        assert bound < lag, "the stamps' own bound: the loop's block is not theirs"
 
 
 def run_queue_wait_s() -> float:
@@ -139,13 +155,16 @@ script:
 """
 
 
+@pytest.mark.parametrize("stamps", ["off", "thread"])
 async def test_a_run_beside_a_busy_loop_says_so_in_its_report_and_what_if(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, stamps
 ) -> None:  # type: ignore[no-untyped-def]
     """End to end: run_task beside a CPU-bound task, its stream read by the loop (as an https
-    endpoint's is); the report and the what-if say how many calls were measured under load, and
-    by how much."""
-    monkeypatch.setenv(_rx.OFF_ENV, "off")
+    endpoint's is), or by its reader thread from the embedded simulator on the run's loop (its
+    bytes late as the loop was); the report and the what-if say how many calls were measured
+    under load, and by how much."""
+    if stamps == "off":
+        monkeypatch.setenv(_rx.OFF_ENV, "off")
     from agentloop.analysis.graph import build_graph
     from agentloop.analysis.report import build_report, report_json
     from agentloop.analysis.report_text import render_report

@@ -65,14 +65,24 @@ def usage_of(turn: Turn, body: bytes, text: str, calls: tuple[Any, ...], thought
 
 
 def timing_of(
-    turn: Turn, t_send: int, t_hdr: int, build_ns: int, watch: Watch, rx: StampedStream | None
+    turn: Turn,
+    t_send: int,
+    t_hdr: int,
+    build_ns: int,
+    watch: Watch,
+    rx: StampedStream | None,
+    server_on_loop: bool = False,
 ) -> CallTiming:
     """The call's instants and their error bound. A stream stamped by its reader thread gives
     its own: the request went out at the socket write, and the bound is its instants'; else the
-    loop's lag while the call ran bounds them all."""
+    loop's lag while the call ran bounds them all. ``server_on_loop``: the server writes on this
+    loop (the embedded simulator), so a block of the loop made its bytes late too, stamped truly
+    as they arrived: the loop's lag bounds the instants as the model would have sent them."""
     sent, bound = stamped_bound(
         rx, (t_hdr, turn.t_first, turn.t_first_visible, turn.t_last, turn.t_end)
     )
+    if bound is not None and server_on_loop:
+        bound = max(bound, watch.bound_ns)
     return CallTiming(
         t_send=sent or t_send,
         t_hdr=t_hdr,

@@ -102,7 +102,9 @@ class OpenAIClient:
     token is in, before the attempt is abandoned and retried; before it, the longer first-token
     bound of ``agentloop.clients._silence`` (the prompt's prefill and expected hidden reasoning,
     or the tier's ``first_token_timeout_s``). ``max_attempts`` counts the first try. Both default
-    to the tier's (``stall_timeout_s`` / ``max_attempts`` in tiers.toml).
+    to the tier's (``stall_timeout_s`` / ``max_attempts`` in tiers.toml). ``server_on_loop``:
+    the server writes on this event loop (the embedded simulator), so the loop's lag bounds
+    each call's timing even where its reader thread stamped the bytes as they arrived.
 
     A call that fails for good raises ModelAPIError (refused: not retried) or ModelRetryError
     (retry budget spent); either declares the attempts made (``ModelError.attempts``).
@@ -121,8 +123,10 @@ class OpenAIClient:
         retry_after_cap_s: float = 60.0,
         base_url: str | None = None,
         max_response_chars: int = DEFAULT_MAX_CHARS,
+        server_on_loop: bool = False,
     ) -> None:
         self.tier = tier
+        self._server_on_loop = server_on_loop  # the embedded simulator: see _turn.timing_of
         # the tier's own settings unless the caller overrides them
         stall_timeout_s = tier.stall_timeout_s if stall_timeout_s is None else stall_timeout_s
         max_attempts = tier.max_attempts if max_attempts is None else max_attempts
@@ -258,7 +262,7 @@ class OpenAIClient:
             raise
         finally:
             lag.done(watch)  # (once: a second call changes nothing)
-        timing = timing_of(turn, t_send, t_hdr, build_ns, watch, rx)
+        timing = timing_of(turn, t_send, t_hdr, build_ns, watch, rx, self._server_on_loop)
         end = turn.t_end or perf_counter_ns()
         attempts.append(Attempt(timing.t_send, end, None, resp.status_code))
         text, calls, thought = "".join(turn.text), turn.tool_calls(), "".join(turn.reasoning_text)

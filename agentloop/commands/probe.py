@@ -78,7 +78,7 @@ async def probe(
         async with SimServer(
             profile=require_profile(tier, "to pace its simulator"), filler_tokens=tokens
         ) as sim:
-            client = OpenAIClient(tier, base_url=sim.base_url)
+            client = OpenAIClient(tier, base_url=sim.base_url, server_on_loop=True)
             return await _measured(client, tier, n, tokens, long_tokens, tier.context_window)
     reasons = tier.options.get("reasoning_effort") not in (None, "none", "minimal")
     asked = replace(

@@ -75,7 +75,8 @@ async def model_client(
 
 
 async def _sim_client(stack: contextlib.AsyncExitStack, tier: Tier, base_url: str) -> ModelClient:
-    """The real client on a simulator's ``base_url`` (the one TLS context), closed by ``stack``."""
+    """The real client on ``base_url`` of a simulator on this event loop (the one TLS context),
+    closed by ``stack``: the loop's lag bounds its calls' timing (``server_on_loop``)."""
     import openai
 
     from agentloop.clients.openai_client import OpenAIClient
@@ -83,7 +84,7 @@ async def _sim_client(stack: contextlib.AsyncExitStack, tier: Tier, base_url: st
     http = await stack.enter_async_context(_http_client())
     sdk = openai.AsyncOpenAI(base_url=base_url, api_key="sim", max_retries=0, http_client=http)
     stack.push_async_callback(sdk.close)
-    client = OpenAIClient(tier, client=sdk)
+    client = OpenAIClient(tier, client=sdk, server_on_loop=True)
     stack.push_async_callback(client.aclose)
     return client
 
