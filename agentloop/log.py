@@ -12,8 +12,6 @@ import sys
 from collections.abc import MutableMapping
 from typing import Any
 
-import structlog
-
 from agentloop.redact import scrub_text, secret_values
 
 
@@ -28,6 +26,8 @@ class _Stderr:
 
 
 def _processors(secrets: list[str]) -> list[Any]:
+    import structlog
+
     def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         return {k: scrub_text(v, secrets) if isinstance(v, str) else v for k, v in event.items()}
 
@@ -46,7 +46,11 @@ def _processors(secrets: list[str]) -> list[Any]:
 
 
 def get_logger(name: str, **bound: Any) -> Any:
-    """A logger for library code: the program's structlog set-up if any, else warnings to stderr."""
+    """A logger for library code: the program's structlog set-up if any, else warnings to stderr
+    (structlog imported here, when a module first logs: a command that never does, such as an
+    analysis of a big trace, is spared its 90 ms of imports)."""
+    import structlog
+
     if structlog.is_configured():
         return structlog.get_logger(name).bind(**bound)
     return structlog.wrap_logger(
@@ -59,6 +63,8 @@ def get_logger(name: str, **bound: Any) -> Any:
 
 def configure(verbosity: int = 0) -> None:
     """Configure logging once, from the CLI (the library never configures logging itself)."""
+    import structlog
+
     level = logging.WARNING - 10 * verbosity
     structlog.configure(
         processors=_processors(secret_values()),
