@@ -11,7 +11,7 @@ import pytest
 
 from agentloop.trace.reader import load_trace
 from tests.conftest import held_drift_s
-from tests.test_export_import import agent_spans, as_json, imported_runs
+from tests.test_export_import import agent_spans, as_json, imported_runs, starved_s
 
 
 def openai_agents_spans(tier: str, out: Path) -> Path:
@@ -159,8 +159,11 @@ def _predicts_the_ultrafast_run(runs: dict[str, Path], label: str) -> None:
     # time, the client's overhead, the framework's gaps), read from the two traces, is allowed
     # on top: -26.8% once under the whole suite's load (a fresh venv's run), -2.6% to -4.2%
     # alone (the share 0.1-0.2%), -10.6% to -11.5% beside six CPU-bound jobs (0.9-2.0%)
-    machine = 100 * held_drift_s(*map(_graph, (runs["sim-standard"], runs["sim-ultrafast"])))
-    machine /= c["b_s"]
+    # and how long the ultrafast run's processes (its agent, its simulators) waited for a CPU:
+    # a busy machine's share inside its model calls (-30.9% once in CI beside a CPU-bound job,
+    # the held share 0.7%: its first category 0.63 s over the prediction)
+    held = held_drift_s(*map(_graph, (runs["sim-standard"], runs["sim-ultrafast"])))
+    machine = 100 * (held + starved_s(runs["sim-ultrafast"])) / c["b_s"]
     print(f"{label}the machine's share {machine:.1f}%")
     assert abs(c["error_pct"]) < 25 + machine, (c, f"the machine's share {machine:.1f}%")
 
