@@ -42,8 +42,9 @@ def seconds(a: int | None, b: int | None) -> float:
 
 
 def bound(t: CallTiming) -> float:
-    """The call's own timing error bound (its loop's lateness while it streamed), in seconds:
-    what a busy machine may add to or take from any duration between two of its instants."""
+    """The call's own timing error bound (its stamps', or its loop's lateness while it streamed:
+    the simulator here writes on the test's own loop, ``server_on_loop``), in seconds: what a
+    busy machine may add to or take from any duration between two of its instants."""
     assert t.error_bound_ns is not None
     return t.error_bound_ns / 1e9
 
@@ -54,7 +55,7 @@ async def test_ttft_and_output_tps_match_the_pacing(api: str) -> None:
     """ttft ~ base + input/prefill and output_tps ~ the profile's rate, within a few percent."""
     profile = SpeedProfile(base_latency_s=0.5, prefill_tps=20000, output_tps=150)
     async with SimServer(profile=profile, filler_tokens=300) as sim:  # 2 s of decode
-        client = OpenAIClient(tier(api, profile), base_url=sim.base_url)
+        client = OpenAIClient(tier(api, profile), base_url=sim.base_url, server_on_loop=True)
         try:
             await client.complete(ModelRequest((SYSTEM, USER), (), 0))  # warm the connection
             r = await client.complete(ModelRequest((SYSTEM, USER), (), 0))
@@ -83,7 +84,7 @@ async def test_hidden_reasoning_delays_the_first_visible_token(api: str) -> None
     profile = SpeedProfile(base_latency_s=0.3, prefill_tps=0, output_tps=200)
     script = [ScriptTurn(text="The bug is in add(); " * 10, reasoning_tokens=120)]
     async with SimServer(profile=profile, script=script) as sim:
-        client = OpenAIClient(tier(api, profile), base_url=sim.base_url)
+        client = OpenAIClient(tier(api, profile), base_url=sim.base_url, server_on_loop=True)
         try:
             r = await client.complete(ModelRequest((SYSTEM, USER), (), 0))
         finally:
@@ -108,7 +109,7 @@ async def test_tool_calls_are_assembled_exactly_across_turns(api: str) -> None:
         ScriptTurn(text="Fixed."),
     ]
     async with SimServer(profile=profile, script=script) as sim:
-        client = OpenAIClient(tier(api, profile), base_url=sim.base_url)
+        client = OpenAIClient(tier(api, profile), base_url=sim.base_url, server_on_loop=True)
         try:
             r1 = await client.complete(ModelRequest((SYSTEM, USER), (READ,), 0))
             results = tuple(
@@ -140,7 +141,7 @@ async def test_tool_only_turn_starts_the_visible_clock_at_the_first_argument(api
     args = '{"paths": [' + ", ".join(f'"src/mod{i}.py"' for i in range(12)) + "]}"  # 103 tokens
     script = [ScriptTurn(tool_calls=(ScriptToolCall("read_file", args),))]
     async with SimServer(profile=profile, script=script) as sim:
-        client = OpenAIClient(tier(api, profile), base_url=sim.base_url)
+        client = OpenAIClient(tier(api, profile), base_url=sim.base_url, server_on_loop=True)
         try:
             r = await client.complete(ModelRequest((SYSTEM, USER), (READ,), 0))
         finally:
@@ -183,7 +184,7 @@ async def test_one_connection_serves_every_call_of_a_client(api: str) -> None:
     three calls, one TCP connection (closed mid-body, each call would connect anew)."""
     profile = SpeedProfile(base_latency_s=0.01, prefill_tps=0, output_tps=5000)
     async with SimServer(profile=profile, filler_tokens=20) as sim:
-        client = OpenAIClient(tier(api, profile), base_url=sim.base_url)
+        client = OpenAIClient(tier(api, profile), base_url=sim.base_url, server_on_loop=True)
         try:
             for step in range(3):
                 r = await client.complete(ModelRequest((SYSTEM, USER), (), step))
