@@ -120,15 +120,19 @@ out, script, start = sys.argv[1], sys.argv[2], []
 def waited():
     ns = 0
     for stat in glob.glob("/proc/self/task/*/schedstat"):
-        with open(stat) as f:
-            ns += int(f.read().split()[1])
+        try:
+            with open(stat) as f:
+                ns += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass  # a thread that ended meanwhile
     return ns
 def run(main, run=asyncio.run, **kw):
     start.append(waited())
     return run(main, **kw)
 def write():
+    ns = waited() - start[0] if start else 0
     with open(out, "w") as f:
-        f.write(str(waited() - start[0]))
+        f.write(str(ns))
 asyncio.run = run
 atexit.register(write)
 sys.argv = sys.argv[2:]

@@ -277,8 +277,17 @@ def _children() -> set[int]:
 
 
 def _run_cgroups() -> set[Path]:
-    """The cgroups of this process's jails (``agentloop/r-PID-MARK`` under each hierarchy)."""
-    return set(Path("/sys/fs/cgroup").glob(f"**/agentloop/r-{os.getpid()}-*"))
+    """The cgroups of this process's jails (``agentloop/r-PID-MARK`` under each hierarchy). A
+    walk that skips what vanishes under it: other workers' runs remove their cgroups meanwhile
+    (``Path.glob("**/...")`` raised FileNotFoundError for one, in a fresh venv's suite)."""
+    mine = f"r-{os.getpid()}-"
+    return {
+        Path(top, d)
+        for top, dirs, _ in os.walk("/sys/fs/cgroup")  # errors (a folder gone) are skipped
+        if os.path.basename(top) == "agentloop"
+        for d in dirs
+        if d.startswith(mine)
+    }
 
 
 async def test_a_cancel_while_bwrap_starts_leaves_nothing_behind(tmp_path: Path) -> None:
