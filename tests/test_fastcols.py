@@ -101,12 +101,20 @@ def marked_agent() -> list[bytes]:
     ]
 
 
-def odd_invocations() -> list[bytes]:
-    """Sub-agents' invocations the writer does not write (-1, 0): a label's form is made per
-    agent and invocation, -1 standing for none in the fast builder's key."""
+def odd_invocations(first: bytes = b"-1", second: bytes = b"0") -> list[bytes]:
+    """Sub-agents' invocations the writer does not write (-1 and 0): a label's form is made
+    per agent and invocation, grouped apart from a missing one's."""
     lines = fanout_run([2, 1], rounds=2).lines()
     inv = b'"agent.invocation":'
-    return [line.replace(inv + b"1", inv + b"-1").replace(inv + b"2", inv + b"0") for line in lines]
+    return [
+        line.replace(inv + b"1", inv + first).replace(inv + b"2", inv + second) for line in lines
+    ]
+
+
+def wide_invocations() -> list[bytes]:
+    """A hostile trace's invocations far apart (2**62 and 3): a key of agent times the widest
+    invocation overflowed, and two agents' step labels took each other's forms."""
+    return odd_invocations(str(2**62).encode(), b"3")
 
 
 def calls_without_a_step() -> list[bytes]:
@@ -207,6 +215,7 @@ FAST: dict[str, Callable[[], list[bytes]]] = {
     "killed": killed,
     "an agent name holding the mark": marked_agent,
     "invocations -1 and 0": odd_invocations,
+    "invocations 2**62 and 3": wide_invocations,
     "model calls without a step": calls_without_a_step,
     "measured under load": measured_under_load,
     "set-up and check spans": with_setup,
@@ -506,7 +515,7 @@ def test_the_fuzz_base_traces_are_built_fast(tmp_path: Path):
 
 
 def test_call_forms_are_grouped_as_a_dict_of_their_values_would() -> None:
-    """_fastreport._groups (one key of every column's digits) against the dict it replaced:
+    """_fastreport.groups (one key of every column's digits) against the dict it replaced:
     the same groups, numbered and first seen in the same order, for values far apart (int64's
     ends: renumbered, not overflowed) and columns of every width."""
     rng = np.random.default_rng(27)
@@ -521,7 +530,7 @@ def test_call_forms_are_grouped_as_a_dict_of_their_values_would() -> None:
             rng.integers(0, 4, n).astype(np.int8),
             rng.integers(0, n + 1, n),
         ]
-        first, group = _fastreport._groups(parts)
+        first, group = _fastreport.groups(parts)
         seen: dict[tuple[int, ...], int] = {}
         want = [seen.setdefault(tuple(int(p[i]) for p in parts), len(seen)) for i in range(n)]
         assert want == group.tolist()

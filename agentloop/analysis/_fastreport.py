@@ -80,7 +80,7 @@ def _by_form(
         c["tier"],
         c["used"],
     ]
-    first, combo = _groups(parts)
+    first, combo = groups(parts)
     starts_of: list[Mapping[str, Any]] = [
         {}
         if not h
@@ -98,12 +98,10 @@ def _by_form(
     per = got["calls"][combo]
     sides = [f.partition(F.MARK) for f in got["call_names"]["label"]]
     number = pc.cast(pa.array(c["step"]), pa.string())
-    if all(side == ("", F.MARK, "") for side in sides):  # the main agent's numbered calls only
-        text_of = number
-    else:
-        marked = np.array([bool(m) for _, m, _ in sides], np.bool_)[per[:, 3]]
-        number = pc.if_else(pa.array(marked), number, "")
-        text_of = joined_around([(b, e) for b, _, e in sides], per[:, 3], number)
+    marked = np.array([bool(m) for _, m, _ in sides], np.bool_)
+    if not marked.all():  # a label without the mark (no step number) takes no number
+        number = pc.if_else(pa.array(marked[per[:, 3]]), number, "")
+    text_of = joined_around([(b, e) for b, _, e in sides], per[:, 3], number)
     # codes in order of first appearance: Arrow's dictionary encoding gives them so
     labels = text_of.dictionary_encode()
     per[:, 3] = np.asarray(labels.indices)
@@ -114,14 +112,18 @@ def _by_form(
 
 
 def joined_around(sides: list[tuple[str, str]], form: np.ndarray, numbers: pa.Array) -> pa.Array:
-    """Each of ``numbers`` between the two sides (before, after) of its ``form``."""
+    """Each of ``numbers`` between the two sides (before, after) of its ``form`` (the labels of
+    the step and call numbers of :mod:`agentloop.analysis.fastcols` and :func:`calls`); the
+    numbers as they are when every side is empty (the main agent's only)."""
+    if all(b == e == "" for b, e in sides):
+        return numbers
     at = pa.array(form.reshape(-1).astype(np.int32))  # numpy 2.0's inverse kept the shape
     before = pa.array([b for b, _ in sides], pa.string()).take(at)
     after = pa.array([e for _, e in sides], pa.string()).take(at)
     return pc.binary_join_element_wise(before, numbers, after, "")
 
 
-def _groups(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def groups(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Rows grouped by their values in every one of ``parts``: each group's first row, in
     order of first appearance, and each row's group (numbered so). One key for all the
     columns, each a digit of its own span (a column spread wider than it has rows, and a key

@@ -41,7 +41,7 @@ from agentloop.analysis import _fastread, _fastsplit
 from agentloop.analysis import _fastshape as F
 from agentloop.analysis._fastids import Refs
 from agentloop.analysis._fastmodels import model_columns
-from agentloop.analysis._fastreport import calls, joined_around, outside
+from agentloop.analysis._fastreport import calls, groups, joined_around, outside
 from agentloop.analysis._fastshape import NotClean
 from agentloop.analysis._fastwin import NONE, Taken, text
 from agentloop.analysis.agents import step_text
@@ -278,22 +278,26 @@ def _step_labels(
     """A kept step span's label (:func:`agentloop.analysis.agents.step_text`), else null.
 
     step_text's label of a numbered step, made once per agent and invocation with a mark where
-    the number goes, its two sides then joined around each step's number by Arrow (a loop over
-    200,000 steps took 0.11 s); a step without a number, of an agent whose name holds the
-    mark or of a negative invocation is labelled by step_text itself."""
+    the number goes (the forms grouped by :func:`agentloop.analysis._fastreport.groups`), its
+    two sides then joined around each step's number by Arrow (a loop over 200,000 steps took
+    0.11 s); a step without a number, or of an agent whose name holds the mark, is labelled by
+    step_text itself."""
     rows = np.flatnonzero(is_step)
     at = np.flatnonzero(keep)[rows]
     agent, inv_none = st["agent"][at], st["inv_none"][at]
-    inv = np.where(inv_none, -1, st["inv"][at])
+    inv = np.where(inv_none, 0, st["inv"][at])
     marked = [c for c, a in enumerate(agents) if F.MARK in a]
-    fast = st["has"][at] & ~st["step_none"][at] & ((inv >= 0) | inv_none)
+    fast = st["has"][at] & ~st["step_none"][at]
     if marked:
         fast &= ~np.isin(agent, marked)
-    width = int(inv.max(initial=0)) + 2  # one number per (agent, invocation): a 1-d unique
-    pairs, form = np.unique(agent[fast].astype(I64) * width + inv[fast] + 1, return_inverse=True)
-    sides = [_around_mark(agents, k // width, k % width - 1) for k in pairs.tolist()]
+    pair = [agent[fast], inv_none[fast], inv[fast]]  # a label's form: agent and invocation
+    first, form = groups(pair)
+    sides = [
+        _around_mark(agents, a, None if z else i)
+        for a, z, i in zip(*(p[first].tolist() for p in pair), strict=True)
+    ]
     steps = pc.cast(pa.array(st["step"][at][fast]), pa.string())
-    made = steps if all(b == e == "" for b, e in sides) else joined_around(sides, form, steps)
+    made = joined_around(sides, form, steps)
     slow = [
         _slow_label(st, agents, j, int(inv[k]), bool(inv_none[k])) for k, j in _where_not(fast, at)
     ]
@@ -304,14 +308,9 @@ def _step_labels(
     return labels.take(pa.array(where, mask=where < 0))
 
 
-def _around_mark(agents: list[str], agent: int, inv: int) -> tuple[str, str]:
-    """What comes before and after a step's number in the labels of ``agent``'s invocation
-    ``inv`` (-1: none)."""
-    who = {
-        A.STEP: F.MARK,
-        A.GEN_AI_AGENT_NAME: text(agents, agent),
-        A.AGENT_INVOCATION: None if inv == -1 else inv,
-    }
+def _around_mark(agents: list[str], agent: int, inv: int | None) -> tuple[str, str]:
+    """What comes before and after a step's number in the labels of ``agent``'s invocation."""
+    who = {A.STEP: F.MARK, A.GEN_AI_AGENT_NAME: text(agents, agent), A.AGENT_INVOCATION: inv}
     before, _, after = step_text(who, "").partition(F.MARK)
     return before, after
 
