@@ -35,8 +35,8 @@ def helper_env() -> dict[str, str]:
 
 
 def die_with_parent() -> None:
-    """Have the kernel SIGKILL this process when its parent dies (a ``preexec_fn``: async-signal
-    work only, no error raised: a libc without ``prctl`` leaves the child as it was)."""
+    """Have the kernel SIGKILL this process when its parent dies (a ``preexec_fn``, or a
+    helper's first step); never raises: a libc without ``prctl`` leaves the process as it was."""
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 

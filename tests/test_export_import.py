@@ -93,7 +93,7 @@ def agent_spans(
                 time.sleep(0.1)
         ready = [run_queue_wait_ns(sim.pid) for sim in sims]  # their start is not the run's
         python = venv(framework, version_var) / "bin/python"
-        waited = out.with_suffix(".waited")
+        waited = waited_file(out)
         r = subprocess.run(
             [str(python), "-c", WAITED, str(waited), str(DATA / agent), *bases, tier, str(out)],
             capture_output=True,
@@ -150,11 +150,18 @@ def run_queue_wait_ns(pid: int) -> int:
     return ns
 
 
+def waited_file(path: Path) -> Path:
+    """Where :func:`agent_spans` keeps the CPU waits of the run whose OTLP JSON, or trace
+    imported from it, is ``path`` (``sim-standard.otlp.json``, ``sim-standard.jsonl``: the tier's
+    name, which holds no dot, then ``.waited``)."""
+    return path.with_name(path.name.partition(".")[0] + ".waited")
+
+
 def starved_s(imported: Path) -> float:
     """Seconds the processes of the run imported as ``imported`` (its agent, its simulators)
-    waited for a CPU (:func:`agent_spans`, beside its OTLP JSON): what a busy machine may have
-    added to its model calls, which an imported trace carries no lateness bound for."""
-    return int(imported.with_suffix(".otlp.waited").read_text()) / 1e9
+    waited for a CPU (:func:`agent_spans`): what a busy machine may have added to its model
+    calls, which an imported trace carries no lateness bound for."""
+    return int(waited_file(imported).read_text()) / 1e9
 
 
 def pydantic_ai_spans(tier: str, out: Path) -> Path:

@@ -4,9 +4,9 @@ For :mod:`agentloop.analysis.fastcols`. The file is cut at a record boundary pas
 (the writer's ``}\\n{"type":"``, :data:`HEAD_START` past it); a worker (``python -c``, this
 package's own interpreter and path, a helper's environment, nothing read from its command line
 but the path, the offset, the window and its parent's pid, with which it dies:
-:mod:`agentloop.helper_procs`) reads
-from there to the end as :func:`agentloop.analysis._fastread.read_lines` reads a file, a part with no
-header line, and hands its values back through a pipe (a pickle of arrays: no Structs cross);
+:mod:`agentloop.helper_procs`) reads from there to the end as
+:func:`agentloop.analysis._fastread.read_lines` reads a file, a part with no header line, and
+hands its values back through a pipe (a pickle of arrays: no Structs cross);
 this process reads up to the cut meanwhile and appends the worker's values to its own, their
 string codes (agents, tiers, tool names) renumbered as its own. What crosses the cut is checked
 as it is between two windows: the first part ends ``}\\n``, the second starts ``{"type":"``;
@@ -40,7 +40,7 @@ from agentloop.analysis._fastread import _BOUNDARY, Records, _Lines
 from agentloop.analysis._fastshape import NotClean
 from agentloop.analysis._fastwin import Codes
 from agentloop.errors import TraceFileError
-from agentloop.helper_procs import helper_env
+from agentloop.helper_procs import die_with, helper_env
 
 SPLIT_BYTES = 128 << 20  # a trace from this size is read in two processes
 # the bytes this process reads while the worker starts (its interpreter and imports, ~0.3 s)
@@ -126,8 +126,6 @@ def _result(worker: subprocess.Popen[bytes]) -> _Lines | None:
 def serve() -> None:
     """The worker: read the part from ``sys.argv``' offset to the end, pickle it to stdout;
     killed with its parent (a SIGKILLed analysis would leave it reading on for no one)."""
-    from agentloop.helper_procs import die_with
-
     die_with(int(sys.argv[4]))
     path, cut, window = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     import msgspec

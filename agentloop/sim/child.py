@@ -15,8 +15,7 @@ closes one (no answer: requests to it get 404 ``unknown_route`` from then on); `
 accepted so far, routes open now). End of input
 (the parent closed the pipe, exited or was killed) stops the child, so it never outlives its
 suite. Its environment is a helper's (:func:`agentloop.helper_procs.helper_env`: ``PATH``,
-``LANG``, ``PYTHONPATH`` only):
-no key reaches it.
+``LANG``, ``PYTHONPATH`` only): no key reaches it.
 """
 
 from __future__ import annotations
