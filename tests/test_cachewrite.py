@@ -1,18 +1,18 @@
-"""A cold command writes the cache while it analyses: the same answer, a whole cache after it."""
+"""A cold command writes the cache as it builds the columns: the same answer, a whole cache after it."""
 
 from __future__ import annotations
 
-import dataclasses
+import mmap
 import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from agentloop.analysis import store
-from agentloop.analysis.cachewrite import _quietly, written_meanwhile
+from agentloop.analysis import cachefile, store
+from agentloop.analysis.cachewrite import written_meanwhile
+from agentloop.analysis.fastcols import fast_fields
 from agentloop.analysis.synthetic_runs import fanout_run
 from agentloop.cli import main
 from tests.test_analysis_columnar_report import PRICED
@@ -49,14 +49,23 @@ def stale_cache(p: Path) -> Path:
     return cache
 
 
+@pytest.mark.parametrize("streamed", [True, False])
 @pytest.mark.parametrize("command", list(COMMANDS))
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_a_cold_command_answers_as_the_loops_and_leaves_a_whole_cache(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], shape: str, command: str
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    shape: str,
+    command: str,
+    streamed: bool,
 ):
-    """Columns built cold, analysed read-only while the cache is written: the loops' answer,
-    and when the command returns the cache is whole (its CRC, its key) and holds the checked
-    path's columns, with no temporary file left."""
+    """Columns built cold, analysed while the cache is written (``streamed``: written as they
+    are made, the analysis on the file's views): the loops' answer, and when the command
+    returns the cache is whole (its CRC, its key) and holds the checked path's columns, with
+    no temporary file left."""
+    if streamed:
+        monkeypatch.setattr(store, "STREAMED_BYTES", 0)
     p = SHAPES[shape](tmp_path)
     loops = run(p, COMMANDS[command], capsys)  # a small trace, no cache: the loops
     cache = stale_cache(p)
@@ -67,19 +76,39 @@ def test_a_cold_command_answers_as_the_loops_and_leaves_a_whole_cache(
     assert [cache] == list(cache.parent.iterdir())
 
 
-def test_the_columns_are_read_only_while_the_cache_is_written(tmp_path: Path):
-    """Every numpy array of the columns handed back is read-only (an analysis writing into
-    one raises rather than race the writer); the cache is whole once the block is left."""
+def test_a_big_traces_columns_are_views_of_the_cache_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """From STREAMED_BYTES the cache is written as the columns are made and the columns handed
+    back are read-only views of the file written (pages the kernel can take back), the checked
+    path's values; the cache is whole once the block is left."""
+    monkeypatch.setattr(store, "STREAMED_BYTES", 0)
     p = fanout_run([2, 1]).write(tmp_path / "run.jsonl")
-    with written_meanwhile() as write:
-        c = store.load_columns(p, write)
-        fields = [getattr(c, f.name) for f in dataclasses.fields(c)]
-        arrays = [v for v in fields if isinstance(v, np.ndarray)]
-        assert len(arrays) >= 10
-        assert [] == [a for a in arrays if a.flags.writeable]
+    with written_meanwhile() as pool:
+        c = store.load_columns(p, pool)
+        assert isinstance(c.t0.base, memoryview) and isinstance(c.t0.base.obj, mmap.mmap)
         with pytest.raises(ValueError, match="read-only"):
             c.t0[0] = 0
-    assert store.read_cache(p) is not None
+    assert [] == differences(c, checked(p))
+    again = store.read_cache(p)
+    assert again is not None and [] == differences(again, c)
+
+
+def test_what_the_screen_handed_over_before_it_gave_up_is_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The fast builder hands the span columns over before it meets an unsplit call (handed to
+    the checked path): the cache written holds the checked path's columns, one copy each."""
+    p = SHAPES["an unsplit call (handed to the checked path)"](tmp_path)
+    got: list[dict[str, object]] = []
+    assert not fast_fields(p, lambda f, n: got.append(f))
+    assert got and "ids" in got[0]
+    monkeypatch.setattr(store, "STREAMED_BYTES", 0)
+    with written_meanwhile() as pool:
+        c = store.load_columns(p, pool)
+    assert [] == differences(c, checked(p))
+    again = store.read_cache(p)
+    assert again is not None and [] == differences(again, c)
 
 
 def test_a_cache_that_cannot_be_written_is_not_the_commands_failure(
@@ -95,20 +124,66 @@ def test_a_cache_that_cannot_be_written_is_not_the_commands_failure(
     assert store.read_cache(p) is None
 
 
-def test_a_writer_that_raises_is_logged_not_raised(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def _broken(monkeypatch: pytest.MonkeyPatch, where: str, error: Exception | None = None) -> None:
+    """The cache writer's ``where`` step raises ``error`` (by default what a bug would)."""
+
+    def bug(*args: object) -> None:
+        raise error or RuntimeError("a bug in the writer")
+
+    monkeypatch.setattr(cachefile.Writer, where, bug)
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+@pytest.mark.parametrize("where", ["_write_columns", "_seal"])
+def test_a_writer_that_raises_meanwhile_is_logged_not_raised(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    where: str,
+    streamed: bool,
 ):
-    """A failure past the folder's (a bug in the writer) is a warning on stderr."""
-    _quietly(tmp_path / "run.jsonl", None)
-    assert "cache_write_failed" in capsys.readouterr().err
-
-
-def test_a_write_stopped_by_any_error_leaves_no_temporary_file(tmp_path: Path):
-    """Not only an OSError: whatever stops the write (here a table that is not one, after the
-    temporary file was made), the temporary file goes and the error is the caller's."""
+    """A failure past the folder's (a bug in the writer) while the command analyses is a
+    warning on stderr; the columns are the command's all the same, no file left behind."""
+    if streamed:
+        monkeypatch.setattr(store, "STREAMED_BYTES", 0)
     p = fanout_run([2, 1]).write(tmp_path / "run.jsonl")
-    with pytest.raises(AttributeError):
-        store.write_table(p, None)
+    _broken(monkeypatch, where)
+    with written_meanwhile() as pool:
+        c = store.load_columns(p, pool)
+    assert [] == differences(c, checked(p))
+    assert "cache_write_failed" in capsys.readouterr().err
+    assert [] == list(store.cache_path(p).parent.iterdir())
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+@pytest.mark.parametrize("where", ["_write_columns", "_seal"])
+def test_a_write_stopped_by_any_error_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, streamed: bool
+):
+    """Not only an OSError: whatever stops a write made at once, the temporary file goes and
+    the error is the caller's."""
+    if streamed:
+        monkeypatch.setattr(store, "STREAMED_BYTES", 0)
+    p = fanout_run([2, 1]).write(tmp_path / "run.jsonl")
+    _broken(monkeypatch, where)
+    with pytest.raises(RuntimeError, match="a bug"):
+        store.load_columns(p)
+    assert [] == list(store.cache_path(p).parent.iterdir())
+
+
+@pytest.mark.parametrize("meanwhile", [True, False])
+@pytest.mark.parametrize("where", ["_write_columns", "_write_meta", "_seal"])
+def test_a_full_disk_costs_the_cache_not_the_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, meanwhile: bool
+):
+    """A write of a streamed cache that fails on the disk (an OSError) leaves no file and no
+    message: the columns are built again in memory, the checked path's values."""
+    monkeypatch.setattr(store, "STREAMED_BYTES", 0)
+    p = fanout_run([2, 1]).write(tmp_path / "run.jsonl")
+    _broken(monkeypatch, where, OSError(28, "No space left on device"))
+    with written_meanwhile() as pool:
+        c = store.load_columns(p, pool if meanwhile else None)
+    assert [] == differences(c, checked(p))
     assert [] == list(store.cache_path(p).parent.iterdir())
 
 
@@ -124,5 +199,5 @@ def test_a_killed_writers_temporary_file_goes_with_the_next_write(tmp_path: Path
     dead.write_bytes(b"half a cache")
     live = cache.with_name(f".{cache.name}.1.tmp")  # pid 1 is alive
     live.write_bytes(b"another writer's")
-    assert store.write_table(p, store.to_table(checked(p), store.source_key(p))) == cache
+    assert store.write_cache(p, checked(p), store.source_key(p)) == cache
     assert sorted([cache.name, live.name]) == sorted(f.name for f in cache.parent.iterdir())

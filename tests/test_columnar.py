@@ -392,9 +392,11 @@ def test_a_cache_made_by_another_layout_is_stale(trace_file: Path):
 
 
 def test_a_cache_with_indices_out_of_range_is_refused(trace_file: Path):
-    """Well-formed Parquet whose parent indices point forward is refused (indices checked)."""
+    """A well-formed cache whose parent indices point forward is refused (indices checked)."""
     c = store.load_columns(trace_file)
-    bad = Columns(**{f: getattr(c, f) for f in Columns.__dataclass_fields__})
+    bad = Columns(
+        **{**{f: getattr(c, f) for f in Columns.__dataclass_fields__}, "parent": c.parent.copy()}
+    )
     bad.parent[1] = 5
     store.write_cache(trace_file, bad, store.source_key(trace_file))
     assert store.read_cache(trace_file) is None

@@ -27,6 +27,7 @@ vectorised in :func:`_split`, kept beside its source's order of operations so th
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from io import FileIO
 from pathlib import Path
 from typing import Any
@@ -35,19 +36,18 @@ import msgspec
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from agentloop.analysis import _fastread, _fastsplit
 from agentloop.analysis import _fastshape as F
 from agentloop.analysis._fastids import Refs
+from agentloop.analysis._fastlabels import step_labels
 from agentloop.analysis._fastmodels import model_columns
-from agentloop.analysis._fastreport import calls, groups, joined_around, outside
+from agentloop.analysis._fastreport import calls, outside
 from agentloop.analysis._fastshape import NotClean
-from agentloop.analysis._fastwin import NONE, Taken, text
-from agentloop.analysis.agents import step_text
+from agentloop.analysis._fastwin import NONE, Taken
 from agentloop.analysis.attribution import tool_category
 from agentloop.analysis.cands import index_type
-from agentloop.analysis.columnar import Columns
+from agentloop.analysis.columnar import Columns, release_heap
 from agentloop.errors import TraceFileError
 from agentloop.trace import attrs as A
 from agentloop.trace.reader import NO_END, OUTSIDE_KINDS, SpanRecord, Trace, late_header
@@ -56,6 +56,8 @@ from agentloop.trace.schema import EndRecord, RunHeader
 I64 = np.int64
 _KIND = {k: i for i, k in enumerate(F.KINDS)}
 _CODE = np.int8  # a span's kind and status: an index into F.KINDS, F.STATUSES
+_FREED_SPANS = 100_000  # from this many spans the builder hands freed pages back (_freed)
+Out = Callable[[dict[str, Any], int], None]  # takes Columns fields as they are made (fast_columns)
 
 
 def fast_columns(
@@ -65,16 +67,36 @@ def fast_columns(
     None (the caller loads it through the checked reader). ``window``: the bytes read at a time
     (:func:`agentloop.analysis._fastread.read_records`); from ``split_bytes`` a second process
     reads the later half (:mod:`agentloop.analysis._fastsplit`)."""
+    got: dict[str, Any] = {}
+    return (
+        Columns(**got)
+        if fast_fields(path, lambda f, n: got.update(f), window, split_bytes)
+        else None
+    )
+
+
+def fast_fields(
+    path: Path,
+    out: Out,
+    window: int = _fastread.WINDOW,
+    split_bytes: int = _fastsplit.SPLIT_BYTES,
+) -> bool:
+    """:func:`fast_columns`, each group of :class:`Columns` fields handed to ``out`` as it is
+    made (with the number of spans), its arrays read-only (a cache writer may read them
+    meanwhile) and dropped here once handed: a million spans' columns need not all be held at
+    once. False when the trace is not clean: what was handed is void."""
     try:
         with path.open("rb", buffering=0) as f:
-            return _build(f, path, window, split_bytes)
+            _build(f, path, window, split_bytes, out)
     except (NotClean, msgspec.MsgspecError, TraceFileError, ValueError, OSError):
-        return None  # orjson's and UnicodeDecodeError are ValueErrors
+        return False  # orjson's and UnicodeDecodeError are ValueErrors
+    return True
 
 
-def _build(f: FileIO, path: Path, window: int, split_bytes: int) -> Columns:
-    """The columns of the trace open in ``f``; NotClean (or msgspec's, orjson's, the header's
-    error) when the screen does not recognise it."""
+def _build(f: FileIO, path: Path, window: int, split_bytes: int, out: Out) -> None:
+    """Hand the columns of the trace open in ``f`` to ``out``; NotClean (or msgspec's,
+    orjson's, the header's error) when the screen does not recognise it. Each value is dropped
+    once its last use here is past (the span columns are handed first: most of them are)."""
     got = _fastsplit.read_records(f, path, window, split_bytes)
     run, end = got.run, got.end
     if not got.is_start.any():
@@ -83,7 +105,8 @@ def _build(f: FileIO, path: Path, window: int, split_bytes: int) -> Columns:
     ends, model, tool = got.ends.columns()
     agents = got.starts.agents.values
     r = _records(st, ends, got.is_start, got.refs)
-    del got  # the windows' arrays, joined
+    del got, ends  # the windows' arrays, joined; the end records' instants, now in r
+    _freed(len(r["t0"]))
     keep = _kept(r["kind"], r["parent"], r["after_off"])
     if not keep.all():
         run = _late_header(run, st, r, keep, f, path)
@@ -92,38 +115,73 @@ def _build(f: FileIO, path: Path, window: int, split_bytes: int) -> Columns:
     trace = Trace(path, run, {}, end)  # the header and end record: what the formulas read
     end_kind, kept = r["kind"][r["eid"]], keep[r["eid"]]
     is_tool, is_model = end_kind == _KIND["tool"], end_kind == _KIND["model"]
+    del end_kind
     if not kept.all():  # the reader types the set-up's and check's spans too, then drops them
         _tools(tool, *tool.rows(is_tool & ~kept, r["eid"]), r["names"], len(keep))
         no_kids = np.zeros(len(keep), bool)
         model_columns(trace, model, *model.rows(is_model & ~kept, r["eid"]), r, no_kids)
     eid, n = s["eid"], len(s["t0"])
-    names = r["names"].filter(pa.array(keep)) if not keep.all() else r["names"]
-    tools = _tools(tool, *tool.rows(is_tool & kept, eid), names, n)
+    _hand(out, _spans(run, end, st, agents, r, keep, s), n)
+    del r["ids"], r["after_off"], r["after_idx"]
+    names = r.pop("names").filter(pa.array(keep)) if not keep.all() else r.pop("names")
+    st.pop("name")
+    _hand(out, {"names": names, **_tools(tool, *tool.rows(is_tool & kept, eid), names, n)}, n)
+    del names, tool, is_tool
+    _freed(n)
     has_kids = np.bincount(s["parent"][s["parent"] >= 0], minlength=n) > 0
     models = model_columns(trace, model, *model.rows(is_model & kept, eid), s, has_kids)
-    is_step = s["kind"] == _KIND["step"]
-    return Columns(
-        header=run.raw,
-        end=None if end is None else end.raw,
-        problems=() if end is not None else (NO_END,),
-        ids=s["ids"],
-        kinds=_encode(s["kind"], F.KINDS),
-        names=names,
-        statuses=_encode(s["status"], F.STATUSES),
-        step_label=_step_labels(st, agents, keep, is_step),
-        parent=s["parent"],
-        after_off=s["after_off"],
-        after_idx=s["after_idx"],
-        t0=s["t0"],
-        t1=s["t1"],
-        in_flight=s["in_flight"],
-        end_ns=s["end_ns"],
-        trims=(),  # no span_event records (handed over), no older trims (above)
-        outside=outside(r, keep, s),
-        **calls(trace, st, agents, model, r, keep, s["kind"] == _KIND["model"]),
-        **tools,
-        **models,
-    )
+    del has_kids
+    _hand(out, models, n)
+    del models
+    _freed(n)
+    _hand(out, calls(trace, st, agents, model, r, keep, s["kind"] == _KIND["model"]), n)
+
+
+def _spans(
+    run: RunHeader,
+    end: EndRecord | None,
+    st: dict[str, Any],
+    agents: list[str],
+    r: dict[str, Any],
+    keep: np.ndarray,
+    s: dict[str, Any],
+) -> dict[str, Any]:
+    """The first fields handed over: the header's and the span columns (the ids, the ``after``
+    lists and the in-flight flags taken out of ``s``: nothing here reads them again)."""
+    return {
+        "header": run.raw,
+        "end": None if end is None else end.raw,
+        "problems": () if end is not None else (NO_END,),
+        "ids": s.pop("ids"),
+        "kinds": _encode(s["kind"], F.KINDS),
+        "statuses": _encode(s["status"], F.STATUSES),
+        "after_off": s.pop("after_off"),
+        "after_idx": s.pop("after_idx"),
+        "in_flight": s.pop("in_flight"),
+        **{k: s[k] for k in ("parent", "t0", "t1")},
+        "end_ns": s["end_ns"],
+        "trims": (),  # no span_event records (handed over), no older trims (above)
+        "outside": outside(r, keep, s),
+        "step_label": step_labels(st, agents, keep, s["kind"] == _KIND["step"]),
+    }
+
+
+def _freed(n: int) -> None:
+    """Give what was just dropped back to the system (the C heap's, Arrow pool's free pages)
+    for a big trace: what the builder no longer holds leaves its peak, and the cache's writer
+    takes pages for the file meanwhile, which recently freed ones serve cheaply (a cold
+    ``whatif`` of a million spans peaked at 422-461 MB without, 388-401 MB with, no slower:
+    docs/performance.md). A walk of the heap: not for a small trace's."""
+    if n >= _FREED_SPANS:
+        release_heap(arrow=True)
+
+
+def _hand(out: Out, fields: dict[str, Any], n: int) -> None:
+    """``fields`` to ``out``, their arrays made read-only first (none is written after)."""
+    for v in fields.values():
+        if isinstance(v, np.ndarray):
+            v.flags.writeable = False
+    out(fields, n)
 
 
 def _records(
@@ -270,65 +328,6 @@ def _first_seen(codes: np.ndarray, values: list[str] | tuple[str, ...]) -> tuple
     renumber = np.zeros(len(values), np.int32)
     renumber[order] = np.arange(len(order), dtype=np.int32)
     return renumber[codes], [values[c] for c in order.tolist()]
-
-
-def _step_labels(
-    st: dict[str, Any], agents: list[str], keep: np.ndarray, is_step: np.ndarray
-) -> pa.Array:
-    """A kept step span's label (:func:`agentloop.analysis.agents.step_text`), else null.
-
-    step_text's label of a numbered step, made once per agent and invocation with a mark where
-    the number goes (the forms grouped by :func:`agentloop.analysis._fastreport.groups`), its
-    two sides then joined around each step's number by Arrow (a loop over 200,000 steps took
-    0.11 s); a step without a number, or of an agent whose name holds the mark, is labelled by
-    step_text itself."""
-    rows = np.flatnonzero(is_step)
-    at = np.flatnonzero(keep)[rows]
-    agent, inv_none = st["agent"][at], st["inv_none"][at]
-    inv = np.where(inv_none, 0, st["inv"][at])
-    marked = [c for c, a in enumerate(agents) if F.MARK in a]
-    fast = st["has"][at] & ~st["step_none"][at]
-    if marked:
-        fast &= ~np.isin(agent, marked)
-    pair = [agent[fast], inv_none[fast], inv[fast]]  # a label's form: agent and invocation
-    first, form = groups(pair)
-    sides = [
-        _around_mark(agents, a, None if z else i)
-        for a, z, i in zip(*(p[first].tolist() for p in pair), strict=True)
-    ]
-    steps = pc.cast(pa.array(st["step"][at][fast]), pa.string())
-    made = joined_around(sides, form, steps)
-    slow = [
-        _slow_label(st, agents, j, int(inv[k]), bool(inv_none[k])) for k, j in _where_not(fast, at)
-    ]
-    where = np.full(len(is_step), -1, np.int64)  # each row's label in [made, slow], -1: null
-    where[rows[fast]] = np.arange(len(made))
-    where[rows[~fast]] = len(made) + np.arange(len(slow))
-    labels = pa.concat_arrays([made, pa.array(slow, pa.string())]) if slow else made
-    return labels.take(pa.array(where, mask=where < 0))
-
-
-def _around_mark(agents: list[str], agent: int, inv: int | None) -> tuple[str, str]:
-    """What comes before and after a step's number in the labels of ``agent``'s invocation."""
-    who = {A.STEP: F.MARK, A.GEN_AI_AGENT_NAME: text(agents, agent), A.AGENT_INVOCATION: inv}
-    before, _, after = step_text(who, "").partition(F.MARK)
-    return before, after
-
-
-def _where_not(fast: np.ndarray, at: np.ndarray) -> list[tuple[int, int]]:
-    """(row among the steps, record index) of each step the fast path does not label."""
-    k = np.flatnonzero(~fast)
-    return list(zip(k.tolist(), at[k].tolist(), strict=True))
-
-
-def _slow_label(st: dict[str, Any], agents: list[str], j: int, inv: int, no_inv: bool) -> str:
-    """step_text's label of the step span started by record ``j``, from its own values."""
-    name = st["name"][j].as_py()
-    if not st["has"][j] or st["step_none"][j]:
-        return step_text({A.STEP: None}, name)
-    agent = int(st["agent"][j])
-    who = {A.GEN_AI_AGENT_NAME: text(agents, agent), A.AGENT_INVOCATION: None if no_inv else inv}
-    return step_text({**who, A.STEP: int(st["step"][j])}, name)
 
 
 def _tools(

@@ -117,9 +117,9 @@ def big_trace_columns(path: Path) -> Iterator[Any]:
 
     map_big_blocks()
     small_pages()
-    with written_meanwhile() as write:
+    with written_meanwhile() as pool:
         with analysis_status(path), gc_paused():
-            columns = store.columns_for_analysis(path, write)
+            columns = store.columns_for_analysis(path, pool)
         release_heap(arrow=True)  # what a cold build freed: the C heap's, Arrow's pool's
         yield columns
 
