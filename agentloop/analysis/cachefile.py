@@ -23,7 +23,7 @@ import mmap
 import os
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any
@@ -71,11 +71,12 @@ class Writer:
             return None
         return w
 
-    def add(self, columns: dict[str, pa.Array]) -> None:
-        """Write ``columns`` (the same length each) as a section."""
-        if columns:
-            self.made.update(columns)
-            self._run(self._write_columns, pa.table(columns))
+    def add(self, names: Collection[str], make: Callable[[], dict[str, pa.Array]]) -> None:
+        """Write columns ``names`` (the same length each) as a section, ``make`` making them
+        when their turn comes (in the pool's thread)."""
+        if names:
+            self.made.update(names)
+            self._run(self._write_columns, make)
 
     def finish(
         self, meta: dict[bytes, bytes], mapped: bool = False
@@ -150,7 +151,8 @@ class Writer:
             at = self._sink.tell()
         return int(at)
 
-    def _write_columns(self, table: pa.Table) -> None:
+    def _write_columns(self, make: Callable[[], dict[str, pa.Array]]) -> None:
+        table = pa.table(make())
         start = self._pad()
         with pa.ipc.new_stream(self._sink, table.schema) as w:
             w.write_table(table)

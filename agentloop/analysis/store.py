@@ -33,7 +33,7 @@ import pyarrow as pa
 from agentloop._version import __version__
 from agentloop.analysis import cachefile
 from agentloop.analysis._cacheread import CALL_NAMES_KEY, MODEL_WIDTH, columns_from
-from agentloop.analysis.columnar import CALL_NAMES, Columns, columns_of
+from agentloop.analysis.columnar import CALL_NAMES, Columns, columns_of, release_heap
 from agentloop.analysis.columnar import USAGE_COLUMNS as USAGE_COLUMNS  # the cache's, too
 from agentloop.analysis.runend import COLUMNAR_BYTES
 
@@ -81,16 +81,27 @@ def source_key(trace: Path) -> dict[str, Any]:
     }
 
 
-def table_columns(f: Mapping[str, Any], n: int, made: Collection[str] = ()) -> dict[str, pa.Array]:
-    """The cache's columns that the :class:`Columns` fields in ``f`` make (each column whose
-    fields are all there; none named in ``made``), ``n`` spans: the one owner of how a field is
-    kept, for a whole table (:func:`to_table`) and for the groups the cold builder hands over
-    as it makes them."""
-    out: dict[str, Any] = {}
-    for name, needs in _MADE_OF.items():
-        if name not in made and all(k in f for k in needs):
-            out[name] = _make(name, f, n)
-    return out
+def column_names(f: Collection[str], made: Collection[str] = ()) -> list[str]:
+    """The cache's columns that the :class:`Columns` fields named in ``f`` make (each column
+    whose fields are all there), none named in ``made``."""
+    return [k for k, needs in _MADE_OF.items() if k not in made and all(x in f for x in needs)]
+
+
+def table_columns(
+    f: Mapping[str, Any], n: int, names: Collection[str] | None = None
+) -> dict[str, pa.Array]:
+    """Cache columns ``names`` (by default every one ``f`` makes: :func:`column_names`) of the
+    :class:`Columns` fields ``f``, ``n`` spans: the one owner of how a field is kept, for a
+    whole table (:func:`to_table`) and for the groups the cold builder hands over as it makes
+    them."""
+    return {k: _make(k, f, n) for k in (column_names(f) if names is None else names)}
+
+
+def _add(w: cachefile.Writer, f: Mapping[str, Any], n: int) -> None:
+    """The columns ``f`` makes that ``w`` has not had, to ``w``: made in its thread as their
+    turn comes (the copies some need, ~35 MB of a million spans, not held in its queue)."""
+    names = column_names(f, w.made)
+    w.add(names, lambda: table_columns(f, n, names))
 
 
 # each cache column and the Columns fields it is made of
@@ -246,7 +257,7 @@ def write_cache(trace: Path, c: Columns, key: dict[str, Any]) -> Path | None:
     if w is None:
         return None
     f = fields(c)
-    w.add(table_columns(f, len(c)))
+    _add(w, f, len(c))
     w.finish(metadata(f, key))
     return path if path.is_file() else None
 
@@ -278,6 +289,7 @@ def load_columns(trace: Path, pool: Executor | None = None) -> Columns:
         try:
             if w is not None and key is not None and key["size"] >= STREAMED_BYTES:
                 if fast_fields(trace, _written(w, got)):
+                    release_heap(arrow=True)  # the build's, before the checks map the file
                     views = w.finish(metadata(got, key), mapped=True)
                     if views is not None:
                         return _views(*views)
@@ -296,7 +308,7 @@ def load_columns(trace: Path, pool: Executor | None = None) -> Columns:
             raise
     if w is not None and key is not None:
         f = fields(c)
-        w.add(table_columns(f, len(c)))
+        _add(w, f, len(c))
         w.finish(metadata(f, key))
     return c
 
@@ -307,7 +319,7 @@ def _written(w: cachefile.Writer, rest: dict[str, Any]) -> Callable[[dict[str, A
     (the metadata's)."""
 
     def out(f: dict[str, Any], n: int) -> None:
-        w.add(table_columns(f, n, w.made))
+        _add(w, f, n)
         rest.update((k, v) for k, v in f.items() if k in _NOT_ARRAYS)
 
     return out
