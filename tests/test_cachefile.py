@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
@@ -105,6 +106,4 @@ def test_the_sections_are_aligned_views_of_the_file(tmp_path: Path):
 
 
 def _address(view: memoryview) -> int:
-    import numpy as np
-
     return int(np.frombuffer(view, np.uint8).ctypes.data)

@@ -182,37 +182,41 @@ def read(path: Path) -> tuple[pa.Table, mmap.mmap] | None:
     mapped is the one checked. The CRC reads through a buffer, not the mapping: a mapped page
     counts in resident memory once read, and ``whatif`` never reads the ids and names."""
     with path.open("rb") as f:
-        body = os.fstat(f.fileno()).st_size - _TRAILER.size
-        if body <= 0:
+        sections = _directory(f, checked=True)
+        if sections is None:
             return None
-        crc = _crc(f, body)
-        at, crc_want, magic = _TRAILER.unpack(f.read(_TRAILER.size))
-        if magic != MAGIC or crc != crc_want or not 0 <= at <= body:
-            return None
-        f.seek(at)
-        directory = orjson.loads(f.read(body - at))
         pages = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return table_of(pages, *_sections(directory, at)), pages
+    return table_of(pages, *sections), pages
 
 
 def head(path: Path, key: bytes) -> bytes:
     """Metadata value ``key`` of the cache file at ``path``, its CRC not checked (cheap: for a
     freshness test); OSError, ValueError, KeyError or TypeError when there is none."""
     with path.open("rb") as f:
-        body = os.fstat(f.fileno()).st_size - _TRAILER.size
-        if body <= 0:
+        sections = _directory(f, checked=False)
+        if sections is None:
             raise ValueError("no trailer")
-        f.seek(body)
-        at, _, magic = _TRAILER.unpack(f.read(_TRAILER.size))
-        if magic != MAGIC or not 0 <= at <= body:
-            raise ValueError("no trailer")
-        f.seek(at)
-        _, meta = _sections(orjson.loads(f.read(body - at)), at)
-        for name, start, size in meta:
+        for name, start, size in sections[1]:
             if name == key.decode():
                 f.seek(start)
                 return f.read(size)
     raise KeyError(key)
+
+
+def _directory(f: Any, checked: bool) -> tuple[list[list[int]], list[list[Any]]] | None:
+    """The column and metadata sections of the cache file open in ``f``, from its trailer and
+    directory; None when the trailer is not one (or, ``checked``, the CRC of every byte before
+    it does not match). ValueError, KeyError or TypeError when the directory does not fit."""
+    body = os.fstat(f.fileno()).st_size - _TRAILER.size
+    if body <= 0:
+        return None
+    crc = _crc(f, body) if checked else None
+    f.seek(body)
+    at, crc_want, magic = _TRAILER.unpack(f.read(_TRAILER.size))
+    if magic != MAGIC or not 0 <= at <= body or (checked and crc != crc_want):
+        return None
+    f.seek(at)
+    return _sections(orjson.loads(f.read(body - at)), at)
 
 
 def _sections(directory: Any, end: int) -> tuple[list[list[int]], list[list[Any]]]:

@@ -282,15 +282,15 @@ def load_columns(trace: Path, pool: Executor | None = None) -> Columns:
         key = None
     path = cache_path(trace)
     w = None if key is None else cachefile.Writer.open(path, pool)
-    got: dict[str, Any] = {}
     with gc_paused():  # a million spans alive: see gc_paused
         # a clean trace in the writer's shape: its columns straight from typed records (a screen,
         # not a second reader); anything else, the checked path, with its messages and notes
         try:
             if w is not None and key is not None and key["size"] >= STREAMED_BYTES:
-                if fast_fields(trace, _written(w, got)):
+                rest: dict[str, Any] = {}
+                if fast_fields(trace, _written(w, rest)):
                     release_heap(arrow=True)  # the build's, before the checks map the file
-                    views = w.finish(metadata(got, key), mapped=True)
+                    views = w.finish(metadata(rest, key), mapped=True)
                     if views is not None:
                         return _views(*views)
                     w = None  # not written (a full disk): built again in memory, not written
@@ -298,8 +298,8 @@ def load_columns(trace: Path, pool: Executor | None = None) -> Columns:
                 else:
                     w.abort()  # what the screen handed over before it gave up
                     w = cachefile.Writer.open(path, pool)
-            elif fast_fields(trace, lambda f, n: got.update(f)):
-                c = Columns(**got)
+            else:
+                c = fast_columns(trace)
             if c is None:
                 c = columns_of(build_graph(load_quickly(trace)))  # a bad trace: its message
         except BaseException:
