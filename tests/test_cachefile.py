@@ -107,3 +107,34 @@ def test_the_sections_are_aligned_views_of_the_file(tmp_path: Path):
 
 def _address(view: memoryview) -> int:
     return int(np.frombuffer(view, np.uint8).ctypes.data)
+
+
+def test_a_writer_behind_holds_the_next_group_until_the_one_before_is_written(tmp_path: Path):
+    """``behind=1``: a group is queued while one section is still being written; the next
+    waits until that one is written (what a group holds is held until then)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow as pa
+
+    go = threading.Event()
+
+    def first() -> dict[str, pa.Array]:
+        assert go.wait(60)  # a bound against a hang, never reached in a passing run
+        return {"a": pa.array([1, 2])}
+
+    with ThreadPoolExecutor(1) as pool:
+        w = cachefile.Writer.open(tmp_path / "c.arrow", pool)
+        assert w is not None
+        w.add(["a"], first, 1)
+        w.add(["b"], lambda: {"b": pa.array([3, 4])}, 1)  # one queued: no wait
+        third = threading.Thread(target=w.add, args=(["c"], lambda: {"c": pa.array([5, 6])}, 1))
+        third.start()
+        third.join(0.3)
+        assert third.is_alive()  # waiting for the first section
+        go.set()
+        third.join(60)
+        assert not third.is_alive()
+        got = w.finish({b"k": b"v"}, mapped=True)
+        assert got is not None
+        assert got[0].column_names == ["a", "b", "c"]

@@ -538,3 +538,19 @@ async def test_a_runs_end_makes_its_traces_cache_when_it_is_big(tmp_path: Path, 
     assert big.trace_path is not None and store.is_fresh(Path(big.trace_path))
     c = store.read_cache(Path(big.trace_path))
     assert c is not None and c.complete and c.is_model.sum() == big.steps
+
+
+def test_in_own_arena_runs_in_a_thread_of_its_own_and_hands_back_what_it_got():
+    """The value, or the exception, of the function run in another thread, waited for."""
+    import threading
+
+    from agentloop.analysis.columnar import in_own_arena
+
+    here = threading.get_ident()
+    assert in_own_arena(lambda a, b: (a + b, threading.get_ident() != here), 2, 3) == (5, True)
+
+    def bad() -> None:
+        raise KeyError("x")
+
+    with pytest.raises(KeyError, match="x"):
+        in_own_arena(bad)

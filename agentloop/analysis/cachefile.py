@@ -71,10 +71,20 @@ class Writer:
             return None
         return w
 
-    def add(self, names: Collection[str], make: Callable[[], dict[str, pa.Array]]) -> None:
+    def add(
+        self,
+        names: Collection[str],
+        make: Callable[[], dict[str, pa.Array]],
+        behind: int | None = None,
+    ) -> None:
         """Write columns ``names`` (the same length each) as a section, ``make`` making them
-        when their turn comes (in the pool's thread)."""
+        when their turn comes (in the pool's thread). ``behind``: first wait until at most that
+        many steps are still queued (what ``make`` holds is held until its section is written:
+        a writer far behind holds every group at once)."""
         if names:
+            if behind is not None and len(self._pending) > behind:
+                for f in self._pending[: len(self._pending) - behind]:
+                    f.result()  # (_guarded raises nothing)
             self.made.update(names)
             self._run(self._write_columns, make)
 

@@ -33,7 +33,13 @@ import pyarrow as pa
 from agentloop._version import __version__
 from agentloop.analysis import cachefile
 from agentloop.analysis._cacheread import CALL_NAMES_KEY, MODEL_WIDTH, columns_from
-from agentloop.analysis.columnar import CALL_NAMES, Columns, columns_of, release_heap
+from agentloop.analysis.columnar import (
+    CALL_NAMES,
+    Columns,
+    columns_of,
+    in_own_arena,
+    release_heap,
+)
 from agentloop.analysis.columnar import USAGE_COLUMNS as USAGE_COLUMNS  # the cache's, too
 from agentloop.analysis.runend import COLUMNAR_BYTES
 
@@ -55,6 +61,10 @@ _META = b"agentloop.columns"
 # analysis reads the file written: below it the mapping and its checks cost more than the
 # memory they save (a suite of small runs)
 STREAMED_BYTES = 64 << 20
+# the groups the builder may hand over while the writer is still on the one before: the writer
+# is the slower (a million spans' file is new pages to the system), so the command waits for it
+# at the end anyway, and a group handed over is held until written
+_BEHIND = 1
 
 
 def cache_path(trace: Path) -> Path:
@@ -97,11 +107,12 @@ def table_columns(
     return {k: _make(k, f, n) for k in (column_names(f) if names is None else names)}
 
 
-def _add(w: cachefile.Writer, f: Mapping[str, Any], n: int) -> None:
+def _add(w: cachefile.Writer, f: Mapping[str, Any], n: int, behind: int | None = None) -> None:
     """The columns ``f`` makes that ``w`` has not had, to ``w``: made in its thread as their
-    turn comes (the copies some need, ~35 MB of a million spans, not held in its queue)."""
+    turn comes (the copies some need, ~35 MB of a million spans, not held in its queue);
+    ``behind``: :meth:`cachefile.Writer.add`'s."""
     names = column_names(f, w.made)
-    w.add(names, lambda: table_columns(f, n, names))
+    w.add(names, lambda: table_columns(f, n, names), behind)
 
 
 # each cache column and the Columns fields it is made of
@@ -288,7 +299,8 @@ def load_columns(trace: Path, pool: Executor | None = None) -> Columns:
         try:
             if w is not None and key is not None and key["size"] >= STREAMED_BYTES:
                 rest: dict[str, Any] = {}
-                if fast_fields(trace, _written(w, rest)):
+                # the build's heap not the analysis's (in_own_arena)
+                if in_own_arena(fast_fields, trace, _written(w, rest)):
                     release_heap(arrow=True)  # the build's, before the checks map the file
                     views = w.finish(metadata(rest, key), mapped=True)
                     if views is not None:
@@ -319,7 +331,7 @@ def _written(w: cachefile.Writer, rest: dict[str, Any]) -> Callable[[dict[str, A
     (the metadata's)."""
 
     def out(f: dict[str, Any], n: int) -> None:
-        _add(w, f, n)
+        _add(w, f, n, _BEHIND)
         rest.update((k, v) for k, v in f.items() if k in _NOT_ARRAYS)
 
     return out
