@@ -34,7 +34,7 @@ def resolve(ids: list[str], *refs: list[str | None]) -> tuple[pa.Array, list[np.
     if own is not None and np.array_equal(own, np.arange(1, n + 1)):
         out = [writer_numbers(r) for r in refs]
         if all(k is not None for k in out):
-            return _numbered(own, out)  # type: ignore[arg-type]
+            return writer_ids(n), _numbered(n, out)  # type: ignore[arg-type]
     idx: dict[str | None, int] = dict(zip(ids, range(n), strict=True))
     if len(idx) != n:
         raise NotClean("a span started twice")
@@ -43,16 +43,19 @@ def resolve(ids: list[str], *refs: list[str | None]) -> tuple[pa.Array, list[np.
     return pa.array(ids, pa.string()), got
 
 
-def _numbered(own: np.ndarray, refs: list[np.ndarray]) -> tuple[pa.Array, list[np.ndarray]]:
-    """:func:`resolve` of the writer's ids, 1 to n in order, from their numbers; ``refs`` are
-    the caller's to give up: each becomes its span indices in place (a million spans' copies
-    were 27 MB at the cold build's peak)."""
-    n = len(own)
-    arr = pc.binary_join_element_wise("s", pc.cast(pa.array(own), pa.string()), "")
+def writer_ids(n: int) -> pa.Array:
+    """The writer's ids of ``n`` spans, "s1" to "s<n>", as an Arrow array."""
+    return pc.binary_join_element_wise("s", pc.cast(pa.array(np.arange(1, n + 1)), pa.string()), "")
+
+
+def _numbered(n: int, refs: list[np.ndarray]) -> list[np.ndarray]:
+    """The references to the writer's ids of ``n`` spans (1 to n, in order), from their numbers,
+    as span indices; ``refs`` are the caller's to give up: each becomes its span indices in
+    place (a million spans' copies were 27 MB at the cold build's peak)."""
     for k in refs:  # k - 1, an unknown id (k > n) -2; 0 (None) becomes -1
         np.subtract(k, 1, out=k)
         k[k >= n] = -2
-    return arr, refs
+    return refs
 
 
 class Refs:
@@ -65,7 +68,9 @@ class Refs:
     is exact)."""
 
     def __init__(self, part: bool = False) -> None:
-        self.numbers: list[list[np.ndarray]] = []  # a window's ids, end ids, parents, afters
+        # a window's ids (a range while they are the writer's in order), end ids, parents and
+        # afters (int32 while they fit: a million spans' are 26 MB less)
+        self.numbers: list[list[Any]] = []
         self.strings: list[list[str | None]] | None = None  # the same, as strings
         self.lengths: list[np.ndarray] = []  # each span's number of afters
         # the ids taken so far are s<base + 1> .. s<ordered> in order (-1: not; None: a later
@@ -78,7 +83,7 @@ class Refs:
         span numbers less one (their spans' indices, while every id is the writer's and they
         started in order), else None."""
         afters = list(map(_AFTER, starts))
-        self.lengths.append(np.fromiter(map(len, afters), I64, len(afters)))
+        self.lengths.append(np.fromiter(map(len, afters), np.int32, len(afters)))
         flat = list(itertools.chain.from_iterable(afters))
         if self.strings is None:
             # only a parent may be None (the records' Structs type the rest as strings)
@@ -89,8 +94,9 @@ class Refs:
                 _numbers(flat, len(flat)),
             ]
             if all(k is not None for k in nums):
-                self.numbers.append(nums)  # type: ignore[arg-type]
-                return self._in_order(*nums[:2])  # type: ignore[arg-type]
+                spans = self._in_order(*nums[:2])  # type: ignore[arg-type]
+                self.numbers.append([self._own(nums[0], spans), *map(_narrow, nums[1:])])
+                return spans
             self.strings = self.as_written()
         got = [list(map(_ID, starts)), list(map(_ID, ends)), list(map(_PARENT, starts)), flat]
         for have, new in zip(self.strings, got, strict=True):
@@ -113,6 +119,13 @@ class Refs:
         spans: np.ndarray = ends - 1 - self.base
         return spans
 
+    def _own(self, own: np.ndarray, spans: np.ndarray | None) -> Any:
+        """A window's ids as kept: the range they are while every span so far started in
+        order (``spans`` not None: :meth:`_in_order`), else as read."""
+        if spans is None or self.ordered is None or not len(own):
+            return own
+        return range(self.ordered - len(own) + 1, self.ordered + 1)
+
     def as_written(self) -> list[list[str | None]]:
         """The numbers taken so far as the strings they were (0: a root's parent, None)."""
         cols = [[f"s{k}" if k else None for k in self._column(i).tolist()] for i in range(4)]
@@ -120,7 +133,11 @@ class Refs:
         return cols
 
     def _column(self, i: int) -> np.ndarray:
-        return np.concatenate([w[i] for w in self.numbers]) if self.numbers else np.zeros(0, I64)
+        parts = [np.arange(k.start, k.stop) if isinstance(k, range) else k for k in self._parts(i)]
+        return np.concatenate(parts) if parts else np.zeros(0, I64)
+
+    def _parts(self, i: int) -> list[Any]:
+        return [w[i] for w in self.numbers]
 
     def _taken(self, i: int) -> np.ndarray:
         """:meth:`_column` ``i``, the windows' parts of it dropped as it is joined (one
@@ -133,16 +150,35 @@ class Refs:
     def resolved(self) -> tuple[pa.Array, list[np.ndarray], np.ndarray]:
         """:func:`resolve` of everything taken (the span ids; the end records', the parents'
         and the afters' span indices), and each span's number of afters."""
-        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, I64)
+        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int32)
         if self.strings is None:
-            own = self._column(0)
-            if np.array_equal(own, np.arange(1, len(own) + 1)):
+            n = _one_run(self._parts(0))
+            if n is None:
+                own = self._column(0)
+                n = len(own) if np.array_equal(own, np.arange(1, len(own) + 1)) else None
+            if n is not None:
                 nums = [self._taken(i) for i in (1, 2, 3)]
                 self.numbers = []  # taken once: the windows' arrays dropped
-                return (*_numbered(own, nums), lengths)
+                return writer_ids(n), _numbered(n, nums), lengths
             self.strings = self.as_written()
         ids, *refs = self.strings
         return (*resolve(ids, *refs), lengths)  # type: ignore[arg-type]
+
+
+def _one_run(owns: list[Any]) -> int | None:
+    """n when the windows' ids ``owns`` are ranges making 1 to n, in order; else None."""
+    at = 1
+    for k in owns:
+        if isinstance(k, range) and k.start == at:
+            at = k.stop
+        elif len(k):
+            return None
+    return at - 1
+
+
+def _narrow(k: np.ndarray) -> np.ndarray:
+    """``k`` as int32 when its values fit (they are >= 0)."""
+    return k.astype(np.int32) if k.max(initial=0) < 2**31 else k
 
 
 def writer_numbers(refs: list[str] | list[str | None]) -> np.ndarray | None:

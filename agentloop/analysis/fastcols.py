@@ -157,9 +157,10 @@ def _spans(
         "kinds": _encode(s["kind"], F.KINDS),
         "statuses": _encode(s["status"], F.STATUSES),
         "after_off": s.pop("after_off"),
-        "after_idx": s.pop("after_idx"),
+        "after_idx": s.pop("after_idx").astype(I64, copy=False),  # int32 while read
         "in_flight": s.pop("in_flight"),
-        **{k: s[k] for k in ("parent", "t0", "t1")},
+        "parent": s["parent"].astype(I64, copy=False),  # s's stays int32 for the rest
+        **{k: s[k] for k in ("t0", "t1")},
         "end_ns": s["end_ns"],
         "trims": (),  # no span_event records (handed over), no older trims (above)
         "outside": outside(r, keep, s),
