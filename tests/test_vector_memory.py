@@ -161,6 +161,38 @@ def test_a_freed_big_array_leaves_the_process_once_big_blocks_are_mapped():
     assert freed["default"] < 1_000  # kB: what the call is for
 
 
+ARROW_FREED = """
+import sys
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from agentloop.analysis.columnar import arrow_on_heap, map_big_blocks
+map_big_blocks()
+if sys.argv[1] == "heap":
+    arrow_on_heap()
+def anon():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+a = pc.add(pa.array(np.arange(2_000_000)), 1)  # 16 MB, made by Arrow
+before = anon()
+del a
+print(before - anon(), pa.default_memory_pool().backend_name)
+"""
+
+
+def test_a_freed_arrow_array_leaves_the_process_once_arrow_allocates_on_the_heap():
+    """After ``arrow_on_heap`` (and ``map_big_blocks``) a freed 16 MB Arrow array's pages
+    leave the process at once; Arrow's bundled mimalloc keeps them until asked."""
+    got = {
+        how: subprocess.run([sys.executable, "-c", ARROW_FREED, how], **RUN).stdout.split()
+        for how in ("default", "heap")
+    }
+    assert got["heap"][1] == "system" and int(got["heap"][0]) > 15_000  # kB
+    if got["default"][1] == "mimalloc":  # the pool pyarrow's wheels choose
+        assert int(got["default"][0]) < 1_000  # kB: what the call is for
+
+
 SMALL = """
 from agentloop.analysis.columnar import small_pages
 from numpy._core.multiarray import _set_madvise_hugepage

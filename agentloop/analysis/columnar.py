@@ -164,6 +164,17 @@ def small_pages() -> None:
             return
 
 
+def arrow_on_heap() -> None:
+    """Have Arrow allocate from the C heap (its system pool) instead of the mimalloc it
+    bundles, which kept a cold build's freed pages resident (53 MB of a million spans' after
+    :func:`release_heap`); the C heap's big blocks are mappings of their own
+    (:func:`map_big_blocks`) and its free pages go back when trimmed. A cold ``whatif`` of a
+    million spans: 343-352 -> 320-332 MiB at the same time, three runs each taking turns; a
+    warm one 266 -> 263 MiB (docs/performance.md). A process-wide choice: the analysis
+    commands make it, not the library."""
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
 def release_heap(arrow: bool = False) -> None:
     """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; nothing
     where there is none): what numpy freed below :func:`map_big_blocks`' size stays on the

@@ -109,13 +109,19 @@ def big_trace_columns(path: Path) -> Iterator[Any]:
     written meanwhile, by a thread joined when the block ends (:mod:`agentloop.analysis.
     cachewrite`); the C heap gives big blocks their own mappings first
     (:func:`agentloop.analysis.columnar.map_big_blocks`: a big trace's freed arrays go back to
-    the system), and numpy asks for no huge pages (:func:`agentloop.analysis.columnar.
-    small_pages`)."""
+    the system), Arrow allocates from it (:func:`agentloop.analysis.columnar.arrow_on_heap`),
+    and numpy asks for no huge pages (:func:`agentloop.analysis.columnar.small_pages`)."""
     from agentloop.analysis import store
     from agentloop.analysis.cachewrite import written_meanwhile
-    from agentloop.analysis.columnar import map_big_blocks, release_heap, small_pages
+    from agentloop.analysis.columnar import (
+        arrow_on_heap,
+        map_big_blocks,
+        release_heap,
+        small_pages,
+    )
 
     map_big_blocks()
+    arrow_on_heap()
     small_pages()
     with written_meanwhile() as pool:
         with analysis_status(path), gc_paused():
