@@ -43,6 +43,11 @@ def resolve(ids: list[str], *refs: list[str | None]) -> tuple[pa.Array, list[np.
     return pa.array(ids, pa.string()), got
 
 
+def as_ids(ids: pa.Array | int) -> pa.Array:
+    """The span ids :meth:`Refs.resolved` gave, as an Arrow array (an int n: the writer's)."""
+    return writer_ids(ids) if isinstance(ids, int) else ids
+
+
 def writer_ids(n: int) -> pa.Array:
     """The writer's ids of ``n`` spans, "s1" to "s<n>", as an Arrow array."""
     return pc.binary_join_element_wise("s", pc.cast(pa.array(np.arange(1, n + 1)), pa.string()), "")
@@ -147,9 +152,10 @@ class Refs:
             w[i] = got[:0]
         return got
 
-    def resolved(self) -> tuple[pa.Array, list[np.ndarray], np.ndarray]:
-        """:func:`resolve` of everything taken (the span ids; the end records', the parents'
-        and the afters' span indices), and each span's number of afters."""
+    def resolved(self) -> tuple[pa.Array | int, list[np.ndarray], np.ndarray]:
+        """:func:`resolve` of everything taken (the span ids, or n when they are the writer's
+        "s1" to "s<n>": made when needed, :func:`as_ids`; the end records', the parents' and
+        the afters' span indices), and each span's number of afters."""
         lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int32)
         if self.strings is None:
             n = _one_run(self._parts(0))
@@ -159,7 +165,7 @@ class Refs:
             if n is not None:
                 nums = [self._taken(i) for i in (1, 2, 3)]
                 self.numbers = []  # taken once: the windows' arrays dropped
-                return writer_ids(n), _numbered(n, nums), lengths
+                return n, _numbered(n, nums), lengths
             self.strings = self.as_written()
         ids, *refs = self.strings
         return (*resolve(ids, *refs), lengths)  # type: ignore[arg-type]

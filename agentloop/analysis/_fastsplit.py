@@ -38,7 +38,7 @@ import numpy as np
 from agentloop.analysis import _fastread
 from agentloop.analysis._fastread import _BOUNDARY, Records, _Lines
 from agentloop.analysis._fastshape import NotClean
-from agentloop.analysis._fastwin import Codes
+from agentloop.analysis._fastwin import Codes, narrow
 from agentloop.errors import TraceFileError
 from agentloop.helper_procs import die_with, helper_env
 
@@ -183,7 +183,7 @@ def _append(
             table = own.of(other.values)
             parts = [_renumbered(p, table) for p in parts]
         elif name == "at":
-            parts = [p + taken for p in parts]
+            parts = [narrow(p.astype(np.int64) + taken) for p in parts]
         mine.setdefault(name, []).extend(parts)
 
 

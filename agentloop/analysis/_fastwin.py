@@ -28,6 +28,7 @@ import pyarrow as pa
 from msgspec import UNSET
 
 from agentloop.analysis import _fastshape as F
+from agentloop.analysis.cands import index_type
 from agentloop.analysis.columnar import release_heap
 
 I64 = np.int64
@@ -99,6 +100,15 @@ def _ints(values: list[Any], sentinel: int = -1) -> np.ndarray:
         )
 
 
+def narrow(values: np.ndarray) -> np.ndarray:
+    """``values`` (int64) as int32 when every one fits (windows of both kinds join as int64):
+    a million spans' steps, invocations and row numbers are 19 MB less while the builder
+    holds them."""
+    if values.size and (values.min() < -(2**31) or values.max() >= 2**31):
+        return values
+    return values.astype(np.int32)
+
+
 def optional(values: np.ndarray, none: np.ndarray) -> list[Any]:
     """``values`` as a list, None where ``none``."""
     return [None if z else v for v, z in zip(values.tolist(), none.tolist(), strict=True)]
@@ -164,9 +174,9 @@ class Starts:
             t=np.fromiter(map(_t, starts), I64, n),
             name=pa.array(_get("name", starts), pa.string()),
             has=has,
-            step=step,
+            step=narrow(step),
             step_none=step_none,
-            inv=inv,
+            inv=narrow(inv),
             inv_none=inv_none,
             agent=agent,
         )
@@ -237,7 +247,7 @@ class Ends:
         bounds = _get("bound", got)
         bound_none = _is(bounds, None)
         self.model.add(
-            at=rows + self.taken,
+            at=narrow(rows + self.taken),
             none=none,
             step=col(_ints(steps, 0), 0, I64),
             step_state=col(_states(steps), 2, _CODE),
@@ -281,7 +291,9 @@ class Ends:
         output[~none] = _output_codes(_get("output", got))
         queued = np.zeros(len(attrs), I64)
         queued[~none] = np.fromiter(_get("queued_ns", got), I64, len(got))
-        self.tool.add(at=rows + self.taken, none=none, tool=tool, output=output, queued=queued)
+        self.tool.add(
+            at=narrow(rows + self.taken), none=none, tool=tool, output=output, queued=queued
+        )
 
     def columns(self) -> tuple[dict[str, Any], Taken, Taken]:
         """The end records' columns (``t``, ``status``), the model rows' (the counts,
@@ -300,7 +312,7 @@ class Taken:
 
     def __init__(self, cols: dict[str, Any], flat: dict[str, Any], codes: list[str], m: int):
         self.cols, self.flat, self.codes = cols, flat, codes
-        self.row = np.full(m, -1, I64)
+        self.row = np.full(m, -1, index_type(m))
         self.row[cols["at"]] = np.arange(len(cols["at"]))
 
     def rows(self, ends: np.ndarray, eid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from agentloop.analysis import _fastread, _fastsplit
 from agentloop.analysis import _fastshape as F
-from agentloop.analysis._fastids import Refs
+from agentloop.analysis._fastids import Refs, as_ids
 from agentloop.analysis._fastlabels import step_labels
 from agentloop.analysis._fastmodels import model_columns
 from agentloop.analysis._fastreport import calls, outside
@@ -111,7 +111,7 @@ def _build(f: FileIO, path: Path, window: int, split_bytes: int, out: Out) -> No
     if not keep.all():
         run = _late_header(run, st, r, keep, f, path)
     s = _graph(r, keep, end)
-    del r["pos_e"]  # 8 MB of a million spans' peak
+    del r["pos_e"]  # its last use: 4 MB of a million spans
     trace = Trace(path, run, {}, end)  # the header and end record: what the formulas read
     end_kind, kept = r["kind"][r["eid"]], keep[r["eid"]]
     is_tool, is_model = end_kind == _KIND["tool"], end_kind == _KIND["model"]
@@ -153,7 +153,7 @@ def _spans(
         "header": run.raw,
         "end": None if end is None else end.raw,
         "problems": () if end is not None else (NO_END,),
-        "ids": s.pop("ids"),
+        "ids": as_ids(s.pop("ids")),  # made here, not held since the records were read
         "kinds": _encode(s["kind"], F.KINDS),
         "statuses": _encode(s["status"], F.STATUSES),
         "after_off": s.pop("after_off"),
@@ -200,6 +200,7 @@ def _records(
     if m and ((eid < 0).any() or (pos_s[eid] > pos_e).any()):
         raise NotClean("a span_end names a span that did not start before it")
     del pos_s
+    pos_e = pos_e.astype(index_type(len(is_start)))  # kept a while: half as big
     if m and (np.bincount(eid, minlength=n) > 1).any():
         raise NotClean("a span ended twice")
     t0, t1e = st["t"], ends["t"]
@@ -283,7 +284,7 @@ def _graph(r: dict[str, Any], keep: np.ndarray, end: EndRecord | None) -> dict[s
         end_ns = int(max(t0.max(initial=0), t1.max(initial=0)))
     return {
         "eid": renumbered(r["eid"]),
-        "ids": r["ids"] if whole else r["ids"].filter(pa.array(keep)),
+        "ids": r["ids"] if whole else as_ids(r["ids"]).filter(pa.array(keep)),
         "kind": kept(r["kind"]),
         "status": kept(r["status"]),
         "parent": parent if whole else np.where(parent >= 0, new[parent], -1),
@@ -305,7 +306,7 @@ def _late_header(
     for j in np.flatnonzero(~keep & (r["parent"] < 0) & (r["kind"] == _KIND["setup"])).tolist():
         k = np.flatnonzero(r["eid"] == j)
         attrs = {} if not k.size else _attrs_at(f, int(r["pos_e"][k[0]]) + 1)
-        sid, name = r["ids"][j].as_py(), st["name"][j].as_py()  # the reader took the ids out
+        sid, name = as_ids(r["ids"])[j].as_py(), st["name"][j].as_py()  # the reader took them out
         outside[sid] = SpanRecord(sid, None, "setup", name, int(st["t"][j]), [], attrs=attrs)
     return late_header(run, outside, path)
 
