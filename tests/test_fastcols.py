@@ -535,3 +535,56 @@ def test_call_forms_are_grouped_as_a_dict_of_their_values_would() -> None:
         want = [seen.setdefault(tuple(int(p[i]) for p in parts), len(seen)) for i in range(n)]
         assert want == group.tolist()
         assert [want.index(k) for k in range(len(seen))] == first.tolist()
+
+
+def _recs(lines: list[bytes]) -> list[Any]:
+    return [orjson.loads(x) for x in lines]
+
+
+def _moved_end_first(r: list[Any]) -> list[Any]:
+    """s4's end record before its start record."""
+    i = next(k for k, x in enumerate(r) if x.get("type") == "span_end" and x["id"] == "s4")
+    j = next(k for k, x in enumerate(r) if x.get("type") == "span_start" and x["id"] == "s4")
+    end = r.pop(i)
+    return [*r[:j], end, *r[j:]]
+
+
+def _set(kind: str, sid: str, key: str, value: Any) -> Callable[[list[Any]], list[Any]]:
+    def edit(r: list[Any]) -> list[Any]:
+        x = next(x for x in r if x.get("type") == kind and x["id"] == sid)
+        x[key] = value
+        return r
+
+    return edit
+
+
+ORDER_BROKEN: dict[str, Callable[[list[Any]], list[Any]]] = {
+    "an end record before its start": _moved_end_first,
+    "a span ended twice": lambda r: [*r[:8], r[7], *r[8:]],  # s4's end record twice
+    "an end earlier than its start": _set("span_end", "s4", "t", 1),
+    "an end naming no span": _set("span_end", "s4", "id", "s99"),
+    "a parent started later": _set("span_start", "s4", "parent", "s6"),
+    "an after started later": _set("span_start", "s4", "after", ["s7"]),
+    "an after of no span": _set("span_start", "s7", "after", ["s4", "s98"]),
+}
+
+
+@pytest.mark.parametrize("chunk", [2, 1 << 18])
+@pytest.mark.parametrize("name", list(ORDER_BROKEN))
+def test_records_out_of_order_are_handed_over_in_chunks_or_whole(
+    tmp_path: Path, name: str, chunk: int, monkeypatch: pytest.MonkeyPatch
+):
+    """The builder's checks of the records' ids and order, made a chunk at a time (a chunk of
+    two items here, so every check crosses chunks): each breach is left to the checked path,
+    and a clean trace gives the same columns at either size."""
+    from agentloop.analysis import fastcols
+
+    monkeypatch.setattr(fastcols, "_CHUNK", chunk)
+    lines = [orjson.dumps(x) for x in ORDER_BROKEN[name](_recs(base_lines()))]
+    assert fast_columns(write(tmp_path, lines)) is None
+    clean = fast_columns(write(tmp_path, base_lines(), "clean.jsonl"))
+    assert clean is not None
+    assert (
+        clean.parent.tolist()
+        == columns_of(build_graph(load_trace(tmp_path / "clean.jsonl"))).parent.tolist()
+    )

@@ -34,6 +34,7 @@ _MAX_ROUND = float(2**62)  # round() of more than any span's ns: min() with the 
 
 
 _COUNTS = ("inp", "out", "rea", "cac", "wait_ns")  # -1: the key missing
+_KEPT = ("tier", "attempts")  # what calls and _attempts read of the model values after
 _INSTANTS = ("t_send", "t_first", "t_first_visible", "t_last", "t_end")  # -1: None
 
 
@@ -44,12 +45,18 @@ def model_columns(
     span: np.ndarray,
     s: dict[str, Any],
     has_kids: np.ndarray,
+    last: bool = False,
 ) -> dict[str, Any]:
     """The model columns: the re-timed spans' parts (finished, childless), every finished
     call's usage and lateness, in start order (the reader's and the Graph's); ``rows``: the
     calls' rows of ``model`` (:meth:`~agentloop.analysis._fastwin.Taken.rows`), ``span``
-    their spans."""
-    c = {k: v[rows] for k, v in model.cols.items()}
+    their spans. ``last``: the caller's last use of ``model``'s values but its tiers (and
+    its rows): each is dropped from it as it is taken (24 MB of a million spans')."""
+    c = {}
+    for k in list(model.cols):
+        c[k] = model.cols[k][rows]
+        if last and k not in _KEPT:
+            del model.cols[k]
     num = {f: c[f] for f in _COUNTS}
     if (
         any((v < 0).any() for v in num.values())
@@ -77,14 +84,19 @@ def model_columns(
         [base, reasoning, decode, tail, wait, retry, overhead, num["inp"], num["rea"], vis], 1
     )
     keep = ~has_kids[span]
+    every = bool(keep.all())  # (a mask's copy of parts: 16 MB of a million spans')
+
+    def kept(v: np.ndarray) -> np.ndarray:
+        return v if every else v[keep]
+
     is_m = np.zeros(len(has_kids), np.bool_)
-    is_m[span[keep]] = True
+    is_m[kept(span)] = True
     return {
         "is_model": is_m,
-        "parts": parts[keep].reshape(-1, len(PART_COLUMNS)),
-        "output_tps": otps[keep],
-        "timed": tm["timed"][keep],
-        "cached_tokens": num["cac"][keep],
+        "parts": kept(parts).reshape(-1, len(PART_COLUMNS)),
+        "output_tps": kept(otps),
+        "timed": kept(tm["timed"]),
+        "cached_tokens": kept(num["cac"]),
         "usage": usage.reshape(-1, len(USAGE_COLUMNS)),
         "lateness": _lateness(c),
         "unsplit": (),

@@ -111,7 +111,7 @@ def _build(f: FileIO, path: Path, window: int, split_bytes: int, out: Out) -> No
     if not keep.all():
         run = _late_header(run, st, r, keep, f, path)
     s = _graph(r, keep, end)
-    del r["pos_e"]  # its last use: 4 MB of a million spans
+    del r["is_start"]  # its last use
     trace = Trace(path, run, {}, end)  # the header and end record: what the formulas read
     end_kind, kept = r["kind"][r["eid"]], keep[r["eid"]]
     is_tool, is_model = end_kind == _KIND["tool"], end_kind == _KIND["model"]
@@ -122,7 +122,7 @@ def _build(f: FileIO, path: Path, window: int, split_bytes: int, out: Out) -> No
         model_columns(trace, model, *model.rows(is_model & ~kept, r["eid"]), r, no_kids)
     eid, n = s["eid"], len(s["t0"])
     _hand(out, _spans(run, end, st, agents, r, keep, s), n)
-    del r["ids"], r["after_off"], r["after_idx"], r["t1"]  # (s's t1 is its own array)
+    del r["ids"], r["after_off"], r["after_idx"], r["t1"]  # s's (its t1 is its own array)
     _freed(n)
     names = r.pop("names").filter(pa.array(keep)) if not keep.all() else r.pop("names")
     st.pop("name")
@@ -130,12 +130,21 @@ def _build(f: FileIO, path: Path, window: int, split_bytes: int, out: Out) -> No
     del names, tool, is_tool
     _freed(n)
     has_kids = np.bincount(s["parent"][s["parent"] >= 0], minlength=n) > 0
-    models = model_columns(trace, model, *model.rows(is_model & kept, eid), s, has_kids)
+    models = model_columns(trace, model, *model.rows(is_model & kept, eid), s, has_kids, True)
     del has_kids
     _hand(out, models, n)
     del models
     _freed(n)
     _hand(out, calls(trace, st, agents, model, r, keep, s["kind"] == _KIND["model"]), n)
+    del st, model, r
+    _freed(n)
+    # last, the copies only the Columns and the cache read, made when the least is held (made
+    # with the span columns, they were 30 MB of a million spans' peak)
+    after_idx = s.pop("after_idx").astype(I64, copy=False)  # int32 while read
+    _hand(out, {"after_off": s.pop("after_off"), "after_idx": after_idx}, n)
+    del after_idx
+    _hand(out, {"parent": s.pop("parent").astype(I64, copy=False)}, n)  # int32 while read
+    _hand(out, {"ids": as_ids(s.pop("ids"))}, n)  # the writer's: made from their numbers
 
 
 def _spans(
@@ -147,19 +156,16 @@ def _spans(
     keep: np.ndarray,
     s: dict[str, Any],
 ) -> dict[str, Any]:
-    """The first fields handed over: the header's and the span columns (the ids, the ``after``
-    lists and the in-flight flags taken out of ``s``: nothing here reads them again)."""
+    """The first fields handed over: the header's and the span columns but the links and the
+    ids (handed last: :func:`_build`); the in-flight flags taken out of ``s`` (nothing here
+    reads them again)."""
     return {
         "header": run.raw,
         "end": None if end is None else end.raw,
         "problems": () if end is not None else (NO_END,),
-        "ids": as_ids(s.pop("ids")),  # made here, not held since the records were read
         "kinds": _encode(s["kind"], F.KINDS),
         "statuses": _encode(s["status"], F.STATUSES),
-        "after_off": s.pop("after_off"),
-        "after_idx": s.pop("after_idx").astype(I64, copy=False),  # int32 while read
         "in_flight": s.pop("in_flight"),
-        "parent": s["parent"].astype(I64, copy=False),  # s's stays int32 for the rest
         **{k: s[k] for k in ("t0", "t1")},
         "end_ns": s["end_ns"],
         "trims": (),  # no span_event records (handed over), no older trims (above)
@@ -196,19 +202,20 @@ def _records(
     ids, (eid, parent, after_idx), counts = refs.resolved()
     after_off = np.zeros(n + 1, index_type(len(after_idx)))  # as the cache and columns_of
     np.cumsum(counts, out=after_off[1:])
-    pos_s, pos_e = np.flatnonzero(is_start), np.flatnonzero(~is_start)
-    if m and ((eid < 0).any() or (pos_s[eid] > pos_e).any()):
+    del counts
+    # each check a chunk at a time: whole, their temporaries were 30 MB of a million spans'
+    if m and ((eid < 0).any() or not _ended_after_start(is_start, eid)):
         raise NotClean("a span_end names a span that did not start before it")
-    del pos_s
-    pos_e = pos_e.astype(index_type(len(is_start)))  # kept a while: half as big
-    if m and (np.bincount(eid, minlength=n) > 1).any():
+    ended = np.zeros(n, np.bool_)
+    ended[eid] = True
+    if int(ended.sum()) != m:
         raise NotClean("a span ended twice")
     t0, t1e = st["t"], ends["t"]
-    if (t1e < t0[eid]).any():
+    if _any(m, lambda a, b: t1e[a:b] < t0[eid[a:b]]):
         raise NotClean("a span ends before it starts")
-    if ((parent < -1) | (parent >= np.arange(n))).any():
+    if _any(n, lambda a, b: (parent[a:b] < -1) | (parent[a:b] >= np.arange(a, b))):
         raise NotClean("a parent unknown or not started before its span")
-    if ((after_idx < 0) | (after_idx >= _owners(after_off))).any():
+    if _any(n, lambda a, b: _unknown_after(after_off, after_idx, a, b)):
         raise NotClean("an 'after' span unknown or not started before its span")
     status = np.full(n, F.STATUSES.index("in_flight"), _CODE)
     status[eid] = ends["status"]
@@ -219,7 +226,7 @@ def _records(
         "kind": st["kind"],
         "names": st["name"],
         "eid": eid,
-        "pos_e": pos_e,
+        "is_start": is_start,  # where each end record is, read when a set-up span's is
         "parent": parent,
         "after_off": after_off,
         "after_idx": after_idx,
@@ -227,6 +234,40 @@ def _records(
         "t1": t1,  # -1: in flight
         "status": status,
     }
+
+
+_CHUNK = 1 << 18  # items a check takes at a time (_any)
+
+
+def _any(n: int, test: Callable[[int, int], np.ndarray]) -> bool:
+    """Whether ``test(a, b)`` (a mask of items ``a`` to ``b``) holds anywhere in ``0..n``,
+    asked a chunk at a time."""
+    return any(bool(test(a, min(a + _CHUNK, n)).any()) for a in range(0, n, _CHUNK))
+
+
+def _ended_after_start(is_start: np.ndarray, eid: np.ndarray) -> bool:
+    """Whether each end record (``eid``: their spans, in the file's order) comes after its
+    span's start record (``is_start``: each record's kind, in the file's order): fewer spans
+    started before it than its span's index."""
+    started, done = 0, 0
+    for a in range(0, len(is_start), _CHUNK):
+        part = is_start[a : a + _CHUNK]
+        seen = started + np.cumsum(part, dtype=I64)  # the spans started up to each record
+        before = seen[~part]
+        if (eid[done : done + len(before)] >= before).any():
+            return False
+        started, done = int(seen[-1]), done + len(before)
+    return True
+
+
+def _unknown_after(after_off: np.ndarray, after_idx: np.ndarray, a: int, b: int) -> np.ndarray:
+    """Whether each ``after`` entry of spans ``a`` to ``b`` names no span started before its
+    own."""
+    lo, hi = int(after_off[a]), int(after_off[b])
+    owners = np.repeat(np.arange(a, b), np.diff(after_off[a : b + 1]))
+    idx = after_idx[lo:hi]
+    got: np.ndarray = (idx < 0) | (idx >= owners)
+    return got
 
 
 def _owners(after_off: np.ndarray) -> np.ndarray:
@@ -305,7 +346,8 @@ def _late_header(
     outside: dict[str, SpanRecord] = {}
     for j in np.flatnonzero(~keep & (r["parent"] < 0) & (r["kind"] == _KIND["setup"])).tolist():
         k = np.flatnonzero(r["eid"] == j)
-        attrs = {} if not k.size else _attrs_at(f, int(r["pos_e"][k[0]]) + 1)
+        pos_e = np.flatnonzero(~r["is_start"])  # (a trace with a set-up span: a few)
+        attrs = {} if not k.size else _attrs_at(f, int(pos_e[k[0]]) + 1)
         sid, name = as_ids(r["ids"])[j].as_py(), st["name"][j].as_py()  # the reader took them out
         outside[sid] = SpanRecord(sid, None, "setup", name, int(st["t"][j]), [], attrs=attrs)
     return late_header(run, outside, path)
