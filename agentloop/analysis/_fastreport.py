@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from agentloop.analysis import _fastshape as F
 from agentloop.analysis._fastwin import NONE, Taken, optional, text
+from agentloop.analysis.cands import index_type
 from agentloop.analysis.columnar import calls_of
 from agentloop.trace import attrs as A
 from agentloop.trace.reader import Trace
@@ -42,9 +43,11 @@ def calls(
     of first appearance, with a mark for the step number in the label, filled in per call (a
     call of calls_of per call: 0.74 s for 200,000 calls, load ~2.5); the labels' codes are
     then given in order of first appearance, as calls_of gives them."""
-    rows = np.flatnonzero(keep)[np.flatnonzero(is_model)]
-    end_of = np.full(len(keep), -1, I64)
-    end_of[r["eid"]] = np.arange(len(r["eid"]))
+    rows = np.flatnonzero(is_model)
+    if not keep.all():
+        rows = np.flatnonzero(keep)[rows]
+    end_of = np.full(len(keep), -1, index_type(len(keep)))  # (int64: 16 MB more at the peak)
+    end_of[r["eid"]] = np.arange(len(r["eid"]), dtype=end_of.dtype)
     ended = end_of[rows]
     used = ended >= 0
     mrow = np.full(len(rows), -1, I64)
