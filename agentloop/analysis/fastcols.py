@@ -129,14 +129,16 @@ def _build(f: FileIO, path: Path, window: int, split_bytes: int, out: Out) -> No
     _hand(out, {"names": names, **_tools(tool, *tool.rows(is_tool & kept, eid), names, n)}, n)
     del names, tool, is_tool
     _freed(n)
+    # the calls before the model columns: the start values (st) are dropped before those are
+    # made, and the model columns' big group is written while little else is held
+    _hand(out, calls(trace, st, agents, model, r, keep, s["kind"] == _KIND["model"]), n)
+    del st, r
+    _freed(n)
     has_kids = np.bincount(s["parent"][s["parent"] >= 0], minlength=n) > 0
     models = model_columns(trace, model, *model.rows(is_model & kept, eid), s, has_kids, True)
-    del has_kids
+    del has_kids, model
     _hand(out, models, n)
     del models
-    _freed(n)
-    _hand(out, calls(trace, st, agents, model, r, keep, s["kind"] == _KIND["model"]), n)
-    del st, model, r
     _freed(n)
     # last, the copies only the Columns and the cache read, made when the least is held (made
     # with the span columns, they were 30 MB of a million spans' peak)
@@ -401,8 +403,9 @@ def _tools(
     has = np.zeros(n, np.bool_)
     has[span] = True
     category = pa.DictionaryArray.from_arrays(pa.array(at, mask=~has), pa.array(cats, pa.string()))
-    # one category per span name: each (name, tool) pair's name appears once
-    name_code = np.asarray(names.take(pa.array(span)).dictionary_encode().indices, I64)
+    # one category per span name: each (name, tool) pair's name appears once (the names coded
+    # whole, not the tool spans' taken first: 13 MB of copies of a million spans')
+    name_code = np.asarray(names.dictionary_encode().indices)[span].astype(I64)
     pairs = np.unique(name_code * max(len(cats), 1) + codes)
     one = len(np.unique(pairs // max(len(cats), 1))) == len(pairs)
     return {"tool_category": category, "queued_ns": queued, "tools_by_name": one}
