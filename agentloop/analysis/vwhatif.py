@@ -136,19 +136,19 @@ def predict_ns(vg: VGraph, sc: Scenario) -> int:
     return run_end(vg, V) - vg.start_ns
 
 
-def _retimed(vg: VGraph, sc: Scenario) -> tuple[I64, I64, I64, int, tuple[int, int] | None]:
-    """``sc``'s new parts and durations, the forward pass's instants V and run end, and the
-    ends at infinite and measured output speed when one pass gives the whole curve
-    (:func:`pair_ends`)."""
-    parts = new_parts(vg, sc)
-    dur = durations(vg, parts)
+def _retimed(vg: VGraph, sc: Scenario) -> tuple[I64, I64, int, tuple[int, int] | None]:
+    """``sc``'s new durations, the forward pass's instants V and run end, and the ends at
+    infinite and measured output speed when one pass gives the whole curve
+    (:func:`pair_ends`). The new parts are made again by who needs them (kept through the
+    passes, they were 16 MB of a million spans' peak)."""
+    dur = durations(vg, new_parts(vg, sc))
     p = _prefill(sc)
     # measured output speed with no prefill change is the recorded durations themselves
     one = vg.recorded_dur if p == 1 else _k_durations(vg, p, 1)
     V, A, Bv = solve(vg, [dur, _k_durations(vg, p, math.inf), one])
     ends = pair_ends(vg, A, Bv)
     # V alone outlives this: a copy, so the passes' sums it may be a column of can go
-    return parts, dur, V.copy(), run_end(vg, V), ends
+    return dur, V.copy(), run_end(vg, V), ends
 
 
 def _prefill(sc: Scenario) -> float:
@@ -164,7 +164,7 @@ def _ceiling(vg: VGraph, sc: Scenario, ends: tuple[int, int] | None) -> int:
 def headline(vg: VGraph, sc: Scenario) -> WhatIf:
     """:func:`whatif` without its breakdown and curve: the predicted time and the ceiling
     (what ``report``'s headline says; ``categories``, ``steps`` and ``curve`` are empty)."""
-    _, _, _, end, ends = _retimed(vg, sc)
+    _, _, end, ends = _retimed(vg, sc)
     c = vg.c
     return WhatIf(
         sc,
@@ -200,13 +200,15 @@ def _retimed_steps(
 ) -> tuple[WhatIf, tuple[I64, I64, I64, I64, I64]]:
     """:func:`whatif` without its step rows, and what makes them: the recorded and predicted
     path's step ids and ns (:func:`_with_steps`)."""
-    parts, dur, V, end, ends = _retimed(vg, sc)
+    dur, V, end, ends = _retimed(vg, sc)
     p = _prefill(sc)
+    parts = new_parts(vg, sc)
     new_cats, new_ids, new_ns = tally_arrays(vg, V, path_links(vg, V), dur, end, parts)
     del parts, dur, V  # before the recorded instants are made: 32 MB fewer at once
-    old = tally_arrays(
-        vg, recorded(vg, vg.start_ns), vg.back_link, vg.recorded_dur, vg.end_ns, None
-    )
+    rec = recorded(vg, vg.start_ns)
+    vg.c.drop_pages()  # the instants read to make them: 16 MB of a million spans' peak
+    old = tally_arrays(vg, rec, vg.back_link, vg.recorded_dur, vg.end_ns, None)
+    del rec
     old_cats, old_ids, old_ns = old
     ceiling = _ceiling(vg, sc, ends)
     if ends is not None:
