@@ -110,7 +110,9 @@ def _by_form(
     per[:, 3] = np.asarray(labels.indices)
     return {
         "calls": per,
-        "call_names": {**got["call_names"], "label": labels.dictionary.to_pylist()},
+        # the labels as Arrow strings: a long run's 200,000 as Python strings were 15 MB held
+        # through the rest of the build (fastcols.fast_columns makes the list)
+        "call_names": {**got["call_names"], "label": labels.dictionary},
     }
 
 

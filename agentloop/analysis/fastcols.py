@@ -68,11 +68,13 @@ def fast_columns(
     (:func:`agentloop.analysis._fastread.read_records`); from ``split_bytes`` a second process
     reads the later half (:mod:`agentloop.analysis._fastsplit`)."""
     got: dict[str, Any] = {}
-    return (
-        Columns(**got)
-        if fast_fields(path, lambda f, n: got.update(f), window, split_bytes)
-        else None
-    )
+    if not fast_fields(path, lambda f, n: got.update(f), window, split_bytes):
+        return None
+    names = got["call_names"]  # the labels handed as Arrow strings (_fastreport.calls)
+    got["call_names"] = {
+        k: v.to_pylist() if isinstance(v, pa.Array) else v for k, v in names.items()
+    }
+    return Columns(**got)
 
 
 def fast_fields(

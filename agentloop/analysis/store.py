@@ -194,8 +194,13 @@ def metadata(f: Mapping[str, Any], key: dict[str, Any]) -> dict[bytes, bytes]:
         "trims": list(f["trims"]),
         "outside": f["outside"],
     }
-    lists = {CALL_NAMES_KEY + k.encode(): orjson.dumps(list(names[k])) for k in CALL_NAMES}
+    lists = {CALL_NAMES_KEY + k.encode(): orjson.dumps(_listed(names[k])) for k in CALL_NAMES}
     return {_META: orjson.dumps(meta), **lists}
+
+
+def _listed(names: Any) -> list[str]:
+    """A call names list, given as a list or as Arrow strings (the fast builder's labels)."""
+    return names.to_pylist() if isinstance(names, pa.Array) else list(names)
 
 
 def fields(c: Columns) -> dict[str, Any]:

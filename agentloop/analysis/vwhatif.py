@@ -203,6 +203,7 @@ def _retimed_steps(
     dur, V, end, ends = _retimed(vg, sc)
     p = _prefill(sc)
     parts = new_parts(vg, sc)
+    vg.c.drop_pages()  # the model columns the parts were made from: the tally reads few pages
     new_cats, new_ids, new_ns = tally_arrays(vg, V, path_links(vg, V), dur, end, parts)
     del parts, dur, V  # before the recorded instants are made: 32 MB fewer at once
     rec = recorded(vg, vg.start_ns)
