@@ -577,9 +577,9 @@ def test_records_out_of_order_are_handed_over_in_chunks_or_whole(
     """The builder's checks of the records' ids and order, made a chunk at a time (a chunk of
     two items here, so every check crosses chunks): each breach is left to the checked path,
     and a clean trace gives the same columns at either size."""
-    from agentloop.analysis import fastcols
+    from agentloop.analysis import _fastorder
 
-    monkeypatch.setattr(fastcols, "_CHUNK", chunk)
+    monkeypatch.setattr(_fastorder, "_CHUNK", chunk)
     lines = [orjson.dumps(x) for x in ORDER_BROKEN[name](_recs(base_lines()))]
     assert fast_columns(write(tmp_path, lines)) is None
     clean = fast_columns(write(tmp_path, base_lines(), "clean.jsonl"))

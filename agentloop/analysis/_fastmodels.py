@@ -52,24 +52,8 @@ def model_columns(
     calls' rows of ``model`` (:meth:`~agentloop.analysis._fastwin.Taken.rows`), ``span``
     their spans. ``last``: the caller's last use of ``model``'s values but its tiers (and
     its rows): each is dropped from it as it is taken (24 MB of a million spans')."""
-    c = {}
-    for k in list(model.cols):
-        c[k] = model.cols[k][rows]
-        if last and k not in _KEPT:
-            del model.cols[k]
+    c = _checked(_taken(model, rows, last))
     num = {f: c[f] for f in _COUNTS}
-    if (
-        any((v < 0).any() for v in num.values())
-        or (c["step_state"] == 2).any()  # the writer writes these keys: a missing one
-        or (c["timing_state"] == 2).any()
-        or (c["attempts"] < 0).any()
-    ):
-        raise NotClean("a model span's end attributes lack a key the writer writes")
-    if (c["output"] != 0).any() or not c["unknown_unset"].all():
-        raise NotClean("a model span's output, or an imported call's unsplit phases")
-    if not c["trimmed_unset"].all():
-        # only a model span's are read (context_window.recorded_trims), by the checked path
-        raise NotClean("an older trace's trims, in its model spans' attributes")
     usage = np.stack([num["inp"], num["cac"], num["rea"], num["out"], c["step"]], axis=1)
     tm = _timing(c)
     wait, retry = _attempts(model, rows, num["wait_ns"])
@@ -101,6 +85,35 @@ def model_columns(
         "lateness": _lateness(c),
         "unsplit": (),
     }
+
+
+def _taken(model: Taken, rows: np.ndarray, last: bool) -> dict[str, np.ndarray]:
+    """``model``'s values of ``rows``, each dropped from it as it is taken when ``last`` (but
+    :data:`_KEPT`)."""
+    c = {}
+    for k in list(model.cols):
+        c[k] = model.cols[k][rows]
+        if last and k not in _KEPT:
+            del model.cols[k]
+    return c
+
+
+def _checked(c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``c``, or NotClean when a call lacks a key the writer writes, or holds what only the
+    checked path reads (an output text, unsplit phases, older trims)."""
+    if (
+        any((c[f] < 0).any() for f in _COUNTS)
+        or (c["step_state"] == 2).any()  # the writer writes these keys: a missing one
+        or (c["timing_state"] == 2).any()
+        or (c["attempts"] < 0).any()
+    ):
+        raise NotClean("a model span's end attributes lack a key the writer writes")
+    if (c["output"] != 0).any() or not c["unknown_unset"].all():
+        raise NotClean("a model span's output, or an imported call's unsplit phases")
+    if not c["trimmed_unset"].all():
+        # only a model span's are read (context_window.recorded_trims), by the checked path
+        raise NotClean("an older trace's trims, in its model spans' attributes")
+    return c
 
 
 def _timing(c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -42,6 +42,7 @@ from agentloop.analysis import _fastshape as F
 from agentloop.analysis._fastids import Refs, as_ids
 from agentloop.analysis._fastlabels import step_labels
 from agentloop.analysis._fastmodels import model_columns
+from agentloop.analysis._fastorder import any_in_chunks, ended_after_start, owners, unknown_after
 from agentloop.analysis._fastreport import calls, outside
 from agentloop.analysis._fastshape import NotClean
 from agentloop.analysis._fastwin import NONE, Taken
@@ -208,18 +209,18 @@ def _records(
     np.cumsum(counts, out=after_off[1:])
     del counts
     # each check a chunk at a time: whole, their temporaries were 30 MB of a million spans'
-    if m and ((eid < 0).any() or not _ended_after_start(is_start, eid)):
+    if m and ((eid < 0).any() or not ended_after_start(is_start, eid)):
         raise NotClean("a span_end names a span that did not start before it")
     ended = np.zeros(n, np.bool_)
     ended[eid] = True
     if int(ended.sum()) != m:
         raise NotClean("a span ended twice")
     t0, t1e = st["t"], ends["t"]
-    if _any(m, lambda a, b: t1e[a:b] < t0[eid[a:b]]):
+    if any_in_chunks(m, lambda a, b: t1e[a:b] < t0[eid[a:b]]):
         raise NotClean("a span ends before it starts")
-    if _any(n, lambda a, b: (parent[a:b] < -1) | (parent[a:b] >= np.arange(a, b))):
+    if any_in_chunks(n, lambda a, b: (parent[a:b] < -1) | (parent[a:b] >= np.arange(a, b))):
         raise NotClean("a parent unknown or not started before its span")
-    if _any(n, lambda a, b: _unknown_after(after_off, after_idx, a, b)):
+    if any_in_chunks(n, lambda a, b: unknown_after(after_off, after_idx, a, b)):
         raise NotClean("an 'after' span unknown or not started before its span")
     status = np.full(n, F.STATUSES.index("in_flight"), _CODE)
     status[eid] = ends["status"]
@@ -238,47 +239,6 @@ def _records(
         "t1": t1,  # -1: in flight
         "status": status,
     }
-
-
-_CHUNK = 1 << 18  # items a check takes at a time (_any)
-
-
-def _any(n: int, test: Callable[[int, int], np.ndarray]) -> bool:
-    """Whether ``test(a, b)`` (a mask of items ``a`` to ``b``) holds anywhere in ``0..n``,
-    asked a chunk at a time."""
-    return any(bool(test(a, min(a + _CHUNK, n)).any()) for a in range(0, n, _CHUNK))
-
-
-def _ended_after_start(is_start: np.ndarray, eid: np.ndarray) -> bool:
-    """Whether each end record (``eid``: their spans, in the file's order) comes after its
-    span's start record (``is_start``: each record's kind, in the file's order): fewer spans
-    started before it than its span's index."""
-    started, done = 0, 0
-    for a in range(0, len(is_start), _CHUNK):
-        part = is_start[a : a + _CHUNK]
-        seen = started + np.cumsum(part, dtype=I64)  # the spans started up to each record
-        before = seen[~part]
-        if (eid[done : done + len(before)] >= before).any():
-            return False
-        started, done = int(seen[-1]), done + len(before)
-    return True
-
-
-def _unknown_after(after_off: np.ndarray, after_idx: np.ndarray, a: int, b: int) -> np.ndarray:
-    """Whether each ``after`` entry of spans ``a`` to ``b`` names no span started before its
-    own."""
-    lo, hi = int(after_off[a]), int(after_off[b])
-    owners = np.repeat(np.arange(a, b), np.diff(after_off[a : b + 1]))
-    idx = after_idx[lo:hi]
-    got: np.ndarray = (idx < 0) | (idx >= owners)
-    return got
-
-
-def _owners(after_off: np.ndarray) -> np.ndarray:
-    """The span each ``after`` entry belongs to (made when needed, not kept: 11 MB of a
-    million spans')."""
-    owners: np.ndarray = np.repeat(np.arange(len(after_off) - 1), np.diff(after_off))
-    return owners
 
 
 def _kept(kind: np.ndarray, parent: np.ndarray, after_off: np.ndarray) -> np.ndarray:
@@ -310,7 +270,7 @@ def _graph(r: dict[str, Any], keep: np.ndarray, end: EndRecord | None) -> dict[s
     def renumbered(idx: np.ndarray) -> np.ndarray:
         return idx if whole else new[idx]
 
-    aft = keep[_owners(r["after_off"])] if not whole else None
+    aft = keep[owners(r["after_off"])] if not whole else None
     if not whole and not keep[r["after_idx"][aft]].all():
         raise NotClean("an 'after' names a set-up or check span: the Graph notes it")
     after_off = r["after_off"]
