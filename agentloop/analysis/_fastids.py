@@ -98,9 +98,10 @@ class Refs:
                 writer_numbers(list(map(_PARENT, starts))),
                 _numbers(flat, len(flat)),
             ]
-            if all(k is not None for k in nums):
-                spans = self._in_order(*nums[:2])  # type: ignore[arg-type]
-                self.numbers.append([self._own(nums[0], spans), *map(_narrow, nums[1:])])
+            known = [k for k in nums if k is not None]
+            if len(known) == len(nums):
+                spans = self._in_order(*known[:2])
+                self.numbers.append([self._own(known[0], spans), *map(_narrow, known[1:])])
                 return spans
             self.strings = self.as_written()
         got = [list(map(_ID, starts)), list(map(_ID, ends)), list(map(_PARENT, starts)), flat]
