@@ -130,16 +130,21 @@ def test_dropped_pages_leave_the_process_and_the_columns_as_they_were(tmp_path: 
         assert vwhatif.whatif_columns(c, sc) == whatif(g, sc), sc.label
 
 
-FREED = """
+ANON = """
 import sys
 import numpy as np
-from agentloop.analysis.columnar import map_big_blocks
-if sys.argv[1] == "mapped":
-    map_big_blocks()
 def anon():
     for line in open("/proc/self/status"):
         if line.startswith("RssAnon:"):
             return int(line.split()[1])
+"""  # the start of the scripts below: the process's anonymous memory, kB
+
+FREED = (
+    ANON
+    + """
+from agentloop.analysis.columnar import map_big_blocks
+if sys.argv[1] == "mapped":
+    map_big_blocks()
 a = np.ones(4_000_000)  # 32 MB, freed: glibc's default raises its threshold to that
 del a
 b = np.ones(2_000_000)  # 16 MB
@@ -148,6 +153,7 @@ before = anon()
 del b
 print(before - anon())
 """
+)
 
 
 def test_a_freed_big_array_leaves_the_process_once_big_blocks_are_mapped():
@@ -161,24 +167,21 @@ def test_a_freed_big_array_leaves_the_process_once_big_blocks_are_mapped():
     assert freed["default"] < 1_000  # kB: what the call is for
 
 
-ARROW_FREED = """
-import sys
-import numpy as np
+ARROW_FREED = (
+    ANON
+    + """
 import pyarrow as pa
 import pyarrow.compute as pc
 from agentloop.analysis.columnar import arrow_on_heap, map_big_blocks
 map_big_blocks()
 if sys.argv[1] == "heap":
     arrow_on_heap()
-def anon():
-    for line in open("/proc/self/status"):
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1])
 a = pc.add(pa.array(np.arange(2_000_000)), 1)  # 16 MB, made by Arrow
 before = anon()
 del a
 print(before - anon(), pa.default_memory_pool().backend_name)
 """
+)
 
 
 def test_a_freed_arrow_array_leaves_the_process_once_arrow_allocates_on_the_heap():
