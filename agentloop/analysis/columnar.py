@@ -193,8 +193,8 @@ def in_own_arena(fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` in a thread of its own, waited for: glibc gives a new thread a heap (an
     arena) of its own, so what ``fn`` allocates and frees below :func:`map_big_blocks`' size
     leaves its holes there, not in the heap the caller's next arrays come from. A cold
-    ``whatif`` of a million spans: the analysis after the build peaked at 343-347 MB on the
-    build's heap, 300-304 MB with the build in a thread (docs/performance.md). Its exception,
+    ``whatif`` of a million spans: the analysis after the build peaked at 343-347 MiB on the
+    build's heap, 306-316 MiB with the build in a thread (docs/performance.md). Its exception,
     raised here."""
     got: list[Any] = []
 
