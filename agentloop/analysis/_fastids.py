@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from agentloop.analysis._fastshape import NotClean
+from agentloop.analysis._fastwin import narrow
 
 I64 = np.int64
 _WIDEST = 18  # digits: 10**18 - 1 fits int64
@@ -101,7 +102,7 @@ class Refs:
             known = [k for k in nums if k is not None]
             if len(known) == len(nums):
                 spans = self._in_order(*known[:2])
-                self.numbers.append([self._own(known[0], spans), *map(_narrow, known[1:])])
+                self.numbers.append([self._own(known[0], spans), *map(narrow, known[1:])])
                 return spans
             self.strings = self.as_written()
         got = [list(map(_ID, starts)), list(map(_ID, ends)), list(map(_PARENT, starts)), flat]
@@ -181,11 +182,6 @@ def _one_run(owns: list[Any]) -> int | None:
         elif len(k):
             return None
     return at - 1
-
-
-def _narrow(k: np.ndarray) -> np.ndarray:
-    """``k`` as int32 when its values fit (they are >= 0)."""
-    return k.astype(np.int32) if k.max(initial=0) < 2**31 else k
 
 
 def writer_numbers(refs: list[str] | list[str | None]) -> np.ndarray | None:
