@@ -308,9 +308,9 @@ def _late_header(
     """The header with what the set-up span learnt (:func:`agentloop.trace.reader.
     late_header`), from its end record's attributes as written (its line, read again)."""
     outside: dict[str, SpanRecord] = {}
+    pos_e = np.flatnonzero(~r["is_start"])  # where each end record is
     for j in np.flatnonzero(~keep & (r["parent"] < 0) & (r["kind"] == _KIND["setup"])).tolist():
         k = np.flatnonzero(r["eid"] == j)
-        pos_e = np.flatnonzero(~r["is_start"])  # (a trace with a set-up span: a few)
         attrs = {} if not k.size else _attrs_at(f, int(pos_e[k[0]]) + 1)
         sid, name = as_ids(r["ids"])[j].as_py(), st["name"][j].as_py()  # the reader took them out
         outside[sid] = SpanRecord(sid, None, "setup", name, int(st["t"][j]), [], attrs=attrs)
