@@ -273,10 +273,15 @@ def write_cache(trace: Path, c: Columns, key: dict[str, Any]) -> Path | None:
     w = cachefile.Writer.open(path)
     if w is None:
         return None
+    _write_whole(w, c, key)
+    return path if path.is_file() else None
+
+
+def _write_whole(w: cachefile.Writer, c: Columns, key: dict[str, Any]) -> None:
+    """Every column of ``c`` to ``w`` as one section, then the metadata and the seal."""
     f = fields(c)
     _add(w, f, len(c))
     w.finish(metadata(f, key))
-    return path if path.is_file() else None
 
 
 def load_columns(trace: Path, pool: Executor | None = None) -> Columns:
@@ -325,9 +330,7 @@ def load_columns(trace: Path, pool: Executor | None = None) -> Columns:
                 w.abort()
             raise
     if w is not None and key is not None:
-        f = fields(c)
-        _add(w, f, len(c))
-        w.finish(metadata(f, key))
+        _write_whole(w, c, key)
     return c
 
 
