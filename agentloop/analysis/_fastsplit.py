@@ -161,6 +161,7 @@ def _joined(first: _Lines, later: _Lines) -> None:
     a.lengths += b.lengths
     first.flags += later.flags
     first.end = later.end
+    first.starts.add_kinds(later.starts.kinds_so_far())
     _append(
         first.starts.got.parts,
         later.starts.got.parts,

@@ -151,6 +151,11 @@ class Starts:
     def __init__(self) -> None:
         self.got = _Parts()
         self.agents = Codes()
+        # every start's kind so far, with room to grow (doubled when full): a window's end
+        # records look their spans' kinds up in it, a thousand windows of a million spans
+        # (joined again per window, the copies were 2% of the read)
+        self._kinds = np.zeros(0, _CODE)
+        self._known = 0
 
     def take(self, starts: list[F.SpanStart]) -> None:
         """Take a window's start records."""
@@ -169,8 +174,8 @@ class Starts:
         step[at], step_none[at] = _ints(steps, 0), _is(steps, None)
         inv[at], inv_none[at] = _ints(invs, 0), _is(invs, None)
         agent[at] = self.agents.of(_get("agent", got))
+        self.add_kinds(kind)
         self.got.add(
-            kind=kind,
             t=np.fromiter(map(_t, starts), I64, n),
             name=pa.array(_get("name", starts), pa.string()),
             has=has,
@@ -181,19 +186,27 @@ class Starts:
             agent=agent,
         )
 
+    def add_kinds(self, kind: np.ndarray) -> None:
+        """``kind`` after the kinds taken so far."""
+        need = self._known + len(kind)
+        if need > len(self._kinds):
+            grown = np.empty(max(need, 2 * len(self._kinds)), _CODE)
+            grown[: self._known] = self._kinds[: self._known]
+            self._kinds = grown
+        self._kinds[self._known : need] = kind
+        self._known = need
+
     def kinds_so_far(self) -> np.ndarray:
-        """The kinds of the start records taken so far (their windows' arrays joined)."""
-        kinds = self.got.parts["kind"]
-        if len(kinds) > 1:
-            kinds[:] = [np.concatenate(kinds)]
-        got: np.ndarray = kinds[0]
-        return got
+        """The kinds of the start records taken so far."""
+        return self._kinds[: self._known]
 
     def columns(self) -> dict[str, Any]:
         """Every start record's values: ``kind``, ``t``, ``name`` (Arrow strings), ``has``
         (start attributes, taken for steps and model calls), ``step``, ``step_none``, ``inv``,
         ``inv_none``, ``agent`` (a code of ``agents``)."""
-        return self.got.joined()
+        kind = self._kinds[: self._known].copy()  # not the room to grow
+        self._kinds, self._known = np.zeros(0, _CODE), 0
+        return {"kind": kind, **self.got.joined()}
 
 
 class Ends:
