@@ -216,7 +216,7 @@ LAUNCH = (
 
 
 def cli(args: list[str]) -> tuple[float, float]:
-    """Seconds and peak memory (MB) of one ``agentloop`` command in a fresh process, started
+    """Seconds and peak memory (MiB) of one ``agentloop`` command in a fresh process, started
     by a small launcher: a child forked from this (big) process would inherit its high-water
     mark. The command is this tree's (``python -m agentloop`` with ``PYTHONPATH`` here), not
     whichever ``agentloop`` script is installed: a worktree's benchmark measured main's CLI."""
@@ -228,7 +228,7 @@ def cli(args: list[str]) -> tuple[float, float]:
 def timed(
     argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> tuple[float, float, float, float]:
-    """Wall seconds, peak memory (MB), user and system CPU seconds of one command (stdout
+    """Wall seconds, peak memory (MiB, as ``ru_maxrss`` / 1024), user and system CPU seconds of one command (stdout
     discarded) in a fresh process started by :data:`LAUNCH`."""
     out = subprocess.run(
         [sys.executable, "-c", LAUNCH, *argv],
@@ -256,8 +256,9 @@ def end_to_end(path: Path, rounds: int) -> dict[str, list[tuple[float, float]]]:
             seen.setdefault(f"{cmd} cold", []).append(cli(args))
             cache = store.cache_path(path)
             if cmd == "whatif":
-                mb = cache.stat().st_size / 1e6 if cache.is_file() else math.nan
-                seen["cache MB"] = [(mb, 0.0)]
+                # MiB, as the peaks are: the 2x target is a ratio of the two
+                mb = cache.stat().st_size / 2**20 if cache.is_file() else math.nan
+                seen["cache MiB"] = [(mb, 0.0)]
             seen.setdefault(f"{cmd} warm", []).append(cli(args))
         seen.setdefault("floor", []).append(float_floor(path))
     seen["load"].append((load_average(), 0.0))
@@ -276,10 +277,10 @@ def float_floor(path: Path) -> tuple[float, float]:
 
 
 def print_end_to_end(ends: dict[str, list[tuple[float, float]]], plain: float) -> None:
-    cache_mb = ends["cache MB"][0][0]
+    cache_mb = ends["cache MiB"][0][0]
     plain = min(x for x, _ in ends["floor"])
     print(
-        f"end to end (fresh agentloop process to answer; columnar cache {cache_mb:.0f} MB; "
+        f"end to end (fresh agentloop process to answer; columnar cache {cache_mb:.1f} MiB; "
         f"load average {ends['load'][0][0]:.2f} -> {ends['load'][1][0]:.2f}; orjson floor of "
         f"the same moment {plain:.2f} s, runs {', '.join(f'{x:.2f}' for x, _ in ends['floor'])}):"
     )
@@ -291,7 +292,7 @@ def print_end_to_end(ends: dict[str, list[tuple[float, float]]], plain: float) -
     ):
         best = min(ends[key])
         print(
-            f"  {key:11s} {best[0]:6.2f} s  {best[0] / plain:5.2f}x floor  peak {best[1]:6.0f} MB "
+            f"  {key:11s} {best[0]:6.2f} s  {best[0] / plain:5.2f}x floor  peak {best[1]:6.0f} MiB "
             f"({best[1] / cache_mb:.1f}x cache)  ({target}; runs "
             f"{', '.join(f'{s:.2f}' for s, _ in ends[key])} s)"
         )
@@ -354,7 +355,7 @@ def versus(old: Path, target: Path, runs: int, extra: list[str]) -> None:
             f"  user {min(r[2] for r in rows):.2f}-{max(r[2] for r in rows):.2f} s (median "
             f"{sorted(r[2] for r in rows)[len(rows) // 2]:.2f})"
             f"  sys {min(r[3] for r in rows):.2f}-{max(r[3] for r in rows):.2f} s"
-            f"  peak {max(r[1] for r in rows):.0f} MB"
+            f"  peak {max(r[1] for r in rows):.0f} MiB"
         )
 
 
@@ -390,7 +391,7 @@ def suite_figures(folder: Path, n: int) -> dict[str, float]:
     args = ["whatif", str(folder), "--tier", "sim-ultrafast", "--json"]
     out = {"load before": load_average()}
     out["command cold"] = cli(args)[0]
-    out["command warm"], out["warm peak MB"] = cli(args)
+    out["command warm"], out["warm peak MiB"] = cli(args)
     out["load between"] = load_average()
     tier = get_tier(load_tiers(None), "sim-ultrafast", "tiers.toml")
     t = time.perf_counter()
@@ -405,7 +406,7 @@ def print_suite(s: dict[str, float], n: int) -> None:
     print(f"suite of {n:,} runs of 200 steps (~{n * 1001:,} spans), whatif --tier sim-ultrafast:")
     print(
         f"  command, each run from its columnar cache: cold {s['command cold']:6.2f} s (caches "
-        f"written), warm {s['command warm']:6.2f} s (target <= 5 s; peak {s['warm peak MB']:.0f} MB)"
+        f"written), warm {s['command warm']:6.2f} s (target <= 5 s; peak {s['warm peak MiB']:.0f} MiB)"
     )
     print(
         f"  the loops (every trace loaded and its graph built) {s['loops']:6.2f} s; "
