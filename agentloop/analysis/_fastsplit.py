@@ -30,16 +30,18 @@ import pickle
 import re
 import subprocess
 import sys
-from io import FileIO
+from io import BytesIO, FileIO
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
+import pyarrow as pa
 
 from agentloop.analysis import _fastread
 from agentloop.analysis._fastread import _BOUNDARY, Records, _Lines
 from agentloop.analysis._fastshape import NotClean
 from agentloop.analysis._fastwin import Codes, narrow
+from agentloop.analysis.columnar import arrow_on_heap, release_heap
 from agentloop.errors import TraceFileError
 from agentloop.helper_procs import die_with, helper_env
 
@@ -50,6 +52,7 @@ SPLIT_BYTES = 128 << 20  # a trace from this size is read in two processes
 HEAD_START = 48 << 20
 _LOOK = 1 << 20  # bytes searched for a record boundary past the point chosen
 _WORKER = "from agentloop.analysis._fastsplit import serve; serve()"
+_BATCH = 4 << 20  # bytes of arrays the worker sends at a time, then drops
 
 
 def read_records(f: FileIO, path: Path, window: int, split_bytes: int = SPLIT_BYTES) -> Records:
@@ -114,14 +117,72 @@ def _result(worker: subprocess.Popen[bytes]) -> _Lines | None:
     """What the worker read, or None when it failed; NotClean when its part is not clean."""
     assert worker.stdout is not None
     try:
-        verdict, later = pickle.load(worker.stdout)  # read as it comes: no copy of the bytes
-    except (EOFError, pickle.UnpicklingError, ValueError, TypeError):
+        verdict, later = _receive(worker.stdout)
+    except (EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError):
         return None
     if worker.wait() != 0:
         return None
     if verdict == "not clean":
         raise NotClean("the later part of a split trace")
     return later if isinstance(later, _Lines) else None
+
+
+def _receive(stream: IO[bytes]) -> Any:
+    """What :func:`_send` sent: its arrays a batch at a time (read as they come: no copy of
+    the bytes), then the rest, which names them by their places."""
+    arrays: list[Any] = []
+    for _ in range(pickle.load(stream)):
+        arrays.extend(pickle.load(stream))
+    rest = pickle.Unpickler(stream)
+    rest.persistent_load = arrays.__getitem__  # type: ignore[method-assign]
+    return rest.load()
+
+
+def _send(stream: IO[bytes], box: list[Any]) -> None:
+    """``box``'s one value pickled to ``stream`` with its arrays apart, a batch of
+    :data:`_BATCH` bytes at a time, each batch's dropped and the C heap trimmed once it is
+    written: the part's values move from this process to the parent as they are sent, not
+    held in both (with the pickle's bytes beside them, the two processes together held 2.4x a
+    million spans' cache at the hand-over). ``box`` is emptied: the arrays are this
+    function's alone to drop."""
+    arrays: list[Any] = []
+    place: dict[int, int] = {}
+
+    def apart(obj: Any) -> int | None:
+        if not isinstance(obj, (np.ndarray, pa.Array)):
+            return None
+        if id(obj) not in place:
+            place[id(obj)] = len(arrays)
+            arrays.append(obj)
+        return place[id(obj)]
+
+    rest = BytesIO()
+    pickler = pickle.Pickler(rest, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.persistent_id = apart  # type: ignore[method-assign]
+    pickler.dump(box.pop())
+    pickler.clear_memo()  # the memo held the containers, so the arrays
+    place.clear()
+    batches = _batches(arrays)
+    pickle.dump(len(batches), stream)
+    for lo, hi in batches:
+        pickle.dump(arrays[lo:hi], stream, protocol=pickle.HIGHEST_PROTOCOL)
+        arrays[lo:hi] = [None] * (hi - lo)
+        release_heap()
+    stream.write(rest.getbuffer())
+    stream.flush()
+
+
+def _batches(arrays: list[Any]) -> list[tuple[int, int]]:
+    """``arrays`` cut into runs of about :data:`_BATCH` bytes: (first, past the last)."""
+    out, lo, size = [], 0, 0
+    for i, a in enumerate(arrays):
+        size += a.nbytes
+        if size >= _BATCH:
+            out.append((lo, i + 1))
+            lo, size = i + 1, 0
+    if lo < len(arrays):
+        out.append((lo, len(arrays)))
+    return out
 
 
 def serve() -> None:
@@ -132,16 +193,18 @@ def serve() -> None:
     worker's time (2.95 -> 2.5 s for 172 MB)."""
     die_with(int(sys.argv[4]))
     gc.disable()
+    arrow_on_heap()  # the windows' strings on the C heap, given back as they are sent
     path, cut, window = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     import msgspec
 
+    box: list[Any] = []
     try:
         with path.open("rb", buffering=0) as f:
             f.seek(cut)
-            out: Any = ("ok", _fastread.read_lines(f, _Lines(path, part=True), window))
+            box.append(("ok", _fastread.read_lines(f, _Lines(path, part=True), window)))
     except (NotClean, msgspec.MsgspecError, TraceFileError, ValueError) as exc:  # as fast_columns
-        out = ("not clean", type(exc).__name__)
-    sys.stdout.buffer.write(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
+        box.append(("not clean", type(exc).__name__))
+    _send(sys.stdout.buffer, box)
 
 
 def _joined(first: _Lines, later: _Lines) -> None:
