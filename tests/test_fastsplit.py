@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
+import weakref
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from agentloop.analysis import _fastread, _fastsplit
@@ -117,3 +122,50 @@ def test_no_worker_is_started_where_this_is_not_a_python_program(
     assert fast is not None
     assert [] == differences(fast, checked(p))
     assert not marked.exists()
+
+
+def test_the_worker_sends_its_arrays_a_batch_at_a_time_and_drops_each(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Arrays (numpy and Arrow) sent apart from what holds them, in batches of about
+    ``_BATCH`` bytes, each batch's dropped once written (its pickler's memo held them all):
+    the same values come back, an array held twice still one array."""
+    monkeypatch.setattr(_fastsplit, "_BATCH", 64)
+    parts = [np.full(5, i, np.int32) for i in range(9)]  # 20 bytes each: batched in fours
+    shared = np.arange(20, dtype=np.int64)  # 160 bytes, after the ninth part
+    names = pa.array(["a", None, "b"], pa.string())
+    value = ("ok", {"parts": parts, "twice": [shared, shared], "names": names, "n": 7})
+    alive = [weakref.ref(a) for a in (*parts, shared)]
+    box = [value]
+    del value, parts, shared
+
+    held: list[int] = []  # the sender's arrays still alive at each write
+
+    class Watched(BytesIO):
+        def write(self, b: Any) -> int:
+            held.append(sum(r() is not None for r in alive))
+            return super().write(b)
+
+    stream = Watched()
+    _fastsplit._send(stream, box)
+    assert box == []
+    assert held[0] == 10 and held[-1] == 0  # the rest written after the last
+    assert sorted(set(held), reverse=True) == [10, 6, 2, 0]  # four at a time, then 2
+    stream.seek(0)
+    assert pickle.load(stream) == 4  # batches: 4 parts, 4 parts, the ninth and shared, Arrow's
+    stream.seek(0)
+    verdict, got = _fastsplit._receive(stream)
+    assert verdict == "ok" and got["n"] == 7 and got["names"].to_pylist() == ["a", None, "b"]
+    assert [p.tolist() for p in got["parts"]] == [[i] * 5 for i in range(9)]
+    assert got["twice"][0] is got["twice"][1] and got["twice"][0].tolist() == list(range(20))
+
+
+def test_a_send_cut_short_is_a_failed_worker(tmp_path: Path):
+    """The worker's stream ending inside a batch or before the rest: no result (the file is
+    then read whole), not a part read wrong."""
+    stream = BytesIO()
+    _fastsplit._send(stream, [("ok", [np.arange(100_000)])])
+    data = stream.getvalue()
+    for end in (len(data) // 2, len(data) - 3):
+        with pytest.raises((EOFError, pickle.UnpicklingError, ValueError)):
+            _fastsplit._receive(BytesIO(data[:end]))

@@ -20,7 +20,8 @@ Then the cold columns both ways: the checked path's (load, graph, ``columns_of``
 cold builder's (:mod:`agentloop.analysis.fastcols`, the same columns from typed records).
 
 Then, end to end (process start to answer, each a fresh ``agentloop`` process, its peak
-memory from ``wait4``: the larger of its own and its worker's, which reads half a cold trace):
+memory the larger of its processes' own peaks from ``wait4`` and their joint memory sampled
+while they run: a cold command's worker reads half the trace beside it):
 ``whatif --tier sim-ultrafast`` and ``report`` cold (no columnar cache: the columns built, then
 the cache written) and warm (the cache read back), beside the
 ``orjson.loads`` floor (targets: warm <= 3 s, cold <= 1.5x the floor, peak memory <= 2x the
@@ -202,17 +203,51 @@ def main() -> None:
         print_suite(suite, suite_runs)
 
 
-LAUNCH = (
-    "import os, sys, time\n"
-    "t = time.perf_counter()\n"
-    "pid = os.fork()\n"
-    "if pid == 0:\n"
-    "    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)\n"
-    "    os.execvp(sys.argv[1], sys.argv[1:])\n"
-    "_, status, usage = os.wait4(pid, 0)\n"
-    "print(time.perf_counter() - t, usage.ru_maxrss / 1024, status, usage.ru_utime, "
-    "usage.ru_stime)\n"
-)
+# Starts a command and waits for it: its wall time, its processes' largest own peak
+# (``ru_maxrss``: the command's or its worker's), status, CPU, and the processes' joint memory
+# sampled every 10 ms (the anonymous pages of each plus the file-backed pages of the largest
+# once: the same libraries, mapped by both): a cold command reads half the trace in a worker,
+# and the two together are what the machine holds.
+LAUNCH = """
+import os, sys, threading, time
+def tree(pid):
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo += map(int, f.read().split())
+        except OSError:
+            pass
+    return out
+def held(p):
+    try:
+        with open(f"/proc/{p}/status") as f:
+            d = dict(line.split(":", 1) for line in f)
+        return int(d["RssAnon"].split()[0]), int(d["RssFile"].split()[0])
+    except (OSError, KeyError, ValueError):
+        return 0, 0
+def sample():
+    while not done.is_set():
+        got = [held(p) for p in tree(pid)]
+        joint[0] = max(joint[0], sum(a for a, _ in got) + max(f for _, f in got))
+        done.wait(0.01)
+t = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    os.execvp(sys.argv[1], sys.argv[1:])
+done, joint = threading.Event(), [0]
+sampler = threading.Thread(target=sample)
+sampler.start()
+_, status, usage = os.wait4(pid, 0)
+done.set()
+sampler.join()
+print(time.perf_counter() - t, max(usage.ru_maxrss, joint[0]) / 1024, status, usage.ru_utime,
+      usage.ru_stime)
+"""
 
 
 def cli(args: list[str]) -> tuple[float, float]:
@@ -228,8 +263,9 @@ def cli(args: list[str]) -> tuple[float, float]:
 def timed(
     argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> tuple[float, float, float, float]:
-    """Wall seconds, peak memory (MiB, as ``ru_maxrss`` / 1024), user and system CPU seconds of one command (stdout
-    discarded) in a fresh process started by :data:`LAUNCH`."""
+    """Wall seconds, peak memory (MiB: the larger of its processes' own peaks and their joint
+    memory, :data:`LAUNCH`), user and system CPU seconds of one command (stdout discarded) in
+    a fresh process started by :data:`LAUNCH`."""
     out = subprocess.run(
         [sys.executable, "-c", LAUNCH, *argv],
         capture_output=True,
