@@ -6,7 +6,8 @@ package's own interpreter and path, a helper's environment, nothing read from it
 but the path, the offset, the window and its parent's pid, with which it dies:
 :mod:`agentloop.helper_procs`) reads from there to the end as
 :func:`agentloop.analysis._fastread.read_lines` reads a file, a part with no header line, and
-hands its values back through a pipe (a pickle of arrays: no Structs cross);
+hands its values back through a pipe (arrays, no Structs, sent a batch at a time and dropped
+as sent: :func:`_send`);
 this process reads up to the cut meanwhile and appends the worker's values to its own, their
 string codes (agents, tiers, tool names) renumbered as its own. What crosses the cut is checked
 as it is between two windows: the first part ends ``}\\n``, the second starts ``{"type":"``;

@@ -329,7 +329,7 @@ def print_end_to_end(ends: dict[str, list[tuple[float, float]]], plain: float) -
         best = min(ends[key])
         print(
             f"  {key:11s} {best[0]:6.2f} s  {best[0] / plain:5.2f}x floor  peak {best[1]:6.0f} MiB "
-            f"({best[1] / cache_mb:.1f}x cache)  ({target}; runs "
+            f"({best[1] / cache_mb:.2f}x cache)  ({target}; runs "
             f"{', '.join(f'{s:.2f}' for s, _ in ends[key])} s)"
         )
 
