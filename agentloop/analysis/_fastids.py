@@ -2,9 +2,10 @@
 (:mod:`agentloop.analysis.fastcols`).
 
 The writer names spans "s1", "s2", ... in start order. Such ids are read as numbers from one
-joined string of each list (numpy and an Arrow cast over its bytes: no Arrow string array built from a million
+joined string of each list (numpy over its bytes: no Arrow string array built from a million
 Python strings, which cost 1.0 s of a million-span trace's 1.4 s here), and the ids column is
-made from the numbers in Arrow; any other ids go through a dict, as before.
+made from the numbers (:mod:`agentloop.analysis._fasttext`); any other ids go through a dict,
+as before.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from agentloop.analysis._fastshape import NotClean
+from agentloop.analysis._fasttext import decimal, parsed
 from agentloop.analysis._fastwin import narrow
 
 I64 = np.int64
@@ -51,7 +52,7 @@ def as_ids(ids: pa.Array | int) -> pa.Array:
 
 def writer_ids(n: int) -> pa.Array:
     """The writer's ids of ``n`` spans, "s1" to "s<n>", as an Arrow array."""
-    return pc.binary_join_element_wise("s", pc.cast(pa.array(np.arange(1, n + 1)), pa.string()), "")
+    return decimal(np.arange(1, n + 1, dtype=np.int32 if n < 2**31 else I64), b"s")
 
 
 def _numbered(n: int, refs: list[np.ndarray]) -> list[np.ndarray]:
@@ -210,8 +211,7 @@ def _nones(refs: list[str] | list[str | None]) -> list[int]:
 def _numbers(refs: Iterable[str], m: int) -> np.ndarray | None:
     """k for each "s<k>" of the ``m`` strings ``refs``, read from their bytes joined: one "s"
     per item, at its start (an item holding another, or none, is not the writer's), then 1 to
-    18 ASCII digits not starting with 0; the digits, the "s"s taken out, cast to numbers by
-    Arrow."""
+    18 ASCII digits not starting with 0; the digits, the "s"s taken out, read as numbers."""
     b = np.frombuffer("".join(refs).encode(), np.uint8)
     is_s = b == _S
     at = np.flatnonzero(is_s)
@@ -226,6 +226,4 @@ def _numbers(refs: Iterable[str], m: int) -> np.ndarray | None:
         return None
     if ((digits < _ZERO) | (digits > _NINE)).any():
         return None
-    text = pa.StringArray.from_buffers(m, pa.py_buffer(off), pa.py_buffer(digits))
-    k: np.ndarray = np.array(pc.cast(text, pa.int64()), I64)  # writable: None's rows to 0
-    return k
+    return parsed(digits, off)

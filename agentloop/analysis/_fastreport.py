@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from agentloop.analysis import _fastshape as F
+from agentloop.analysis._fasttext import around, decimal, encoded
 from agentloop.analysis._fastwin import NONE, Taken, optional, text
 from agentloop.analysis.cands import index_type
 from agentloop.analysis.columnar import calls_of
@@ -100,32 +100,33 @@ def _by_form(
     got = calls_of(trace, starts_of, ended_on, c["used"][first].tolist())
     per = got["calls"][combo]
     sides = [f.partition(F.MARK) for f in got["call_names"]["label"]]
-    number = pc.cast(pa.array(c["step"]), pa.string())
     marked = np.array([bool(m) for _, m, _ in sides], np.bool_)
-    if not marked.all():  # a label without the mark (no step number) takes no number
-        number = pc.if_else(pa.array(marked[per[:, 3]]), number, "")
-    text_of = joined_around([(b, e) for b, _, e in sides], per[:, 3], number)
-    # codes in order of first appearance: Arrow's dictionary encoding gives them so
-    labels = text_of.dictionary_encode()
-    per[:, 3] = np.asarray(labels.indices)
+    # a label without the mark (no step number) takes no number
+    shown = None if marked.all() else marked[per[:, 3]]
+    text_of = joined_around([(b, e) for b, _, e in sides], per[:, 3], decimal(c["step"]), shown)
+    codes, labels = encoded(text_of)  # codes in order of first appearance
+    per[:, 3] = codes
     return {
         "calls": per,
         # the labels as Arrow strings: a long run's 200,000 as Python strings were 15 MB held
         # through the rest of the build (fastcols.fast_columns makes the list)
-        "call_names": {**got["call_names"], "label": labels.dictionary},
+        "call_names": {**got["call_names"], "label": labels},
     }
 
 
-def joined_around(sides: list[tuple[str, str]], form: np.ndarray, numbers: pa.Array) -> pa.Array:
+def joined_around(
+    sides: list[tuple[str, str]],
+    form: np.ndarray,
+    numbers: pa.Array,
+    shown: np.ndarray | None = None,
+) -> pa.Array:
     """Each of ``numbers`` between the two sides (before, after) of its ``form`` (the labels of
-    the step and call numbers of :mod:`agentloop.analysis.fastcols` and :func:`calls`); the
-    numbers as they are when every side is empty (the main agent's only)."""
-    if all(b == e == "" for b, e in sides):
+    the step and call numbers of :mod:`agentloop.analysis.fastcols` and :func:`calls`), a
+    number not ``shown`` left out; the numbers as they are when every side is empty and every
+    number shown (the main agent's only)."""
+    if shown is None and all(b == e == "" for b, e in sides):
         return numbers
-    at = pa.array(form.reshape(-1).astype(np.int32))  # numpy 2.0's inverse kept the shape
-    before = pa.array([b for b, _ in sides], pa.string()).take(at)
-    after = pa.array([e for _, e in sides], pa.string()).take(at)
-    return pc.binary_join_element_wise(before, numbers, after, "")
+    return around(sides, form.reshape(-1), numbers, shown)  # numpy 2.0's inverse kept the shape
 
 
 def groups(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

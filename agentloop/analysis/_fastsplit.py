@@ -229,7 +229,10 @@ def _joined(first: _Lines, later: _Lines) -> None:
     _append(
         first.starts.got.parts,
         later.starts.got.parts,
-        {"agent": (first.starts.agents, later.starts.agents)},
+        {
+            "agent": (first.starts.agents, later.starts.agents),
+            "tool_name": (first.starts.tool_names, later.starts.tool_names),
+        },
     )
     e, f = first.ends, later.ends
     _append(e.got.parts, f.got.parts, {})

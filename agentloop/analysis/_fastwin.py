@@ -151,6 +151,9 @@ class Starts:
     def __init__(self) -> None:
         self.got = _Parts()
         self.agents = Codes()
+        # tool spans' names, coded as read: whether each names one tool is asked of them
+        # (fastcols._tools), and a million spans' names coded whole took 20-30 MB
+        self.tool_names = Codes()
         # every start's kind so far, with room to grow (doubled when full): a window's end
         # records look their spans' kinds up in it, a thousand windows of a million spans
         # (joined again per window, the copies were 2% of the read)
@@ -174,6 +177,9 @@ class Starts:
         step[at], step_none[at] = _ints(steps, 0), _is(steps, None)
         inv[at], inv_none[at] = _ints(invs, 0), _is(invs, None)
         agent[at] = self.agents.of(_get("agent", got))
+        tools = np.flatnonzero(kind == _TOOL)
+        tool_name = np.full(n, NONE, np.int32)
+        tool_name[tools] = self.tool_names.of(_get("name", [starts[i] for i in tools.tolist()]))
         self.add_kinds(kind)
         self.got.add(
             t=np.fromiter(map(_t, starts), I64, n),
@@ -184,6 +190,7 @@ class Starts:
             inv=narrow(inv),
             inv_none=inv_none,
             agent=agent,
+            tool_name=tool_name,
         )
 
     def add_kinds(self, kind: np.ndarray) -> None:
@@ -203,7 +210,8 @@ class Starts:
     def columns(self) -> dict[str, Any]:
         """Every start record's values: ``kind``, ``t``, ``name`` (Arrow strings), ``has``
         (start attributes, taken for steps and model calls), ``step``, ``step_none``, ``inv``,
-        ``inv_none``, ``agent`` (a code of ``agents``)."""
+        ``inv_none``, ``agent`` (a code of ``agents``), ``tool_name`` (a tool span's name: a
+        code of ``tool_names``)."""
         kind = self._kinds[: self._known].copy()  # not the room to grow
         self._kinds, self._known = np.zeros(0, _CODE), 0
         return {"kind": kind, **self.got.joined()}

@@ -45,6 +45,7 @@ from agentloop.analysis._fastmodels import model_columns
 from agentloop.analysis._fastorder import any_in_chunks, ended_after_start, owners, unknown_after
 from agentloop.analysis._fastreport import calls, outside
 from agentloop.analysis._fastshape import NotClean
+from agentloop.analysis._fasttext import take
 from agentloop.analysis._fastwin import NONE, Taken
 from agentloop.analysis.attribution import tool_category
 from agentloop.analysis.cands import index_type
@@ -120,17 +121,19 @@ def _build(f: FileIO, path: Path, window: int, split_bytes: int, out: Out) -> No
     is_tool, is_model = end_kind == _KIND["tool"], end_kind == _KIND["model"]
     del end_kind
     if not kept.all():  # the reader types the set-up's and check's spans too, then drops them
-        _tools(tool, *tool.rows(is_tool & ~kept, r["eid"]), r["names"], len(keep))
+        _tools(tool, *tool.rows(is_tool & ~kept, r["eid"]), st["tool_name"], len(keep))
         no_kids = np.zeros(len(keep), bool)
         model_columns(trace, model, *model.rows(is_model & ~kept, r["eid"]), r, no_kids)
     eid, n = s["eid"], len(s["t0"])
     _hand(out, _spans(run, end, st, agents, r, keep, s), n)
     del r["ids"], r["after_off"], r["after_idx"], r["t1"]  # s's (its t1 is its own array)
     _freed(n)
-    names = r.pop("names").filter(pa.array(keep)) if not keep.all() else r.pop("names")
+    names = take(r.pop("names"), np.flatnonzero(keep)) if not keep.all() else r.pop("names")
     st.pop("name")
-    _hand(out, {"names": names, **_tools(tool, *tool.rows(is_tool & kept, eid), names, n)}, n)
-    del names, tool, is_tool
+    named = st.pop("tool_name")
+    named = named if keep.all() else named[keep]
+    _hand(out, {"names": names, **_tools(tool, *tool.rows(is_tool & kept, eid), named, n)}, n)
+    del names, named, tool, is_tool
     _freed(n)
     # the calls before the model columns: the start values (st) are dropped before those are
     # made, and the model columns' big group is written while little else is held
@@ -289,7 +292,7 @@ def _graph(r: dict[str, Any], keep: np.ndarray, end: EndRecord | None) -> dict[s
         end_ns = int(max(t0.max(initial=0), t1.max(initial=0)))
     return {
         "eid": renumbered(r["eid"]),
-        "ids": r["ids"] if whole else as_ids(r["ids"]).filter(pa.array(keep)),
+        "ids": r["ids"] if whole else take(as_ids(r["ids"]), np.flatnonzero(keep)),
         "kind": kept(r["kind"]),
         "status": kept(r["status"]),
         "parent": parent if whole else np.where(parent >= 0, new[parent], -1),
@@ -329,8 +332,8 @@ def _attrs_at(f: FileIO, line: int) -> dict[str, Any]:
 
 
 def _encode(codes: np.ndarray, values: list[str] | tuple[str, ...]) -> pa.DictionaryArray:
-    """``values[codes]`` dictionary-encoded as ``dictionary_encode`` does it: the dictionary in
-    order of first appearance."""
+    """``values[codes]`` dictionary-encoded as Arrow's ``dictionary_encode`` does it: the
+    dictionary in order of first appearance."""
     got, order = _first_seen(codes, values)
     return pa.DictionaryArray.from_arrays(pa.array(got), pa.array(order, pa.string()))
 
@@ -346,7 +349,7 @@ def _first_seen(codes: np.ndarray, values: list[str] | tuple[str, ...]) -> tuple
 
 
 def _tools(
-    tool: Taken, rows: np.ndarray, span: np.ndarray, names: pa.Array, n: int
+    tool: Taken, rows: np.ndarray, span: np.ndarray, named: np.ndarray, n: int
 ) -> dict[str, Any]:
     """The finished tool spans' category (dictionary-encoded in start order, as
     ``columns_of``'s) and queue time; whether each tool span name books one category. The
@@ -365,9 +368,9 @@ def _tools(
     has = np.zeros(n, np.bool_)
     has[span] = True
     category = pa.DictionaryArray.from_arrays(pa.array(at, mask=~has), pa.array(cats, pa.string()))
-    # one category per span name: each (name, tool) pair's name appears once (the names coded
-    # whole, not the tool spans' taken first: 13 MB of copies of a million spans')
-    name_code = np.asarray(names.dictionary_encode().indices)[span].astype(I64)
+    # one category per span name: each (name, tool) pair's name appears once (``named``: each
+    # tool span's name as a code, coded as the records were read)
+    name_code = named[span].astype(I64)
     pairs = np.unique(name_code * max(len(cats), 1) + codes)
     one = len(np.unique(pairs // max(len(cats), 1))) == len(pairs)
     return {"tool_category": category, "queued_ns": queued, "tools_by_name": one}

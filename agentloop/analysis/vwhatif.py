@@ -11,8 +11,8 @@ import dataclasses
 import math
 
 import numpy as np
-import pyarrow as pa
 
+from agentloop.analysis._fasttext import take
 from agentloop.analysis.breakdown import category_order
 from agentloop.analysis.cands import Cands, seg_max
 from agentloop.analysis.columnar import F64, I64, Columns, frozen_rows, release_heap
@@ -244,7 +244,7 @@ def _with_steps(c: Columns, w: WhatIf, steps: tuple[I64, I64, I64, I64, I64]) ->
     """``w`` with its step rows: each step on either path, its label and ns on each."""
     step_ids, old_ids, old_ns, new_ids, new_ns = steps
     named = step_ids[step_ids >= 0]
-    labels = c.step_label.take(pa.array(named, pa.int64())).to_pylist()
+    labels = take(c.step_label, named).to_pylist()  # no Arrow kernels loaded for one gather
     rows = _contributions(
         ["run"] * (len(step_ids) - len(named)) + list(map(str, labels)),
         _spread(step_ids, old_ids, old_ns).tolist(),
