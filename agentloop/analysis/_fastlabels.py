@@ -51,7 +51,7 @@ def step_labels(
     slow = [
         _slow_label(st, agents, j, int(inv[k]), bool(inv_none[k])) for k, j in _where_not(fast, at)
     ]
-    where = np.full(len(is_step), -1, np.int64)  # each row's label in [made, slow], -1: null
+    where = np.full(len(is_step), -1, np.int32)  # each row's label in [made, slow], -1: null
     where[rows[fast]] = np.arange(len(made))
     where[rows[~fast]] = len(made) + np.arange(len(slow))
     labels = pa.concat_arrays([made, pa.array(slow, pa.string())]) if slow else made

@@ -48,11 +48,17 @@ def validity(a: pa.Array) -> np.ndarray | None:
 def made(lengths: np.ndarray, data: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
     """The string array of ``data`` cut at ``lengths`` (one per string); null where ``valid``
     is False. NotClean past Arrow's 2 GiB of string bytes (the checked path takes it)."""
-    n = len(lengths)
-    if int(lengths.sum(dtype=I64)) >= 2**31:
+    off = np.zeros(len(lengths) + 1, np.int32)
+    off[1:] = lengths
+    return _made(off, data, valid)
+
+
+def _made(off: np.ndarray, data: np.ndarray, valid: np.ndarray | None) -> pa.Array:
+    """:func:`made` of the lengths in ``off[1:]`` (int32, turned into offsets in place)."""
+    n = len(off) - 1
+    if int(off.sum(dtype=I64)) >= 2**31:
         raise NotClean("strings past an Arrow string array's 2 GiB")
-    off = np.zeros(n + 1, np.int32)
-    np.cumsum(lengths, dtype=np.int32, out=off[1:])
+    np.cumsum(off, out=off)
     bitmap, nulls = None, 0
     if valid is not None and not valid.all():
         bitmap, nulls = pa.py_buffer(np.packbits(valid, bitorder="little")), int(n - valid.sum())
@@ -115,21 +121,21 @@ def take(a: pa.Array, where: np.ndarray) -> pa.Array:
     50 MB at the cold build's peak."""
     off, data = pieces(a)
     have = validity(a)
-    length = np.zeros(len(where), np.int32)
+    length = np.zeros(len(where) + 1, np.int32)  # the lengths, then the offsets in place
     valid = where >= 0
     parts = []
     for lo in range(0, len(where), _CHUNK):
         ok = valid[lo : lo + _CHUNK]
         at = where[lo : lo + _CHUNK][ok]
         ln = off[at + 1] - off[at]
-        length[lo : lo + _CHUNK][ok] = ln
+        length[lo + 1 : lo + 1 + len(ok)][ok] = ln
         if have is not None:
             ok[ok] = have[at]  # a view: ``valid``'s
         part = np.empty(int(ln.sum()), np.uint8)
         copy_runs(part, _starts(ln), data, off[at], ln)
         parts.append(part)
     out = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else _NO_BYTES
-    return made(length, out, valid)
+    return _made(length, out, valid)
 
 
 def around(
