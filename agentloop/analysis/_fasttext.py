@@ -7,7 +7,8 @@ use loads Arrow's function registry and its compute library's code: 14 MiB that 
 resident through the analysis after the build, which never calls them (a warm ``whatif`` of a
 million spans peaked at 258 MiB, 272 with them loaded). Here the same strings are made from
 their offsets and bytes, a chunk of :data:`_CHUNK` items at a time, so no temporary is a whole
-column's. ``tests/test_fasttext.py`` compares each function with Arrow's own.
+column's. ``tests/test_fasttext.py`` compares each function with Arrow's own. Nothing here
+imports the builder's screen (msgspec): the what-if gathers its step rows with :func:`take`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from agentloop.analysis._fastshape import NotClean
+from agentloop.analysis.strcols import validity
 
 I64 = np.int64
 _POW = 10 ** np.arange(19, dtype=I64)  # int64 reaches 10**18
@@ -37,17 +38,10 @@ def pieces(a: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return off, data[: off[-1]]
 
 
-def validity(a: pa.Array) -> np.ndarray | None:
-    """Which of ``a``'s values are not null (None: all are)."""
-    if not a.null_count:
-        return None
-    bits = np.unpackbits(np.frombuffer(a.buffers()[0], np.uint8), bitorder="little")
-    return bits[a.offset : a.offset + len(a)].astype(np.bool_)
-
-
 def made(lengths: np.ndarray, data: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
     """The string array of ``data`` cut at ``lengths`` (one per string); null where ``valid``
-    is False. NotClean past Arrow's 2 GiB of string bytes (the checked path takes it)."""
+    is False. ValueError past Arrow's 2 GiB of string bytes (the cold builder then hands the
+    trace to the checked path, as for any ValueError)."""
     off = np.zeros(len(lengths) + 1, np.int32)
     off[1:] = lengths
     return _made(off, data, valid)
@@ -57,7 +51,7 @@ def _made(off: np.ndarray, data: np.ndarray, valid: np.ndarray | None) -> pa.Arr
     """:func:`made` of the lengths in ``off[1:]`` (int32, turned into offsets in place)."""
     n = len(off) - 1
     if int(off.sum(dtype=I64)) >= 2**31:
-        raise NotClean("strings past an Arrow string array's 2 GiB")
+        raise ValueError("strings past an Arrow string array's 2 GiB")
     np.cumsum(off, out=off)
     bitmap, nulls = None, 0
     if valid is not None and not valid.all():
@@ -72,14 +66,14 @@ def decimal(values: np.ndarray, prefix: bytes = b"") -> pa.Array:
     if v.dtype.kind not in "iu":
         raise TypeError(f"integers, not {v.dtype}")
     if v.size and v.dtype == I64 and v.min() == np.iinfo(I64).min:
-        raise NotClean("an integer with no magnitude in int64")
+        raise ValueError("an integer with no magnitude in int64")
     parts, lengths = [], []
     for lo in range(0, len(v), _CHUNK):
         got, ln = _texts(v[lo : lo + _CHUNK].astype(I64), prefix)
         parts.append(got)
         lengths.append(ln)
     if not parts:
-        return made(np.zeros(0, I64), np.zeros(0, np.uint8))
+        return made(np.zeros(0, I64), _NO_BYTES)
     return made(np.concatenate(lengths), np.concatenate(parts))
 
 

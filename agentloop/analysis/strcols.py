@@ -17,15 +17,25 @@ def codes(d: pa.DictionaryArray) -> Ix:
     """A dictionary column's indices, -1 for null (int32 or wider: without nulls, the cache's
     own int32 indices, not a copy)."""
     ix = d.indices
-    if not ix.null_count:
+    valid = validity(ix)
+    if valid is None:
         return _wide(ix.to_numpy())
-    bits, vals = ix.buffers()[:2]  # a null's slot holds any value: the validity bitmap says
-    n, at = len(ix), ix.offset
+    vals = ix.buffers()[1]  # a null's slot holds any value: the validity bitmap says
     raw = np.frombuffer(
-        vals, dtype=ix.type.to_pandas_dtype(), count=n, offset=at * ix.type.bit_width // 8
+        vals,
+        dtype=ix.type.to_pandas_dtype(),
+        count=len(ix),
+        offset=ix.offset * ix.type.bit_width // 8,
     )
-    valid = np.unpackbits(np.frombuffer(bits, np.uint8), bitorder="little")[at : at + n]
-    return np.where(valid.astype(np.bool_), _wide(raw), -1)
+    return np.where(valid, _wide(raw), -1)
+
+
+def validity(a: pa.Array) -> np.ndarray | None:
+    """Which of ``a``'s values are not null, from its validity bitmap (None: none is null)."""
+    if not a.null_count:
+        return None
+    bits = np.unpackbits(np.frombuffer(a.buffers()[0], np.uint8), bitorder="little")
+    return bits[a.offset : a.offset + len(a)].astype(np.bool_)
 
 
 def _wide(codes: np.ndarray) -> Ix:
