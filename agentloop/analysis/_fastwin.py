@@ -177,13 +177,14 @@ class Starts:
         step[at], step_none[at] = _ints(steps, 0), _is(steps, None)
         inv[at], inv_none[at] = _ints(invs, 0), _is(invs, None)
         agent[at] = self.agents.of(_get("agent", got))
+        names = _get("name", starts)
         tools = np.flatnonzero(kind == _TOOL)
         tool_name = np.full(n, NONE, np.int32)
-        tool_name[tools] = self.tool_names.of(_get("name", [starts[i] for i in tools.tolist()]))
+        tool_name[tools] = self.tool_names.of(list(map(names.__getitem__, tools.tolist())))
         self.add_kinds(kind)
         self.got.add(
             t=np.fromiter(map(_t, starts), I64, n),
-            name=pa.array(_get("name", starts), pa.string()),
+            name=pa.array(names, pa.string()),
             has=has,
             step=narrow(step),
             step_none=step_none,
